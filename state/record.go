@@ -1,0 +1,217 @@
+package state
+
+import "time"
+
+// SchemaVersion is the version of the on-disk record format. It is written
+// into every file and changes only when the format changes incompatibly; a
+// file with another version is set aside, never guessed at.
+const SchemaVersion = 1
+
+// Phase is a pod's lifecycle as far as this node knows it.
+type Phase string
+
+const (
+	// PhasePending: the pod was seen in the kubelet's /pods but no sandbox
+	// has been recorded for it yet (this is when Multus asks, during CNI ADD).
+	PhasePending Phase = "pending"
+	// PhaseReady: the runtime reported the pod's sandbox as running.
+	PhaseReady Phase = "ready"
+	// PhaseStopped: the sandbox was stopped; the pod may still be listed by
+	// the kubelet but its allocation must not be trusted for a new pod of
+	// the same name.
+	PhaseStopped Phase = "stopped"
+	// PhaseRemoved: the sandbox (or the pending pod) is gone; the record is
+	// kept for the prune grace period so operators can still inspect it.
+	PhaseRemoved Phase = "removed"
+)
+
+// Source names where a fact came from.
+type Source string
+
+const (
+	SourceKubelet Source = "kubelet" // the kubelet's /pods endpoint
+	SourceNRI     Source = "nri"     // an NRI event or Synchronize
+	SourceCRI     Source = "cri"     // the runtime's CRI ListPodSandbox/ListContainers
+)
+
+// Seen says where and when a fact was last learned.
+type Seen struct {
+	Source Source    `json:"source"`
+	At     time.Time `json:"at"`
+}
+
+// Sources records the provenance of each fact of a Record. A nil entry means
+// the fact has never been learned.
+type Sources struct {
+	Sandbox     *Seen `json:"sandbox,omitempty"`     // sandbox id and State
+	Annotations *Seen `json:"annotations,omitempty"` // allocator annotations and Devices
+	Spec        *Seen `json:"spec,omitempty"`        // container requests
+	Containers  *Seen `json:"containers,omitempty"`  // runtime containers
+}
+
+// ContainerState is a runtime container's state.
+type ContainerState string
+
+const (
+	ContainerCreated ContainerState = "created"
+	ContainerRunning ContainerState = "running"
+	ContainerStopped ContainerState = "stopped"
+	ContainerRemoved ContainerState = "removed"
+	ContainerUnknown ContainerState = "unknown"
+)
+
+// Container is a runtime container of the pod, as NRI or CRI reported it.
+type Container struct {
+	Name  string         `json:"name"`
+	ID    string         `json:"id"`
+	State ContainerState `json:"state"`
+}
+
+// ContainerKind says how the kubelet treats a container in PodResources:
+// sidecars (restartable init containers) are listed before app containers,
+// plain init containers are never listed, v1alpha1 lists app containers only.
+type ContainerKind string
+
+const (
+	KindInit    ContainerKind = "init"
+	KindSidecar ContainerKind = "sidecar"
+	KindApp     ContainerKind = "app"
+)
+
+// ContainerSpec is what the pod spec says about one container: its kind and
+// the extended resources it requests (limits where set, else requests; cpu,
+// memory, ephemeral-storage and hugepages are left out).
+type ContainerSpec struct {
+	Name     string            `json:"name"`
+	Kind     ContainerKind     `json:"kind"`
+	Requests map[string]string `json:"requests,omitempty"`
+}
+
+// PodSpec is the part of a pod spec that device attribution needs, in spec
+// order: init containers (plain and sidecar) first, then app containers.
+// NRI does not carry it, so it is learned from the kubelet's /pods once per
+// pod UID; it does not change during a pod's life.
+type PodSpec struct {
+	Containers []ContainerSpec `json:"containers"`
+}
+
+// Device is one allocated device decoded from a scheduler's annotation.
+type Device struct {
+	// Allocator is the decoder that produced it ("koordinator", "hami"...).
+	Allocator string `json:"allocator"`
+	// Type is the allocator's own device type ("gpu", "rdma", "fpga").
+	Type string `json:"type,omitempty"`
+	// Resource is the PodResources resource_name the device is reported as.
+	Resource string `json:"resource"`
+	// IDs are the device ids reported for this device: a GPU UUID, the VF
+	// PCI addresses of an RDMA allocation, or the PF address when there are
+	// no VFs. Each becomes one ContainerDevices entry. Empty when the
+	// allocator named the device only by Minor and no inventory translated it.
+	IDs []string `json:"ids"`
+	// Minor is the device minor when the allocator gave one.
+	Minor *int64 `json:"minor,omitempty"`
+	// Shared is true when only a share of the device was allocated (for
+	// example koordinator.sh/gpu-core: 50); every container that requests a
+	// share of it gets it.
+	Shared bool `json:"shared,omitempty"`
+	// ContainerIndex is set by allocators that allocate per container (HAMi):
+	// the position in the allocator's own container list. Nil means the
+	// allocation is pod-level and attribution follows the pod spec.
+	ContainerIndex *int `json:"containerIndex,omitempty"`
+	// Replace means the ids replace what the kubelet itself reported for
+	// Resource in that container instead of being appended to it.
+	Replace bool `json:"replace,omitempty"`
+}
+
+// Record is everything the node knows about one pod, keyed by UID. A Record
+// returned by the Store is shared and must not be modified.
+type Record struct {
+	SchemaVersion int    `json:"schemaVersion"`
+	UID           string `json:"uid"`
+	Namespace     string `json:"namespace"`
+	Name          string `json:"name"`
+	// SandboxID is the runtime's sandbox id; empty while pending.
+	SandboxID string `json:"sandboxID,omitempty"`
+	State     Phase  `json:"state"`
+	// KubeletPhase is the pod phase /pods last reported (Pending, Running,
+	// Succeeded, Failed), empty if never seen there.
+	KubeletPhase string      `json:"kubeletPhase,omitempty"`
+	Containers   []Container `json:"containers"`
+	// Spec is nil until a /pods read has seen the pod.
+	Spec *PodSpec `json:"spec,omitempty"`
+	// Annotations holds only the annotations some allocator decodes.
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Devices     []Device          `json:"devices"`
+	// DecodeErrors says why an allocator annotation was not understood; the
+	// pod is then answered without those devices.
+	DecodeErrors []string  `json:"decodeErrors,omitempty"`
+	Sources      Sources   `json:"sources"`
+	UpdatedAt    time.Time `json:"updatedAt"`
+	// RemovedAt is when the record entered PhaseRemoved; it is pruned a grace
+	// period later.
+	RemovedAt *time.Time `json:"removedAt,omitempty"`
+}
+
+// Key is the namespace and name a PodResources answer identifies pods by.
+func (r *Record) Key() PodKey { return PodKey{Namespace: r.Namespace, Name: r.Name} }
+
+// Live reports whether the record is a running sandbox the runtime told us
+// about. Only live records may answer a query without a fresh /pods read:
+// PodResources has no UID, and a pod recreated under the same name must
+// never get its predecessor's devices.
+func (r *Record) Live() bool {
+	if r.State != PhaseReady || r.SandboxID == "" || r.Sources.Sandbox == nil {
+		return false
+	}
+	src := r.Sources.Sandbox.Source
+	return src == SourceNRI || src == SourceCRI
+}
+
+// PodKey identifies a pod the way PodResources does.
+type PodKey struct {
+	Namespace string
+	Name      string
+}
+
+func (k PodKey) String() string { return k.Namespace + "/" + k.Name }
+
+// PodRef names a pod in logs and errors.
+type PodRef struct {
+	UID       string
+	Namespace string
+	Name      string
+}
+
+func (p PodRef) String() string { return p.Namespace + "/" + p.Name + " (uid " + p.UID + ")" }
+
+// Sandbox is what the runtime reports about a pod sandbox, through NRI or CRI.
+type Sandbox struct {
+	ID          string
+	UID         string
+	Namespace   string
+	Name        string
+	Annotations map[string]string
+	// Ready is false for a sandbox the runtime lists as not ready (stopped).
+	Ready bool
+}
+
+// RuntimeContainer is what the runtime reports about a container.
+type RuntimeContainer struct {
+	ID        string
+	SandboxID string
+	Name      string
+	State     ContainerState
+}
+
+// KubeletPod is what a /pods read says about one pod.
+type KubeletPod struct {
+	UID         string
+	Namespace   string
+	Name        string
+	Phase       string // Pending, Running, Succeeded, Failed, Unknown
+	Annotations map[string]string
+	Spec        PodSpec
+}
+
+// Terminal reports whether the kubelet considers the pod finished.
+func (p *KubeletPod) Terminal() bool { return p.Phase == "Succeeded" || p.Phase == "Failed" }

@@ -1,0 +1,491 @@
+// Package state is podres-proxy's record of the pods on this node: one
+// Record per pod UID, fed by the NRI plugin, the CRI reconciler and the
+// proxy's /pods reads, and answered from memory. Records are persisted one
+// JSON file per pod so that operators can read them and a restarted daemon
+// keeps answering running pods while the kubelet's /pods is unreachable.
+//
+// Records handed out are immutable snapshots: every change builds a new
+// Record, so readers (the proxy's hot path) take a read lock for a map lookup
+// and never copy.
+package state
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Decoder turns a pod's annotations into devices. The proxy's allocator set
+// implements it; the store calls it whenever a pod's allocator annotations
+// change, whichever source they came from, so NRI, CRI and /pods agree.
+type Decoder interface {
+	// Relevant reports whether some allocator decodes the annotation key.
+	// Only relevant annotations are kept in records.
+	Relevant(key string) bool
+	// Decode returns the devices the annotations allocate. Errors describe
+	// annotations that could not be understood; the devices of the others
+	// are still returned.
+	Decode(pod PodRef, annotations map[string]string) ([]Device, []error)
+}
+
+// Options configure a Store.
+type Options struct {
+	// Decoder decodes allocator annotations; nil keeps no annotations.
+	Decoder Decoder
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// PruneAfter is how long a removed record is kept; 0 means
+	// DefaultPruneAfter.
+	PruneAfter time.Duration
+}
+
+// DefaultPruneAfter is how long removed pods stay visible to `inspect`.
+const DefaultPruneAfter = 5 * time.Minute
+
+// Store holds the records. Its methods are safe for concurrent use and never
+// block on disk: persistence, when the store was opened on a directory,
+// happens in the background.
+type Store struct {
+	opts Options
+
+	mu        sync.RWMutex
+	byUID     map[string]*Record
+	byKey     map[PodKey][]string // uids, usually one
+	bySandbox map[string]string   // sandbox id -> uid
+
+	// dirty is told about every changed or deleted uid; the persister
+	// installs it. Called with mu held, so it must not block.
+	dirty func(uid string)
+}
+
+// New returns an in-memory store.
+func New(opts Options) *Store {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.PruneAfter == 0 {
+		opts.PruneAfter = DefaultPruneAfter
+	}
+	return &Store{
+		opts:      opts,
+		byUID:     map[string]*Record{},
+		byKey:     map[PodKey][]string{},
+		bySandbox: map[string]string{},
+		dirty:     func(string) {},
+	}
+}
+
+// Get returns the record of a pod UID.
+func (s *Store) Get(uid string) (*Record, bool) {
+	s.mu.RLock()
+	r, ok := s.byUID[uid]
+	s.mu.RUnlock()
+	return r, ok
+}
+
+// Live returns the one live record (a running sandbox reported by NRI or
+// CRI) of a pod name. It returns false when there is none, or when two live
+// sandboxes share the name (a pod being recreated): the caller must then ask
+// the kubelet which one is current.
+func (s *Store) Live(key PodKey) (*Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var live *Record
+	for _, uid := range s.byKey[key] {
+		r := s.byUID[uid]
+		if !r.Live() {
+			continue
+		}
+		if live != nil {
+			return nil, false
+		}
+		live = r
+	}
+	return live, live != nil
+}
+
+// ByName returns every record of a pod name, newest update first.
+func (s *Store) ByName(key PodKey) []*Record {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Record, 0, len(s.byKey[key]))
+	for _, uid := range s.byKey[key] {
+		out = append(out, s.byUID[uid])
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UpdatedAt.After(out[j].UpdatedAt) })
+	return out
+}
+
+// Records returns every record, sorted by namespace, name and UID.
+func (s *Store) Records() []*Record {
+	s.mu.RLock()
+	out := make([]*Record, 0, len(s.byUID))
+	for _, r := range s.byUID {
+		out = append(out, r)
+	}
+	s.mu.RUnlock()
+	SortRecords(out)
+	return out
+}
+
+// SortRecords sorts records by namespace, name and UID.
+func SortRecords(rs []*Record) {
+	sort.Slice(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.UID < b.UID
+	})
+}
+
+// ObserveSandbox records a sandbox the runtime reported (NRI RunPodSandbox,
+// Synchronize, CRI ListPodSandbox). It creates the record if the UID is new.
+func (s *Store) ObserveSandbox(src Source, sb Sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observeSandbox(src, sb)
+}
+
+func (s *Store) observeSandbox(src Source, sb Sandbox) {
+	uid := sb.UID
+	if uid == "" {
+		uid = s.bySandbox[sb.ID]
+	}
+	if uid == "" {
+		return // nothing to key it by; the reconciler will bring it
+	}
+	now := s.opts.Now()
+	s.update(uid, func(r *Record) bool {
+		changed := false
+		if r.Namespace == "" && sb.Namespace != "" {
+			r.Namespace, r.Name = sb.Namespace, sb.Name
+			changed = true
+		}
+		phase := PhaseStopped
+		if sb.Ready {
+			phase = PhaseReady
+		}
+		if r.SandboxID != sb.ID && sb.ID != "" {
+			if r.SandboxID != "" && phase == PhaseStopped && r.State == PhaseReady {
+				// An old, stopped sandbox of a pod whose new sandbox is
+				// already running: it says nothing about the pod now.
+				return false
+			}
+			if r.SandboxID != "" {
+				r.Containers = nil // the containers of the old sandbox are gone
+			}
+			r.SandboxID = sb.ID
+			changed = true
+		}
+		if r.State != phase {
+			r.State, r.RemovedAt = phase, nil
+			changed = true
+		}
+		if r.Sources.Sandbox == nil || r.Sources.Sandbox.Source != src || changed {
+			r.Sources.Sandbox = &Seen{Source: src, At: now}
+			changed = true
+		}
+		if s.setAnnotations(r, sb.Annotations, src, now) {
+			changed = true
+		}
+		return changed
+	})
+}
+
+// SandboxStopped records that a sandbox stopped (NRI StopPodSandbox). The
+// sandbox is found by id, or by uid when the event carried no id.
+func (s *Store) SandboxStopped(src Source, sandboxID, uid string) {
+	s.setSandboxPhase(src, sandboxID, uid, PhaseStopped)
+}
+
+// SandboxRemoved records that a sandbox is gone (NRI RemovePodSandbox).
+func (s *Store) SandboxRemoved(src Source, sandboxID, uid string) {
+	s.setSandboxPhase(src, sandboxID, uid, PhaseRemoved)
+}
+
+func (s *Store) setSandboxPhase(src Source, sandboxID, uid string, phase Phase) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, ok := s.bySandbox[sandboxID]; ok && sandboxID != "" {
+		uid = id
+	} else if r, ok := s.byUID[uid]; !ok || (sandboxID != "" && r.SandboxID != sandboxID) {
+		return // an event for a sandbox we never knew, or an older sandbox
+	}
+	s.setPhase(src, uid, phase)
+}
+
+func (s *Store) setPhase(src Source, uid string, phase Phase) {
+	now := s.opts.Now()
+	s.update(uid, func(r *Record) bool {
+		if r.State == phase || r.State == PhaseRemoved {
+			return false
+		}
+		r.State = phase
+		r.Sources.Sandbox = &Seen{Source: src, At: now}
+		if phase == PhaseRemoved {
+			r.RemovedAt = &now
+			for i := range r.Containers {
+				r.Containers[i].State = ContainerRemoved
+			}
+		}
+		return true
+	})
+}
+
+// ObserveContainer records a container the runtime reported.
+func (s *Store) ObserveContainer(src Source, c RuntimeContainer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observeContainer(src, c)
+}
+
+func (s *Store) observeContainer(src Source, c RuntimeContainer) {
+	uid, ok := s.bySandbox[c.SandboxID]
+	if !ok || c.ID == "" {
+		return
+	}
+	now := s.opts.Now()
+	s.update(uid, func(r *Record) bool {
+		if r.SandboxID != c.SandboxID {
+			return false
+		}
+		i := slices.IndexFunc(r.Containers, func(x Container) bool { return x.ID == c.ID })
+		if i < 0 {
+			r.Containers = append(r.Containers, Container{Name: c.Name, ID: c.ID, State: c.State})
+		} else {
+			old := r.Containers[i]
+			if old.State == c.State || old.State == ContainerRemoved ||
+				(c.State == ContainerUnknown && old.State == ContainerStopped) {
+				return false
+			}
+			r.Containers[i].State = c.State
+			if c.Name != "" {
+				r.Containers[i].Name = c.Name
+			}
+		}
+		r.Sources.Containers = &Seen{Source: src, At: now}
+		return true
+	})
+}
+
+// ContainerRemoved records that a container is gone.
+func (s *Store) ContainerRemoved(src Source, sandboxID, containerID string) {
+	s.ObserveContainer(src, RuntimeContainer{ID: containerID, SandboxID: sandboxID, State: ContainerRemoved})
+}
+
+// Reconcile applies a full snapshot of the runtime (NRI Synchronize, CRI
+// list): listed sandboxes and containers are recorded, sandboxes recorded
+// earlier and not listed are removed. Containers of listed sandboxes that are
+// not listed are marked stopped when exitedListed is false (NRI leaves exited
+// containers out) and removed when it is true (CRI lists exited ones).
+func (s *Store) Reconcile(src Source, sandboxes []Sandbox, containers []RuntimeContainer, exitedListed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	listed := make(map[string]bool, len(sandboxes))
+	for _, sb := range sandboxes {
+		listed[sb.ID] = true
+		s.observeSandbox(src, sb)
+	}
+	ctrs := make(map[string]bool, len(containers))
+	for _, c := range containers {
+		ctrs[c.ID] = true
+		s.observeContainer(src, c)
+	}
+	now := s.opts.Now()
+	for uid, r := range s.byUID {
+		if r.SandboxID == "" || r.State == PhaseRemoved {
+			continue
+		}
+		if !listed[r.SandboxID] {
+			s.setPhase(src, uid, PhaseRemoved)
+			continue
+		}
+		gone := ContainerStopped
+		if exitedListed {
+			gone = ContainerRemoved
+		}
+		s.update(uid, func(r *Record) bool {
+			changed := false
+			for i, c := range r.Containers {
+				if ctrs[c.ID] || c.State == ContainerRemoved || c.State == gone {
+					continue
+				}
+				r.Containers[i].State = gone
+				changed = true
+			}
+			if changed {
+				r.Sources.Containers = &Seen{Source: src, At: now}
+			}
+			return changed
+		})
+	}
+}
+
+// ObserveKubeletPods records a complete /pods answer: each pod's spec and
+// allocator annotations. Pods new to the store are recorded as pending;
+// pending pods that /pods no longer lists are removed. Sandbox state is left
+// to the runtime sources.
+func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	seen := make(map[string]bool, len(pods))
+	for i := range pods {
+		p := &pods[i]
+		if p.UID == "" {
+			continue
+		}
+		seen[p.UID] = true
+		s.update(p.UID, func(r *Record) bool {
+			changed := false
+			if r.Namespace == "" {
+				r.Namespace, r.Name = p.Namespace, p.Name
+				changed = true
+			}
+			if r.State == "" {
+				r.State = PhasePending
+				changed = true
+			}
+			if r.KubeletPhase != p.Phase {
+				r.KubeletPhase = p.Phase
+				changed = true
+			}
+			if r.Spec == nil || !reflect.DeepEqual(r.Spec, &p.Spec) {
+				spec := p.Spec
+				r.Spec = &spec
+				r.Sources.Spec = &Seen{Source: SourceKubelet, At: now}
+				changed = true
+			}
+			if s.setAnnotations(r, p.Annotations, SourceKubelet, now) {
+				changed = true
+			}
+			return changed
+		})
+	}
+	for uid, r := range s.byUID {
+		if r.State == PhasePending && !seen[uid] {
+			s.setPhase(SourceKubelet, uid, PhaseRemoved)
+		}
+	}
+}
+
+// setAnnotations keeps the relevant annotations and re-decodes devices when
+// they changed. It reports whether the record changed.
+func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now time.Time) bool {
+	if s.opts.Decoder == nil {
+		return false
+	}
+	var rel map[string]string
+	for k, v := range all {
+		if s.opts.Decoder.Relevant(k) {
+			if rel == nil {
+				rel = map[string]string{}
+			}
+			rel[k] = v
+		}
+	}
+	if r.Sources.Annotations != nil && maps.Equal(rel, r.Annotations) {
+		return false
+	}
+	r.Annotations = rel
+	r.Devices, r.DecodeErrors = s.decode(r, rel)
+	r.Sources.Annotations = &Seen{Source: src, At: now}
+	return true
+}
+
+func (s *Store) decode(r *Record, ann map[string]string) ([]Device, []string) {
+	if len(ann) == 0 {
+		return nil, nil
+	}
+	devs, errs := s.opts.Decoder.Decode(PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, ann)
+	var msgs []string
+	for _, err := range errs {
+		msgs = append(msgs, err.Error())
+	}
+	return devs, msgs
+}
+
+// Prune deletes removed records whose grace period is over and returns how
+// many it deleted.
+func (s *Store) Prune() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cutoff := s.opts.Now().Add(-s.opts.PruneAfter)
+	n := 0
+	for uid, r := range s.byUID {
+		if r.State == PhaseRemoved && r.RemovedAt != nil && !r.RemovedAt.After(cutoff) {
+			s.delete(uid)
+			n++
+		}
+	}
+	return n
+}
+
+// update applies fn to a copy of the record of uid (a new, empty record if
+// there is none) and installs the copy if fn reports a change. fn may modify
+// Containers in place (it is copied) but must replace, not modify, the other
+// slices and maps. Called with mu held.
+func (s *Store) update(uid string, fn func(r *Record) bool) {
+	old := s.byUID[uid]
+	var r Record
+	if old != nil {
+		r = *old
+		r.Containers = slices.Clone(old.Containers)
+	} else {
+		r = Record{SchemaVersion: SchemaVersion, UID: uid}
+	}
+	if !fn(&r) {
+		return
+	}
+	r.UpdatedAt = s.opts.Now()
+	s.install(old, &r)
+	s.dirty(uid)
+}
+
+// install replaces old (may be nil) with r in the indexes. Called with mu held.
+func (s *Store) install(old, r *Record) {
+	if old != nil {
+		if old.Key() != r.Key() {
+			s.unindexKey(old.Key(), old.UID)
+		}
+		if old.SandboxID != r.SandboxID && s.bySandbox[old.SandboxID] == old.UID {
+			delete(s.bySandbox, old.SandboxID)
+		}
+	}
+	if old == nil || old.Key() != r.Key() {
+		s.byKey[r.Key()] = append(s.byKey[r.Key()], r.UID)
+	}
+	if r.SandboxID != "" {
+		s.bySandbox[r.SandboxID] = r.UID
+	}
+	s.byUID[r.UID] = r
+}
+
+func (s *Store) delete(uid string) {
+	r, ok := s.byUID[uid]
+	if !ok {
+		return
+	}
+	delete(s.byUID, uid)
+	s.unindexKey(r.Key(), uid)
+	if s.bySandbox[r.SandboxID] == uid {
+		delete(s.bySandbox, r.SandboxID)
+	}
+	s.dirty(uid)
+}
+
+func (s *Store) unindexKey(k PodKey, uid string) {
+	uids := slices.DeleteFunc(s.byKey[k], func(u string) bool { return u == uid })
+	if len(uids) == 0 {
+		delete(s.byKey, k)
+	} else {
+		s.byKey[k] = uids
+	}
+}
