@@ -281,35 +281,47 @@ func (s *Store) ContainerRemoved(src Source, sandboxID, containerID string) {
 }
 
 // Reconcile applies a full snapshot of the runtime (NRI Synchronize, CRI
-// list): listed sandboxes and containers are recorded, sandboxes recorded
-// earlier and not listed are removed. Containers of listed sandboxes that are
-// not listed are marked stopped when exitedListed is false (NRI leaves exited
-// containers out) and removed when it is true (CRI lists exited ones).
-func (s *Store) Reconcile(src Source, sandboxes []Sandbox, containers []RuntimeContainer, exitedListed bool) {
+// list) taken at asOf: listed sandboxes and containers are recorded,
+// sandboxes recorded earlier and not listed are removed. Containers of listed
+// sandboxes that are not listed are marked stopped when exitedListed is false
+// (NRI leaves exited containers out) and removed when it is true (CRI lists
+// exited ones). A record whose sandbox or containers changed after asOf is
+// newer than the snapshot and keeps what it knows.
+func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, containers []RuntimeContainer, exitedListed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	newer := func(seen *Seen) bool { return seen != nil && seen.At.After(asOf) }
 	listed := make(map[string]bool, len(sandboxes))
 	for _, sb := range sandboxes {
 		listed[sb.ID] = true
+		if r, ok := s.byUID[sb.UID]; ok && newer(r.Sources.Sandbox) {
+			continue
+		}
 		s.observeSandbox(src, sb)
 	}
 	ctrs := make(map[string]bool, len(containers))
 	for _, c := range containers {
 		ctrs[c.ID] = true
+		if uid, ok := s.bySandbox[c.SandboxID]; ok && newer(s.byUID[uid].Sources.Containers) {
+			continue
+		}
 		s.observeContainer(src, c)
 	}
 	now := s.opts.Now()
+	gone := ContainerStopped
+	if exitedListed {
+		gone = ContainerRemoved
+	}
 	for uid, r := range s.byUID {
-		if r.SandboxID == "" || r.State == PhaseRemoved {
+		if r.SandboxID == "" || r.State == PhaseRemoved || newer(r.Sources.Sandbox) {
 			continue
 		}
 		if !listed[r.SandboxID] {
 			s.setPhase(src, uid, PhaseRemoved)
 			continue
 		}
-		gone := ContainerStopped
-		if exitedListed {
-			gone = ContainerRemoved
+		if newer(r.Sources.Containers) {
+			continue
 		}
 		s.update(uid, func(r *Record) bool {
 			changed := false
