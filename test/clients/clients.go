@@ -1,0 +1,296 @@
+// Package clients calls the PodResources API the way the real consumers do,
+// so tests can show that each of them, unmodified, sees the added devices.
+// Each function reproduces what its consumer asks (method, API version,
+// timeout, message size limit) and how it reads the answer; the facts come
+// from reading those consumers, summarised in the project's reference notes.
+package clients
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+)
+
+const (
+	// The conventional client limits (kubelet e2e, Multus, NFD, RTE, Kata).
+	conventionalTimeout = 10 * time.Second
+	conventionalMaxSize = 16 << 20
+	// gRPC's default, which DCGM exporter and Antrea keep.
+	grpcDefaultMaxSize = 4 << 20
+)
+
+func dial(socket string, maxSize int) (*grpc.ClientConn, error) {
+	target := socket
+	if !strings.HasPrefix(target, "unix:") {
+		target = "unix://" + socket
+	}
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxSize)))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", socket, err)
+	}
+	return conn, nil
+}
+
+// MultusDeviceIDs is what Multus (v3.7.2 and later, thin and thick) hands to
+// a delegate CNI during CNI ADD: it calls v1 List (10 s, 16 MiB), takes every
+// PodResources whose namespace and name match (no UID), and collects the
+// device ids of every container, in answer order, under the resource name
+// its NetworkAttachmentDefinition names. An error fails the CNI ADD.
+func MultusDeviceIDs(ctx context.Context, socket, namespace, name, resourceName string) ([]string, error) {
+	conn, err := dial(socket, conventionalMaxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("multus: list pod resources: %w", err)
+	}
+	var ids []string
+	for _, p := range resp.GetPodResources() {
+		if p.GetNamespace() != namespace || p.GetName() != name {
+			continue
+		}
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == resourceName {
+					ids = append(ids, d.GetDeviceIds()...)
+				}
+			}
+		}
+	}
+	return ids, nil
+}
+
+// GPUOwner is the pod and container DCGM exporter labels a GPU's metrics with.
+type GPUOwner struct {
+	Namespace, Pod, Container string
+}
+
+// DCGMDeviceToPod is DCGM exporter's mapping (4.2.3-4.1.3 and later, default
+// "uid" id type): v1 List with a 10 s timeout and gRPC's default 4 MiB
+// limit, keeping nvidia.com/gpu (and nvidia.com/mig-*) devices, keyed by the
+// exact device id string, last one wins.
+func DCGMDeviceToPod(ctx context.Context, socket string) (map[string]GPUOwner, error) {
+	conn, err := dial(socket, grpcDefaultMaxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("dcgm-exporter: list pod resources: %w", err)
+	}
+	out := map[string]GPUOwner{}
+	for _, p := range resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() != "nvidia.com/gpu" && !strings.HasPrefix(d.GetResourceName(), "nvidia.com/mig-") {
+					continue
+				}
+				for _, id := range d.GetDeviceIds() {
+					out[id] = GPUOwner{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// DCGMV1alpha1DeviceToPod is the same for DCGM exporter up to 4.2.3-4.1.1,
+// which still calls v1alpha1 List.
+func DCGMV1alpha1DeviceToPod(ctx context.Context, socket string) (map[string]GPUOwner, error) {
+	conn, err := dial(socket, grpcDefaultMaxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	resp, err := v1alpha1.NewPodResourcesListerClient(conn).List(ctx, &v1alpha1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("dcgm-exporter (v1alpha1): list pod resources: %w", err)
+	}
+	out := map[string]GPUOwner{}
+	for _, p := range resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == "nvidia.com/gpu" {
+					for _, id := range d.GetDeviceIds() {
+						out[id] = GPUOwner{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// NRIPluginsTopologyHints is what containers/nri-plugins' topology-aware
+// policy derives for one container: it calls v1 Get (16 MiB) for the pod and
+// turns the named container's device topology into NUMA node hints, keyed
+// by resource name.
+func NRIPluginsTopologyHints(ctx context.Context, socket, namespace, pod, container string) (map[string][]int64, error) {
+	conn, err := dial(socket, conventionalMaxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	resp, err := v1.NewPodResourcesListerClient(conn).Get(ctx, &v1.GetPodResourcesRequest{PodNamespace: namespace, PodName: pod})
+	if err != nil {
+		return nil, fmt.Errorf("nri-plugins: get pod resources: %w", err)
+	}
+	hints := map[string][]int64{}
+	for _, c := range resp.GetPodResources().GetContainers() {
+		if c.GetName() != container {
+			continue
+		}
+		for _, d := range c.GetDevices() {
+			for _, n := range d.GetTopology().GetNodes() {
+				hints[d.GetResourceName()] = append(hints[d.GetResourceName()], n.GetID())
+			}
+		}
+	}
+	return hints, nil
+}
+
+// KataCDIDevices is what the Kata runtime cold-plugs for a sandbox: v1 Get
+// (16 MiB) for the pod, every device of every container turned into a CDI
+// name "<resource_name>=<device id>", de-duplicated. An error fails sandbox
+// creation.
+func KataCDIDevices(ctx context.Context, socket, namespace, pod string) ([]string, error) {
+	conn, err := dial(socket, conventionalMaxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	resp, err := v1.NewPodResourcesListerClient(conn).Get(ctx, &v1.GetPodResourcesRequest{PodNamespace: namespace, PodName: pod})
+	if err != nil {
+		return nil, fmt.Errorf("kata: get pod resources: %w", err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range resp.GetPodResources().GetContainers() {
+		for _, d := range c.GetDevices() {
+			for _, id := range d.GetDeviceIds() {
+				name := d.GetResourceName() + "=" + id
+				if !seen[name] {
+					seen[name] = true
+					out = append(out, name)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// NUMAKey is a resource on one NUMA node.
+type NUMAKey struct {
+	Resource string
+	NUMA     int64
+}
+
+// NFDFreePerNUMA is NFD topology-updater's accounting: GetAllocatableResources
+// once (an error is fatal at start), a map resource -> device id -> NUMA node
+// from it, then List, subtracting each listed id from its NUMA node's count.
+// Ids or resources the allocatable answer does not know are logged by NFD
+// as "unknown resource" and ignored; they are returned here so tests can
+// show that none are.
+func NFDFreePerNUMA(ctx context.Context, socket string) (free map[NUMAKey]int, unknown []string, err error) {
+	conn, err := dial(socket, conventionalMaxSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	c := v1.NewPodResourcesListerClient(conn)
+	actx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	alloc, err := c.GetAllocatableResources(actx, &v1.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("nfd: get allocatable resources: %w", err)
+	}
+	numaOf := map[string]map[string]int64{}
+	free = map[NUMAKey]int{}
+	for _, d := range alloc.GetDevices() {
+		for _, n := range d.GetTopology().GetNodes() {
+			if numaOf[d.GetResourceName()] == nil {
+				numaOf[d.GetResourceName()] = map[string]int64{}
+			}
+			for _, id := range d.GetDeviceIds() {
+				numaOf[d.GetResourceName()][id] = n.GetID()
+				free[NUMAKey{d.GetResourceName(), n.GetID()}]++
+			}
+		}
+	}
+	lctx, cancel2 := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel2()
+	list, err := c.List(lctx, &v1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("nfd: list pod resources: %w", err)
+	}
+	for _, p := range list.GetPodResources() {
+		for _, ctr := range p.GetContainers() {
+			for _, d := range ctr.GetDevices() {
+				for _, id := range d.GetDeviceIds() {
+					n, ok := numaOf[d.GetResourceName()][id]
+					if !ok {
+						unknown = append(unknown, d.GetResourceName()+"="+id)
+						continue
+					}
+					free[NUMAKey{d.GetResourceName(), n}]--
+				}
+			}
+		}
+	}
+	sort.Strings(unknown)
+	return free, unknown, nil
+}
+
+// AntreaVFDeviceIDs is Antrea's secondary-network SR-IOV lookup: v1alpha1
+// List (10 s, gRPC's default 4 MiB), device ids of the pod's containers
+// under resourceName. Antrea caches the answer per pod even when it is
+// empty, so the first answer must already be right.
+func AntreaVFDeviceIDs(ctx context.Context, socket, namespace, name, resourceName string) ([]string, error) {
+	conn, err := dial(socket, grpcDefaultMaxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	resp, err := v1alpha1.NewPodResourcesListerClient(conn).List(ctx, &v1alpha1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("antrea: list pod resources: %w", err)
+	}
+	var ids []string
+	for _, p := range resp.GetPodResources() {
+		if p.GetNamespace() != namespace || p.GetName() != name {
+			continue
+		}
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == resourceName {
+					ids = append(ids, d.GetDeviceIds()...)
+				}
+			}
+		}
+	}
+	return ids, nil
+}

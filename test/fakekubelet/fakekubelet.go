@@ -1,0 +1,387 @@
+// Package fakekubelet is a stand-in kubelet for tests: it serves the real
+// k8s.io/kubelet PodResources gRPC services (v1 and v1alpha1) on a unix
+// socket and /pods over HTTPS with a bearer-token check, both computed from
+// one list of corev1.Pods the way the kubelet computes them (sidecars before
+// app containers, plain init containers never listed, terminal pods left out
+// of v1 List and Get, the kubelet's exact not-found error). Tests inject the
+// faults a real kubelet cannot produce on demand: a restart of its socket,
+// /pods going down, slow answers.
+package fakekubelet
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+)
+
+// Pod is a pod as the fake kubelet knows it: the API object /pods returns,
+// plus the devices the kubelet's own device manager assigned, by container.
+type Pod struct {
+	corev1.Pod
+	Devices map[string][]*v1.ContainerDevices
+	CPUs    map[string][]int64
+}
+
+// Kubelet is the fake. Create it with Start.
+type Kubelet struct {
+	// Socket is the PodResources socket; PodsURL the HTTPS /pods URL;
+	// TokenFile holds the accepted bearer token; CAFile the serving cert.
+	Socket    string
+	PodsURL   string
+	TokenFile string
+	CAFile    string
+	Token     string
+
+	mu          sync.Mutex
+	pods        []Pod
+	allocatable *v1.AllocatableResourcesResponse
+	podsDown    bool
+	podsGate    chan struct{} // when set, /pods waits for it to close
+	grpcGate    chan struct{}
+	grpcSrv     *grpc.Server
+	grpcDone    chan struct{}
+
+	podsReads atomic.Int64
+	grpcCalls atomic.Int64
+	https     *httptest.Server
+}
+
+// Start serves a fake kubelet in dir (a short path: unix sockets are limited
+// to 108 bytes) until the test ends.
+func Start(t testing.TB, dir string) *Kubelet {
+	t.Helper()
+	k := &Kubelet{
+		Socket:    filepath.Join(dir, "pod-resources", "kubelet.sock"),
+		TokenFile: filepath.Join(dir, "token"),
+		CAFile:    filepath.Join(dir, "kubelet-ca.crt"),
+		Token:     "test-token",
+	}
+	if err := os.WriteFile(k.TokenFile, []byte(k.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k.https = httptest.NewTLSServer(http.HandlerFunc(k.servePods))
+	cert := k.https.Certificate()
+	if err := os.WriteFile(k.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k.PodsURL = k.https.URL + "/pods"
+	if err := k.StartGRPC(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		k.StopGRPC()
+		k.https.Close()
+	})
+	return k
+}
+
+// TLSConfig trusts the fake's serving certificate.
+func (k *Kubelet) TLSConfig() *tls.Config { return k.https.Client().Transport.(*http.Transport).TLSClientConfig }
+
+// SetPods replaces the pods.
+func (k *Kubelet) SetPods(pods ...Pod) {
+	k.mu.Lock()
+	k.pods = append([]Pod(nil), pods...)
+	k.mu.Unlock()
+}
+
+// AddPod adds or replaces (by UID) a pod.
+func (k *Kubelet) AddPod(p Pod) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range k.pods {
+		if k.pods[i].UID == p.UID {
+			k.pods[i] = p
+			return
+		}
+	}
+	k.pods = append(k.pods, p)
+}
+
+// RemovePod removes the pods of a name.
+func (k *Kubelet) RemovePod(namespace, name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := k.pods[:0]
+	for _, p := range k.pods {
+		if p.Namespace != namespace || p.Name != name {
+			out = append(out, p)
+		}
+	}
+	k.pods = out
+}
+
+// SetAllocatable sets the GetAllocatableResources answer.
+func (k *Kubelet) SetAllocatable(r *v1.AllocatableResourcesResponse) {
+	k.mu.Lock()
+	k.allocatable = r
+	k.mu.Unlock()
+}
+
+// SetPodsDown makes /pods answer 503 (true) or work again (false).
+func (k *Kubelet) SetPodsDown(down bool) {
+	k.mu.Lock()
+	k.podsDown = down
+	k.mu.Unlock()
+}
+
+// HoldPods makes /pods reads wait until the returned func is called.
+func (k *Kubelet) HoldPods() (release func()) {
+	gate := make(chan struct{})
+	k.mu.Lock()
+	k.podsGate = gate
+	k.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			k.mu.Lock()
+			if k.podsGate == gate {
+				k.podsGate = nil
+			}
+			k.mu.Unlock()
+			close(gate)
+		})
+	}
+}
+
+// HoldGRPC makes PodResources calls wait until the returned func is called.
+func (k *Kubelet) HoldGRPC() (release func()) {
+	gate := make(chan struct{})
+	k.mu.Lock()
+	k.grpcGate = gate
+	k.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			k.mu.Lock()
+			if k.grpcGate == gate {
+				k.grpcGate = nil
+			}
+			k.mu.Unlock()
+			close(gate)
+		})
+	}
+}
+
+// PodsReads is how many /pods requests were answered or attempted.
+func (k *Kubelet) PodsReads() int64 { return k.podsReads.Load() }
+
+// GRPCCalls is how many PodResources calls reached the fake.
+func (k *Kubelet) GRPCCalls() int64 { return k.grpcCalls.Load() }
+
+// StopGRPC stops the PodResources server and removes its socket, as a
+// kubelet that stopped does.
+func (k *Kubelet) StopGRPC() {
+	k.mu.Lock()
+	srv, done := k.grpcSrv, k.grpcDone
+	k.grpcSrv = nil
+	k.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	srv.Stop()
+	<-done
+	os.Remove(k.Socket)
+}
+
+// StartGRPC (re)starts the PodResources server, replacing the socket file
+// with a new one as a restarted kubelet does.
+func (k *Kubelet) StartGRPC() error {
+	if err := os.MkdirAll(filepath.Dir(k.Socket), 0o750); err != nil {
+		return err
+	}
+	os.Remove(k.Socket)
+	l, err := net.Listen("unix", k.Socket)
+	if err != nil {
+		return fmt.Errorf("fake kubelet listen: %w", err)
+	}
+	srv := grpc.NewServer()
+	v1.RegisterPodResourcesListerServer(srv, &v1Server{k: k})
+	v1alpha1.RegisterPodResourcesListerServer(srv, &v1alpha1Server{k: k})
+	done := make(chan struct{})
+	k.mu.Lock()
+	k.grpcSrv, k.grpcDone = srv, done
+	k.mu.Unlock()
+	go func() { defer close(done); _ = srv.Serve(l) }()
+	return nil
+}
+
+func (k *Kubelet) servePods(w http.ResponseWriter, r *http.Request) {
+	k.podsReads.Add(1)
+	if r.Header.Get("Authorization") != "Bearer "+k.Token {
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	k.mu.Lock()
+	gate, down := k.podsGate, k.podsDown
+	k.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if down {
+		http.Error(w, "kubelet is restarting", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(k.PodListJSON())
+}
+
+// PodListJSON is what /pods returns now: every pod, terminal ones included,
+// encoded as the kubelet encodes a v1 PodList.
+func (k *Kubelet) PodListJSON() []byte {
+	k.mu.Lock()
+	list := corev1.PodList{TypeMeta: metaPodList}
+	for _, p := range k.pods {
+		pod := p.Pod
+		pod.TypeMeta = metaPod
+		list.Items = append(list.Items, pod)
+	}
+	k.mu.Unlock()
+	b, err := json.Marshal(list)
+	if err != nil {
+		panic(err) // a corev1.PodList always marshals
+	}
+	return b
+}
+
+func (k *Kubelet) enterGRPC(ctx context.Context) error {
+	k.grpcCalls.Add(1)
+	k.mu.Lock()
+	gate := k.grpcGate
+	k.mu.Unlock()
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func terminal(p *Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// v1Pod builds a pod's v1 answer the kubelet's way.
+func v1Pod(p *Pod) *v1.PodResources {
+	out := &v1.PodResources{Name: p.Name, Namespace: p.Namespace, Containers: []*v1.ContainerResources{}}
+	add := func(name string) {
+		out.Containers = append(out.Containers, &v1.ContainerResources{
+			Name:    name,
+			Devices: p.Devices[name],
+			CpuIds:  p.CPUs[name],
+		})
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			add(c.Name)
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		add(c.Name)
+	}
+	return out
+}
+
+type v1Server struct {
+	v1.UnimplementedPodResourcesListerServer
+	k *Kubelet
+}
+
+func (s *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
+	if err := s.k.enterGRPC(ctx); err != nil {
+		return nil, err
+	}
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
+	resp := &v1.ListPodResourcesResponse{PodResources: []*v1.PodResources{}}
+	for i := range s.k.pods {
+		if !terminal(&s.k.pods[i]) {
+			resp.PodResources = append(resp.PodResources, v1Pod(&s.k.pods[i]))
+		}
+	}
+	return resp, nil
+}
+
+func (s *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1.GetPodResourcesResponse, error) {
+	if err := s.k.enterGRPC(ctx); err != nil {
+		return nil, err
+	}
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
+	for i := range s.k.pods {
+		p := &s.k.pods[i]
+		if p.Name == req.PodName && p.Namespace == req.PodNamespace && !terminal(p) {
+			return &v1.GetPodResourcesResponse{PodResources: v1Pod(p)}, nil
+		}
+	}
+	// The kubelet returns a plain error, which gRPC sends as code Unknown.
+	return nil, fmt.Errorf("pod %s in namespace %s not found", req.PodName, req.PodNamespace)
+}
+
+func (s *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (*v1.AllocatableResourcesResponse, error) {
+	if err := s.k.enterGRPC(ctx); err != nil {
+		return nil, err
+	}
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
+	if s.k.allocatable == nil {
+		return &v1.AllocatableResourcesResponse{}, nil
+	}
+	return cloneAllocatable(s.k.allocatable), nil
+}
+
+type v1alpha1Server struct {
+	v1alpha1.UnimplementedPodResourcesListerServer
+	k *Kubelet
+}
+
+// List answers like the kubelet's v1alpha1: every pod it knows (terminal
+// ones too), app containers only, devices without topology.
+func (s *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (*v1alpha1.ListPodResourcesResponse, error) {
+	if err := s.k.enterGRPC(ctx); err != nil {
+		return nil, err
+	}
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
+	resp := &v1alpha1.ListPodResourcesResponse{}
+	for _, p := range s.k.pods {
+		pr := &v1alpha1.PodResources{Name: p.Name, Namespace: p.Namespace}
+		for _, c := range p.Spec.Containers {
+			cr := &v1alpha1.ContainerResources{Name: c.Name}
+			for _, d := range p.Devices[c.Name] {
+				cr.Devices = append(cr.Devices, &v1alpha1.ContainerDevices{ResourceName: d.ResourceName, DeviceIds: d.DeviceIds})
+			}
+			pr.Containers = append(pr.Containers, cr)
+		}
+		resp.PodResources = append(resp.PodResources, pr)
+	}
+	return resp, nil
+}
+
+// ErrNotFound matches the kubelet's Get error text for a pod.
+func ErrNotFound(namespace, name string) error {
+	return errors.New("pod " + name + " in namespace " + namespace + " not found")
+}
