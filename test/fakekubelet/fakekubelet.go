@@ -92,7 +92,9 @@ func Start(t testing.TB, dir string) *Kubelet {
 }
 
 // TLSConfig trusts the fake's serving certificate.
-func (k *Kubelet) TLSConfig() *tls.Config { return k.https.Client().Transport.(*http.Transport).TLSClientConfig }
+func (k *Kubelet) TLSConfig() *tls.Config {
+	return k.https.Client().Transport.(*http.Transport).TLSClientConfig
+}
 
 // SetPods replaces the pods.
 func (k *Kubelet) SetPods(pods ...Pod) {
