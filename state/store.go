@@ -16,6 +16,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 // Decoder turns a pod's annotations into devices. The proxy's allocator set
@@ -40,6 +42,14 @@ type Options struct {
 	// PruneAfter is how long a removed record is kept; 0 means
 	// DefaultPruneAfter.
 	PruneAfter time.Duration
+	// Log receives what the persistence layer has to say about files it set
+	// aside and writes that failed; nil means logrus.StandardLogger().
+	Log logrus.FieldLogger
+	// OnDurable, when set on a store opened on a directory, is called from
+	// the background writer for every record file written or removed, with
+	// the time from the record's first change that was not yet on disk to
+	// the moment it became durable. It must return quickly.
+	OnDurable func(latency time.Duration)
 }
 
 // DefaultPruneAfter is how long removed pods stay visible to `inspect`.
@@ -59,6 +69,9 @@ type Store struct {
 	// dirty is told about every changed or deleted uid; the persister
 	// installs it. Called with mu held, so it must not block.
 	dirty func(uid string)
+
+	// p persists the records; nil for an in-memory store.
+	p *persister
 }
 
 // New returns an in-memory store.
@@ -68,6 +81,9 @@ func New(opts Options) *Store {
 	}
 	if opts.PruneAfter == 0 {
 		opts.PruneAfter = DefaultPruneAfter
+	}
+	if opts.Log == nil {
+		opts.Log = logrus.StandardLogger()
 	}
 	return &Store{
 		opts:      opts,
@@ -192,7 +208,7 @@ func (s *Store) observeSandbox(src Source, sb Sandbox) {
 			r.Sources.Sandbox = &Seen{Source: src, At: now}
 			changed = true
 		}
-		if s.setAnnotations(r, sb.Annotations, src, now) {
+		if s.setAnnotations(r, sb.Annotations, src, now, false) {
 			changed = true
 		}
 		return changed
@@ -257,6 +273,9 @@ func (s *Store) observeContainer(src Source, c RuntimeContainer) {
 			return false
 		}
 		i := slices.IndexFunc(r.Containers, func(x Container) bool { return x.ID == c.ID })
+		if i < 0 && c.State == ContainerRemoved {
+			return false // removal of a container we never knew: nothing to record
+		}
 		if i < 0 {
 			r.Containers = append(r.Containers, Container{Name: c.Name, ID: c.ID, State: c.State})
 		} else {
@@ -290,11 +309,28 @@ func (s *Store) ContainerRemoved(src Source, sandboxID, containerID string) {
 func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, containers []RuntimeContainer, exitedListed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Decide which records are newer than the snapshot before applying any
+	// of it: what the snapshot itself changes below is stamped now, which is
+	// after asOf too, and must not make the rest of the snapshot skip them.
 	newer := func(seen *Seen) bool { return seen != nil && seen.At.After(asOf) }
+	sandboxNewer := map[string]bool{}
+	containersNewer := map[string]bool{}
+	for uid, r := range s.byUID {
+		if newer(r.Sources.Sandbox) {
+			sandboxNewer[uid] = true
+		}
+		if newer(r.Sources.Containers) {
+			containersNewer[uid] = true
+		}
+	}
 	listed := make(map[string]bool, len(sandboxes))
 	for _, sb := range sandboxes {
 		listed[sb.ID] = true
-		if r, ok := s.byUID[sb.UID]; ok && newer(r.Sources.Sandbox) {
+		uid := sb.UID
+		if uid == "" {
+			uid = s.bySandbox[sb.ID]
+		}
+		if sandboxNewer[uid] {
 			continue
 		}
 		s.observeSandbox(src, sb)
@@ -302,7 +338,7 @@ func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, conta
 	ctrs := make(map[string]bool, len(containers))
 	for _, c := range containers {
 		ctrs[c.ID] = true
-		if uid, ok := s.bySandbox[c.SandboxID]; ok && newer(s.byUID[uid].Sources.Containers) {
+		if uid, ok := s.bySandbox[c.SandboxID]; ok && containersNewer[uid] {
 			continue
 		}
 		s.observeContainer(src, c)
@@ -313,14 +349,14 @@ func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, conta
 		gone = ContainerRemoved
 	}
 	for uid, r := range s.byUID {
-		if r.SandboxID == "" || r.State == PhaseRemoved || newer(r.Sources.Sandbox) {
+		if r.SandboxID == "" || r.State == PhaseRemoved || sandboxNewer[uid] {
 			continue
 		}
 		if !listed[r.SandboxID] {
 			s.setPhase(src, uid, PhaseRemoved)
 			continue
 		}
-		if newer(r.Sources.Containers) {
+		if containersNewer[uid] {
 			continue
 		}
 		s.update(uid, func(r *Record) bool {
@@ -361,21 +397,23 @@ func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
 				r.Namespace, r.Name = p.Namespace, p.Name
 				changed = true
 			}
-			if r.State == "" {
-				r.State = PhasePending
+			if r.State == "" || (r.State == PhaseRemoved && r.SandboxID == "" && !p.Terminal()) {
+				// New, or a pending pod that an earlier read (one that
+				// started before the pod appeared) left out: it exists.
+				r.State, r.RemovedAt = PhasePending, nil
 				changed = true
 			}
 			if r.KubeletPhase != p.Phase {
 				r.KubeletPhase = p.Phase
 				changed = true
 			}
-			if r.Spec == nil || !reflect.DeepEqual(r.Spec, &p.Spec) {
+			if r.Spec == nil || !sameSpec(r.Spec, &p.Spec) {
 				spec := p.Spec
 				r.Spec = &spec
 				r.Sources.Spec = &Seen{Source: SourceKubelet, At: now}
 				changed = true
 			}
-			if s.setAnnotations(r, p.Annotations, SourceKubelet, now) {
+			if s.setAnnotations(r, p.Annotations, SourceKubelet, now, false) {
 				changed = true
 			}
 			return changed
@@ -388,9 +426,20 @@ func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
 	}
 }
 
+// sameSpec compares pod specs the way they mean, not the way they were
+// built: a nil and an empty list or map are the same (a spec read back from
+// its file has no empty maps).
+func sameSpec(a, b *PodSpec) bool {
+	return slices.EqualFunc(a.Containers, b.Containers, func(x, y ContainerSpec) bool {
+		return x.Name == y.Name && x.Kind == y.Kind && maps.Equal(x.Requests, y.Requests)
+	})
+}
+
 // setAnnotations keeps the relevant annotations and re-decodes devices when
-// they changed. It reports whether the record changed.
-func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now time.Time) bool {
+// they changed, or always when force is set (a record read back from disk is
+// decoded again because the allocator configuration may have changed). It
+// reports whether it decoded.
+func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now time.Time, force bool) bool {
 	if s.opts.Decoder == nil {
 		return false
 	}
@@ -403,13 +452,40 @@ func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now
 			rel[k] = v
 		}
 	}
-	if r.Sources.Annotations != nil && maps.Equal(rel, r.Annotations) {
+	if !force && r.Sources.Annotations != nil && maps.Equal(rel, r.Annotations) {
 		return false
 	}
 	r.Annotations = rel
 	r.Devices, r.DecodeErrors = s.decode(r, rel)
 	r.Sources.Annotations = &Seen{Source: src, At: now}
 	return true
+}
+
+// adopt installs a record read back from disk, decoding its annotations
+// again with the current decoder. It reports whether that changed what the
+// record says, so the file must be written again. Called with mu held.
+func (s *Store) adopt(r *Record) bool {
+	changed := false
+	if seen := r.Sources.Annotations; seen != nil {
+		ann, devs, errs := r.Annotations, r.Devices, r.DecodeErrors
+		if s.setAnnotations(r, r.Annotations, seen.Source, seen.At, true) {
+			changed = !maps.Equal(ann, r.Annotations) || !sameOrEmpty(devs, r.Devices) || !sameOrEmpty(errs, r.DecodeErrors)
+		}
+		if changed {
+			r.UpdatedAt = s.opts.Now()
+		}
+	}
+	if old := s.byUID[r.UID]; old != nil {
+		s.install(old, r)
+	} else {
+		s.install(nil, r)
+	}
+	return changed
+}
+
+// sameOrEmpty is reflect.DeepEqual that does not tell nil from empty.
+func sameOrEmpty[T any](a, b []T) bool {
+	return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b)
 }
 
 func (s *Store) decode(r *Record, ann map[string]string) ([]Device, []string) {
@@ -432,7 +508,14 @@ func (s *Store) Prune() int {
 	cutoff := s.opts.Now().Add(-s.opts.PruneAfter)
 	n := 0
 	for uid, r := range s.byUID {
-		if r.State == PhaseRemoved && r.RemovedAt != nil && !r.RemovedAt.After(cutoff) {
+		if r.State != PhaseRemoved {
+			continue
+		}
+		at := r.UpdatedAt // a hand-edited file may lack removedAt
+		if r.RemovedAt != nil {
+			at = *r.RemovedAt
+		}
+		if !at.After(cutoff) {
 			s.delete(uid)
 			n++
 		}

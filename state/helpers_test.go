@@ -1,0 +1,131 @@
+package state
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c.now
+}
+
+// fakeDecoder decodes "alloc/<type>" annotations whose value is a comma
+// separated list of device ids into devices of resource <prefix>/<type>.
+// The value "bad" is an annotation it cannot understand. It counts calls.
+type fakeDecoder struct {
+	prefix string
+
+	mu    sync.Mutex
+	calls int
+}
+
+func (d *fakeDecoder) Relevant(key string) bool { return strings.HasPrefix(key, "alloc/") }
+
+func (d *fakeDecoder) Decode(_ PodRef, ann map[string]string) ([]Device, []error) {
+	d.mu.Lock()
+	d.calls++
+	d.mu.Unlock()
+	var devs []Device
+	var errs []error
+	for k, v := range ann {
+		typ := strings.TrimPrefix(k, "alloc/")
+		if v == "bad" {
+			errs = append(errs, errors.New("cannot decode "+k))
+			continue
+		}
+		prefix := d.prefix
+		if prefix == "" {
+			prefix = "example.com"
+		}
+		devs = append(devs, Device{Allocator: "fake", Type: typ, Resource: prefix + "/" + typ, IDs: strings.Split(v, ",")})
+	}
+	return devs, errs
+}
+
+func (d *fakeDecoder) Calls() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls
+}
+
+// quietLog keeps expected warnings out of the test output.
+func quietLog() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
+
+// capturedLog records log entries so that tests can check what was said.
+type capturedLog struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (c *capturedLog) Levels() []logrus.Level { return logrus.AllLevels }
+
+func (c *capturedLog) Fire(e *logrus.Entry) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = append(c.entries, e.Level.String()+": "+e.Message)
+	return nil
+}
+
+func (c *capturedLog) Text() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.entries, "\n")
+}
+
+func newCapturedLog() (*logrus.Logger, *capturedLog) {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	c := &capturedLog{}
+	l.AddHook(c)
+	return l, c
+}
+
+func readySandbox(uid, ns, name, id string, ann map[string]string) Sandbox {
+	return Sandbox{ID: id, UID: uid, Namespace: ns, Name: name, Annotations: ann, Ready: true}
+}
+
+func mustGet(t *testing.T, s *Store, uid string) *Record {
+	t.Helper()
+	r, ok := s.Get(uid)
+	if !ok {
+		t.Fatalf("no record for uid %s", uid)
+	}
+	return r
+}
+
+func containerStates(r *Record) map[string]ContainerState {
+	m := map[string]ContainerState{}
+	for _, c := range r.Containers {
+		m[c.ID] = c.State
+	}
+	return m
+}

@@ -1,0 +1,672 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Tuning of the background writer.
+const (
+	// batchWindow is how long the writer waits after the first change of a
+	// burst so that the rest of it (a Synchronize, a /pods read of every
+	// pod) shares one directory fsync. It is most of the event-to-durable
+	// latency of a lone event, well under the 100 ms target.
+	batchWindow = 5 * time.Millisecond
+	// maxParallelWrites bounds the files written at once in a batch: the
+	// file system commits concurrent fsyncs together, so a burst of records
+	// costs little more than one.
+	maxParallelWrites = 8
+	// Write errors are retried after a delay that doubles from minBackoff
+	// up to maxBackoff.
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 10 * time.Second
+)
+
+// ErrClosed is returned by Flush on a store whose writer was stopped by
+// Close while changes were still not on disk.
+var ErrClosed = errors.New("state store closed")
+
+// Open returns a store persisted in dir, one file per pod, and loads what an
+// earlier run left there. It creates dir if needed and takes its writer
+// lock: a second writer process is refused with an error matching ErrInUse.
+// Files that cannot be loaded are set aside into <dir>/corrupt and counted,
+// never fatal. Changes are written in the background; Close stops the writer
+// and releases the lock.
+func Open(dir string, opts Options) (*Store, error) {
+	return open(dir, opts, nil)
+}
+
+// open is Open with a hook to tune the persister before it starts (tests).
+func open(dir string, opts Options, tune func(*persister)) (*Store, error) {
+	s := New(opts)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	p := &persister{
+		store:         s,
+		log:           s.opts.Log.WithField("stateDir", dir),
+		podsDir:       filepath.Join(dir, podsDirName),
+		corruptDir:    filepath.Join(dir, corruptDirName),
+		lock:          lock,
+		onDurable:     s.opts.OnDurable,
+		batchWindow:   batchWindow,
+		minBackoff:    minBackoff,
+		maxBackoff:    maxBackoff,
+		pruneInterval: pruneInterval(s.opts.PruneAfter),
+		wake:          make(chan struct{}, 1),
+		kick:          make(chan struct{}, 1),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
+		pruneStop:     make(chan struct{}),
+		pruneDone:     make(chan struct{}),
+		pending:       map[string]change{},
+		progress:      make(chan struct{}),
+	}
+	if tune != nil {
+		tune(p)
+	}
+	if err := mkdirDurable(p.podsDir); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	redecoded, err := p.load()
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.p = p
+	s.dirty = p.markDirty
+	for _, uid := range redecoded {
+		p.markDirty(uid)
+	}
+	go p.run()
+	go s.prune(p.pruneInterval, p.pruneStop, p.pruneDone)
+	return s, nil
+}
+
+// mkdirDurable creates a directory and makes its entry in the parent durable.
+func mkdirDurable(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return syncDir(filepath.Dir(dir))
+}
+
+func pruneInterval(after time.Duration) time.Duration {
+	return min(max(after/10, time.Second), time.Minute)
+}
+
+// prune deletes expired removed records every interval until stop closes.
+func (s *Store) prune(interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if n := s.Prune(); n > 0 {
+				s.opts.Log.WithField("records", n).Debug("pruned removed pods")
+			}
+		case <-stop:
+			return
+		}
+	}
+}
+
+// Flush returns once every change made before the call is on disk. When a
+// write attempted after the call fails, it returns that error (the writer
+// keeps retrying); it also returns when ctx is done. On an in-memory store it
+// returns nil at once.
+func (s *Store) Flush(ctx context.Context) error {
+	if s.p == nil {
+		return nil
+	}
+	return s.p.flush(ctx)
+}
+
+// Close writes what is still pending, stops the background writer and
+// pruner and releases the directory's lock. Changes made after Close began
+// stay in memory only. It returns the error that kept pending changes from
+// disk, if any. On an in-memory store it does nothing.
+func (s *Store) Close() error {
+	if s.p == nil {
+		return nil
+	}
+	return s.p.close()
+}
+
+// Stats are the persistence counters, for metrics and `inspect`. They are
+// zero for an in-memory store, except Records.
+type Stats struct {
+	// Records is the number of records in memory.
+	Records int
+	// Pending is the number of records changed but not yet on disk.
+	Pending int
+	// Writes counts record files written or removed since Open.
+	Writes uint64
+	// WriteErrors counts record writes that failed (each is retried).
+	WriteErrors uint64
+	// LastWriteError is the most recent write error, kept after recovery;
+	// empty if there was none.
+	LastWriteError string
+	// CorruptFiles counts files Open set aside into <dir>/corrupt.
+	CorruptFiles uint64
+	// LastDurable and MaxDurable are the latest and the largest time from a
+	// record's first unpersisted change to it being durable.
+	LastDurable time.Duration
+	MaxDurable  time.Duration
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	s.mu.RLock()
+	st := Stats{Records: len(s.byUID)}
+	s.mu.RUnlock()
+	if p := s.p; p != nil {
+		p.mu.Lock()
+		st.Pending = len(p.pending) + len(p.inflight)
+		st.Writes = p.writes
+		st.WriteErrors = p.writeErrors
+		st.LastWriteError = p.lastErr
+		st.CorruptFiles = p.corrupt
+		st.LastDurable = p.lastDurable
+		st.MaxDurable = p.maxDurable
+		p.mu.Unlock()
+	}
+	return st
+}
+
+// persister writes a store's records to its directory in the background.
+//
+// The store calls markDirty, with the store's lock held, for every uid whose
+// record changed or was deleted. The writer goroutine takes the dirty set
+// after a short batch window and writes each record's current version (or
+// removes its file), then fsyncs the directory once. Changes carry sequence
+// numbers so that Flush can tell when everything before it is durable.
+// Lock order: Store.mu before persister.mu; the writer never holds
+// persister.mu while it takes Store.mu or touches the disk.
+type persister struct {
+	store      *Store
+	log        logrus.FieldLogger
+	podsDir    string
+	corruptDir string
+	lock       *os.File
+	onDurable  func(time.Duration)
+
+	batchWindow            time.Duration
+	minBackoff, maxBackoff time.Duration
+	pruneInterval          time.Duration
+	// fault, when set (tests), is asked before each file system operation
+	// of the writer and fails it by returning an error.
+	fault func(op, path string) error
+
+	wake      chan struct{} // cap 1: there are pending changes
+	kick      chan struct{} // cap 1: a Flush waits; skip batch window and backoff
+	stop      chan struct{} // closed by Close to stop the writer
+	done      chan struct{} // closed when the writer has stopped
+	pruneStop chan struct{}
+	pruneDone chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	mu       sync.Mutex
+	seq      uint64            // changes marked so far
+	pending  map[string]change // dirty uids the writer has not taken yet
+	inflight map[string]change // taken by the writer, not yet durable
+	batches  uint64            // batches the writer started
+	failedAt uint64            // the last batch that failed
+	progress chan struct{}     // closed and replaced when a batch ends
+	closed   bool              // Close began: changes are no longer persisted
+	stopped  bool              // the writer has stopped
+
+	writes, writeErrors, corrupt uint64
+	lastErr                      string
+	lastDurable, maxDurable      time.Duration
+}
+
+// change is a record's oldest change that is not on disk yet.
+type change struct {
+	since time.Time // when it happened (monotonic, for latency)
+	seq   uint64
+}
+
+// markDirty notes that the record of uid changed. It is the store's dirty
+// hook: called with Store.mu held, it only updates a map and never blocks.
+func (p *persister) markDirty(uid string) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.seq++
+	if _, ok := p.pending[uid]; !ok {
+		p.pending[uid] = change{since: time.Now(), seq: p.seq}
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// durableLocked returns the sequence number up to which every change is on
+// disk. Called with mu held.
+func (p *persister) durableLocked() uint64 {
+	first := p.seq + 1
+	for _, m := range []map[string]change{p.pending, p.inflight} {
+		for _, c := range m {
+			first = min(first, c.seq)
+		}
+	}
+	return first - 1
+}
+
+func (p *persister) flush(ctx context.Context) error {
+	p.mu.Lock()
+	target, started := p.seq, p.batches
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		durable := p.durableLocked() >= target
+		failed, lastErr, stopped := p.failedAt > started, p.lastErr, p.stopped
+		progress := p.progress
+		p.mu.Unlock()
+		switch {
+		case durable:
+			return nil
+		case failed:
+			return fmt.Errorf("flush state to %s: %s", p.podsDir, lastErr)
+		case stopped:
+			return ErrClosed
+		}
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return fmt.Errorf("flush state to %s: %w", p.podsDir, ctx.Err())
+		}
+	}
+}
+
+func (p *persister) close() error {
+	p.closeOnce.Do(func() {
+		close(p.pruneStop)
+		<-p.pruneDone
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		err := p.flush(context.Background())
+		close(p.stop)
+		<-p.done
+		p.mu.Lock()
+		p.stopped = true
+		close(p.progress) // wake a Flush that is still waiting
+		p.progress = make(chan struct{})
+		p.mu.Unlock()
+		if cerr := p.lock.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("release lock of state directory: %w", cerr)
+		}
+		p.closeErr = err
+	})
+	return p.closeErr
+}
+
+// run is the writer goroutine.
+func (p *persister) run() {
+	defer close(p.done)
+	for {
+		kicked := false
+		select {
+		case <-p.wake:
+		case <-p.kick:
+			kicked = true
+		case <-p.stop:
+			return
+		}
+		if !kicked && !p.wait(p.batchWindow) {
+			return
+		}
+		backoff := p.minBackoff
+		for p.writeBatch() != nil {
+			if !p.wait(backoff) {
+				return
+			}
+			backoff = min(2*backoff, p.maxBackoff)
+		}
+	}
+}
+
+// wait sleeps for d, or less when a Flush kicks. It returns false when the
+// writer must stop.
+func (p *persister) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.kick:
+	case <-p.stop:
+		return false
+	}
+	return true
+}
+
+// writeBatch writes every pending record and fsyncs the directory. Records it
+// could not write stay pending; it returns the first error.
+func (p *persister) writeBatch() error {
+	p.mu.Lock()
+	if len(p.pending) == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	batch := p.pending
+	p.pending = map[string]change{}
+	p.inflight = batch
+	p.batches++
+	no := p.batches
+	p.mu.Unlock()
+
+	uids := make([]string, 0, len(batch))
+	var rejected []string
+	for uid := range batch {
+		if validUID(uid) {
+			uids = append(uids, uid)
+		} else {
+			rejected = append(rejected, uid)
+		}
+	}
+	slices.Sort(uids)
+	errs := p.writeAll(uids)
+	var firstErr error
+	var written []string
+	for i, err := range errs {
+		if err == nil {
+			written = append(written, uids[i])
+		} else if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if len(written) > 0 {
+		if err := p.syncPodsDir(); err != nil {
+			// Nothing of this batch is known to be durable.
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = err
+				}
+			}
+			written = nil
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	now := time.Now()
+
+	p.mu.Lock()
+	p.inflight = nil
+	failed := 0
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		failed++
+		uid := uids[i]
+		c := batch[uid]
+		if newer, ok := p.pending[uid]; ok {
+			c.since, c.seq = minTime(c.since, newer.since), min(c.seq, newer.seq)
+		}
+		p.pending[uid] = c
+	}
+	latencies := make([]time.Duration, len(written))
+	for i, uid := range written {
+		latencies[i] = now.Sub(batch[uid].since)
+		p.lastDurable = latencies[i]
+		p.maxDurable = max(p.maxDurable, latencies[i])
+	}
+	p.writes += uint64(len(written))
+	p.writeErrors += uint64(failed + len(rejected))
+	if len(rejected) > 0 && firstErr == nil {
+		p.lastErr = fmt.Sprintf("pod uid %q cannot name a record file", rejected[0])
+	}
+	if firstErr != nil {
+		p.lastErr = firstErr.Error()
+		p.failedAt = no
+	}
+	close(p.progress)
+	p.progress = make(chan struct{})
+	p.mu.Unlock()
+
+	for _, uid := range rejected {
+		p.log.WithField("uid", uid).Error("pod uid cannot name a file; its record is kept in memory only")
+	}
+	if firstErr != nil {
+		p.log.WithError(firstErr).WithField("records", failed).Warn("could not write pod records; will retry")
+	}
+	if p.onDurable != nil {
+		for _, l := range latencies {
+			p.onDurable(l)
+		}
+	}
+	return firstErr
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// writeAll persists the records of uids, a few at a time, and returns one
+// error (or nil) per uid.
+func (p *persister) writeAll(uids []string) []error {
+	errs := make([]error, len(uids))
+	workers := min(len(uids), maxParallelWrites)
+	if workers <= 1 {
+		for i, uid := range uids {
+			errs[i] = p.persist(uid)
+		}
+		return errs
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				errs[i] = p.persist(uids[i])
+			}
+		})
+	}
+	for i := range uids {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
+// persist makes the file of uid match its record: written when the store
+// has one, removed when it does not.
+func (p *persister) persist(uid string) error {
+	path := filepath.Join(p.podsDir, uid+recordExt)
+	r, ok := p.store.Get(uid)
+	if !ok {
+		err := p.inject("remove", path)
+		if err == nil {
+			err = os.Remove(path)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove record file of deleted pod %s: %w", uid, err)
+		}
+		return nil
+	}
+	data, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	return p.writeAtomic(path, data)
+}
+
+// writeAtomic replaces the file at path with data so that a reader or a
+// crash sees the old content or the new one, never a mix: a temporary file
+// in the same directory is written and fsynced, then renamed over path. The
+// directory fsync that makes the rename durable is the batch's.
+func (p *persister) writeAtomic(path string, data []byte) (err error) {
+	dir, name := filepath.Split(path)
+	if err := p.inject("create", path); err != nil {
+		return fmt.Errorf("create temporary file for %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(dir, "."+name+".*"+tempSuffix)
+	if err != nil {
+		return fmt.Errorf("create temporary file for %s: %w", path, err)
+	}
+	tmp, closed := f.Name(), false
+	defer func() {
+		if err != nil {
+			if !closed {
+				f.Close()
+			}
+			os.Remove(tmp)
+		}
+	}()
+	if err = p.inject("write", path); err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Chmod(0o640)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err = p.inject("sync", path); err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	closed = true
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err = p.inject("rename", path); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
+	}
+	return nil
+}
+
+func (p *persister) syncPodsDir() error {
+	if err := p.inject("syncdir", p.podsDir); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", p.podsDir, err)
+	}
+	return syncDir(p.podsDir)
+}
+
+func (p *persister) inject(op, path string) error {
+	if p.fault == nil {
+		return nil
+	}
+	return p.fault(op, path)
+}
+
+// syncDir makes the entries of a directory (creations, renames, removals)
+// durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s to fsync it: %w", dir, err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// load reads every record file into the store. Temporary files of writes a
+// crash cut short are removed; files that cannot be loaded are set aside. It
+// returns the uids whose records changed when their annotations were decoded
+// again, which must be written back. Only the pods directory being
+// unreadable is an error.
+func (p *persister) load() ([]string, error) {
+	entries, err := os.ReadDir(p.podsDir)
+	if err != nil {
+		return nil, fmt.Errorf("read state directory %s: %w", p.podsDir, err)
+	}
+	s := p.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var redecoded []string
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(p.podsDir, name)
+		switch {
+		case isTempName(name):
+			if err := os.Remove(path); err != nil {
+				p.log.WithError(err).WithField("file", path).Warn("could not remove the temporary file of an interrupted write")
+			} else {
+				p.log.WithField("file", path).Info("removed the temporary file of an interrupted write")
+			}
+			continue
+		case e.IsDir() || !strings.HasSuffix(name, recordExt):
+			p.log.WithField("file", path).Debug("ignoring a file that is not a pod record")
+			continue
+		}
+		data, err := os.ReadFile(path)
+		var r *Record
+		if err == nil {
+			r, err = loadRecordFile(name, data)
+		}
+		if err != nil {
+			p.setAside(path, name, err)
+			continue
+		}
+		if s.adopt(r) {
+			redecoded = append(redecoded, r.UID)
+		}
+	}
+	return redecoded, nil
+}
+
+// setAside moves a file that cannot be loaded into the corrupt directory,
+// where an operator can look at it, instead of failing or deleting it.
+func (p *persister) setAside(path, name string, why error) {
+	p.mu.Lock()
+	p.corrupt++
+	p.mu.Unlock()
+	log := p.log.WithField("file", path).WithField("reason", why.Error())
+	if err := os.MkdirAll(p.corruptDir, 0o750); err != nil {
+		log.WithError(err).Error("cannot load a pod record file and cannot set it aside")
+		return
+	}
+	dest := filepath.Join(p.corruptDir, name+"."+time.Now().UTC().Format("20060102T150405.000000000Z"))
+	if err := os.Rename(path, dest); err != nil {
+		log.WithError(err).Error("cannot load a pod record file and cannot set it aside")
+		return
+	}
+	log.WithField("movedTo", dest).Warn("set aside a pod record file that cannot be loaded")
+}

@@ -1,0 +1,393 @@
+package state
+
+import (
+	"maps"
+	"slices"
+	"testing"
+	"time"
+)
+
+var pod = PodKey{Namespace: "ns", Name: "web-0"}
+
+func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
+	dec := &fakeDecoder{}
+	s := New(Options{Decoder: dec, Now: newFakeClock().Now})
+	s.ObserveKubeletPods([]KubeletPod{{
+		UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
+		Annotations: map[string]string{"alloc/gpu": "GPU-1", "other": "x"},
+		Spec:        PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp}}},
+	}})
+	r := mustGet(t, s, "u1")
+	if r.State != PhasePending || r.Spec == nil || r.KubeletPhase != "Pending" {
+		t.Fatalf("after /pods: state %q spec %v kubeletPhase %q, want pending with spec", r.State, r.Spec, r.KubeletPhase)
+	}
+	if !maps.Equal(r.Annotations, map[string]string{"alloc/gpu": "GPU-1"}) {
+		t.Errorf("annotations %v: only relevant ones must be kept", r.Annotations)
+	}
+	if len(r.Devices) != 1 || r.Devices[0].IDs[0] != "GPU-1" {
+		t.Errorf("devices %+v, want GPU-1", r.Devices)
+	}
+	if _, ok := s.Live(pod); ok {
+		t.Fatal("a pod known only from /pods is Live; it must be read again")
+	}
+
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
+	live, ok := s.Live(pod)
+	if !ok || live.UID != "u1" || live.SandboxID != "sb1" || live.State != PhaseReady {
+		t.Fatalf("after NRI RunPodSandbox: Live = %+v, %v; want u1 ready in sb1", live, ok)
+	}
+	if live.Spec == nil {
+		t.Error("the spec learned from /pods was lost when the sandbox was observed")
+	}
+	if live.Sources.Sandbox.Source != SourceNRI || live.Sources.Spec.Source != SourceKubelet {
+		t.Errorf("sources %+v, want sandbox from nri and spec from kubelet", live.Sources)
+	}
+}
+
+func TestSandboxOfKubeletSourceIsNotLive(t *testing.T) {
+	r := &Record{State: PhaseReady, SandboxID: "sb", Sources: Sources{Sandbox: &Seen{Source: SourceKubelet}}}
+	if r.Live() {
+		t.Error("a ready record whose sandbox fact came from the kubelet is Live")
+	}
+	r.Sources.Sandbox.Source = SourceCRI
+	if !r.Live() {
+		t.Error("a ready sandbox reported by CRI is not Live")
+	}
+}
+
+func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
+	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	if _, ok := s.Live(pod); !ok {
+		t.Fatal("a running sandbox is not Live")
+	}
+
+	s.SandboxStopped(SourceNRI, "sb1", "")
+	if _, ok := s.Live(pod); ok {
+		t.Error("a stopped sandbox is Live")
+	}
+	if r := mustGet(t, s, "u1"); r.State != PhaseStopped {
+		t.Errorf("state %q after StopPodSandbox, want stopped", r.State)
+	}
+
+	removedAt := clock.Advance(time.Second)
+	s.SandboxRemoved(SourceNRI, "sb1", "u1")
+	r := mustGet(t, s, "u1")
+	if _, ok := s.Live(pod); ok || r.State != PhaseRemoved {
+		t.Errorf("after RemovePodSandbox: state %q, Live %v; want removed, not live", r.State, ok)
+	}
+	if r.RemovedAt == nil || !r.RemovedAt.Equal(removedAt) {
+		t.Errorf("removedAt %v, want %v", r.RemovedAt, removedAt)
+	}
+	if got := containerStates(r)["c1"]; got != ContainerRemoved {
+		t.Errorf("container of a removed sandbox is %q, want removed", got)
+	}
+}
+
+func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
+	s := New(Options{Now: newFakeClock().Now})
+	s.ObserveSandbox(SourceNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
+	s.ObserveSandbox(SourceNRI, readySandbox("new", "ns", "web-0", "sb-new", nil))
+	if r, ok := s.Live(pod); ok {
+		t.Fatalf("two running sandboxes of one name: Live returned %s; the kubelet must decide", r.UID)
+	}
+	if got := len(s.ByName(pod)); got != 2 {
+		t.Errorf("ByName returned %d records, want 2", got)
+	}
+
+	s.SandboxStopped(SourceNRI, "sb-old", "")
+	r, ok := s.Live(pod)
+	if !ok || r.UID != "new" {
+		t.Fatalf("old stopped, new ready: Live = %v, %v; want the new pod", r, ok)
+	}
+}
+
+func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
+	s := New(Options{Now: newFakeClock().Now})
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
+	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	// The pod's sandbox is recreated (same uid, new sandbox).
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb2", nil))
+	r := mustGet(t, s, "u1")
+	if r.SandboxID != "sb2" || len(r.Containers) != 0 {
+		t.Fatalf("after the new sandbox: sandbox %q containers %v; want sb2 and none of the old containers", r.SandboxID, r.Containers)
+	}
+	s.SandboxStopped(SourceNRI, "sb1", "u1")
+	s.SandboxRemoved(SourceNRI, "sb1", "u1")
+	s.ObserveSandbox(SourceCRI, Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "web-0", Ready: false})
+	if r, ok := s.Live(pod); !ok || r.SandboxID != "sb2" {
+		t.Fatalf("events about the old sandbox changed the current one: Live = %+v, %v", r, ok)
+	}
+}
+
+func TestRemovalOfAnUnknownContainerRecordsNothing(t *testing.T) {
+	s := New(Options{Now: newFakeClock().Now})
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
+	before := mustGet(t, s, "u1")
+	s.ContainerRemoved(SourceNRI, "sb1", "never-seen")
+	if after := mustGet(t, s, "u1"); after != before {
+		t.Errorf("removing an unknown container changed the record: containers %+v", after.Containers)
+	}
+}
+
+func TestReconcileWithAnOlderSnapshotDoesNotUndoNewerEvents(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	asOf := clock.Advance(time.Second) // the CRI reconciler takes its snapshot...
+	snapshot := []Sandbox{{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: true}}
+	snapCtrs := []RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning}}
+
+	clock.Advance(time.Second) // ...then events arrive before it is applied:
+	s.SandboxStopped(SourceNRI, "sb1", "")
+	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c2", SandboxID: "sb2", Name: "app", State: ContainerRunning})
+
+	clock.Advance(time.Second)
+	s.Reconcile(SourceCRI, asOf, snapshot, snapCtrs, true)
+
+	if r := mustGet(t, s, "u1"); r.State != PhaseStopped {
+		t.Errorf("sandbox stopped after the snapshot is %q after Reconcile, want stopped", r.State)
+	}
+	r := mustGet(t, s, "u2")
+	if r.State != PhaseReady || containerStates(r)["c2"] != ContainerRunning {
+		t.Errorf("sandbox created after the snapshot: state %q containers %v; want ready and running", r.State, r.Containers)
+	}
+}
+
+func TestReconcileRemovesSandboxesItDoesNotList(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveKubeletPods([]KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
+	asOf := clock.Advance(time.Second)
+	s.Reconcile(SourceNRI, asOf, []Sandbox{readySandbox("u2", "ns", "b", "sb2", nil)}, nil, false)
+
+	if r := mustGet(t, s, "u1"); r.State != PhaseRemoved || r.Sources.Sandbox.Source != SourceNRI {
+		t.Errorf("unlisted sandbox: state %q source %v, want removed by nri", r.State, r.Sources.Sandbox)
+	}
+	if r := mustGet(t, s, "u2"); r.State != PhaseReady {
+		t.Errorf("listed sandbox is %q, want ready", r.State)
+	}
+	if r := mustGet(t, s, "u3"); r.State != PhasePending {
+		t.Errorf("a pending pod (no sandbox yet) is %q after Reconcile; the runtime cannot know it", r.State)
+	}
+}
+
+func TestReconcileLearnsSandboxesAndContainersItDidNotKnow(t *testing.T) {
+	clock := newFakeClock()
+	dec := &fakeDecoder{}
+	s := New(Options{Now: clock.Now, Decoder: dec})
+	asOf := clock.Now()
+	s.Reconcile(SourceCRI, asOf,
+		[]Sandbox{readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"})},
+		[]RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning}}, true)
+	r, ok := s.Live(pod)
+	if !ok || r.Sources.Sandbox.Source != SourceCRI || containerStates(r)["c1"] != ContainerRunning || len(r.Devices) != 1 {
+		t.Fatalf("after a CRI reconcile of an unknown pod: Live = %+v, %v", r, ok)
+	}
+}
+
+func TestReconcileMarksUnlistedContainersByWhatTheSnapshotLeavesOut(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		src          Source
+		exitedListed bool
+		want         ContainerState
+	}{
+		// NRI's Synchronize leaves exited containers out: not listed means stopped.
+		{"nri", SourceNRI, false, ContainerStopped},
+		// CRI lists exited containers: not listed means removed.
+		{"cri", SourceCRI, true, ContainerRemoved},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			s := New(Options{Now: clock.Now})
+			s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+			for _, id := range []string{"c1", "c2", "c3"} {
+				s.ObserveContainer(SourceNRI, RuntimeContainer{ID: id, SandboxID: "sb1", Name: id, State: ContainerRunning})
+			}
+			asOf := clock.Advance(time.Second)
+			clock.Advance(time.Second)
+			// c1 is listed and changed state, c2 is listed unchanged, c3 is not
+			// listed: the change to c1 must not make the snapshot skip c3.
+			s.Reconcile(tc.src, asOf, []Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, []RuntimeContainer{
+				{ID: "c1", SandboxID: "sb1", Name: "c1", State: ContainerStopped},
+				{ID: "c2", SandboxID: "sb1", Name: "c2", State: ContainerRunning},
+			}, tc.exitedListed)
+			got := containerStates(mustGet(t, s, "u1"))
+			want := map[string]ContainerState{"c1": ContainerStopped, "c2": ContainerRunning, "c3": tc.want}
+			if !maps.Equal(got, want) {
+				t.Errorf("containers %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestReconcileOfANewSandboxStillMarksItsUnlistedContainers(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	s.ObserveSandbox(SourceNRI, Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: false})
+	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	asOf := clock.Advance(time.Second)
+	clock.Advance(time.Second)
+	// The snapshot changes the sandbox (stopped -> ready) and omits c1.
+	s.Reconcile(SourceCRI, asOf, []Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+	r := mustGet(t, s, "u1")
+	if r.State != PhaseReady || containerStates(r)["c1"] != ContainerRemoved {
+		t.Errorf("state %q containers %v; want ready with c1 removed", r.State, r.Containers)
+	}
+}
+
+func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
+	s := New(Options{Now: newFakeClock().Now})
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerStopped})
+	s.ObserveContainer(SourceCRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", State: ContainerUnknown})
+	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != ContainerStopped {
+		t.Errorf("stopped container became %q on an unknown report", got)
+	}
+	s.ContainerRemoved(SourceNRI, "sb1", "c1")
+	s.ObserveContainer(SourceCRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", State: ContainerRunning})
+	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != ContainerRemoved {
+		t.Errorf("removed container came back as %q", got)
+	}
+}
+
+func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	s.ObserveKubeletPods([]KubeletPod{
+		{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"},
+		{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"},
+	})
+	s.ObserveSandbox(SourceNRI, readySandbox("running", "ns", "c", "sb", nil))
+	clock.Advance(time.Second)
+	s.ObserveKubeletPods([]KubeletPod{{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"}})
+
+	if r := mustGet(t, s, "gone"); r.State != PhaseRemoved || r.RemovedAt == nil {
+		t.Errorf("pending pod missing from /pods: state %q removedAt %v, want removed", r.State, r.RemovedAt)
+	}
+	if r := mustGet(t, s, "stays"); r.State != PhasePending {
+		t.Errorf("listed pending pod is %q", r.State)
+	}
+	if r := mustGet(t, s, "running"); r.State != PhaseReady {
+		t.Errorf("a running sandbox missing from /pods is %q; only the runtime removes sandboxes", r.State)
+	}
+
+	// A read that started before the pod appeared left it out; the next one
+	// lists it again: it is pending again, not left to be pruned.
+	s.ObserveKubeletPods([]KubeletPod{{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"}})
+	if r := mustGet(t, s, "gone"); r.State != PhasePending || r.RemovedAt != nil {
+		t.Errorf("pod listed again: state %q removedAt %v, want pending", r.State, r.RemovedAt)
+	}
+}
+
+func TestPruneDeletesRemovedRecordsOnlyAfterTheGracePeriod(t *testing.T) {
+	clock := newFakeClock()
+	var dirty []string
+	s := New(Options{Now: clock.Now, PruneAfter: time.Minute})
+	s.dirty = func(uid string) { dirty = append(dirty, uid) }
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.SandboxRemoved(SourceNRI, "sb1", "")
+
+	clock.Advance(59 * time.Second)
+	if n := s.Prune(); n != 0 {
+		t.Fatalf("Prune deleted %d records before the grace period", n)
+	}
+	clock.Advance(time.Second)
+	dirty = nil
+	if n := s.Prune(); n != 1 {
+		t.Fatalf("Prune deleted %d records after the grace period, want 1", n)
+	}
+	if _, ok := s.Get("u1"); ok {
+		t.Error("pruned record still there")
+	}
+	if _, ok := s.Get("u2"); !ok {
+		t.Error("a ready record was pruned")
+	}
+	if len(s.ByName(PodKey{Namespace: "ns", Name: "a"})) != 0 {
+		t.Error("pruned record still indexed by name")
+	}
+	if !slices.Equal(dirty, []string{"u1"}) {
+		t.Errorf("dirty hook told %v, want [u1] so that the file goes too", dirty)
+	}
+}
+
+func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
+	dec := &fakeDecoder{}
+	s := New(Options{Decoder: dec, Now: newFakeClock().Now})
+	ann := map[string]string{"alloc/gpu": "GPU-1", "unrelated": "1"}
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", ann))
+	if dec.Calls() != 1 {
+		t.Fatalf("decoder called %d times for a new pod, want 1", dec.Calls())
+	}
+	before := mustGet(t, s, "u1")
+
+	// The same allocator annotations from every source, and a change to an
+	// irrelevant one, cost no decode and no change.
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1", "unrelated": "2"}))
+	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running", Annotations: ann}})
+	if dec.Calls() != 1 {
+		t.Errorf("decoder called %d times for unchanged annotations, want 1", dec.Calls())
+	}
+	if r := mustGet(t, s, "u1"); r.Sources.Annotations != before.Sources.Annotations {
+		t.Error("unchanged annotations were recorded as learned again")
+	}
+
+	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running",
+		Annotations: map[string]string{"alloc/gpu": "GPU-2", "alloc/fpga": "bad"}}})
+	if dec.Calls() != 2 {
+		t.Errorf("decoder called %d times after a change, want 2", dec.Calls())
+	}
+	r := mustGet(t, s, "u1")
+	if len(r.Devices) != 1 || r.Devices[0].IDs[0] != "GPU-2" {
+		t.Errorf("devices %+v, want GPU-2", r.Devices)
+	}
+	if len(r.DecodeErrors) != 1 {
+		t.Errorf("decode errors %v, want the fpga one", r.DecodeErrors)
+	}
+	if r.Sources.Annotations.Source != SourceKubelet {
+		t.Errorf("annotation source %q, want kubelet", r.Sources.Annotations.Source)
+	}
+}
+
+func TestSpecReadBackFromDiskIsNotAChange(t *testing.T) {
+	s := New(Options{Now: newFakeClock().Now})
+	var writes int
+	s.dirty = func(string) { writes++ }
+	// What a file gives back: no empty maps.
+	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
+		Spec: PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp}}}}})
+	writes = 0
+	// What a /pods decoder may build: an empty requests map.
+	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
+		Spec: PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp, Requests: map[string]string{}}}}}})
+	if writes != 0 {
+		t.Errorf("an equal spec was recorded as a change (%d writes)", writes)
+	}
+}
+
+func TestRecordsAndByNameAreSorted(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	clock.Advance(time.Second)
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "b", "sb1", nil))
+	s.ObserveSandbox(SourceNRI, readySandbox("u3", "a", "z", "sb3", nil))
+	var uids []string
+	for _, r := range s.Records() {
+		uids = append(uids, r.UID)
+	}
+	if want := []string{"u3", "u1", "u2"}; !slices.Equal(uids, want) {
+		t.Errorf("Records order %v, want %v", uids, want)
+	}
+	if got := s.ByName(PodKey{Namespace: "ns", Name: "b"}); len(got) != 2 || got[0].UID != "u1" {
+		t.Errorf("ByName not newest first: %v", got)
+	}
+}
