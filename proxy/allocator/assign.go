@@ -1,0 +1,136 @@
+package allocator
+
+import (
+	"slices"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// Assignment is the devices each container is reported with: container name
+// -> its devices, in the order of the devices given to Assign. Containers
+// without devices are absent. The devices share their IDs and Minor with
+// the input; treat them as read-only.
+type Assignment map[string][]state.Device
+
+// Assign attributes devices to the containers of spec by the policy in the
+// package doc. ok is false when spec is nil (the pod spec was never seen)
+// or has no app container (it cannot be a complete spec, and the policy's
+// default container does not exist); the caller then uses its fallback.
+func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment, ok bool) {
+	if spec == nil {
+		return nil, false
+	}
+	firstApp := slices.IndexFunc(spec.Containers, func(c state.ContainerSpec) bool { return c.Kind == state.KindApp })
+	if firstApp < 0 {
+		return nil, false
+	}
+
+	given := make([][]int, len(spec.Containers)) // container position -> device indices
+	type kind struct{ allocator, typ, resource string }
+	var kinds []kind // in order of first appearance, for a deterministic walk
+	byKind := map[kind][]int{}
+	for i, dev := range devices {
+		if idx := dev.ContainerIndex; idx != nil && *idx >= 0 && *idx < len(spec.Containers) {
+			if spec.Containers[*idx].Kind != state.KindInit {
+				given[*idx] = append(given[*idx], i)
+			}
+			continue
+		}
+		k := kind{dev.Allocator, dev.Type, dev.Resource}
+		if _, seen := byKind[k]; !seen {
+			kinds = append(kinds, k)
+		}
+		byKind[k] = append(byKind[k], i)
+	}
+	for _, k := range kinds {
+		s.assignKind(spec, devices, byKind[k], firstApp, given)
+	}
+
+	a = Assignment{}
+	byName := map[string][]int{}
+	var names []string
+	for pos, idxs := range given {
+		if len(idxs) == 0 {
+			continue
+		}
+		name := spec.Containers[pos].Name
+		if _, seen := byName[name]; !seen {
+			names = append(names, name)
+		}
+		byName[name] = append(byName[name], idxs...)
+	}
+	for _, name := range names {
+		idxs := byName[name]
+		slices.Sort(idxs)
+		idxs = slices.Compact(idxs) // only if a spec repeats a container name
+		out := make([]state.Device, len(idxs))
+		for j, i := range idxs {
+			out[j] = devices[i]
+		}
+		a[name] = out
+	}
+	return a, true
+}
+
+// assignKind attributes the pod-level devices of one kind (idxs, in input
+// order) and appends their indices to given.
+func (s *Set) assignKind(spec *state.PodSpec, devices []state.Device, idxs []int, firstApp int, given [][]int) {
+	type request struct {
+		pos   int
+		whole int64
+		share bool
+	}
+	var requests []request
+	if dec := s.byName[devices[idxs[0]].Allocator]; dec != nil {
+		for pos, c := range spec.Containers {
+			if c.Kind != state.KindSidecar && c.Kind != state.KindApp {
+				continue // plain init containers are never reported by the kubelet
+			}
+			if whole, share := dec.Wants(devices[idxs[0]], c.Requests); whole > 0 || share {
+				requests = append(requests, request{pos, whole, share})
+			}
+		}
+	}
+	switch len(requests) {
+	case 0:
+		given[firstApp] = append(given[firstApp], idxs...)
+		return
+	case 1:
+		given[requests[0].pos] = append(given[requests[0].pos], idxs...)
+		return
+	}
+
+	var sharers []int
+	for _, r := range requests {
+		if r.share {
+			sharers = append(sharers, r.pos)
+		}
+	}
+	toAll := func(positions []int, i int) {
+		for _, pos := range positions {
+			given[pos] = append(given[pos], i)
+		}
+	}
+	var whole []int // devices handed out one container each
+	for _, i := range idxs {
+		if devices[i].Shared && len(sharers) > 0 {
+			toAll(sharers, i)
+			continue
+		}
+		whole = append(whole, i)
+	}
+	next := 0
+	for _, r := range requests {
+		for n := int64(0); n < r.whole && next < len(whole); n++ {
+			given[r.pos] = append(given[r.pos], whole[next])
+			next++
+		}
+	}
+	for _, i := range whole[next:] {
+		if len(sharers) > 0 {
+			toAll(sharers, i)
+		} else {
+			given[requests[len(requests)-1].pos] = append(given[requests[len(requests)-1].pos], i)
+		}
+	}
+}

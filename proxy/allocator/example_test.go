@@ -1,0 +1,42 @@
+package allocator_test
+
+import (
+	"fmt"
+
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// A pod with a service-mesh sidecar and a trainer that requested a whole GPU
+// and an RDMA VF: the devices go to the trainer, not to the sidecar the
+// kubelet lists first.
+func ExampleSet_Assign() {
+	set := allocator.NewSet(nil, func(string) { /* count in a metric */ },
+		allocator.NewKoordinator(allocator.KoordinatorOptions{}))
+
+	pod := state.PodRef{UID: "6f1c", Namespace: "ml", Name: "train-0"}
+	devices, errs := set.Decode(pod, map[string]string{
+		allocator.KoordinatorAnnotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"},"id":"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"}],
+		  "rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:01:00.0","extension":{"vfs":[{"minor":-1,"busID":"0000:01:00.2"}]}}]}`,
+	})
+	if errs != nil {
+		fmt.Println(errs)
+		return
+	}
+	spec := &state.PodSpec{Containers: []state.ContainerSpec{
+		{Name: "istio-proxy", Kind: state.KindSidecar},
+		{Name: "trainer", Kind: state.KindApp, Requests: map[string]string{
+			"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100", "koordinator.sh/rdma": "100"}},
+	}}
+	assignment, ok := set.Assign(spec, devices)
+	fmt.Println(ok)
+	for _, d := range assignment["trainer"] {
+		fmt.Println("trainer", d.Resource, d.IDs)
+	}
+	fmt.Println("istio-proxy", len(assignment["istio-proxy"]))
+	// Output:
+	// true
+	// trainer nvidia.com/gpu [GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a]
+	// trainer koordinator.sh/rdma [0000:01:00.2]
+	// istio-proxy 0
+}

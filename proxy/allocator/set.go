@@ -1,0 +1,130 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// Decoder decodes one scheduler's annotation format.
+type Decoder interface {
+	// Name names the allocator in devices, logs and metrics ("koordinator").
+	Name() string
+	// Relevant reports whether the decoder reads the annotation key; the
+	// store keeps only relevant annotations.
+	Relevant(key string) bool
+	// Decode returns the devices the pod's annotations allocate; (nil, nil)
+	// when the decoder's annotations are absent. With an error, the devices
+	// returned are those still trusted: none for a malformed annotation, the
+	// others when only a part the decoder does not know was skipped.
+	Decode(annotations map[string]string) ([]state.Device, error)
+	// Wants says how much of dev a container with these requests asks for:
+	// whole devices (>0), or share=true for a fraction; (0,false) = nothing
+	// dev provides. It must depend only on dev's Type and Resource, not on
+	// the particular device: Assign asks once per kind of device.
+	Wants(dev state.Device, requests map[string]string) (whole int64, share bool)
+}
+
+// Set is the decoders of every allocator the daemon understands. It is the
+// state.Decoder the store calls and holds the attribution policy (Assign).
+// It is safe for concurrent use if its decoders and onError are.
+type Set struct {
+	log      logrus.FieldLogger
+	onError  func(allocator string)
+	decoders []Decoder
+	byName   map[string]Decoder
+}
+
+var _ state.Decoder = (*Set)(nil)
+
+// NewSet returns a set of decoders, consulted in the order given. log gets a
+// warning per malformed annotation (nil: logrus's standard logger); onError,
+// if not nil, is called with the allocator's name each time, for a metric. The
+// store decodes with its lock held, so onError must be quick and must not
+// call back into the store. Two decoders with one name are a wiring mistake
+// and panic.
+func NewSet(log logrus.FieldLogger, onError func(allocator string), decoders ...Decoder) *Set {
+	if log == nil {
+		log = logrus.StandardLogger()
+	}
+	s := &Set{log: log, onError: onError, byName: map[string]Decoder{}}
+	for _, d := range decoders {
+		if d == nil {
+			panic("allocator.NewSet: nil decoder")
+		}
+		if _, dup := s.byName[d.Name()]; dup {
+			panic(fmt.Sprintf("allocator.NewSet: two decoders named %q", d.Name()))
+		}
+		s.byName[d.Name()] = d
+		s.decoders = append(s.decoders, d)
+	}
+	return s
+}
+
+// Relevant reports whether some decoder reads the annotation key.
+func (s *Set) Relevant(key string) bool {
+	for _, d := range s.decoders {
+		if d.Relevant(key) {
+			return true
+		}
+	}
+	return false
+}
+
+// Decode implements state.Decoder: it runs every decoder and returns the
+// devices they trust, in decoder order. For each annotation a decoder could
+// not (fully) understand it logs a warning naming the pod and the allocator,
+// calls onError, and returns an error prefixed with the allocator's name; the
+// pod is then answered without those devices, never refused.
+func (s *Set) Decode(pod state.PodRef, annotations map[string]string) ([]state.Device, []error) {
+	var devices []state.Device
+	var errs []error
+	for _, d := range s.decoders {
+		got, err := decodeSafely(d, annotations)
+		if err != nil {
+			s.log.WithFields(logrus.Fields{
+				"pod":       pod.Namespace + "/" + pod.Name,
+				"uid":       pod.UID,
+				"allocator": d.Name(),
+				"kept":      len(got),
+			}).WithError(err).Warn("allocator annotation not understood; the pod is answered without those devices")
+			errs = append(errs, fmt.Errorf("%s: %w", d.Name(), err))
+			if s.onError != nil {
+				s.onError(d.Name())
+			}
+		}
+		devices = append(devices, got...)
+	}
+	return devices, errs
+}
+
+// decodeSafely runs one decoder on untrusted input. Annotations are written
+// by other programs and decoded inside NRI handlers, where a panic would take
+// the daemon (and every consumer's answer) down, so a decoder's panic becomes
+// an error like any malformed value. It also enforces what every consumer
+// relies on, whatever the decoder: devices carry their allocator's name and a
+// resource name, and no device id is empty.
+func decodeSafely(d Decoder, annotations map[string]string) (devices []state.Device, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			devices, err = nil, fmt.Errorf("decoder panicked: %v", p)
+		}
+	}()
+	devices, err = d.Decode(annotations)
+	for i := range devices {
+		dev := &devices[i]
+		dev.Allocator = d.Name()
+		if dev.Resource == "" {
+			return nil, errors.Join(err, fmt.Errorf("device %d (%s) has no resource name", i, dev.Type))
+		}
+		for _, id := range dev.IDs {
+			if id == "" {
+				return nil, errors.Join(err, fmt.Errorf("device %d (%s) has an empty id", i, dev.Resource))
+			}
+		}
+	}
+	return devices, err
+}

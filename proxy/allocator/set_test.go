@@ -1,0 +1,147 @@
+package allocator
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// fakeDecoder returns fixed devices and error, or panics.
+type fakeDecoder struct {
+	name    string
+	key     string
+	devices []state.Device
+	err     error
+	panics  bool
+}
+
+func (f *fakeDecoder) Name() string             { return f.name }
+func (f *fakeDecoder) Relevant(key string) bool { return key == f.key }
+func (f *fakeDecoder) Decode(ann map[string]string) ([]state.Device, error) {
+	if _, ok := ann[f.key]; !ok {
+		return nil, nil
+	}
+	if f.panics {
+		var m map[string]int
+		m["boom"] = 1
+	}
+	return append([]state.Device(nil), f.devices...), f.err
+}
+func (f *fakeDecoder) Wants(state.Device, map[string]string) (int64, bool) { return 0, false }
+
+func quietLog() *logrus.Logger { l, _ := logtest.NewNullLogger(); return l }
+
+var testPod = state.PodRef{UID: "u-1", Namespace: "ml", Name: "train-0"}
+
+func TestSetRelevantIfAnyDecoderReadsTheKey(t *testing.T) {
+	s := NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}), &fakeDecoder{name: "hami", key: "hami.io/vgpu-devices-allocated"})
+	for key, want := range map[string]bool{
+		KoordinatorAnnotation:            true,
+		"hami.io/vgpu-devices-allocated": true,
+		"kubernetes.io/config.seen":      false,
+	} {
+		if got := s.Relevant(key); got != want {
+			t.Errorf("Relevant(%q) = %v; want %v", key, got, want)
+		}
+	}
+}
+
+func TestSetDecodeReturnsEveryDecodersDevicesInDecoderOrder(t *testing.T) {
+	other := &fakeDecoder{name: "hami", key: "hami", devices: []state.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
+	s := NewSet(nil, func(string) { t.Error("onError called without an error") }, other, NewKoordinator(KoordinatorOptions{}))
+	got, errs := s.Decode(testPod, map[string]string{"hami": "x", KoordinatorAnnotation: `{"gpu":[{"minor":0,"id":"GPU-k"}]}`})
+	if errs != nil {
+		t.Fatalf("errors: %v", errs)
+	}
+	want := []state.Device{
+		{Allocator: "hami", Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}},
+		gpu("GPU-k", 0),
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Decode:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestSetDecodeMalformedAnnotationWarnsCountsAndKeepsTheOthers(t *testing.T) {
+	log, hook := logtest.NewNullLogger()
+	var counted []string
+	other := &fakeDecoder{name: "hami", key: "hami", devices: []state.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
+	s := NewSet(log, func(a string) { counted = append(counted, a) }, NewKoordinator(KoordinatorOptions{}), other)
+
+	got, errs := s.Decode(testPod, map[string]string{"hami": "x", KoordinatorAnnotation: `{"gpu":[null]}`})
+
+	if want := []state.Device{{Allocator: "hami", Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("devices = %+v; want only the other allocator's %+v", got, want)
+	}
+	if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "koordinator: decode "+KoordinatorAnnotation+": gpu[0]: null allocation") {
+		t.Errorf("errors = %v; want one naming the allocator, annotation and entry", errs)
+	}
+	if !reflect.DeepEqual(counted, []string{"koordinator"}) {
+		t.Errorf("onError calls = %v; want [koordinator]", counted)
+	}
+	entries := hook.AllEntries()
+	if len(entries) != 1 {
+		t.Fatalf("log entries = %d; want 1", len(entries))
+	}
+	e := entries[0]
+	if e.Level != logrus.WarnLevel || e.Data["pod"] != "ml/train-0" || e.Data["uid"] != "u-1" || e.Data["allocator"] != "koordinator" || e.Data[logrus.ErrorKey] == nil {
+		t.Errorf("log entry = %v %v; want a warning naming pod, uid, allocator and error", e.Level, e.Data)
+	}
+}
+
+func TestSetDecodeKeepsTheDevicesOfAPartlyUnderstoodAnnotation(t *testing.T) {
+	var counted int
+	s := NewSet(quietLog(), func(string) { counted++ }, NewKoordinator(KoordinatorOptions{}))
+	got, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: `{"gpu":[{"minor":0,"id":"GPU-k"}],"xpu":[{"id":"X"}]}`})
+	if want := []state.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("devices = %+v; want %+v", got, want)
+	}
+	if len(errs) != 1 || counted != 1 {
+		t.Errorf("errors = %v, onError calls = %d; want 1 and 1", errs, counted)
+	}
+}
+
+func TestSetDecodeTurnsADecoderPanicIntoAnError(t *testing.T) {
+	s := NewSet(quietLog(), nil, &fakeDecoder{name: "buggy", key: "k", panics: true}, NewKoordinator(KoordinatorOptions{}))
+	got, errs := s.Decode(testPod, map[string]string{"k": "v", KoordinatorAnnotation: `{"gpu":[{"minor":0,"id":"GPU-k"}]}`})
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "buggy: decoder panicked") {
+		t.Errorf("errors = %v; want the panic as an error", errs)
+	}
+	if want := []state.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("devices = %+v; want %+v", got, want)
+	}
+}
+
+func TestSetDecodeRejectsDevicesWithoutResourceOrWithEmptyIDs(t *testing.T) {
+	for name, dev := range map[string]state.Device{
+		"no resource": {IDs: []string{"a"}},
+		"empty id":    {Resource: "r", IDs: []string{"a", ""}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cause := errors.New("partly understood")
+			s := NewSet(quietLog(), nil, &fakeDecoder{name: "bad", key: "k", devices: []state.Device{{Resource: "r", IDs: []string{"ok"}}, dev}, err: cause})
+			got, errs := s.Decode(testPod, map[string]string{"k": "v"})
+			if got != nil {
+				t.Errorf("devices = %+v; want none from a decoder that produced an invalid device", got)
+			}
+			if len(errs) != 1 || !errors.Is(errs[0], cause) || !strings.Contains(errs[0].Error(), "device 1") {
+				t.Errorf("errors = %v; want the decoder's error and the invalid device", errs)
+			}
+		})
+	}
+}
+
+func TestNewSetPanicsOnTwoDecodersWithOneName(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("NewSet accepted two decoders named koordinator")
+		}
+	}()
+	NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}), NewKoordinator(KoordinatorOptions{GPUResource: "amd.com/gpu"}))
+}
