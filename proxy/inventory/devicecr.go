@@ -1,0 +1,284 @@
+package inventory
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Defaults of the Device object source: the in-cluster service account.
+const (
+	DefaultDeviceCRInterval = 60 * time.Second
+	DefaultDeviceCRTimeout  = 10 * time.Second
+	DefaultTokenFile        = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	DefaultCAFile           = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+)
+
+// maxDeviceCRSize bounds the Device object read: a node's devices with all
+// their VFs take tens of KiB.
+const maxDeviceCRSize = 8 << 20
+
+// gpuVendorLabel is the Device object label koordlet sets to the GPUs'
+// vendor.
+const gpuVendorLabel = "node.koordinator.sh/gpu-vendor"
+
+// DeviceCROptions configure a DeviceCRSource.
+type DeviceCROptions struct {
+	// APIServer is the API server's base URL; "" means
+	// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
+	APIServer string
+	// TokenFile holds the bearer token; "" means DefaultTokenFile. It is read
+	// for every request, so a rotated token is used at once.
+	TokenFile string
+	// CAFile holds the CA bundle the API server's certificate is verified
+	// with; "" means DefaultCAFile. It is reread when it changes.
+	CAFile string
+	// NodeName is this node's name, which the Device object is named after.
+	NodeName string
+	// Interval between reads; 0 means DefaultDeviceCRInterval.
+	Interval time.Duration
+	// Timeout of one read; 0 means DefaultDeviceCRTimeout.
+	Timeout time.Duration
+}
+
+// DeviceCRSource reads Koordinator's Device object named after the node
+// (scheduling.koordinator.sh/v1alpha1, cluster-scoped) from the API server.
+// It decodes only what the inventory needs: spec.devices[] type, id, minor,
+// health, topology.nodeID, topology.busID and vfGroups[].vfs[].busID, and
+// the GPU vendor label. A missing object means no devices; a 403 names the
+// RBAC rule the service account lacks.
+type DeviceCRSource struct {
+	url       string
+	server    string
+	node      string
+	tokenFile string
+	caFile    string
+	interval  time.Duration
+	timeout   time.Duration
+
+	// Guarded by Inventory's per-source serialization of Load.
+	ca     []byte
+	client *http.Client
+}
+
+// NewDeviceCRSource returns a source for the Device object of opts.NodeName.
+func NewDeviceCRSource(opts DeviceCROptions) (*DeviceCRSource, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("device-cr source: the node name is required (set NODE_NAME from spec.nodeName)")
+	}
+	server := opts.APIServer
+	if server == "" {
+		host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+		if host == "" || port == "" {
+			return nil, errors.New("device-cr source: no API server URL given and KUBERNETES_SERVICE_HOST/PORT are not set (not running in a pod?)")
+		}
+		server = "https://" + net.JoinHostPort(host, port)
+	}
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("device-cr source: API server URL %q: want https://host:port", server)
+	}
+	s := &DeviceCRSource{
+		server:    strings.TrimSuffix(server, "/"),
+		node:      opts.NodeName,
+		tokenFile: opts.TokenFile,
+		caFile:    opts.CAFile,
+		interval:  opts.Interval,
+		timeout:   opts.Timeout,
+	}
+	s.url = s.server + "/apis/scheduling.koordinator.sh/v1alpha1/devices/" + url.PathEscape(opts.NodeName)
+	if s.tokenFile == "" {
+		s.tokenFile = DefaultTokenFile
+	}
+	if s.caFile == "" {
+		s.caFile = DefaultCAFile
+	}
+	if s.interval == 0 {
+		s.interval = DefaultDeviceCRInterval
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultDeviceCRTimeout
+	}
+	return s, nil
+}
+
+// Name implements Source.
+func (s *DeviceCRSource) Name() string { return SourceDeviceCR }
+
+// Interval implements Source.
+func (s *DeviceCRSource) Interval() time.Duration { return s.interval }
+
+// Load implements Source: one GET of the Device object.
+func (s *DeviceCRSource) Load(ctx context.Context) ([]Device, error) {
+	client, err := s.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	token, err := readLimited(s.tokenFile, 64<<10)
+	if err != nil {
+		return nil, fmt.Errorf("reading the service-account token: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building the Device request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "podres-proxy")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("getting Device %s: %w", s.node, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDeviceCRSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading Device %s from %s: %w", s.node, s.url, err)
+	}
+	if len(body) > maxDeviceCRSize {
+		return nil, fmt.Errorf("the Device object %s from %s is larger than %d bytes", s.node, s.url, maxDeviceCRSize)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		devices, err := decodeDeviceCR(body, s.node)
+		if err != nil {
+			return nil, fmt.Errorf("decoding Device %s: %w", s.node, err)
+		}
+		return devices, nil
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("the Device object %s (scheduling.koordinator.sh/v1alpha1) was not found: koordlet has not reported this node's devices, or Koordinator is not installed%s: %w",
+			s.node, apiMessage(body), ErrAbsent)
+	case http.StatusUnauthorized:
+		return nil, fmt.Errorf("getting Device %s: 401 Unauthorized: the API server rejected the token in %s%s", s.node, s.tokenFile, apiMessage(body))
+	case http.StatusForbidden:
+		return nil, fmt.Errorf("getting Device %s: 403 Forbidden: the service account lacks RBAC permission to get devices.scheduling.koordinator.sh; "+
+			"add to its ClusterRole the rule {apiGroups: [\"scheduling.koordinator.sh\"], resources: [\"devices\"], verbs: [\"get\"]}%s", s.node, apiMessage(body))
+	default:
+		return nil, fmt.Errorf("getting Device %s from %s: unexpected status %s%s", s.node, s.url, resp.Status, apiMessage(body))
+	}
+}
+
+// httpClient returns a client trusting the CA file's current content,
+// rebuilding it when the file changed (a rotated cluster CA).
+func (s *DeviceCRSource) httpClient() (*http.Client, error) {
+	ca, err := readLimited(s.caFile, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server CA: %w", err)
+	}
+	if s.client != nil && bytes.Equal(ca, s.ca) {
+		return s.client, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("API server CA file %s holds no PEM certificate", s.caFile)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if s.client != nil {
+		s.client.CloseIdleConnections()
+	}
+	s.ca, s.client = ca, &http.Client{Transport: transport}
+	return s.client, nil
+}
+
+// apiMessage extracts a Status object's message from an error answer, so
+// that the log says what the API server said.
+func apiMessage(body []byte) string {
+	var status struct {
+		Kind    string `json:"kind"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &status) != nil || status.Kind != "Status" || status.Message == "" {
+		return ""
+	}
+	msg := status.Message
+	if len(msg) > 300 {
+		msg = msg[:300] + "..."
+	}
+	return " (API server: " + msg + ")"
+}
+
+// deviceObject is the part of a Koordinator Device object the inventory
+// reads; the rest is ignored.
+type deviceObject struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Devices []struct {
+			Type     string `json:"type"`
+			ID       string `json:"id"`
+			Minor    *int64 `json:"minor"`
+			Health   bool   `json:"health"`
+			Topology *struct {
+				NodeID *int64 `json:"nodeID"`
+				BusID  string `json:"busID"`
+			} `json:"topology"`
+			VFGroups []struct {
+				VFs []struct {
+					BusID string `json:"busID"`
+				} `json:"vfs"`
+			} `json:"vfGroups"`
+		} `json:"devices"`
+	} `json:"spec"`
+}
+
+// decodeDeviceCR decodes a Device object. Devices without id or bus address
+// cannot be matched with anything and are skipped, as are VFs without a
+// valid address; an object for another node is an error.
+func decodeDeviceCR(body []byte, node string) ([]Device, error) {
+	var obj deviceObject
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, jsonError(body, err)
+	}
+	if obj.Kind != "" && obj.Kind != "Device" {
+		return nil, fmt.Errorf("got a %s, not a Device", obj.Kind)
+	}
+	if obj.Metadata.Name != "" && obj.Metadata.Name != node {
+		return nil, fmt.Errorf("got the Device of node %q, not %q", obj.Metadata.Name, node)
+	}
+	vendor := strings.ToLower(obj.Metadata.Labels[gpuVendorLabel])
+	var devices []Device
+	for _, cd := range obj.Spec.Devices {
+		d := Device{Type: cd.Type, ID: cd.ID, Minor: nonNegative(cd.Minor), Healthy: cd.Health}
+		if c, ok := CanonicalPCIAddress(cd.ID); ok {
+			d.ID = c
+		}
+		if cd.Topology != nil {
+			d.NUMANode = nonNegative(cd.Topology.NodeID)
+			d.BusID, _ = CanonicalPCIAddress(cd.Topology.BusID)
+		}
+		if d.BusID == "" {
+			d.BusID, _ = CanonicalPCIAddress(d.ID)
+		}
+		if d.ID == "" && d.BusID == "" {
+			continue
+		}
+		if d.Type == TypeGPU {
+			d.Vendor = vendor
+		}
+		for _, g := range cd.VFGroups {
+			for _, vf := range g.VFs {
+				if c, ok := CanonicalPCIAddress(vf.BusID); ok {
+					d.VFs = append(d.VFs, VF{BusID: c})
+				}
+			}
+		}
+		devices = append(devices, d)
+	}
+	return devices, nil
+}
