@@ -1,0 +1,207 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// Defaults for ReconcilerOptions.
+const (
+	DefaultReconcileInterval = 30 * time.Second
+	DefaultCRITimeout        = 5 * time.Second
+)
+
+// maxCRIMessageSize is the largest CRI answer accepted, the kubelet's own
+// limit: a node with many containers exceeds gRPC's default of 4 MiB.
+const maxCRIMessageSize = 16 << 20
+
+// ReconcilerOptions configure a Reconciler. Zero values mean the defaults.
+type ReconcilerOptions struct {
+	// Endpoint is the runtime's CRI socket, as a unix:// URL or a path,
+	// e.g. unix:///run/containerd/containerd.sock.
+	Endpoint string
+	// Interval is the time between reconciles.
+	Interval time.Duration
+	// Timeout bounds each CRI call.
+	Timeout time.Duration
+	// Log receives the reconciler's messages; nil means logrus's standard
+	// logger.
+	Log logrus.FieldLogger
+	// Metrics receives counters; nil discards them.
+	Metrics Metrics
+}
+
+// Reconciler brings the store in line with what the runtime lists over CRI,
+// which closes the gaps NRI leaves (missed events, containerd's skipped
+// Stop and Remove events after it restarts).
+type Reconciler struct {
+	store  *state.Store
+	opts   ReconcilerOptions
+	target string // gRPC target, unix:///path
+}
+
+// NewReconciler returns a reconciler of store against the runtime at
+// opts.Endpoint. It does not connect: the runtime may not be up yet.
+func NewReconciler(store *state.Store, opts ReconcilerOptions) (*Reconciler, error) {
+	if store == nil {
+		return nil, errors.New("creating CRI reconciler: nil state store")
+	}
+	target, err := criTarget(opts.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("creating CRI reconciler: %w", err)
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultReconcileInterval
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultCRITimeout
+	}
+	if opts.Log == nil {
+		opts.Log = logrus.StandardLogger()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NoMetrics{}
+	}
+	return &Reconciler{store: store, opts: opts, target: target}, nil
+}
+
+// criTarget turns a unix:// URL or an absolute path into a gRPC target.
+func criTarget(endpoint string) (string, error) {
+	path := endpoint
+	if scheme, rest, ok := strings.Cut(endpoint, "://"); ok {
+		if scheme != "unix" {
+			return "", fmt.Errorf("CRI endpoint %q: only unix sockets are supported", endpoint)
+		}
+		path = rest
+	}
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("CRI endpoint %q: want unix:///absolute/path or /absolute/path", endpoint)
+	}
+	return "unix://" + path, nil
+}
+
+// Run reconciles at once and then every Interval until ctx is done, and
+// returns nil. A failed reconcile (runtime socket missing, runtime
+// restarting) is logged and tried again at the next interval.
+func (r *Reconciler) Run(ctx context.Context) error {
+	log := r.opts.Log.WithField("endpoint", r.target)
+	ticker := time.NewTicker(r.opts.Interval)
+	defer ticker.Stop()
+	failing := false
+	for {
+		err := r.ReconcileOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case err != nil && !failing:
+			log.WithError(err).Warnf("CRI reconcile failed; retrying every %s", r.opts.Interval)
+		case err != nil:
+			log.WithError(err).Debug("CRI reconcile failed again")
+		case failing:
+			log.Info("CRI reconcile works again")
+		}
+		failing = err != nil
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// ReconcileOnce lists the runtime's pod sandboxes and containers and
+// reconciles the store with them: listed Kubernetes pods and their
+// containers are recorded, recorded ones that are not listed are removed.
+// Anything the store learned after the listing began is kept.
+//
+// It connects afresh every time: a reconcile every half minute costs one
+// connect, and a restarted runtime (a new socket) or one that was not up yet
+// is simply found, without waiting out gRPC's reconnect backoff.
+func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
+	start := time.Now()
+	defer func() { r.opts.Metrics.Reconciled(time.Since(start), err) }()
+
+	conn, err := grpc.NewClient(r.target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCRIMessageSize)))
+	if err != nil {
+		return fmt.Errorf("connecting to CRI at %s: %w", r.target, err)
+	}
+	defer conn.Close()
+	client := criv1.NewRuntimeServiceClient(conn)
+
+	asOf := time.Now()
+	callCtx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	pods, err := client.ListPodSandbox(callCtx, &criv1.ListPodSandboxRequest{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("listing pod sandboxes from CRI at %s: %w", r.target, err)
+	}
+	callCtx, cancel = context.WithTimeout(ctx, r.opts.Timeout)
+	ctrs, err := client.ListContainers(callCtx, &criv1.ListContainersRequest{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("listing containers from CRI at %s: %w", r.target, err)
+	}
+
+	sandboxes := make([]state.Sandbox, 0, len(pods.GetItems()))
+	k8s := make(map[string]bool, len(pods.GetItems()))
+	for _, pod := range pods.GetItems() {
+		md := pod.GetMetadata()
+		if pod.GetId() == "" || md.GetUid() == "" {
+			continue // not a Kubernetes pod
+		}
+		k8s[pod.GetId()] = true
+		sandboxes = append(sandboxes, state.Sandbox{
+			ID:          pod.GetId(),
+			UID:         md.GetUid(),
+			Namespace:   md.GetNamespace(),
+			Name:        md.GetName(),
+			Annotations: pod.GetAnnotations(),
+			Ready:       pod.GetState() == criv1.PodSandboxState_SANDBOX_READY,
+		})
+	}
+	containers := make([]state.RuntimeContainer, 0, len(ctrs.GetContainers()))
+	for _, ctr := range ctrs.GetContainers() {
+		if ctr.GetId() == "" || !k8s[ctr.GetPodSandboxId()] {
+			continue
+		}
+		containers = append(containers, state.RuntimeContainer{
+			ID:        ctr.GetId(),
+			SandboxID: ctr.GetPodSandboxId(),
+			Name:      ctr.GetMetadata().GetName(),
+			State:     criContainerState(ctr.GetState()),
+		})
+	}
+	r.store.Reconcile(state.SourceCRI, asOf, sandboxes, containers, true)
+	r.opts.Log.WithFields(logrus.Fields{
+		"pods": len(sandboxes), "containers": len(containers), "took": time.Since(start),
+	}).Debug("Reconciled the state store with CRI")
+	return nil
+}
+
+// criContainerState maps a CRI container state.
+func criContainerState(s criv1.ContainerState) state.ContainerState {
+	switch s {
+	case criv1.ContainerState_CONTAINER_CREATED:
+		return state.ContainerCreated
+	case criv1.ContainerState_CONTAINER_RUNNING:
+		return state.ContainerRunning
+	case criv1.ContainerState_CONTAINER_EXITED:
+		return state.ContainerStopped
+	default:
+		return state.ContainerUnknown
+	}
+}

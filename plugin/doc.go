@@ -1,0 +1,59 @@
+// Package plugin records pod and container lifecycle into the state store:
+// an NRI plugin that applies the runtime's events as they happen, and a CRI
+// reconciler that closes the gaps NRI leaves.
+//
+// # NRI plugin
+//
+// [Plugin] registers with the runtime's NRI socket (containerd 1.7 and later,
+// CRI-O 1.26 and later) and subscribes to RunPodSandbox, StopPodSandbox,
+// RemovePodSandbox, PostCreateContainer, PostStartContainer, StopContainer
+// and RemoveContainer. Each event becomes one [state.Store] update with
+// source [state.SourceNRI]; Synchronize, sent on every connection, becomes a
+// full [state.Store.Reconcile].
+//
+// The plugin is an observer and never fails or delays a pod. Handlers always
+// return nil. They hand the store update to a queue that applies updates one
+// at a time in the order the runtime sent them, and wait for it at most 50ms
+// (less under a short request timeout): if the store is busy the handler
+// returns anyway and the update is applied later, in order, so the runtime
+// never times the plugin out. Persistence is the store's business and
+// asynchronous.
+//
+// [Plugin.Run] keeps the plugin connected: when the runtime restarts, it
+// redials with exponential backoff and the runtime's fresh Synchronize brings
+// the store up to date. It registers as "90-podres-proxy" by default: index
+// 90 runs it after the plugins that may veto a pod, so a pod they reject is
+// never recorded as running. When the runtime pre-launched the binary (from
+// its NRI plugin directory), the name and index come from the runtime's
+// environment and the connection is the one the runtime handed over; it
+// cannot be redialled, so Run returns when it closes and the runtime launches
+// the plugin again when it restarts.
+//
+// Deployment notes: the plugin must run as root (the runtime creates the NRI
+// socket directory 0700), and a container must mount the socket's directory
+// (/var/run/nri), not the socket file, or it cannot reconnect after a runtime
+// restart re-creates the socket.
+//
+// # CRI reconciler
+//
+// NRI misses things: events sent while the plugin was disconnected are lost,
+// containerd does not send StopPodSandbox and RemovePodSandbox for pods
+// created before it restarted, and exited containers are absent from
+// Synchronize and never get RemoveContainer. [Reconciler] therefore lists the
+// runtime's sandboxes and containers over CRI (ListPodSandbox and
+// ListContainers) at start and then periodically, and reconciles the store
+// with source [state.SourceCRI]. A runtime socket that is missing or
+// restarting is logged and retried; it is never fatal.
+//
+// # Usage
+//
+//	p, err := plugin.New(store, plugin.Options{Socket: nriSocket, Log: log})
+//	...
+//	go p.Run(ctx) // returns nil when ctx is done
+//	r, err := plugin.NewReconciler(store, plugin.ReconcilerOptions{Endpoint: criSocket, Log: log})
+//	...
+//	go r.Run(ctx)
+//
+// /readyz should require [Plugin.Synced]. Counters go through [Metrics],
+// which the daemon backs with Prometheus.
+package plugin

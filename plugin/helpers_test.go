@@ -1,0 +1,479 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+var quietOnce sync.Once
+
+// quietNRI silences the NRI runtime side, which logs through logrus's
+// standard logger.
+func quietNRI() {
+	quietOnce.Do(func() { logrus.SetLevel(logrus.ErrorLevel) })
+}
+
+func testLog() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetLevel(logrus.ErrorLevel)
+	return l
+}
+
+// shortTempDir returns a directory for unix sockets: t.TempDir's paths can
+// exceed the 108 bytes a socket path may have.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nri-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// waitFor polls cond until it holds, for events that have no notification.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitStore is waitFor on the store; on timeout it prints the store.
+func waitStore(t testing.TB, s *state.Store, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; store:\n%s", what, dump(s))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func dump(s *state.Store) string {
+	b, _ := json.MarshalIndent(s.Records(), "", "  ")
+	return string(b)
+}
+
+// phase returns the phase of a pod, "" when the store has no record of it.
+func phase(s *state.Store, uid string) state.Phase {
+	if r, ok := s.Get(uid); ok {
+		return r.State
+	}
+	return ""
+}
+
+// ctrState returns the state of a container, "" when the store has none.
+func ctrState(s *state.Store, uid, id string) state.ContainerState {
+	r, ok := s.Get(uid)
+	if !ok {
+		return ""
+	}
+	for _, c := range r.Containers {
+		if c.ID == id {
+			return c.State
+		}
+	}
+	return ""
+}
+
+// testDecoder keeps annotations under example.com/ and makes each one a
+// device; an annotation example.com/hold blocks Decode, and with it the
+// store, until released.
+type testDecoder struct {
+	held    chan struct{} // closed when Decode starts holding the store
+	release chan struct{}
+	once    sync.Once
+}
+
+func newTestDecoder() *testDecoder {
+	return &testDecoder{held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (d *testDecoder) Relevant(key string) bool { return strings.HasPrefix(key, "example.com/") }
+
+func (d *testDecoder) Decode(_ state.PodRef, ann map[string]string) ([]state.Device, []error) {
+	if _, ok := ann["example.com/hold"]; ok {
+		d.once.Do(func() { close(d.held) })
+		<-d.release
+	}
+	var devs []state.Device
+	for k, v := range ann {
+		devs = append(devs, state.Device{Allocator: "test", Resource: k, IDs: []string{v}})
+	}
+	return devs, nil
+}
+
+func k8sPod(name string) *api.PodSandbox {
+	return &api.PodSandbox{
+		Id:          "sb-" + name,
+		Uid:         "uid-" + name,
+		Namespace:   "default",
+		Name:        name,
+		Annotations: map[string]string{"example.com/gpu": "GPU-" + name, "unrelated": "x"},
+	}
+}
+
+func k8sCtr(pod *api.PodSandbox, name string, st api.ContainerState) *api.Container {
+	return &api.Container{Id: pod.Id + "-" + name, PodSandboxId: pod.Id, Name: name, State: st}
+}
+
+// fakeRuntime is the runtime side of NRI, nri's own adaptation, serving a
+// real socket. Synchronize sends whatever set last put in.
+type fakeRuntime struct {
+	nri   *adaptation.Adaptation
+	stats *runtimeStats
+
+	mu   sync.Mutex
+	pods []*api.PodSandbox
+	ctrs []*api.Container
+
+	stopOnce sync.Once
+}
+
+func startRuntime(t testing.TB, dir string, pods []*api.PodSandbox, ctrs []*api.Container) *fakeRuntime {
+	t.Helper()
+	quietNRI()
+	r := &fakeRuntime{stats: &runtimeStats{}, pods: pods, ctrs: ctrs}
+	nri, err := adaptation.New("fake-runtime", "v0.0.1", r.synchronize,
+		func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil },
+		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
+		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
+		adaptation.WithSocketPath(filepath.Join(dir, "nri.sock")),
+		adaptation.WithMetrics(r.stats))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nri.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.nri = nri
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop stops listening, as a runtime going down would. Connected plugins
+// stay connected: the adaptation does not close them.
+func (r *fakeRuntime) stop() { r.stopOnce.Do(r.nri.Stop) }
+
+func (r *fakeRuntime) set(pods []*api.PodSandbox, ctrs []*api.Container) {
+	r.mu.Lock()
+	r.pods, r.ctrs = pods, ctrs
+	r.mu.Unlock()
+}
+
+func (r *fakeRuntime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
+	r.mu.Lock()
+	pods, ctrs := r.pods, r.ctrs
+	r.mu.Unlock()
+	_, err := cb(ctx, pods, ctrs)
+	return err
+}
+
+// send relays one event to the plugins as containerd does, holding off
+// plugin synchronization meanwhile, and returns how long it took.
+func (r *fakeRuntime) send(ctx context.Context, event string, pod *api.PodSandbox, ctr *api.Container) (time.Duration, error) {
+	block := r.nri.BlockPluginSync()
+	defer block.Unblock()
+	start := time.Now()
+	var err error
+	switch event {
+	case "RunPodSandbox":
+		err = r.nri.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod})
+	case "StopPodSandbox":
+		err = r.nri.StopPodSandbox(ctx, &api.StopPodSandboxRequest{Pod: pod})
+	case "RemovePodSandbox":
+		err = r.nri.RemovePodSandbox(ctx, &api.RemovePodSandboxRequest{Pod: pod})
+	case "PostCreateContainer":
+		err = r.nri.PostCreateContainer(ctx, &api.PostCreateContainerRequest{Pod: pod, Container: ctr})
+	case "PostStartContainer":
+		err = r.nri.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: pod, Container: ctr})
+	case "StopContainer":
+		_, err = r.nri.StopContainer(ctx, &api.StopContainerRequest{Pod: pod, Container: ctr})
+	case "RemoveContainer":
+		err = r.nri.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: ctr})
+	default:
+		panic("unknown event " + event)
+	}
+	return time.Since(start), err
+}
+
+func (r *fakeRuntime) mustSend(t testing.TB, event string, pod *api.PodSandbox, ctr *api.Container) {
+	t.Helper()
+	if _, err := r.send(context.Background(), event, pod, ctr); err != nil {
+		t.Fatalf("%s: %v", event, err)
+	}
+}
+
+func (r *fakeRuntime) waitPlugins(t testing.TB, n int) {
+	t.Helper()
+	waitFor(t, "the runtime to register the plugin", func() bool { return r.stats.pluginCount() == n })
+}
+
+// runtimeStats is the adaptation's view of its plugins.
+type runtimeStats struct {
+	mu       sync.Mutex
+	plugins  int
+	names    map[string]bool
+	failures []string
+}
+
+func (s *runtimeStats) RecordPluginInvocation(name, op string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.names == nil {
+		s.names = map[string]bool{}
+	}
+	s.names[name] = true
+	if err != nil {
+		s.failures = append(s.failures, name+" "+op+": "+err.Error())
+	}
+}
+
+func (s *runtimeStats) RecordPluginLatency(string, string, time.Duration) {}
+
+func (s *runtimeStats) RecordPluginAdjustments(string, string, *api.ContainerAdjustment, int, int) {
+}
+
+func (s *runtimeStats) UpdatePluginCount(n int) {
+	s.mu.Lock()
+	s.plugins = n
+	s.mu.Unlock()
+}
+
+func (s *runtimeStats) pluginCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.plugins
+}
+
+func (s *runtimeStats) failed() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.failures...)
+}
+
+func (s *runtimeStats) saw(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[name]
+}
+
+// testMetrics records what the plugin reports.
+type testMetrics struct {
+	mu              sync.Mutex
+	events          map[string]int
+	took            []time.Duration
+	busy            map[string]int
+	disconnects     int
+	reconnects      int
+	reconciles      int
+	reconcileErrors int
+}
+
+func newTestMetrics() *testMetrics {
+	return &testMetrics{events: map[string]int{}, busy: map[string]int{}}
+}
+
+func (m *testMetrics) Event(name string, took time.Duration) {
+	m.mu.Lock()
+	m.events[name]++
+	m.took = append(m.took, took)
+	m.mu.Unlock()
+}
+
+func (m *testMetrics) StoreBusy(name string) {
+	m.mu.Lock()
+	m.busy[name]++
+	m.mu.Unlock()
+}
+
+func (m *testMetrics) Connected(up bool) {
+	m.mu.Lock()
+	if !up {
+		m.disconnects++
+	}
+	m.mu.Unlock()
+}
+
+func (m *testMetrics) Reconnect() {
+	m.mu.Lock()
+	m.reconnects++
+	m.mu.Unlock()
+}
+
+func (m *testMetrics) Reconciled(_ time.Duration, err error) {
+	m.mu.Lock()
+	m.reconciles++
+	if err != nil {
+		m.reconcileErrors++
+	}
+	m.mu.Unlock()
+}
+
+func (m *testMetrics) get(f func(m *testMetrics) int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return f(m)
+}
+
+// runningPlugin is a Plugin whose Run is going, with its connections to
+// the runtime captured so a test can cut them like a runtime crash would.
+type runningPlugin struct {
+	*Plugin
+	metrics *testMetrics
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startPlugin(t testing.TB, store *state.Store, dir string) *runningPlugin {
+	t.Helper()
+	rp := &runningPlugin{metrics: newTestMetrics()}
+	p, err := newPlugin(store, Options{
+		Socket:     filepath.Join(dir, "nri.sock"),
+		Name:       "podres-proxy",
+		Index:      "90",
+		Log:        testLog(),
+		MinBackoff: 10 * time.Millisecond,
+		MaxBackoff: 100 * time.Millisecond,
+		Metrics:    rp.metrics,
+	}, stub.WithDialer(rp.dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp.Plugin = p
+	runPlugin(t, p)
+	return rp
+}
+
+// runPlugin runs p until the test ends and checks that Run then returns nil.
+func runPlugin(t testing.TB, p *Plugin) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v after cancel, want nil", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("Run did not return after cancel")
+		}
+	})
+}
+
+func (rp *runningPlugin) dial(path string) (net.Conn, error) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	rp.mu.Lock()
+	rp.conns = append(rp.conns, c)
+	rp.mu.Unlock()
+	return c, nil
+}
+
+// cut closes the plugin's connections, as a runtime crash would.
+func (rp *runningPlugin) cut() {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	for _, c := range rp.conns {
+		c.Close()
+	}
+	rp.conns = nil
+}
+
+// fakeCRI serves ListPodSandbox and ListContainers from test data.
+type fakeCRI struct {
+	criv1.UnimplementedRuntimeServiceServer
+
+	mu   sync.Mutex
+	pods []*criv1.PodSandbox
+	ctrs []*criv1.Container
+}
+
+func (f *fakeCRI) set(pods []*criv1.PodSandbox, ctrs []*criv1.Container) {
+	f.mu.Lock()
+	f.pods, f.ctrs = pods, ctrs
+	f.mu.Unlock()
+}
+
+func (f *fakeCRI) ListPodSandbox(context.Context, *criv1.ListPodSandboxRequest) (*criv1.ListPodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &criv1.ListPodSandboxResponse{Items: f.pods}, nil
+}
+
+func (f *fakeCRI) ListContainers(context.Context, *criv1.ListContainersRequest) (*criv1.ListContainersResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &criv1.ListContainersResponse{Containers: f.ctrs}, nil
+}
+
+// serveCRI serves f on a unix socket at path until the returned stop is
+// called or the test ends; stop removes the socket.
+func serveCRI(t testing.TB, path string, f *fakeCRI) (stop func()) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	criv1.RegisterRuntimeServiceServer(srv, f)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(l)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			srv.Stop()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func criPod(name string, st criv1.PodSandboxState) *criv1.PodSandbox {
+	return &criv1.PodSandbox{
+		Id:          "sb-" + name,
+		Metadata:    &criv1.PodSandboxMetadata{Name: name, Uid: "uid-" + name, Namespace: "default"},
+		State:       st,
+		Annotations: map[string]string{"example.com/gpu": "GPU-" + name, "unrelated": "x"},
+	}
+}
+
+func criCtr(pod *criv1.PodSandbox, name string, st criv1.ContainerState) *criv1.Container {
+	return &criv1.Container{
+		Id:           pod.Id + "-" + name,
+		PodSandboxId: pod.Id,
+		Metadata:     &criv1.ContainerMetadata{Name: name},
+		State:        st,
+	}
+}

@@ -1,0 +1,34 @@
+package plugin
+
+import "time"
+
+// Metrics receives what the plugin and the reconciler measure; the daemon
+// backs it with Prometheus collectors, so this package imports none.
+// Implementations must be safe for concurrent use and must not block: they
+// are called from NRI handlers.
+type Metrics interface {
+	// Event counts one NRI request handled, by its NRI name
+	// (RunPodSandbox, ..., RemoveContainer, Synchronize), and how long the
+	// handler took.
+	Event(name string, took time.Duration)
+	// StoreBusy counts a request whose handler returned before the store
+	// had taken its update; the update is applied later, in order.
+	StoreBusy(name string)
+	// Connected reports whether the plugin is registered with the runtime
+	// (it got Synchronize) or has lost the connection.
+	Connected(up bool)
+	// Reconnect counts a connection attempt after the first one.
+	Reconnect()
+	// Reconciled counts one CRI reconcile, how long it took and its error,
+	// nil on success.
+	Reconciled(took time.Duration, err error)
+}
+
+// NoMetrics discards everything. Embed it to implement part of Metrics.
+type NoMetrics struct{}
+
+func (NoMetrics) Event(string, time.Duration)     {}
+func (NoMetrics) StoreBusy(string)                {}
+func (NoMetrics) Connected(bool)                  {}
+func (NoMetrics) Reconnect()                      {}
+func (NoMetrics) Reconciled(time.Duration, error) {}

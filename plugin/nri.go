@@ -1,0 +1,217 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// Defaults for Options.
+const (
+	DefaultSocket     = api.DefaultSocketPath // /var/run/nri/nri.sock
+	DefaultName       = "podres-proxy"
+	DefaultIndex      = "90"
+	DefaultMinBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// Options configure a Plugin. Zero values mean the defaults.
+type Options struct {
+	// Socket is the runtime's NRI socket.
+	Socket string
+	// Name is the name the plugin registers under. Ignored when the
+	// runtime pre-launched the plugin (NRI_PLUGIN_NAME is set).
+	Name string
+	// Index orders the plugin among the runtime's NRI plugins. The default,
+	// 90, makes the plugin one of the last to see each event, so a pod
+	// that another plugin vetoes is never recorded as running. Ignored
+	// when the runtime pre-launched the plugin (NRI_PLUGIN_IDX is set).
+	Index string
+	// Log receives the plugin's messages; nil means logrus's standard logger.
+	Log logrus.FieldLogger
+	// MinBackoff and MaxBackoff bound the wait between connection attempts.
+	MinBackoff, MaxBackoff time.Duration
+	// Metrics receives counters; nil discards them.
+	Metrics Metrics
+}
+
+// Plugin is the NRI lifecycle recorder. It is created by New and connected
+// by Run.
+type Plugin struct {
+	opts        Options
+	handlers    *plugin
+	preLaunched bool
+	// stubOptions are added to every stub; tests use them to capture the
+	// connection.
+	stubOptions []stub.Option
+}
+
+// New returns a plugin that records into store.
+func New(store *state.Store, opts Options) (*Plugin, error) {
+	return newPlugin(store, opts)
+}
+
+func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*Plugin, error) {
+	if store == nil {
+		return nil, errors.New("creating NRI plugin: nil state store")
+	}
+	if opts.Socket == "" {
+		opts.Socket = DefaultSocket
+	}
+	if opts.Name == "" {
+		opts.Name = DefaultName
+	}
+	if opts.Index == "" {
+		opts.Index = DefaultIndex
+	}
+	if opts.Log == nil {
+		opts.Log = logrus.StandardLogger()
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = DefaultMinBackoff
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NoMetrics{}
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		return nil, fmt.Errorf("creating NRI plugin: max backoff %s is below min backoff %s", opts.MaxBackoff, opts.MinBackoff)
+	}
+	if err := api.CheckPluginName(opts.Name); err != nil {
+		return nil, fmt.Errorf("creating NRI plugin: %w", err)
+	}
+	if err := api.CheckPluginIndex(opts.Index); err != nil {
+		return nil, fmt.Errorf("creating NRI plugin: %w", err)
+	}
+	p := &Plugin{
+		opts:        opts,
+		handlers:    newHandlers(store, opts.Log, opts.Metrics),
+		preLaunched: os.Getenv(api.PluginSocketEnvVar) != "",
+		stubOptions: stubOptions,
+	}
+	// Build one stub now so that whatever it rejects is reported here,
+	// not at the first connection.
+	if _, err := p.newStub(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Synced reports whether the runtime's Synchronize has been applied to the
+// store on the current connection: the store then reflects the runtime.
+func (p *Plugin) Synced() bool { return p.handlers.isSynced() }
+
+// Run connects to the runtime and records its events until ctx is done, then
+// returns nil. When the connection drops (the runtime restarted) or cannot
+// be made, it tries again with exponential backoff; every new connection
+// starts with a Synchronize. A pre-launched plugin cannot redial the
+// connection the runtime handed over, so Run returns an error when that
+// connection closes. Run must not be called again while it is running.
+func (p *Plugin) Run(ctx context.Context) error {
+	log := p.opts.Log.WithField("socket", p.opts.Socket)
+	if p.preLaunched {
+		log = p.opts.Log.WithField("socket", "pre-connected by the runtime")
+	}
+	backoff := p.opts.MinBackoff
+	failures := 0
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			p.opts.Metrics.Reconnect()
+		}
+		s, err := p.newStub()
+		if err != nil {
+			return err // New built one with the same options, so this is unexpected
+		}
+		p.handlers.connecting()
+		err = s.Run(ctx)
+		wasSynced := p.handlers.disconnected()
+		p.opts.Metrics.Connected(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if p.preLaunched {
+			return fmt.Errorf("NRI connection handed over by the runtime closed: %w", err)
+		}
+		switch {
+		case wasSynced:
+			backoff, failures = p.opts.MinBackoff, 0
+			log.WithError(err).Infof("Lost the NRI connection (runtime restarting?); reconnecting in %s", backoff)
+		case failures == 0:
+			log.WithError(err).Warnf("Cannot connect to NRI; retrying with backoff up to %s", p.opts.MaxBackoff)
+		default:
+			log.WithError(err).Debugf("Cannot connect to NRI; retrying in %s", backoff)
+		}
+		if !wasSynced {
+			failures++
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+		if !wasSynced {
+			backoff = min(2*backoff, p.opts.MaxBackoff)
+		}
+	}
+}
+
+// newStub returns a stub for one connection. Each connection gets a new
+// stub: a stub whose registration failed keeps its dead connection and
+// would never redial.
+func (p *Plugin) newStub() (stub.Stub, error) {
+	opts := []stub.Option{
+		stub.WithLogger(nriLogger{p.opts.Log.WithField("component", "nri-stub")}),
+		stub.WithSocketPath(p.opts.Socket),
+		stub.WithOnClose(p.handlers.onClose),
+		// Runtimes with nri v0.12.4 or later keep a plugin that missed a
+		// request timeout registered instead of dropping it; older ones
+		// ignore this. Never FailRequest: an observer must not fail pods.
+		stub.WithFailurePolicy(&api.FailurePolicy{KeepConnected: true}),
+	}
+	// The runtime's environment names a pre-launched plugin, and the stub
+	// refuses an index set twice.
+	if os.Getenv(api.PluginNameEnvVar) == "" {
+		opts = append(opts, stub.WithPluginName(p.opts.Name))
+	}
+	if os.Getenv(api.PluginIdxEnvVar) == "" {
+		opts = append(opts, stub.WithPluginIdx(p.opts.Index))
+	}
+	s, err := stub.New(p.handlers, append(opts, p.stubOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("creating NRI plugin stub: %w", err)
+	}
+	return s, nil
+}
+
+// nriLogger routes the NRI stub's messages to the plugin's logger. The stub
+// reports every connection step at info level; Run reports the connection
+// state itself, so those steps are debug details here.
+type nriLogger struct{ log logrus.FieldLogger }
+
+func (l nriLogger) Debugf(_ context.Context, format string, args ...any) {
+	l.log.Debugf(format, args...)
+}
+
+func (l nriLogger) Infof(_ context.Context, format string, args ...any) {
+	l.log.Debugf(format, args...)
+}
+
+func (l nriLogger) Warnf(_ context.Context, format string, args ...any) {
+	l.log.Warnf(format, args...)
+}
+
+func (l nriLogger) Errorf(_ context.Context, format string, args ...any) {
+	l.log.Errorf(format, args...)
+}

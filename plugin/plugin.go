@@ -1,0 +1,295 @@
+package plugin
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// events are the NRI events the plugin subscribes to. Configure returns them
+// explicitly rather than letting the stub derive them from the handlers:
+// runtimes built with nri older than v0.10 (containerd 1.7 and 2.0 to 2.1)
+// drop a plugin that subscribes to an event they do not know, such as
+// UpdatePodSandbox. Creation is recorded at PostCreateContainer, not
+// CreateContainer, because a later plugin can still veto the creation.
+var events = func() api.EventMask {
+	var m api.EventMask
+	m.Set(api.Event_RUN_POD_SANDBOX, api.Event_STOP_POD_SANDBOX, api.Event_REMOVE_POD_SANDBOX,
+		api.Event_POST_CREATE_CONTAINER, api.Event_POST_START_CONTAINER,
+		api.Event_STOP_CONTAINER, api.Event_REMOVE_CONTAINER)
+	return m
+}()
+
+// maxUpdateWait bounds how long a handler waits for the store to take its
+// update. Store updates take microseconds; waiting a little means that when
+// a handler returns, the store normally already shows the event. Waiting
+// longer would delay pods on the whole node (the runtime serializes NRI
+// calls) and risk the runtime's request timeout, which drops the plugin.
+const maxUpdateWait = 50 * time.Millisecond
+
+// plugin handles NRI requests: every handler turns its event into a store
+// update and returns nil.
+type plugin struct {
+	store   *state.Store
+	log     logrus.FieldLogger
+	metrics Metrics
+	updates updateQueue
+
+	mu     sync.Mutex
+	conn   uint64 // counts connections, so a late update from an old one is recognized
+	synced bool   // a Synchronize was applied on connection conn
+}
+
+func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics) *plugin {
+	return &plugin{store: store, log: log, metrics: metrics}
+}
+
+// Configure subscribes to the events the plugin records. The configuration
+// string is only non-empty for a pre-launched plugin whose runtime has a
+// drop-in file for it; the plugin takes its configuration from flags.
+func (p *plugin) Configure(_ context.Context, config, runtime, version string) (stub.EventMask, error) {
+	log := p.log.WithFields(logrus.Fields{"runtime": runtime, "runtimeVersion": version})
+	if config != "" {
+		log.Warn("Ignoring the NRI configuration the runtime passed; podres-proxy is configured by flags")
+	}
+	log.WithField("events", events.PrettyString()).Info("Connected to the runtime's NRI")
+	return events, nil
+}
+
+// Synchronize reconciles the store with the runtime's full list of pods and
+// containers, which the runtime sends on every new connection: listed pods
+// and containers are recorded, recorded ones that are not listed are gone.
+func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	asOf := time.Now() // the runtime holds back other events while it syncs
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	p.metrics.Connected(true)
+	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs)}).Info("Synchronizing with the runtime")
+
+	containers := make([]state.RuntimeContainer, 0, len(ctrs))
+	for _, ctr := range ctrs {
+		if ctr.GetId() == "" {
+			continue
+		}
+		containers = append(containers, state.RuntimeContainer{
+			ID:        ctr.GetId(),
+			SandboxID: ctr.GetPodSandboxId(),
+			Name:      ctr.GetName(),
+			State:     containerState(ctr.GetState()),
+		})
+	}
+	p.update(ctx, "Synchronize", func() {
+		sandboxes := make([]state.Sandbox, 0, len(pods))
+		for _, pod := range pods {
+			if pod.GetId() == "" {
+				continue
+			}
+			sandboxes = append(sandboxes, p.syncedSandbox(pod))
+		}
+		p.store.Reconcile(state.SourceNRI, asOf, sandboxes, containers, false)
+		p.mu.Lock()
+		if p.conn == conn {
+			p.synced = true
+		}
+		p.mu.Unlock()
+	})
+	return nil, nil
+}
+
+// syncedSandbox maps a pod listed by Synchronize. NRI does not say whether a
+// listed sandbox is ready, and containerd lists stopped ones too: a sandbox
+// the store already knows as stopped stays stopped, the others are taken as
+// ready. One that stopped while the plugin was disconnected is corrected by
+// the CRI reconciler, which sees sandbox states.
+func (p *plugin) syncedSandbox(pod *api.PodSandbox) state.Sandbox {
+	sb := sandbox(pod, true)
+	if r, ok := p.store.Get(sb.UID); ok && r.SandboxID == sb.ID && r.State == state.PhaseStopped {
+		sb.Ready = false
+	}
+	return sb
+}
+
+// RunPodSandbox records a pod whose sandbox the runtime has started, with
+// its annotations (the scheduler's device allocation).
+func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	if pod.GetId() == "" && pod.GetUid() == "" {
+		p.log.Debug("Ignoring RunPodSandbox without a pod")
+		return nil
+	}
+	sb := sandbox(pod, true)
+	podLog(p.log, pod).Info("Pod sandbox started")
+	p.update(ctx, "RunPodSandbox", func() { p.store.ObserveSandbox(state.SourceNRI, sb) })
+	return nil
+}
+
+// StopPodSandbox records that a pod's sandbox stopped: its devices must no
+// longer be trusted for a pod of the same name.
+func (p *plugin) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	id, uid := pod.GetId(), pod.GetUid()
+	if id == "" && uid == "" {
+		p.log.Debug("Ignoring StopPodSandbox without a pod")
+		return nil
+	}
+	podLog(p.log, pod).Info("Pod sandbox stopped")
+	p.update(ctx, "StopPodSandbox", func() { p.store.SandboxStopped(state.SourceNRI, id, uid) })
+	return nil
+}
+
+// RemovePodSandbox records that a pod's sandbox is gone.
+func (p *plugin) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	id, uid := pod.GetId(), pod.GetUid()
+	if id == "" && uid == "" {
+		p.log.Debug("Ignoring RemovePodSandbox without a pod")
+		return nil
+	}
+	podLog(p.log, pod).Info("Pod sandbox removed")
+	p.update(ctx, "RemovePodSandbox", func() { p.store.SandboxRemoved(state.SourceNRI, id, uid) })
+	return nil
+}
+
+// PostCreateContainer records a container the runtime created.
+func (p *plugin) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	p.observeContainer(ctx, "PostCreateContainer", pod, ctr, state.ContainerCreated)
+	return nil
+}
+
+// PostStartContainer records a container the runtime started.
+func (p *plugin) PostStartContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	p.observeContainer(ctx, "PostStartContainer", pod, ctr, state.ContainerRunning)
+	return nil
+}
+
+// StopContainer records a container that stopped. The runtime sends it once
+// the container has stopped, whether it was asked to or exited by itself.
+// The state comes from the event, not from the container, which containerd
+// reports as unknown once it has exited.
+func (p *plugin) StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	p.observeContainer(ctx, "StopContainer", pod, ctr, state.ContainerStopped)
+	return nil, nil
+}
+
+// RemoveContainer records a container that is gone.
+func (p *plugin) RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	p.observeContainer(ctx, "RemoveContainer", pod, ctr, state.ContainerRemoved)
+	return nil
+}
+
+// observeContainer records a container event. Containers unknown to the
+// store (containerd sends Stop and Remove for containers whose creation
+// failed) are ignored by the store.
+func (p *plugin) observeContainer(ctx context.Context, event string, pod *api.PodSandbox, ctr *api.Container, st state.ContainerState) {
+	c := state.RuntimeContainer{
+		ID:        ctr.GetId(),
+		SandboxID: ctr.GetPodSandboxId(),
+		Name:      ctr.GetName(),
+		State:     st,
+	}
+	if c.SandboxID == "" {
+		c.SandboxID = pod.GetId()
+	}
+	if c.ID == "" || c.SandboxID == "" {
+		p.log.WithField("event", event).Debug("Ignoring a container event without container or sandbox id")
+		return
+	}
+	podLog(p.log, pod).WithFields(logrus.Fields{"container": c.Name, "containerID": c.ID}).Debugf("Container %s", st)
+	p.update(ctx, event, func() { p.store.ObserveContainer(state.SourceNRI, c) })
+}
+
+// update queues a store update and waits until it is applied, but no longer
+// than maxUpdateWait or half of what is left of the request's deadline.
+func (p *plugin) update(ctx context.Context, event string, apply func()) {
+	start := time.Now()
+	done := p.updates.add(apply)
+	wait := maxUpdateWait
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	timer := time.NewTimer(wait)
+	select {
+	case <-done:
+	case <-timer.C:
+		p.metrics.StoreBusy(event)
+		p.log.WithField("event", event).Warnf("State store busy for %s; the update stays queued", wait)
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	p.metrics.Event(event, time.Since(start))
+}
+
+// connecting starts a new connection: nothing is synchronized on it yet.
+func (p *plugin) connecting() {
+	p.mu.Lock()
+	p.conn++
+	p.synced = false
+	p.mu.Unlock()
+}
+
+// disconnected ends the current connection and reports whether it had been
+// synchronized, that is, whether the runtime had accepted the plugin.
+func (p *plugin) disconnected() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := p.synced
+	p.conn++
+	p.synced = false
+	return was
+}
+
+func (p *plugin) isSynced() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.synced
+}
+
+// onClose is called by the stub when the connection to the runtime drops;
+// Run takes care of reconnecting.
+func (p *plugin) onClose() {
+	p.metrics.Connected(false)
+	p.log.Info("NRI connection closed")
+}
+
+// sandbox maps an NRI pod. pod may be nil.
+func sandbox(pod *api.PodSandbox, ready bool) state.Sandbox {
+	return state.Sandbox{
+		ID:          pod.GetId(),
+		UID:         pod.GetUid(),
+		Namespace:   pod.GetNamespace(),
+		Name:        pod.GetName(),
+		Annotations: pod.GetAnnotations(),
+		Ready:       ready,
+	}
+}
+
+// containerState maps the state NRI lists a container in. Synchronize lists
+// only created and running containers; a paused container is still there.
+func containerState(s api.ContainerState) state.ContainerState {
+	switch s {
+	case api.ContainerState_CONTAINER_CREATED:
+		return state.ContainerCreated
+	case api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_PAUSED:
+		return state.ContainerRunning
+	case api.ContainerState_CONTAINER_STOPPED:
+		return state.ContainerStopped
+	default:
+		return state.ContainerUnknown
+	}
+}
+
+// podLog names a pod in log lines. pod may be nil or carry only its id.
+func podLog(log logrus.FieldLogger, pod *api.PodSandbox) logrus.FieldLogger {
+	fields := logrus.Fields{"sandboxID": pod.GetId()}
+	if pod.GetName() != "" {
+		fields["pod"] = pod.GetNamespace() + "/" + pod.GetName()
+	}
+	if pod.GetUid() != "" {
+		fields["podUID"] = pod.GetUid()
+	}
+	return log.WithFields(fields)
+}
