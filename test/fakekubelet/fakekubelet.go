@@ -25,6 +25,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
@@ -36,6 +37,8 @@ type Pod struct {
 	corev1.Pod
 	Devices map[string][]*v1.ContainerDevices
 	CPUs    map[string][]int64
+
+	realistic bool
 }
 
 // Kubelet is the fake. Create it with Start.
@@ -52,6 +55,7 @@ type Kubelet struct {
 	pods        []Pod
 	allocatable *v1.AllocatableResourcesResponse
 	podsDown    bool
+	unknown     bool
 	podsGate    chan struct{} // when set, /pods waits for it to close
 	grpcGate    chan struct{}
 	grpcSrv     *grpc.Server
@@ -143,6 +147,17 @@ func (k *Kubelet) SetPodsDown(down bool) {
 	k.mu.Unlock()
 }
 
+// SetUnknownFields makes v1 answers carry a field (number 99) this build of
+// the API does not know, as a newer kubelet's would.
+func (k *Kubelet) SetUnknownFields(on bool) {
+	k.mu.Lock()
+	k.unknown = on
+	k.mu.Unlock()
+}
+
+// UnknownField is the raw field SetUnknownFields adds.
+var UnknownField = protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), []byte("from-the-future"))
+
 // HoldPods makes /pods reads wait until the returned func is called.
 func (k *Kubelet) HoldPods() (release func()) {
 	gate := make(chan struct{})
@@ -233,6 +248,9 @@ func (k *Kubelet) servePods(w http.ResponseWriter, r *http.Request) {
 	k.mu.Lock()
 	gate, down := k.podsGate, k.podsDown
 	k.mu.Unlock()
+	// The answer is what the kubelet knew when the read started, however
+	// long it then takes to arrive.
+	body := k.PodListJSON()
 	if gate != nil {
 		select {
 		case <-gate:
@@ -245,7 +263,7 @@ func (k *Kubelet) servePods(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(k.PodListJSON())
+	_, _ = w.Write(body)
 }
 
 // PodListJSON is what /pods returns now: every pod, terminal ones included,
@@ -287,6 +305,17 @@ func terminal(p *Pod) bool {
 }
 
 // v1Pod builds a pod's v1 answer the kubelet's way.
+func (k *Kubelet) v1Pod(p *Pod) *v1.PodResources {
+	out := v1Pod(p)
+	if k.unknown {
+		out.ProtoReflect().SetUnknown(UnknownField)
+		for _, c := range out.Containers {
+			c.ProtoReflect().SetUnknown(UnknownField)
+		}
+	}
+	return out
+}
+
 func v1Pod(p *Pod) *v1.PodResources {
 	out := &v1.PodResources{Name: p.Name, Namespace: p.Namespace, Containers: []*v1.ContainerResources{}}
 	add := func(name string) {
@@ -321,7 +350,7 @@ func (s *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (*v1
 	resp := &v1.ListPodResourcesResponse{PodResources: []*v1.PodResources{}}
 	for i := range s.k.pods {
 		if !terminal(&s.k.pods[i]) {
-			resp.PodResources = append(resp.PodResources, v1Pod(&s.k.pods[i]))
+			resp.PodResources = append(resp.PodResources, s.k.v1Pod(&s.k.pods[i]))
 		}
 	}
 	return resp, nil
@@ -336,7 +365,7 @@ func (s *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1
 	for i := range s.k.pods {
 		p := &s.k.pods[i]
 		if p.Name == req.PodName && p.Namespace == req.PodNamespace && !terminal(p) {
-			return &v1.GetPodResourcesResponse{PodResources: v1Pod(p)}, nil
+			return &v1.GetPodResourcesResponse{PodResources: s.k.v1Pod(p)}, nil
 		}
 	}
 	// The kubelet returns a plain error, which gRPC sends as code Unknown.

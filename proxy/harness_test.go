@@ -1,0 +1,259 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+
+	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
+)
+
+const (
+	koordKey = "scheduling.koordinator.sh/device-allocated"
+	gpuUUID  = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+	gpuUUID2 = "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc"
+	vfAddr   = "0000:01:00.2"
+	pfAddr   = "0000:01:00.0"
+
+	// A GPU and an RDMA VF, jointly allocated, as koord-scheduler writes it.
+	gpuAndVF = `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":"` + gpuUUID + `"}],` +
+		`"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"` + pfAddr + `","extension":{"vfs":[{"minor":-1,"busID":"` + vfAddr + `"}]}}]}`
+	oneGPU  = `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"` + gpuUUID + `"}]}`
+	twoGPUs = `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"` + gpuUUID + `"},{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"},"id":"` + gpuUUID2 + `"}]}`
+)
+
+// harness is a proxy in front of a fake kubelet.
+type harness struct {
+	t         testing.TB
+	dir       string
+	k         *fakekubelet.Kubelet
+	store     *state.Store
+	srv       *proxy.Server
+	socket    string
+	reg       *prometheus.Registry
+	logs      *test.Hook
+	topo      proxy.TopologyFunc
+	alloc     func() []*v1.ContainerDevices
+	qps       float64
+	burst     int
+	noKubelet bool
+	stopped   chan struct{}
+	cancel    context.CancelFunc
+}
+
+type option func(*harness)
+
+func withRateLimit(qps float64, burst int) option {
+	return func(h *harness) { h.qps, h.burst = qps, burst }
+}
+
+// withoutKubelet starts the proxy while the kubelet's socket does not exist.
+func withoutKubelet() option { return func(h *harness) { h.noKubelet = true } }
+
+func withTopology(f proxy.TopologyFunc) option { return func(h *harness) { h.topo = f } }
+func withAllocatable(f func() []*v1.ContainerDevices) option {
+	return func(h *harness) { h.alloc = f }
+}
+
+// shortDir returns a directory whose paths fit a unix socket name.
+func shortDir(t testing.TB) string {
+	dir, err := os.MkdirTemp("", "prp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func newHarness(t testing.TB, opts ...option) *harness {
+	t.Helper()
+	dir := shortDir(t)
+	h := &harness{t: t, dir: dir, reg: prometheus.NewRegistry(), socket: filepath.Join(dir, "proxy", "kubelet.sock")}
+	for _, o := range opts {
+		o(h)
+	}
+	h.k = fakekubelet.Start(t, dir)
+	if h.noKubelet {
+		h.k.StopGRPC()
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	h.logs = test.NewLocal(log)
+	metrics := proxy.NewMetrics(h.reg)
+	set := allocator.NewSet(log, metrics.AnnotationError, allocator.NewKoordinator(allocator.KoordinatorOptions{}))
+	h.store = state.New(state.Options{Decoder: set})
+	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := kubeletpods.NewReader(proxy.RecordingFetch(client.Pods, h.store), kubeletpods.ReaderOptions{OnRead: metrics.ObservePodsRead})
+	h.srv, err = proxy.New(proxy.Config{
+		Socket:         h.socket,
+		KubeletSocket:  h.k.Socket,
+		RateLimitQPS:   h.qps,
+		RateLimitBurst: h.burst,
+		Log:            log,
+	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	return h
+}
+
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.stopped = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		defer close(h.stopped)
+		errc <- h.srv.Serve(ctx)
+	}()
+	h.t.Cleanup(h.stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for !h.srv.Ready() {
+		select {
+		case err := <-errc:
+			h.t.Fatalf("proxy stopped at start: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatal("proxy not ready after 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	<-h.stopped
+}
+
+func (h *harness) conn() *grpc.ClientConn {
+	h.t.Helper()
+	c, err := grpc.NewClient("unix://"+h.socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (h *harness) v1() v1.PodResourcesListerClient { return v1.NewPodResourcesListerClient(h.conn()) }
+func (h *harness) v1alpha1() v1alpha1.PodResourcesListerClient {
+	return v1alpha1.NewPodResourcesListerClient(h.conn())
+}
+
+func (h *harness) list() *v1.ListPodResourcesResponse {
+	h.t.Helper()
+	resp, err := h.v1().List(ctx(h.t), &v1.ListPodResourcesRequest{})
+	if err != nil {
+		h.t.Fatalf("List: %v", err)
+	}
+	return resp
+}
+
+func (h *harness) get(ns, name string) *v1.PodResources {
+	h.t.Helper()
+	resp, err := h.v1().Get(ctx(h.t), &v1.GetPodResourcesRequest{PodNamespace: ns, PodName: name})
+	if err != nil {
+		h.t.Fatalf("Get %s/%s: %v", ns, name, err)
+	}
+	return resp.GetPodResources()
+}
+
+// markLive records the pod's sandbox as NRI would at RunPodSandbox.
+func (h *harness) markLive(p fakekubelet.Pod, sandboxID string) {
+	h.store.ObserveSandbox(state.SourceNRI, state.Sandbox{
+		ID: sandboxID, UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
+		Annotations: p.Annotations, Ready: true,
+	})
+}
+
+func (h *harness) counter(name string, labels ...string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ok := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				ok = ok && found
+			}
+			if ok {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// devicesOf returns resource -> ids of a container, in answer order.
+func devicesOf(pod *v1.PodResources, container string) map[string][]string {
+	out := map[string][]string{}
+	for _, c := range pod.GetContainers() {
+		if c.GetName() != container {
+			continue
+		}
+		for _, d := range c.GetDevices() {
+			out[d.GetResourceName()] = append(out[d.GetResourceName()], d.GetDeviceIds()...)
+		}
+	}
+	return out
+}
+
+func findPod(resp *v1.ListPodResourcesResponse, ns, name string) *v1.PodResources {
+	for _, p := range resp.GetPodResources() {
+		if p.GetNamespace() == ns && p.GetName() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds. It is for conditions with no event to
+// wait on (a restarted socket accepting calls); it fails after 15 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"slices"
+
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// TopologyFunc returns the NUMA nodes of a device id, nil when unknown.
+type TopologyFunc func(id string) []int64
+
+// The merge edits the kubelet's decoded answer in place instead of building a
+// new one: fields this build does not know (a newer kubelet's) survive in the
+// messages' unknown fields, and everything the kubelet reported (cpu_ids,
+// memory, dynamic_resources, its own devices, container order) is untouched.
+
+// mergeV1 adds a plan's devices to a v1 pod.
+func mergeV1(pod *v1.PodResources, p plan, topo TopologyFunc) {
+	if p.empty() || len(pod.GetContainers()) == 0 {
+		return
+	}
+	if p.toLast != nil {
+		addV1(pod.Containers[len(pod.Containers)-1], p.toLast, topo)
+		return
+	}
+	for _, c := range pod.Containers {
+		if devs := p.assign[c.GetName()]; len(devs) > 0 {
+			addV1(c, devs, topo)
+		}
+	}
+}
+
+// addV1 appends one ContainerDevices per device id, as the kubelet does: a
+// device on several NUMA nodes appears once per node, a device of unknown
+// topology once with no topology. An id the container already has under the
+// resource is not added again; a Replace device first drops what the
+// kubelet reported for its resource (HAMi's device plugin reports ids that
+// name no real device).
+func addV1(c *v1.ContainerResources, devs []state.Device, topo TopologyFunc) {
+	var replaced map[string]bool
+	for _, d := range devs {
+		if d.Replace && !replaced[d.Resource] {
+			c.Devices = slices.DeleteFunc(c.Devices, func(x *v1.ContainerDevices) bool { return x.GetResourceName() == d.Resource })
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[d.Resource] = true
+		}
+		for _, id := range d.IDs {
+			if id == "" || hasV1(c.Devices, d.Resource, id) {
+				continue
+			}
+			var nodes []int64
+			if topo != nil {
+				nodes = topo(id)
+			}
+			if len(nodes) == 0 {
+				c.Devices = append(c.Devices, &v1.ContainerDevices{ResourceName: d.Resource, DeviceIds: []string{id}})
+				continue
+			}
+			for _, n := range nodes {
+				c.Devices = append(c.Devices, &v1.ContainerDevices{
+					ResourceName: d.Resource,
+					DeviceIds:    []string{id},
+					Topology:     &v1.TopologyInfo{Nodes: []*v1.NUMANode{{ID: n}}},
+				})
+			}
+		}
+	}
+}
+
+func hasV1(devs []*v1.ContainerDevices, resource, id string) bool {
+	for _, d := range devs {
+		if d.GetResourceName() == resource && slices.Contains(d.GetDeviceIds(), id) {
+			return true
+		}
+	}
+	return false
+}
+
+// mergeV1alpha1 adds a plan's devices to a v1alpha1 pod. v1alpha1 lists app
+// containers only and has no topology, exactly as the kubelet's.
+func mergeV1alpha1(pod *v1alpha1.PodResources, p plan) {
+	if p.empty() || len(pod.GetContainers()) == 0 {
+		return
+	}
+	if p.toLast != nil {
+		addV1alpha1(pod.Containers[len(pod.Containers)-1], p.toLast)
+		return
+	}
+	for _, c := range pod.Containers {
+		if devs := p.assign[c.GetName()]; len(devs) > 0 {
+			addV1alpha1(c, devs)
+		}
+	}
+}
+
+func addV1alpha1(c *v1alpha1.ContainerResources, devs []state.Device) {
+	var replaced map[string]bool
+	for _, d := range devs {
+		if d.Replace && !replaced[d.Resource] {
+			c.Devices = slices.DeleteFunc(c.Devices, func(x *v1alpha1.ContainerDevices) bool { return x.GetResourceName() == d.Resource })
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[d.Resource] = true
+		}
+		for _, id := range d.IDs {
+			if id == "" || hasV1alpha1(c.Devices, d.Resource, id) {
+				continue
+			}
+			c.Devices = append(c.Devices, &v1alpha1.ContainerDevices{ResourceName: d.Resource, DeviceIds: []string{id}})
+		}
+	}
+}
+
+func hasV1alpha1(devs []*v1alpha1.ContainerDevices, resource, id string) bool {
+	for _, d := range devs {
+		if d.GetResourceName() == resource && slices.Contains(d.GetDeviceIds(), id) {
+			return true
+		}
+	}
+	return false
+}
+
+// mergeAllocatable adds inventory devices to GetAllocatableResources, skipping
+// any (resource, id) the kubelet already reports, so NFD and RTE, which
+// subtract List from Allocatable per resource name, count each device once.
+// A device on several NUMA nodes comes as one entry per node, so only the
+// kubelet's own entries count as duplicates.
+func mergeAllocatable(resp *v1.AllocatableResourcesResponse, extra []*v1.ContainerDevices) {
+	kubelet := resp.Devices
+	for _, d := range extra {
+		ids := slices.DeleteFunc(slices.Clone(d.GetDeviceIds()), func(id string) bool { return hasV1(kubelet, d.GetResourceName(), id) })
+		if len(ids) == 0 {
+			continue
+		}
+		resp.Devices = append(resp.Devices, &v1.ContainerDevices{ResourceName: d.GetResourceName(), DeviceIds: ids, Topology: d.GetTopology()})
+	}
+}

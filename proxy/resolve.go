@@ -1,0 +1,135 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// plan is what the proxy adds to one pod of a kubelet answer.
+type plan struct {
+	// assign gives each container its devices, by name.
+	assign allocator.Assignment
+	// toLast holds devices of a pod whose spec was never seen while /pods is
+	// unreachable: they go to the last container the kubelet lists, which
+	// is always an app container (sidecars come first), never a sidecar.
+	toLast []state.Device
+}
+
+func (p plan) empty() bool { return len(p.assign) == 0 && len(p.toLast) == 0 }
+
+// resolver decides, for the pods of a kubelet answer, which devices to add.
+// It answers from the store when the pod's sandbox is live and everything
+// needed is known; otherwise it waits for a /pods read that started after the
+// query arrived (shared with concurrent queries), because a pod being created
+// (Multus asks during CNI ADD, before the sandbox exists) must be answered
+// with its annotation, and PodResources has no UID to tell a recreated pod
+// from its predecessor.
+type resolver struct {
+	store      *state.Store
+	pods       *kubeletpods.Reader // nil: no /pods source, every read fails
+	allocators *allocator.Set
+	metrics    *Metrics
+}
+
+// errNoPodsSource is returned when a read is needed but none is configured.
+var errNoPodsSource = errors.New("no kubelet /pods source is configured")
+
+// plans returns one plan per key. It fails with Unavailable when some pod is
+// unknown to the store and /pods cannot be read: an answer silently missing
+// that pod's devices is worse than an error, since Multus would configure the
+// pod's network without its VF and Antrea caches empty answers.
+func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.Time) ([]plan, error) {
+	plans := make([]plan, len(keys))
+	var need []int
+	for i, k := range keys {
+		rec, ok := r.store.Live(k)
+		if ok && (len(rec.Devices) == 0 || rec.Spec != nil) {
+			plans[i] = r.planFor(rec)
+			continue
+		}
+		need = append(need, i)
+	}
+	if len(need) == 0 {
+		return plans, nil
+	}
+	snap, err := r.read(ctx, arrived)
+	if err != nil {
+		for _, i := range need {
+			rec, ok := r.store.Live(keys[i])
+			if !ok {
+				return nil, status.Errorf(codes.Unavailable,
+					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
+					keys[i].Name, keys[i].Namespace, err)
+			}
+			plans[i] = plan{toLast: rec.Devices}
+			if r.metrics != nil {
+				r.metrics.unattributed.Inc()
+			}
+		}
+		return plans, nil
+	}
+	for _, i := range need {
+		kp, ok := snap.Lookup(keys[i])
+		if !ok {
+			// The kubelet lists it but its /pods no longer does: the pod
+			// was just deleted. Answer what the kubelet answered.
+			continue
+		}
+		rec, ok := r.store.Get(kp.UID)
+		if !ok {
+			continue // pruned meanwhile; nothing to add for a deleted pod
+		}
+		plans[i] = r.planFor(rec)
+	}
+	return plans, nil
+}
+
+func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Snapshot, error) {
+	if r.pods == nil {
+		return nil, errNoPodsSource
+	}
+	snap, err := r.pods.ReadAfter(ctx, arrived)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, fmt.Errorf("waiting for /pods: %w", ctxErr)
+		}
+		return nil, err
+	}
+	return snap, nil
+}
+
+// planFor attributes a record's devices to its containers.
+func (r *resolver) planFor(rec *state.Record) plan {
+	if len(rec.Devices) == 0 {
+		return plan{}
+	}
+	a, ok := r.allocators.Assign(rec.Spec, rec.Devices)
+	if !ok {
+		return plan{toLast: rec.Devices}
+	}
+	return plan{assign: a}
+}
+
+// RecordingFetch wraps a /pods read so that every successful read is recorded
+// in the store, once per read however many queries share it: pods seen there
+// become pending records with their spec and decoded allocations, which is
+// what lets a pod first learned from NRI cost one /pods read, once.
+func RecordingFetch(read kubeletpods.Fetch, store *state.Store) kubeletpods.Fetch {
+	return func(ctx context.Context) ([]state.KubeletPod, error) {
+		pods, err := read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		store.ObserveKubeletPods(pods)
+		return pods, nil
+	}
+}

@@ -1,0 +1,238 @@
+// Package proxy serves the kubelet's PodResources API (v1 List, Get,
+// GetAllocatableResources and v1alpha1 List) on its own unix socket. Each
+// answer is the kubelet's own answer, edited in place to add the devices a
+// centralized scheduler recorded in the pods' annotations; clients cannot
+// tell it from the kubelet except that they now see those devices.
+//
+// The server is composed like the kubelet's own: the upstream kubelet
+// answers which pods and containers exist, the resolver (store + /pods
+// reads + allocator decoders) says which devices each pod gets, and the
+// inventory says where devices sit (NUMA) and what the node has.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Socket is where the proxy serves; never the kubelet's socket.
+	Socket string
+	// KubeletSocket is the kubelet's PodResources socket (path or unix:// URL).
+	KubeletSocket string
+	// MaxMessageSize bounds kubelet answers; 0 means DefaultMaxMessageSize.
+	MaxMessageSize int
+	// RateLimitQPS and RateLimitBurst are the endpoint's token bucket;
+	// QPS <= 0 disables it.
+	RateLimitQPS   float64
+	RateLimitBurst int
+	Log            logrus.FieldLogger
+}
+
+// Deps are the providers the server composes answers from.
+type Deps struct {
+	Store      *state.Store
+	Pods       *kubeletpods.Reader // fresh /pods reads; nil answers pods unknown to the store with Unavailable
+	Allocators *allocator.Set
+	// Topology gives added devices their NUMA nodes; nil adds none.
+	Topology TopologyFunc
+	// Allocatable lists the inventory's devices for GetAllocatableResources
+	// in the kubelet's shape; nil adds none.
+	Allocatable func() []*v1.ContainerDevices
+	Metrics     *Metrics
+}
+
+// Server is the PodResources proxy.
+type Server struct {
+	cfg      Config
+	deps     Deps
+	log      logrus.FieldLogger
+	up       *upstream
+	resolver *resolver
+	grpc     *grpc.Server
+	ready    atomic.Bool
+}
+
+// New checks the configuration and prepares the server; nothing is dialled
+// or listened on until Serve. The kubelet's socket need not exist yet.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if cfg.Socket == "" {
+		return nil, errors.New("proxy: no socket path")
+	}
+	if deps.Store == nil || deps.Allocators == nil {
+		return nil, errors.New("proxy: a store and an allocator set are required")
+	}
+	log := cfg.Log
+	if log == nil {
+		log = logrus.StandardLogger()
+	}
+	up, err := newUpstream(cfg.KubeletSocket, cfg.MaxMessageSize, deps.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:  cfg,
+		deps: deps,
+		log:  log,
+		up:   up,
+		resolver: &resolver{
+			store:      deps.Store,
+			pods:       deps.Pods,
+			allocators: deps.Allocators,
+			metrics:    deps.Metrics,
+		},
+	}
+	// Like the kubelet: the rate limit is the only server option, so
+	// message sizes and everything else keep gRPC's defaults.
+	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(rateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, deps.Metrics)))
+	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
+	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
+	return s, nil
+}
+
+// Serve listens on the socket and serves until ctx is done, then stops
+// gracefully (in-flight calls finish, bounded by a few seconds) and removes
+// the socket.
+func (s *Server) Serve(ctx context.Context) error {
+	defer s.up.Close()
+	l, err := listenSocket(s.cfg.Socket, s.cfg.KubeletSocket)
+	if err != nil {
+		return err
+	}
+	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(l) }()
+	s.ready.Store(true)
+	defer s.ready.Store(false)
+	select {
+	case err := <-errc:
+		l.Close()
+		return fmt.Errorf("serve PodResources on %s: %w", s.cfg.Socket, err)
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-stopped
+	}
+	<-errc
+	return l.Close()
+}
+
+// Ready reports whether the socket is being served.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+func keysV1(pods []*v1.PodResources) []state.PodKey {
+	keys := make([]state.PodKey, len(pods))
+	for i, p := range pods {
+		keys[i] = state.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
+	}
+	return keys
+}
+
+// v1Server serves v1.PodResourcesLister.
+type v1Server struct {
+	v1.UnimplementedPodResourcesListerServer
+	s *Server
+}
+
+func (v *v1Server) List(ctx context.Context, req *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
+	arrived := time.Now()
+	defer func() { v.s.deps.Metrics.request("v1", "List", err != nil) }()
+	resp, err = v.s.up.List(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	plans, err := v.s.resolver.plans(ctx, keysV1(resp.GetPodResources()), arrived)
+	if err != nil {
+		v.s.log.WithError(err).Warn("List answered with an error")
+		return nil, err
+	}
+	for i, pod := range resp.GetPodResources() {
+		mergeV1(pod, plans[i], v.s.deps.Topology)
+	}
+	return resp, nil
+}
+
+func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
+	arrived := time.Now()
+	defer func() { v.s.deps.Metrics.request("v1", "Get", err != nil) }()
+	resp, err = v.s.up.Get(ctx, req)
+	if err != nil {
+		return nil, err // "pod X in namespace Y not found" (Unknown) passes through as is
+	}
+	pod := resp.GetPodResources()
+	if pod == nil {
+		return resp, nil
+	}
+	plans, err := v.s.resolver.plans(ctx, keysV1([]*v1.PodResources{pod}), arrived)
+	if err != nil {
+		v.s.log.WithError(err).Warn("Get answered with an error")
+		return nil, err
+	}
+	mergeV1(pod, plans[0], v.s.deps.Topology)
+	return resp, nil
+}
+
+func (v *v1Server) GetAllocatableResources(ctx context.Context, req *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
+	defer func() { v.s.deps.Metrics.request("v1", "GetAllocatableResources", err != nil) }()
+	resp, err = v.s.up.GetAllocatableResources(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if v.s.deps.Allocatable != nil {
+		mergeAllocatable(resp, v.s.deps.Allocatable())
+	}
+	return resp, nil
+}
+
+// v1alpha1Server serves v1alpha1.PodResourcesLister, which old clients
+// (DCGM exporter up to 4.2.3-4.1.1, Antrea, Multus up to 3.7.1) still call.
+type v1alpha1Server struct {
+	v1alpha1.UnimplementedPodResourcesListerServer
+	s *Server
+}
+
+func (v *v1alpha1Server) List(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
+	arrived := time.Now()
+	defer func() { v.s.deps.Metrics.request("v1alpha1", "List", err != nil) }()
+	resp, err = v.s.up.ListV1alpha1(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	pods := resp.GetPodResources()
+	keys := make([]state.PodKey, len(pods))
+	for i, p := range pods {
+		keys[i] = state.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
+	}
+	plans, err := v.s.resolver.plans(ctx, keys, arrived)
+	if err != nil {
+		v.s.log.WithError(err).Warn("v1alpha1 List answered with an error")
+		return nil, err
+	}
+	for i, pod := range pods {
+		mergeV1alpha1(pod, plans[i])
+	}
+	return resp, nil
+}
+
+// unavailable reports whether err is the proxy's own "devices unknown" error.
+func unavailable(err error) bool { return status.Code(err) == codes.Unavailable }

@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+const (
+	socketDirMode  = 0o750
+	socketFileMode = 0o660
+)
+
+// socketListener is a unix listener whose socket file appeared atomically
+// under its final name and is removed on Close only while it is still ours.
+type socketListener struct {
+	net.Listener
+	path string
+	info os.FileInfo // the socket file we created, to recognise it later
+
+	once sync.Once
+}
+
+// listenSocket creates path the way the kubelet creates its own socket, so
+// that clients watching the directory never see a half-made socket: listen on
+// a temporary name in the same directory, restrict its permissions, then
+// rename it over any stale socket. The directory gets 0750 and the socket
+// 0660: the API exposes every pod's devices and clients must be privileged.
+// It refuses to replace anything that is not a socket, and refuses the
+// kubelet's own socket path, which would break the kubelet's API.
+func listenSocket(path, kubeletSocket string) (*socketListener, error) {
+	path = filepath.Clean(path)
+	if kubeletSocket != "" && sameSocket(path, kubeletSocket) {
+		return nil, fmt.Errorf("socket %s is the kubelet's own socket: give podres-proxy a directory of its own (default /var/run/podres-proxy/pod-resources)", path)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, socketDirMode); err != nil {
+		return nil, fmt.Errorf("create socket directory %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, socketDirMode); err != nil {
+		return nil, fmt.Errorf("restrict socket directory %s: %w", dir, err)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != os.ModeSocket {
+		return nil, fmt.Errorf("%s exists and is not a socket (%s): refusing to replace it", path, fi.Mode().Type())
+	}
+	tmp := filepath.Join(dir, fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
+	_ = os.Remove(tmp) // left over by a crashed run with our pid
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", tmp, err)
+	}
+	ul := l.(*net.UnixListener)
+	// The socket file now belongs to us; closing must not unlink tmp after
+	// the rename (it would unlink nothing, or worse, a successor's file).
+	ul.SetUnlinkOnClose(false)
+	fail := func(err error) (*socketListener, error) {
+		l.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Chmod(tmp, socketFileMode); err != nil {
+		return fail(fmt.Errorf("restrict socket %s: %w", tmp, err))
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(fmt.Errorf("move socket into place at %s: %w", path, err))
+	}
+	info, err := os.Lstat(path)
+	if err != nil {
+		return fail(fmt.Errorf("stat socket %s: %w", path, err))
+	}
+	return &socketListener{Listener: l, path: path, info: info}, nil
+}
+
+// Close stops listening and removes the socket file if it is still the one
+// we created; a newer instance may already have replaced it.
+func (l *socketListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() {
+		if fi, statErr := os.Lstat(l.path); statErr == nil && os.SameFile(fi, l.info) {
+			if rmErr := os.Remove(l.path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
+				err = fmt.Errorf("remove socket %s: %w", l.path, rmErr)
+			}
+		}
+	})
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// sameSocket reports whether a and b name the same socket: the same path
+// after cleaning and resolving the directory's symlinks, or the same file.
+func sameSocket(a, b string) bool {
+	a, b = filepath.Clean(a), filepath.Clean(b)
+	if a == b {
+		return true
+	}
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil && os.SameFile(fa, fb) {
+			return true
+		}
+	}
+	ra, errA := filepath.EvalSymlinks(filepath.Dir(a))
+	rb, errB := filepath.EvalSymlinks(filepath.Dir(b))
+	return errA == nil && errB == nil && filepath.Join(ra, filepath.Base(a)) == filepath.Join(rb, filepath.Base(b))
+}

@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func tempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "prs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestSocketIsPrivateAndInItsOwnDirectory(t *testing.T) {
+	dir := tempDir(t)
+	path := filepath.Join(dir, "pod-resources", "kubelet.sock")
+	l, err := listenSocket(path, filepath.Join(dir, "kubelet", "kubelet.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm()&^socketFileMode != 0 {
+		t.Errorf("socket mode %v, want a socket no wider than %o", fi.Mode(), socketFileMode)
+	}
+	di, _ := os.Stat(filepath.Dir(path))
+	if di.Mode().Perm() != socketDirMode {
+		t.Errorf("directory mode %o, want %o", di.Mode().Perm(), socketDirMode)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want only the socket (no temporary left)", len(entries))
+	}
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("the socket does not accept connections: %v", err)
+	}
+	c.Close()
+}
+
+func TestStaleSocketIsReplaced(t *testing.T) {
+	dir := tempDir(t)
+	path := filepath.Join(dir, "kubelet.sock")
+	stale, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close() // a crashed instance leaves its socket file behind
+	l, err := listenSocket(path, "")
+	if err != nil {
+		t.Fatalf("a stale socket must be replaced: %v", err)
+	}
+	defer l.Close()
+	if c, err := net.Dial("unix", path); err != nil {
+		t.Fatalf("the new socket does not answer: %v", err)
+	} else {
+		c.Close()
+	}
+}
+
+func TestSocketNeverReplacesTheKubeletsSocket(t *testing.T) {
+	dir := tempDir(t)
+	kubelet := filepath.Join(dir, "pod-resources", "kubelet.sock")
+	kl, err := net.Listen("unix", kubelet)
+	if err != nil {
+		if err := os.MkdirAll(filepath.Dir(kubelet), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if kl, err = net.Listen("unix", kubelet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer kl.Close()
+	for _, path := range []string{kubelet, filepath.Join(dir, "pod-resources", ".", "kubelet.sock")} {
+		if l, err := listenSocket(path, kubelet); err == nil {
+			l.Close()
+			t.Fatalf("listenSocket(%s) replaced the kubelet's socket", path)
+		} else if !strings.Contains(err.Error(), "kubelet's own socket") {
+			t.Errorf("unclear error: %v", err)
+		}
+	}
+	if c, err := net.Dial("unix", kubelet); err != nil {
+		t.Fatalf("the kubelet's socket was harmed: %v", err)
+	} else {
+		c.Close()
+	}
+}
+
+func TestSocketRefusesToReplaceAFile(t *testing.T) {
+	dir := tempDir(t)
+	path := filepath.Join(dir, "kubelet.sock")
+	if err := os.WriteFile(path, []byte("not a socket"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := listenSocket(path, ""); err == nil {
+		l.Close()
+		t.Fatal("replaced a regular file")
+	}
+	if b, _ := os.ReadFile(path); string(b) != "not a socket" {
+		t.Error("the file was changed")
+	}
+}
+
+func TestCloseRemovesOnlyOurSocket(t *testing.T) {
+	dir := tempDir(t)
+	path := filepath.Join(dir, "kubelet.sock")
+	first, err := listenSocket(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new instance takes over before the old one shuts down (rolling update).
+	second, err := listenSocket(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the old instance removed the new instance's socket: %v", err)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Fatalf("clean shutdown left the socket behind: %v", err)
+	}
+}

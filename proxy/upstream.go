@@ -1,0 +1,110 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+)
+
+// DefaultMaxMessageSize bounds the kubelet answers the proxy accepts. Busy
+// nodes already exceed gRPC's 4 MiB default; clients conventionally accept
+// 16 MiB, and the proxy must never be the first to fail.
+const DefaultMaxMessageSize = 64 << 20
+
+// upstream is the connection to the kubelet's PodResources socket. The
+// connection is made lazily and remade by gRPC when the kubelet restarts
+// (its socket is replaced by a new inode); a missing socket makes calls fail
+// fast with Unavailable instead of stopping the daemon.
+type upstream struct {
+	conn    *grpc.ClientConn
+	v1      v1.PodResourcesListerClient
+	v1alpha v1alpha1.PodResourcesListerClient
+	metrics *Metrics
+}
+
+// SocketTarget turns a socket path or a unix:// URL into a gRPC target.
+func SocketTarget(socket string) (string, error) {
+	switch {
+	case strings.HasPrefix(socket, "unix://"):
+		return socket, nil
+	case strings.HasPrefix(socket, "unix:"):
+		return "unix://" + strings.TrimPrefix(socket, "unix:"), nil
+	case strings.Contains(socket, "://"):
+		return "", fmt.Errorf("socket %q: only unix sockets are supported", socket)
+	case socket == "":
+		return "", fmt.Errorf("empty socket path")
+	default:
+		return "unix://" + socket, nil
+	}
+}
+
+func newUpstream(socket string, maxMsg int, m *Metrics) (*upstream, error) {
+	target, err := SocketTarget(socket)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet socket: %w", err)
+	}
+	if maxMsg <= 0 {
+		maxMsg = DefaultMaxMessageSize
+	}
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg)),
+		// gRPC's default reconnect backoff grows to two minutes; the kubelet
+		// usually restarts in seconds and clients retry on their own, so the
+		// proxy should notice within a second or two.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet socket %s: %w", socket, err)
+	}
+	return &upstream{
+		conn:    conn,
+		v1:      v1.NewPodResourcesListerClient(conn),
+		v1alpha: v1alpha1.NewPodResourcesListerClient(conn),
+		metrics: m,
+	}, nil
+}
+
+func (u *upstream) Close() error { return u.conn.Close() }
+
+// observe records an upstream call's latency and passes its error through
+// untouched: the kubelet's own codes and messages are part of the API.
+func (u *upstream) observe(method string, start time.Time, err error) error {
+	u.metrics.upstream(method, status.Code(err), time.Since(start))
+	return err
+}
+
+func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
+	start := time.Now()
+	resp, err := u.v1.List(ctx, req)
+	return resp, u.observe("List", start, err)
+}
+
+func (u *upstream) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1.GetPodResourcesResponse, error) {
+	start := time.Now()
+	resp, err := u.v1.Get(ctx, req)
+	return resp, u.observe("Get", start, err)
+}
+
+func (u *upstream) GetAllocatableResources(ctx context.Context, req *v1.AllocatableResourcesRequest) (*v1.AllocatableResourcesResponse, error) {
+	start := time.Now()
+	resp, err := u.v1.GetAllocatableResources(ctx, req)
+	return resp, u.observe("GetAllocatableResources", start, err)
+}
+
+func (u *upstream) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (*v1alpha1.ListPodResourcesResponse, error) {
+	start := time.Now()
+	resp, err := u.v1alpha.List(ctx, req)
+	return resp, u.observe("v1alpha1.List", start, err)
+}
