@@ -3,10 +3,286 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/plugin"
+	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/state"
 )
 
-// runServe is a placeholder until the command lands.
-func runServe(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("not implemented yet")
+const (
+	defaultSocket        = "/var/run/podres-proxy/pod-resources/kubelet.sock"
+	defaultKubeletSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	defaultTokenFile     = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	defaultStateDir      = "/var/lib/podres-proxy"
+	defaultNRISocket     = "/var/run/nri/nri.sock"
+	defaultCRISocket     = "unix:///run/containerd/containerd.sock"
+	defaultMetricsAddr   = "127.0.0.1:9477"
+)
+
+// serveConfig is the command line of serve.
+type serveConfig struct {
+	socket, kubeletSocket                          string
+	podsURL, tokenFile, caFile                     string
+	insecureTLS                                    bool
+	podsTimeout                                    time.Duration
+	stateDir                                       string
+	pruneAfter                                     time.Duration
+	nriSocket, nriName, nriIndex                   string
+	criSocket                                      string
+	criInterval                                    time.Duration
+	metricsAddr                                    string
+	qps                                            float64
+	burst                                          int
+	logLevel                                       string
+	koordGPUResource, koordRDMAResource, koordFPGA string
+
+	tokenFileSet bool
+}
+
+func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
+	c := &serveConfig{}
+	fs := newFlagSet("serve", stderr)
+	fs.StringVar(&c.socket, "socket", defaultSocket, "where to serve the PodResources API; consumers mount its directory in place of /var/lib/kubelet/pod-resources")
+	fs.StringVar(&c.kubeletSocket, "kubelet-socket", defaultKubeletSocket, "the kubelet's PodResources socket (path or unix:// URL)")
+	fs.StringVar(&c.podsURL, "kubelet-pods-url", "", "the kubelet's /pods endpoint (default https://$NODE_IP:10250/pods; http://127.0.0.1:10255/pods for the read-only port)")
+	fs.StringVar(&c.tokenFile, "kubelet-token-file", defaultTokenFile, "bearer token for /pods, re-read when it changes (default the service-account token, used when present)")
+	fs.StringVar(&c.caFile, "kubelet-ca-file", "", "CA bundle to verify the kubelet's serving certificate (default the system roots)")
+	fs.BoolVar(&c.insecureTLS, "kubelet-insecure-tls", false, "do not verify the kubelet's serving certificate (self-signed kubelet certificates)")
+	fs.DurationVar(&c.podsTimeout, "kubelet-pods-timeout", 5*time.Second, "time limit for one /pods read")
+	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir, "the persisted state store (one JSON file per pod)")
+	fs.DurationVar(&c.pruneAfter, "prune-after", state.DefaultPruneAfter, "how long removed pods stay in the state store")
+	fs.StringVar(&c.nriSocket, "nri-socket", defaultNRISocket, "the runtime's NRI socket; empty disables the NRI plugin")
+	fs.StringVar(&c.nriName, "nri-plugin-name", "podres-proxy", "NRI plugin name (ignored when the runtime launches the plugin)")
+	fs.StringVar(&c.nriIndex, "nri-plugin-index", "90", "NRI plugin index; observers run last (ignored when the runtime launches the plugin)")
+	fs.StringVar(&c.criSocket, "cri-socket", defaultCRISocket, "the runtime's CRI socket, to reconcile what NRI missed; empty disables reconciling")
+	fs.DurationVar(&c.criInterval, "cri-reconcile-interval", 30*time.Second, "how often to reconcile the state store against CRI")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics, /healthz and /readyz; empty disables")
+	fs.Float64Var(&c.qps, "rate-limit-qps", proxy.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
+	fs.IntVar(&c.burst, "rate-limit-burst", proxy.DefaultRateLimitBurst, "burst of the rate limit")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.koordGPUResource, "koordinator-gpu-resource", "nvidia.com/gpu", "resource name Koordinator GPUs are reported as")
+	fs.StringVar(&c.koordRDMAResource, "koordinator-rdma-resource", "koordinator.sh/rdma", "resource name Koordinator RDMA devices are reported as")
+	fs.StringVar(&c.koordFPGA, "koordinator-fpga-resource", "koordinator.sh/fpga", "resource name Koordinator FPGAs are reported as")
+	return c, func(args []string) error {
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+		}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "kubelet-token-file" {
+				c.tokenFileSet = true
+			}
+		})
+		return c.complete()
+	}
+}
+
+// complete fills defaults that depend on the environment and checks the
+// combination of flags.
+func (c *serveConfig) complete() error {
+	if c.podsURL == "" {
+		ip := os.Getenv("NODE_IP")
+		if ip == "" {
+			return usageError{errors.New("set --kubelet-pods-url, or NODE_IP (the downward API's status.hostIP) for the default https://$NODE_IP:10250/pods")}
+		}
+		c.podsURL = "https://" + net.JoinHostPort(ip, "10250") + "/pods"
+	}
+	if !c.tokenFileSet {
+		if _, err := os.Stat(c.tokenFile); err != nil {
+			c.tokenFile = "" // not in a pod: no service-account token to send
+		}
+	}
+	if c.qps < 0 || c.burst < 0 {
+		return usageError{errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative")}
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	c, parse := serveFlags(stderr)
+	if err := parse(args); err != nil {
+		return err
+	}
+	log := logrus.New()
+	log.SetOutput(stderr)
+	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	level, err := logrus.ParseLevel(c.logLevel)
+	if err != nil {
+		return usageError{fmt.Errorf("--log-level: %w", err)}
+	}
+	log.SetLevel(level)
+	return serve(ctx, c, log)
+}
+
+// serve runs every part until ctx is done or one of them fails.
+func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := proxy.NewMetrics(reg)
+
+	allocators := allocator.NewSet(log, metrics.AnnotationError,
+		allocator.NewKoordinator(allocator.KoordinatorOptions{
+			GPUResource:  c.koordGPUResource,
+			RDMAResource: c.koordRDMAResource,
+			FPGAResource: c.koordFPGA,
+		}))
+
+	store, err := state.Open(c.stateDir, state.Options{Decoder: allocators, PruneAfter: c.pruneAfter, Log: log})
+	if err != nil {
+		return fmt.Errorf("open state store: %w", err)
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.WithError(err).Error("closing the state store")
+		}
+	}()
+	registerStoreMetrics(reg, store)
+
+	pods, err := kubeletpods.NewClient(kubeletpods.Config{
+		URL:         c.podsURL,
+		TokenFile:   c.tokenFile,
+		CAFile:      c.caFile,
+		InsecureTLS: c.insecureTLS,
+		Timeout:     c.podsTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("kubelet /pods client: %w", err)
+	}
+	if c.insecureTLS {
+		log.Warn("--kubelet-insecure-tls: the kubelet's serving certificate is not verified")
+	}
+	reader := kubeletpods.NewReader(proxy.RecordingFetch(pods.Pods, store),
+		kubeletpods.ReaderOptions{Timeout: c.podsTimeout, OnRead: metrics.ObservePodsRead})
+
+	srv, err := proxy.New(proxy.Config{
+		Socket:         c.socket,
+		KubeletSocket:  c.kubeletSocket,
+		RateLimitQPS:   c.qps,
+		RateLimitBurst: c.burst,
+		Log:            log,
+	}, proxy.Deps{Store: store, Pods: reader, Allocators: allocators, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	start := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+
+	start("proxy", srv.Serve)
+	var nri *plugin.Plugin
+	if c.nriSocket != "" {
+		nri, err = plugin.New(store, plugin.Options{Socket: c.nriSocket, Name: c.nriName, Index: c.nriIndex, Log: log})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("NRI plugin: %w", err)
+		}
+		start("NRI plugin", nri.Run)
+	} else {
+		log.Info("NRI plugin disabled (--nri-socket is empty): pods are learned from /pods and CRI only")
+	}
+	if c.criSocket != "" {
+		rec, err := plugin.NewReconciler(store, plugin.ReconcilerOptions{Endpoint: c.criSocket, Interval: c.criInterval, Log: log})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("CRI reconciler: %w", err)
+		}
+		start("CRI reconciler", rec.Run)
+	} else {
+		log.Info("CRI reconciling disabled (--cri-socket is empty)")
+	}
+	if c.metricsAddr != "" {
+		start("metrics server", func(ctx context.Context) error {
+			return serveMetrics(ctx, c.metricsAddr, reg, srv.Ready, log)
+		})
+	}
+
+	<-ctx.Done()
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	if len(all) == 0 {
+		log.Info("stopped")
+	}
+	return errors.Join(all...)
+}
+
+// serveMetrics serves /metrics, /healthz (the process answers) and /readyz
+// (the PodResources socket is being served) until ctx is done.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, ready func() bool, log logrus.FieldLogger) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "the PodResources socket is not served yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.WithField("addr", l.Addr().String()).Info("serving /metrics, /healthz and /readyz")
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+// registerStoreMetrics exposes the state store's counters.
+func registerStoreMetrics(reg prometheus.Registerer, store *state.Store) {
+	gauge := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "podres_proxy", Subsystem: "state", Name: name, Help: help},
+			func() float64 { return f(store.Stats()) })
+	}
+	reg.MustRegister(
+		gauge("records", "Pod records in the state store.", func(s state.Stats) float64 { return float64(s.Records) }),
+		gauge("writes_total", "Record files written.", func(s state.Stats) float64 { return float64(s.Writes) }),
+		gauge("write_errors_total", "Record writes that failed and will be retried.", func(s state.Stats) float64 { return float64(s.WriteErrors) }),
+		gauge("corrupt_files_total", "Record files set aside as corrupt.", func(s state.Stats) float64 { return float64(s.CorruptFiles) }),
+	)
 }
