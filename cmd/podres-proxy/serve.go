@@ -17,10 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -37,20 +39,24 @@ const (
 
 // serveConfig is the command line of serve.
 type serveConfig struct {
-	socket, kubeletSocket                          string
-	podsURL, tokenFile, caFile                     string
-	insecureTLS                                    bool
-	podsTimeout                                    time.Duration
-	stateDir                                       string
-	pruneAfter                                     time.Duration
-	nriSocket, nriName, nriIndex                   string
-	criSocket                                      string
-	criInterval                                    time.Duration
-	metricsAddr                                    string
-	qps                                            float64
-	burst                                          int
-	logLevel                                       string
-	koordGPUResource, koordRDMAResource, koordFPGA string
+	socket, kubeletSocket                   string
+	podsURL, tokenFile, caFile              string
+	insecureTLS                             bool
+	podsTimeout                             time.Duration
+	stateDir                                string
+	pruneAfter                              time.Duration
+	nriSocket, nriName, nriIndex            string
+	criSocket                               string
+	criInterval                             time.Duration
+	metricsAddr                             string
+	qps                                     float64
+	burst                                   int
+	logLevel                                string
+	gpuResource, rdmaResource, fpgaResource string
+	nodeName                                string
+	deviceCR                                bool
+	apiServer, apiTokenFile, apiCAFile      string
+	inventoryFile, sysfsRoot, procfsRoot    string
 
 	tokenFileSet bool
 }
@@ -61,7 +67,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.socket, "socket", defaultSocket, "where to serve the PodResources API; consumers mount its directory in place of /var/lib/kubelet/pod-resources")
 	fs.StringVar(&c.kubeletSocket, "kubelet-socket", defaultKubeletSocket, "the kubelet's PodResources socket (path or unix:// URL)")
 	fs.StringVar(&c.podsURL, "kubelet-pods-url", "", "the kubelet's /pods endpoint (default https://$NODE_IP:10250/pods; http://127.0.0.1:10255/pods for the read-only port)")
-	fs.StringVar(&c.tokenFile, "kubelet-token-file", defaultTokenFile, "bearer token for /pods, re-read when it changes (default the service-account token, used when present)")
+	fs.StringVar(&c.tokenFile, "kubelet-token-file", defaultTokenFile, "bearer token for /pods, re-read when it changes; the default service-account token is sent only when the file exists")
 	fs.StringVar(&c.caFile, "kubelet-ca-file", "", "CA bundle to verify the kubelet's serving certificate (default the system roots)")
 	fs.BoolVar(&c.insecureTLS, "kubelet-insecure-tls", false, "do not verify the kubelet's serving certificate (self-signed kubelet certificates)")
 	fs.DurationVar(&c.podsTimeout, "kubelet-pods-timeout", 5*time.Second, "time limit for one /pods read")
@@ -76,9 +82,17 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.Float64Var(&c.qps, "rate-limit-qps", proxy.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
 	fs.IntVar(&c.burst, "rate-limit-burst", proxy.DefaultRateLimitBurst, "burst of the rate limit")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&c.koordGPUResource, "koordinator-gpu-resource", "nvidia.com/gpu", "resource name Koordinator GPUs are reported as")
-	fs.StringVar(&c.koordRDMAResource, "koordinator-rdma-resource", "koordinator.sh/rdma", "resource name Koordinator RDMA devices are reported as")
-	fs.StringVar(&c.koordFPGA, "koordinator-fpga-resource", "koordinator.sh/fpga", "resource name Koordinator FPGAs are reported as")
+	fs.StringVar(&c.gpuResource, "gpu-resource-name", allocator.DefaultGPUResource, "resource name allocated GPUs (and the inventory's GPUs) are reported as; DCGM exporter expects nvidia.com/gpu")
+	fs.StringVar(&c.rdmaResource, "rdma-resource-name", allocator.DefaultRDMAResource, "resource name allocated RDMA devices (and the inventory's NICs and VFs) are reported as; Multus matches it with the NetworkAttachmentDefinition's resourceName")
+	fs.StringVar(&c.fpgaResource, "fpga-resource-name", allocator.DefaultFPGAResource, "resource name allocated FPGAs are reported as")
+	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
+	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
+	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+	fs.StringVar(&c.apiTokenFile, "api-token-file", inventory.DefaultTokenFile, "bearer token for the API server")
+	fs.StringVar(&c.apiCAFile, "api-ca-file", inventory.DefaultCAFile, "CA bundle to verify the API server")
+	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
+	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")
+	fs.StringVar(&c.procfsRoot, "procfs-root", "/proc", "where NVIDIA's driver publishes GPU UUIDs (driver/nvidia/gpus)")
 	return c, func(args []string) error {
 		if err := parseFlags(fs, args); err != nil {
 			return err
@@ -140,10 +154,15 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 
 	allocators := allocator.NewSet(log, metrics.AnnotationError,
 		allocator.NewKoordinator(allocator.KoordinatorOptions{
-			GPUResource:  c.koordGPUResource,
-			RDMAResource: c.koordRDMAResource,
-			FPGAResource: c.koordFPGA,
+			GPUResource:  c.gpuResource,
+			RDMAResource: c.rdmaResource,
+			FPGAResource: c.fpgaResource,
 		}))
+	inv, err := c.inventory(log)
+	if err != nil {
+		return fmt.Errorf("device inventory: %w", err)
+	}
+	names := inventory.ResourceNames{inventory.TypeGPU: c.gpuResource, inventory.TypeRDMA: c.rdmaResource, inventory.TypeFPGA: c.fpgaResource}
 
 	store, err := state.Open(c.stateDir, state.Options{Decoder: allocators, PruneAfter: c.pruneAfter, Log: log})
 	if err != nil {
@@ -178,7 +197,14 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		RateLimitQPS:   c.qps,
 		RateLimitBurst: c.burst,
 		Log:            log,
-	}, proxy.Deps{Store: store, Pods: reader, Allocators: allocators, Metrics: metrics})
+	}, proxy.Deps{
+		Store:       store,
+		Pods:        reader,
+		Allocators:  allocators,
+		Metrics:     metrics,
+		Topology:    inv.Topology,
+		Allocatable: func() []*podresourcesv1.ContainerDevices { return inv.Allocatable(names) },
+	})
 	if err != nil {
 		return err
 	}
@@ -186,7 +212,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	start := func(name string, run func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -198,6 +224,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		}()
 	}
 
+	// NFD asks GetAllocatableResources once at start: have the inventory
+	// before serving, then keep it fresh.
+	inv.Refresh(ctx)
+	start("inventory", inv.Run)
 	start("proxy", srv.Serve)
 	var nri *plugin.Plugin
 	if c.nriSocket != "" {
@@ -239,6 +269,24 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		log.Info("stopped")
 	}
 	return errors.Join(all...)
+}
+
+// inventory builds the device inventory from the configured sources.
+func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, error) {
+	cfg := inventory.Config{File: c.inventoryFile, Logger: log}
+	switch {
+	case !c.deviceCR:
+	case c.nodeName == "":
+		log.Info("Device object inventory off: no --node-name (or NODE_NAME)")
+	case c.apiServer == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "":
+		log.Info("Device object inventory off: not in a cluster and no --api-server")
+	default:
+		cfg.DeviceCR = &inventory.DeviceCROptions{APIServer: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile, NodeName: c.nodeName}
+	}
+	if c.sysfsRoot != "" {
+		cfg.Sysfs = &inventory.SysfsOptions{SysfsRoot: c.sysfsRoot, ProcRoot: c.procfsRoot, Logger: log}
+	}
+	return inventory.NewFromConfig(cfg)
 }
 
 // serveMetrics serves /metrics, /healthz (the process answers) and /readyz
