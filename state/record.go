@@ -118,10 +118,37 @@ type Device struct {
 	// the position in the allocator's own container list. Nil means the
 	// allocation is pod-level and attribution follows the pod spec.
 	ContainerIndex *int `json:"containerIndex,omitempty"`
+	// ContainerScope says which containers of the pod spec the allocator's
+	// list covers, that is what ContainerIndex counts; empty is ScopeAll.
+	ContainerScope ContainerScope `json:"containerScope,omitempty"`
+	// ContainerCount is the length of the allocator's container list, 0 when
+	// unknown. When it disagrees with the size of ContainerScope, the scope
+	// whose size it matches is used instead: HAMi changed which containers
+	// its list covers, and pods written before and after an upgrade coexist.
+	ContainerCount int `json:"containerCount,omitempty"`
+	// Index is the vendor's enumeration index (nvidia-smi index) when the
+	// allocator named the device by it (Volcano gpushare); like Minor, it is
+	// translated to an id through the node's device inventory.
+	Index *int64 `json:"index,omitempty"`
 	// Replace means the ids replace what the kubelet itself reported for
 	// Resource in that container instead of being appended to it.
 	Replace bool `json:"replace,omitempty"`
 }
+
+// ContainerScope names the containers of a PodSpec that a per-container
+// allocator's list covers, in PodSpec order.
+type ContainerScope string
+
+const (
+	// ScopeAll: every container, init and sidecar containers first (HAMi
+	// since its PR #1650).
+	ScopeAll ContainerScope = ""
+	// ScopeApp: the app containers only (HAMi before that).
+	ScopeApp ContainerScope = "app"
+	// ScopeRequesting: the app containers that request the device, as the
+	// allocator's decoder judges requests (Volcano vGPU).
+	ScopeRequesting ContainerScope = "requesting"
+)
 
 // Record is everything the node knows about one pod, keyed by UID. A Record
 // returned by the Store is shared and must not be modified.
