@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// gpuDecoder decodes "example.com/gpu: id,id" and fails on "bad".
+type gpuDecoder struct{}
+
+func (gpuDecoder) Relevant(key string) bool { return key == "example.com/gpu" }
+
+func (gpuDecoder) Decode(_ state.PodRef, ann map[string]string) ([]state.Device, []error) {
+	v := ann["example.com/gpu"]
+	if v == "bad" {
+		return nil, []error{errors.New("example.com/gpu: cannot decode \"bad\"")}
+	}
+	return []state.Device{{Allocator: "example", Resource: "nvidia.com/gpu", IDs: strings.Split(v, ",")}}, nil
+}
+
+// newStateDir writes a state directory with a running pod with two GPUs,
+// a pending pod whose annotation cannot be decoded, and a removed pod. The
+// store stays open (locked) until the test ends, as under a running serve.
+func newStateDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := state.Open(dir, state.Options{Decoder: gpuDecoder{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.ObserveSandbox(state.SourceNRI, state.Sandbox{ID: "5f2a9c0e7d1b4a3c8e6f", UID: "uid-train", Namespace: "ml", Name: "train-0",
+		Annotations: map[string]string{"example.com/gpu": "GPU-aaa,GPU-bbb"}, Ready: true})
+	s.ObserveContainer(state.SourceNRI, state.RuntimeContainer{ID: "c1", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "trainer", State: state.ContainerRunning})
+	s.ObserveContainer(state.SourceNRI, state.RuntimeContainer{ID: "c2", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "sidecar", State: state.ContainerStopped})
+	s.ObserveKubeletPods([]state.KubeletPod{{UID: "uid-web", Namespace: "default", Name: "web", Phase: "Pending",
+		Annotations: map[string]string{"example.com/gpu": "bad"}}})
+	s.ObserveSandbox(state.SourceCRI, state.Sandbox{ID: "sb-old", UID: "uid-old", Namespace: "ml", Name: "train-0", Ready: true})
+	s.SandboxRemoved(state.SourceCRI, "sb-old", "")
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestInspectTableShowsEachPodWithDevicesContainersAndDecodeErrors(t *testing.T) {
+	dir := newStateDir(t)
+	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) < 4 {
+		t.Fatalf("want a header and three pods:\n%s", out)
+	}
+	for _, col := range []string{"NAMESPACE", "NAME", "UID", "STATE", "SANDBOX", "CONTAINERS", "DEVICES", "ERRORS", "SOURCES", "UPDATED"} {
+		if !strings.Contains(lines[0], col) {
+			t.Errorf("header has no %s: %q", col, lines[0])
+		}
+	}
+	row := func(uid string) string {
+		for _, l := range lines {
+			if strings.Contains(l, " "+uid+" ") {
+				return l
+			}
+		}
+		t.Fatalf("no row for %s:\n%s", uid, out)
+		return ""
+	}
+	train := strings.Fields(row("uid-train"))
+	want := []string{"ml", "train-0", "uid-train", "ready", "5f2a9c0e7d1b4", "trainer:running,sidecar:stopped",
+		"nvidia.com/gpu=GPU-aaa,nvidia.com/gpu=GPU-bbb", "0", "nri"}
+	if len(train) < len(want) || strings.Join(train[:len(want)], " ") != strings.Join(want, " ") {
+		t.Errorf("row of the running pod:\n got %q\nwant %q", train, want)
+	}
+	web := strings.Fields(row("uid-web"))
+	if strings.Join(web[:9], " ") != "default web uid-web pending <none> <none> <none> 1 kubelet" {
+		t.Errorf("row of the pending pod: %q", web)
+	}
+	if old := strings.Fields(row("uid-old")); old[3] != "removed" {
+		t.Errorf("row of the removed pod: %q", old)
+	}
+	if !strings.Contains(out, `default/web (uid uid-web): example.com/gpu: cannot decode "bad"`) {
+		t.Errorf("the decode error is not shown in full:\n%s", out)
+	}
+	// Sorted by namespace, then name, then uid.
+	if !(strings.Index(out, "uid-web") < strings.Index(out, "uid-old") && strings.Index(out, "uid-old") < strings.Index(out, "uid-train")) {
+		t.Errorf("rows not sorted by namespace, name, uid:\n%s", out)
+	}
+}
+
+func TestInspectJSONIsTheListOfRecords(t *testing.T) {
+	dir := newStateDir(t)
+	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir, "-o", "json")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var generic []map[string]any
+	if err := json.Unmarshal([]byte(out), &generic); err != nil {
+		t.Fatalf("not a JSON list: %v\n%s", err, out)
+	}
+	if len(generic) != 3 {
+		t.Fatalf("%d records, want 3", len(generic))
+	}
+	for _, r := range generic {
+		for _, k := range []string{"uid", "namespace", "name", "state", "containers", "devices"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("record %v has no %q", r["uid"], k)
+			}
+		}
+	}
+	var recs []state.Record
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatal(err)
+	}
+	train := recs[2]
+	if train.UID != "uid-train" || train.SandboxID != "5f2a9c0e7d1b4a3c8e6f" || len(train.Devices) != 1 || len(train.Containers) != 2 {
+		t.Errorf("running pod in json: %+v", train)
+	}
+	if !strings.HasPrefix(out, "[\n  {\n    \"schemaVersion\": 1,") {
+		t.Errorf("json is not indented:\n%s", out[:min(len(out), 80)])
+	}
+}
+
+func TestInspectOfAnEmptyDirectoryPrintsAnEmptyList(t *testing.T) {
+	dir := t.TempDir()
+	code, out, _ := runCmd(t, "inspect", "--state-dir", dir, "-o", "json")
+	if code != 0 || out != "[]\n" {
+		t.Errorf("json of an empty state directory: exit %d, %q; want []", code, out)
+	}
+	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	if code != 0 || out != "" || !strings.Contains(errOut, "no pods in state directory") {
+		t.Errorf("table of an empty state directory: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestInspectFiltersByNamespaceAndName(t *testing.T) {
+	dir := newStateDir(t)
+	// The flag may come after the pod, as with kubectl.
+	code, out, errOut := runCmd(t, "inspect", "ml/train-0", "--state-dir", dir, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var recs []state.Record
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].Name != "train-0" || recs[1].Name != "train-0" {
+		t.Errorf("ml/train-0 gave %d records, want both sandboxes of that name: %+v", len(recs), recs)
+	}
+
+	code, out, errOut = runCmd(t, "inspect", "--state-dir", dir, "ml/nope")
+	want := "no pod ml/nope in state directory " + dir
+	if code != 1 || out != "" || !strings.Contains(errOut, want) {
+		t.Errorf("unknown pod: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, out, errOut, want)
+	}
+}
+
+func TestInspectWarnsAboutUnreadableFilesAndPrintsTheRest(t *testing.T) {
+	dir := newStateDir(t)
+	bad := filepath.Join(dir, "pods", "uid-broken.json")
+	if err := os.WriteFile(bad, []byte(`{"schemaVersion": 1, "uid": "uid-bro`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	if code != 0 {
+		t.Fatalf("exit %d with one bad file; want 0", code)
+	}
+	if !strings.Contains(errOut, "warning: record file "+bad) {
+		t.Errorf("stderr does not name the bad file: %q", errOut)
+	}
+	if !strings.Contains(out, "uid-train") {
+		t.Errorf("the good records were not printed:\n%s", out)
+	}
+	if _, err := os.Stat(bad); err != nil {
+		t.Errorf("inspect moved or removed the bad file: %v", err)
+	}
+}
+
+func TestInspectFailsWhenTheDirectoryCannotBeRead(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	if code != 1 || out != "" || !strings.Contains(errOut, dir) {
+		t.Errorf("missing directory: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestInspectRejectsBadArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"inspect", "-o", "yaml"},
+		{"inspect", "just-a-name"},
+		{"inspect", "a/b", "c/d"},
+		{"inspect", "/name"},
+		{"inspect", "--no-such-flag"},
+	} {
+		if code, _, errOut := runCmd(t, args...); code != 2 || errOut == "" {
+			t.Errorf("%q: exit %d, stderr %q; want a usage error (2)", args, code, errOut)
+		}
+	}
+}
+
+func TestAgeReadsLikeKubectl(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{
+		5 * time.Second:               "5s",
+		3*time.Minute + 7*time.Second: "3m7s",
+		42 * time.Minute:              "42m",
+		5*time.Hour + 30*time.Minute:  "5h30m",
+		72 * time.Hour:                "3d",
+		-time.Second:                  "0s",
+	} {
+		if got := age(now, now.Add(-d)); got != want {
+			t.Errorf("age(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if got := age(now, time.Time{}); got != "<unknown>" {
+		t.Errorf("age of a zero time = %q", got)
+	}
+}
