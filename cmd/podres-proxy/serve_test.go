@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
+)
+
+const gpuUUID = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+
+// freePort returns a loopback address nothing listens on.
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startServe runs `podres-proxy serve` in-process against a fake kubelet
+// and waits for /readyz. It returns the proxy's socket and state dir.
+func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...string) (socket, stateDir, metrics string) {
+	t.Helper()
+	socket = filepath.Join(dir, "proxy", "kubelet.sock")
+	stateDir = filepath.Join(dir, "state")
+	metrics = freePort(t)
+	args := append([]string{
+		"--socket", socket,
+		"--kubelet-socket", k.Socket,
+		"--kubelet-pods-url", k.PodsURL,
+		"--kubelet-token-file", k.TokenFile,
+		"--kubelet-ca-file", k.CAFile,
+		"--state-dir", stateDir,
+		"--nri-socket", "",
+		"--cri-socket", "",
+		"--metrics-addr", metrics,
+		"--log-level", "warn",
+	}, extra...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	logs := &syncWriter{}
+	go func() { done <- run(ctx, append([]string{"serve"}, args...), io.Discard, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d after a clean stop", code)
+		}
+		if _, err := os.Lstat(socket); !os.IsNotExist(err) {
+			t.Errorf("the socket is still there after a clean stop: %v", err)
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + metrics + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return socket, stateDir, metrics
+			}
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d at start: %s", code, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve not ready after 15s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestServeAnswersQueryAndInspect(t *testing.T) {
+	dir, err := os.MkdirTemp("", "prc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	k := fakekubelet.Start(t, dir)
+	k.SetPods(fakekubelet.NewPod("ml", "trainer", "uid-1",
+		fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
+			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpuUUID+`"}]}`),
+		fakekubelet.WithSidecar("logs", nil),
+		fakekubelet.WithContainer("train", map[string]string{"nvidia.com/gpu": "1"})))
+	socket, stateDir, metrics := startServe(t, k, dir)
+
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"query", "list", "--socket", socket}, &out, &errOut); code != 0 {
+		t.Fatalf("query list exited %d: %s", code, errOut.String())
+	}
+	if !regexpLine(out.String(), "ml", "trainer", "train", "nvidia.com/gpu", gpuUUID) {
+		t.Errorf("query list does not show the GPU on the train container:\n%s", out.String())
+	}
+	if regexpLine(out.String(), "logs", "nvidia.com/gpu") {
+		t.Errorf("query list shows the GPU on the sidecar:\n%s", out.String())
+	}
+
+	out.Reset()
+	if code := run(context.Background(), []string{"query", "get", "ml/trainer", "--socket", socket, "-o", "json"}, &out, &errOut); code != 0 {
+		t.Fatalf("query get exited %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), gpuUUID) {
+		t.Errorf("query get -o json misses the GPU:\n%s", out.String())
+	}
+
+	// The kubelet's own socket answers without the GPU: that is the point.
+	out.Reset()
+	if code := run(context.Background(), []string{"query", "--socket", k.Socket, "list"}, &out, &errOut); code != 0 {
+		t.Fatalf("query of the kubelet exited %d: %s", code, errOut.String())
+	}
+	if strings.Contains(out.String(), gpuUUID) {
+		t.Errorf("the kubelet's own answer has the GPU?\n%s", out.String())
+	}
+
+	// The read that answered the query recorded the pod; inspect shows it
+	// once it is durable, while serve runs.
+	var records []map[string]any
+	waitUntil(t, "the pod's record to be on disk", func() bool {
+		out.Reset()
+		if run(context.Background(), []string{"inspect", "--state-dir", stateDir, "-o", "json"}, &out, io.Discard) != 0 {
+			return false
+		}
+		records = nil
+		return json.Unmarshal(out.Bytes(), &records) == nil && len(records) == 1
+	})
+	if records[0]["uid"] != "uid-1" || records[0]["namespace"] != "ml" || !strings.Contains(out.String(), gpuUUID) {
+		t.Errorf("inspect -o json = %s", out.String())
+	}
+
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{
+		`podres_proxy_pod_resources_endpoint_requests_list{server_api_version="v1"} 1`,
+		`podres_proxy_pod_resources_endpoint_requests_get{server_api_version="v1"} 1`,
+		`podres_proxy_kubelet_pods_reads_total{result="ok"}`,
+		`podres_proxy_state_records 1`,
+	} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}
+
+func TestServeRefusesASecondInstanceOnTheSameStateDir(t *testing.T) {
+	dir, err := os.MkdirTemp("", "prc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	k := fakekubelet.Start(t, dir)
+	_, stateDir, _ := startServe(t, k, dir)
+	var errOut bytes.Buffer
+	code := run(context.Background(), []string{"serve",
+		"--socket", filepath.Join(dir, "second", "kubelet.sock"), "--kubelet-socket", k.Socket,
+		"--kubelet-pods-url", k.PodsURL, "--state-dir", stateDir, "--nri-socket", "", "--cri-socket", "", "--metrics-addr", ""},
+		io.Discard, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "in use") {
+		t.Fatalf("second serve on the same state dir: exit %d, %q; want a clear refusal", code, errOut.String())
+	}
+}
+
+func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
+	t.Setenv("NODE_IP", "")
+	for _, args := range [][]string{
+		{"serve", "--no-such-flag"},
+		{"serve", "--state-dir", "/x", "extra"},
+		{"serve", "--rate-limit-qps", "-1", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
+		{"serve"}, // neither --kubelet-pods-url nor NODE_IP
+	} {
+		var errOut bytes.Buffer
+		if code := run(context.Background(), args, io.Discard, &errOut); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2", args, code, errOut.String())
+		}
+	}
+}
+
+// regexpLine reports whether some line contains all the words in order.
+func regexpLine(text string, words ...string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := line, true
+		for _, w := range words {
+			i := strings.Index(rest, w)
+			if i < 0 {
+				ok = false
+				break
+			}
+			rest = rest[i+len(w):]
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncWriter is a buffer the serve goroutine writes logs to while the test reads them.
+type syncWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
