@@ -54,6 +54,9 @@
 //	...
 //	go r.Run(ctx)
 //
-// /readyz should require [Plugin.Synced]. Counters go through [Metrics],
-// which the daemon backs with Prometheus.
+// [Plugin.Synced] tells /readyz whether the store reflects the runtime. It
+// stays false on a runtime whose NRI is disabled (containerd 1.7's default),
+// so readiness that waits for it must have a way out (a timeout, or a flag
+// that disables the plugin). Counters go through [Metrics], which the daemon
+// backs with Prometheus.
 package plugin
