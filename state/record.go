@@ -153,27 +153,35 @@ const (
 // Record is everything the node knows about one pod, keyed by UID. A Record
 // returned by the Store is shared and must not be modified.
 type Record struct {
-	SchemaVersion int    `json:"schemaVersion"`
-	UID           string `json:"uid"`
-	Namespace     string `json:"namespace"`
-	Name          string `json:"name"`
+	// SchemaVersion is the file format's version, SchemaVersion when written.
+	SchemaVersion int `json:"schemaVersion"`
+	// UID is the pod's UID, the key; the record's file is named after it.
+	UID string `json:"uid"`
+	// Namespace and Name identify the pod the way PodResources does.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 	// SandboxID is the runtime's sandbox id; empty while pending.
 	SandboxID string `json:"sandboxID,omitempty"`
-	State     Phase  `json:"state"`
+	// State is the pod's lifecycle on this node (see Phase).
+	State Phase `json:"state"`
 	// KubeletPhase is the pod phase /pods last reported (Pending, Running,
 	// Succeeded, Failed), empty if never seen there.
-	KubeletPhase string      `json:"kubeletPhase,omitempty"`
-	Containers   []Container `json:"containers"`
+	KubeletPhase string `json:"kubeletPhase,omitempty"`
+	// Containers are the runtime containers of the current sandbox.
+	Containers []Container `json:"containers"`
 	// Spec is nil until a /pods read has seen the pod.
 	Spec *PodSpec `json:"spec,omitempty"`
 	// Annotations holds only the annotations some allocator decodes.
 	Annotations map[string]string `json:"annotations,omitempty"`
-	Devices     []Device          `json:"devices"`
+	// Devices are what the allocators decoded from Annotations.
+	Devices []Device `json:"devices"`
 	// DecodeErrors says why an allocator annotation was not understood; the
 	// pod is then answered without those devices.
-	DecodeErrors []string  `json:"decodeErrors,omitempty"`
-	Sources      Sources   `json:"sources"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+	DecodeErrors []string `json:"decodeErrors,omitempty"`
+	// Sources says where and when each fact was last learned.
+	Sources Sources `json:"sources"`
+	// UpdatedAt is when the record last changed.
+	UpdatedAt time.Time `json:"updatedAt"`
 	// RemovedAt is when the record entered PhaseRemoved; it is pruned a grace
 	// period later.
 	RemovedAt *time.Time `json:"removedAt,omitempty"`

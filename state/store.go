@@ -37,7 +37,8 @@ type Decoder interface {
 type Options struct {
 	// Decoder decodes allocator annotations; nil keeps no annotations.
 	Decoder Decoder
-	// Now is the clock; nil means time.Now.
+	// Now is the clock of the records' timestamps; nil means time.Now in
+	// UTC.
 	Now func() time.Time
 	// PruneAfter is how long a removed record is kept; 0 means
 	// DefaultPruneAfter.
@@ -77,7 +78,8 @@ type Store struct {
 // New returns an in-memory store.
 func New(opts Options) *Store {
 	if opts.Now == nil {
-		opts.Now = time.Now
+		// UTC, so that record files read the same whatever the node's zone.
+		opts.Now = func() time.Time { return time.Now().UTC() }
 	}
 	if opts.PruneAfter == 0 {
 		opts.PruneAfter = DefaultPruneAfter
