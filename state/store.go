@@ -4,6 +4,9 @@
 // JSON file per pod so that operators can read them and a restarted daemon
 // keeps answering running pods while the kubelet's /pods is unreachable.
 //
+// Open persists a store in a state directory (docs/state-format.md describes
+// its layout and file format for operators); New keeps it in memory only.
+//
 // Records handed out are immutable snapshots: every change builds a new
 // Record, so readers (the proxy's hot path) take a read lock for a map lookup
 // and never copy.
