@@ -151,9 +151,12 @@ func devicesColumn(ds []state.Device) string {
 	for _, d := range ds {
 		ids := d.IDs
 		if len(ids) == 0 {
+			// Not translated to an id (yet): show what the allocator named.
 			id := "?"
 			if d.Minor != nil {
 				id = "minor:" + strconv.FormatInt(*d.Minor, 10)
+			} else if d.Index != nil {
+				id = "index:" + strconv.FormatInt(*d.Index, 10)
 			}
 			ids = []string{id}
 		}

@@ -215,6 +215,18 @@ func TestInspectRejectsBadArguments(t *testing.T) {
 	}
 }
 
+func TestDevicesWithoutIDsShowWhatTheAllocatorNamed(t *testing.T) {
+	minor, index := int64(3), int64(1)
+	got := devicesColumn([]state.Device{
+		{Resource: "nvidia.com/gpu", Minor: &minor},
+		{Resource: "nvidia.com/gpu", Index: &index},
+		{Resource: "example.com/fpga"},
+	})
+	if want := "nvidia.com/gpu=minor:3,nvidia.com/gpu=index:1,example.com/fpga=?"; got != want {
+		t.Errorf("devicesColumn = %q, want %q", got, want)
+	}
+}
+
 func TestAgeReadsLikeKubectl(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	for d, want := range map[time.Duration]string{
