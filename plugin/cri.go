@@ -46,9 +46,10 @@ type ReconcilerOptions struct {
 // which closes the gaps NRI leaves (missed events, containerd's skipped
 // Stop and Remove events after it restarts).
 type Reconciler struct {
-	store  *state.Store
-	opts   ReconcilerOptions
-	target string // gRPC target, unix:///path
+	store   *state.Store
+	opts    ReconcilerOptions
+	target  string        // gRPC target, unix:///path
+	trigger chan struct{} // asks Run for a reconcile now
 }
 
 // NewReconciler returns a reconciler of store against the runtime at
@@ -73,7 +74,7 @@ func NewReconciler(store *state.Store, opts ReconcilerOptions) (*Reconciler, err
 	if opts.Metrics == nil {
 		opts.Metrics = NoMetrics{}
 	}
-	return &Reconciler{store: store, opts: opts, target: target}, nil
+	return &Reconciler{store: store, opts: opts, target: target, trigger: make(chan struct{}, 1)}, nil
 }
 
 // criTarget turns a unix:// URL or an absolute path into a gRPC target.
@@ -117,7 +118,20 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+		case <-r.trigger:
 		}
+	}
+}
+
+// Trigger asks Run to reconcile now rather than at the next interval; it
+// never blocks, and triggers that arrive while one is pending are merged.
+// The daemon calls it when the NRI plugin has re-synchronized after a
+// reconnect: NRI's Synchronize does not say which sandboxes are stopped,
+// and CRI does.
+func (r *Reconciler) Trigger() {
+	select {
+	case r.trigger <- struct{}{}:
+	default:
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podres-proxy/podres-proxy/state"
@@ -189,4 +190,59 @@ func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T)
 	waitFor(t, "a reconcile failing while the runtime is down", func() bool { return errorsSoFar() > failed })
 	serveCRI(t, sock, &fakeCRI{})
 	waitStore(t, store, "the pod removed after the restart", func() bool { return phase(store, "uid-web") == state.PhaseRemoved })
+}
+
+// After a reconnect, Synchronize lists a sandbox that stopped while the
+// plugin was away as if it were running (NRI carries no sandbox state).
+// OnSynchronized triggering the reconciler closes that window at once
+// instead of at the next interval.
+func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
+	store := state.New(state.Options{})
+	dir := shortTempDir(t)
+	pod := k8sPod("web")
+	rt := startRuntime(t, dir, []*api.PodSandbox{pod}, nil)
+
+	cri := &fakeCRI{}
+	criSandbox := criPod("web", criv1.PodSandboxState_SANDBOX_READY)
+	criSandbox.Id, criSandbox.Metadata.Uid = pod.Id, pod.Uid
+	cri.set([]*criv1.PodSandbox{criSandbox}, nil)
+	sock := filepath.Join(dir, "cri.sock")
+	serveCRI(t, sock, cri)
+	metrics := newTestMetrics()
+	r, err := NewReconciler(store, ReconcilerOptions{Endpoint: sock, Interval: time.Hour, Log: testLog(), Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	rp := &runningPlugin{metrics: newTestMetrics()}
+	p, err := newPlugin(store, Options{
+		Socket: filepath.Join(dir, "nri.sock"), Log: testLog(),
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		OnSynchronized: r.Trigger,
+	}, stub.WithDialer(rp.dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp.Plugin = p
+	runPlugin(t, p)
+	waitFor(t, "Synchronize", p.Synced)
+	rt.waitPlugins(t, 1)
+	waitStore(t, store, "the pod ready", func() bool { return phase(store, pod.Uid) == state.PhaseReady })
+	waitFor(t, "the first reconciles", func() bool { return metrics.get(func(m *testMetrics) int { return m.reconciles }) >= 2 })
+
+	// The pod stops while the plugin is disconnected; the runtime still
+	// lists its sandbox in the next Synchronize.
+	cri.set([]*criv1.PodSandbox{func() *criv1.PodSandbox {
+		sb := criPod("web", criv1.PodSandboxState_SANDBOX_NOTREADY)
+		sb.Id, sb.Metadata.Uid = pod.Id, pod.Uid
+		return sb
+	}()}, nil)
+	rp.cut()
+	waitStore(t, store, "the stale sandbox stopped by the reconcile the resync triggered", func() bool {
+		return phase(store, pod.Uid) == state.PhaseStopped
+	})
 }

@@ -41,6 +41,11 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Metrics receives counters; nil discards them.
 	Metrics Metrics
+	// OnSynchronized, when set, is called after each Synchronize has been
+	// applied to the store (once per connection), off the request path.
+	// The daemon uses it to trigger a CRI reconcile, which knows the
+	// sandbox states that Synchronize leaves out.
+	OnSynchronized func()
 }
 
 // Plugin is the NRI lifecycle recorder. It is created by New and connected
@@ -95,7 +100,7 @@ func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*P
 	}
 	p := &Plugin{
 		opts:        opts,
-		handlers:    newHandlers(store, opts.Log, opts.Metrics),
+		handlers:    newHandlers(store, opts.Log, opts.Metrics, opts.OnSynchronized),
 		preLaunched: os.Getenv(api.PluginSocketEnvVar) != "",
 		stubOptions: stubOptions,
 	}

@@ -40,14 +40,16 @@ type plugin struct {
 	log     logrus.FieldLogger
 	metrics Metrics
 	updates updateQueue
+	// onSynced is called, in its own goroutine, after a Synchronize.
+	onSynced func()
 
 	mu     sync.Mutex
 	conn   uint64 // counts connections, so a late update from an old one is recognized
 	synced bool   // a Synchronize was applied on connection conn
 }
 
-func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics) *plugin {
-	return &plugin{store: store, log: log, metrics: metrics}
+func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics, onSynced func()) *plugin {
+	return &plugin{store: store, log: log, metrics: metrics, onSynced: onSynced}
 }
 
 // Configure subscribes to the events the plugin records. The configuration
@@ -95,10 +97,14 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 		}
 		p.store.Reconcile(state.SourceNRI, asOf, sandboxes, containers, false)
 		p.mu.Lock()
-		if p.conn == conn {
+		current := p.conn == conn
+		if current {
 			p.synced = true
 		}
 		p.mu.Unlock()
+		if current && p.onSynced != nil {
+			go p.onSynced()
+		}
 	})
 	return nil, nil
 }

@@ -229,9 +229,27 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	inv.Refresh(ctx)
 	start("inventory", inv.Run)
 	start("proxy", srv.Serve)
-	var nri *plugin.Plugin
+	pm := newPluginMetrics(reg)
+	var reconciler *plugin.Reconciler
+	if c.criSocket != "" {
+		reconciler, err = plugin.NewReconciler(store, plugin.ReconcilerOptions{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: pm})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("CRI reconciler: %w", err)
+		}
+		start("CRI reconciler", reconciler.Run)
+	} else {
+		log.Info("CRI reconciling disabled (--cri-socket is empty)")
+	}
 	if c.nriSocket != "" {
-		nri, err = plugin.New(store, plugin.Options{Socket: c.nriSocket, Name: c.nriName, Index: c.nriIndex, Log: log})
+		opts := plugin.Options{Socket: c.nriSocket, Name: c.nriName, Index: c.nriIndex, Log: log, Metrics: pm}
+		if reconciler != nil {
+			// Synchronize does not say which sandboxes stopped while the
+			// plugin was away; CRI does, so reconcile right after it.
+			opts.OnSynchronized = reconciler.Trigger
+		}
+		nri, err := plugin.New(store, opts)
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -240,17 +258,6 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		start("NRI plugin", nri.Run)
 	} else {
 		log.Info("NRI plugin disabled (--nri-socket is empty): pods are learned from /pods and CRI only")
-	}
-	if c.criSocket != "" {
-		rec, err := plugin.NewReconciler(store, plugin.ReconcilerOptions{Endpoint: c.criSocket, Interval: c.criInterval, Log: log})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("CRI reconciler: %w", err)
-		}
-		start("CRI reconciler", rec.Run)
-	} else {
-		log.Info("CRI reconciling disabled (--cri-socket is empty)")
 	}
 	if c.metricsAddr != "" {
 		start("metrics server", func(ctx context.Context) error {
@@ -319,18 +326,4 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, re
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
-}
-
-// registerStoreMetrics exposes the state store's counters.
-func registerStoreMetrics(reg prometheus.Registerer, store *state.Store) {
-	gauge := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "podres_proxy", Subsystem: "state", Name: name, Help: help},
-			func() float64 { return f(store.Stats()) })
-	}
-	reg.MustRegister(
-		gauge("records", "Pod records in the state store.", func(s state.Stats) float64 { return float64(s.Records) }),
-		gauge("writes_total", "Record files written.", func(s state.Stats) float64 { return float64(s.Writes) }),
-		gauge("write_errors_total", "Record writes that failed and will be retried.", func(s state.Stats) float64 { return float64(s.WriteErrors) }),
-		gauge("corrupt_files_total", "Record files set aside as corrupt.", func(s state.Stats) float64 { return float64(s.CorruptFiles) }),
-	)
 }
