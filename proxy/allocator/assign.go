@@ -30,9 +30,9 @@ func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment,
 	var kinds []kind // in order of first appearance, for a deterministic walk
 	byKind := map[kind][]int{}
 	for i, dev := range devices {
-		if idx := dev.ContainerIndex; idx != nil && *idx >= 0 && *idx < len(spec.Containers) {
-			if spec.Containers[*idx].Kind != state.KindInit {
-				given[*idx] = append(given[*idx], i)
+		if pos, ok := s.indexed(spec, dev); ok {
+			if spec.Containers[pos].Kind != state.KindInit {
+				given[pos] = append(given[pos], i)
 			}
 			continue
 		}
@@ -133,4 +133,74 @@ func (s *Set) assignKind(spec *state.PodSpec, devices []state.Device, idxs []int
 			given[requests[len(requests)-1].pos] = append(given[requests[len(requests)-1].pos], i)
 		}
 	}
+}
+
+// indexed returns the spec position of a per-container device: the
+// ContainerIndex-th container of its scope. ok is false for a pod-level
+// device and for an index outside the scope, which then follows the
+// pod-level policy.
+//
+// The scope is the device's ContainerScope unless the allocator's list
+// length (ContainerCount) says otherwise: when it differs from that scope's
+// size, the first of ScopeAll, ScopeApp, ScopeRequesting whose size equals it
+// is used. A HAMi list has one entry per container of the scope it was
+// written for, so a pod with init containers tells HAMi's two conventions
+// apart by itself; a pod without init containers has equal scopes, where
+// the choice does not matter.
+func (s *Set) indexed(spec *state.PodSpec, dev state.Device) (pos int, ok bool) {
+	if dev.ContainerIndex == nil || *dev.ContainerIndex < 0 {
+		return 0, false
+	}
+	positions := s.scope(spec, dev, dev.ContainerScope)
+	if n := dev.ContainerCount; n > 0 && len(positions) != n {
+		for _, other := range []state.ContainerScope{state.ScopeAll, state.ScopeApp, state.ScopeRequesting} {
+			if other == dev.ContainerScope {
+				continue
+			}
+			if p := s.scope(spec, dev, other); len(p) == n {
+				positions = p
+				break
+			}
+		}
+	}
+	if *dev.ContainerIndex >= len(positions) {
+		return 0, false
+	}
+	return positions[*dev.ContainerIndex], true
+}
+
+// scope returns the spec positions of the containers a scope covers, in
+// spec order. An unknown scope (a record written by a newer daemon) covers
+// nothing, so its devices follow the pod-level policy.
+func (s *Set) scope(spec *state.PodSpec, dev state.Device, scope state.ContainerScope) []int {
+	var positions []int
+	for pos, c := range spec.Containers {
+		switch scope {
+		case state.ScopeAll:
+		case state.ScopeApp:
+			if c.Kind != state.KindApp {
+				continue
+			}
+		case state.ScopeRequesting:
+			if c.Kind != state.KindApp || !s.requests(dev, c.Requests) {
+				continue
+			}
+		default:
+			return nil
+		}
+		positions = append(positions, pos)
+	}
+	return positions
+}
+
+// requests reports whether a container with these requests asks for some of
+// dev, as dev's allocator judges it; false for an allocator the set does not
+// know.
+func (s *Set) requests(dev state.Device, requests map[string]string) bool {
+	dec := s.byName[dev.Allocator]
+	if dec == nil {
+		return false
+	}
+	whole, share := dec.Wants(dev, requests)
+	return whole > 0 || share
 }

@@ -4,9 +4,11 @@
 // clock, the same input always gives the same output, so the proxy's List
 // and Get, which both call it, always agree.
 //
-// One Decoder per scheduler's annotation format (NewKoordinator today; HAMi
-// and Volcano later) is gathered in a Set, which is the state.Decoder the
-// store calls and the attribution policy the proxy calls.
+// One Decoder per scheduler's annotation format (NewKoordinator, NewHAMi,
+// NewVolcanoVGPU, NewVolcanoGPUShare; NewDecoders builds them by name) is
+// gathered in a Set, which is the state.Decoder the store calls and the
+// attribution policy the proxy calls. Translate gives ids to devices an
+// allocator named by number only.
 //
 // # Koordinator
 //
@@ -62,6 +64,75 @@
 // when no counting resource is requested (gpu-core: 100 with gpu-memory is
 // one whole GPU).
 //
+// # HAMi
+//
+// hami.io/<vendor>-devices-allocated (hami.io/vgpu-devices-allocated for
+// NVIDIA; not the in-flight -devices-to-allocate keys) holds one entry per
+// container, each ended by ';', each a list of devices "UUID,Type,mem,cores"
+// each ended by ':':
+//
+//	GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76,NVIDIA,500,5:;
+//
+// Each device becomes a state.Device with IDs [UUID], Type the annotation's
+// type, Resource the vendor's resource name (DefaultHAMiResources, which
+// HAMiOptions.Resources overrides; vgpu is nvidia.com/gpu), ContainerIndex
+// its entry's position, ContainerCount the number of entries, and Replace:
+// HAMi's device plugins give the kubelet ids of their own (<UUID>-<n> for
+// NVIDIA) that DCGM cannot match, so the decoded ids replace what the kubelet
+// reported for that resource in that container. Shared is cores below 100
+// (HAMi gives a device with all its cores to no one else). A legacy MIG id
+// GPU-<uuid>[<profile>-<slot>] is reported as its parent GPU-<uuid>, shared:
+// DCGM matches GPU or MIG UUIDs, never the bracketed form, and current HAMi
+// reports MIG allocations by the parent's UUID too; two slices of one GPU in
+// a container are one device.
+//
+// Since HAMi's PR #1650 the list covers every container, init containers
+// first (state.ScopeAll); before, the app containers only (state.ScopeApp,
+// HAMiOptions.LegacyIndexing). The list's length tells them apart in any pod
+// with init containers, so pods written before and after an upgrade are
+// both read right (see Attribution).
+//
+// Empty entries (";;", a trailing ';' or ':') are containers or devices
+// without allocation, not errors. Whitespace around fields is ignored, and
+// fields after the fourth, which a newer HAMi may add. A container entry
+// that cannot be read (fewer than four fields, no UUID or type, a memory or
+// cores that is not a non-negative int32, a malformed MIG id, a UUID with
+// spaces, one UUID twice) loses that container's devices only, with an error
+// naming the annotation, the container and the device (three containers in
+// detail, then a count): ';' alone decides positions, so the damage cannot
+// move another container's devices. A vendor with no resource name is
+// skipped with an error naming its key.
+//
+// # Volcano
+//
+// volcano.sh/vgpu-ids-new (Volcano's HAMi-derived vGPU plugin) is read by
+// the same parser and rules as HAMi, reported as nvidia.com/gpu by default,
+// with Replace. Volcano writes one entry per app container that requests
+// volcano.sh/vgpu-number or volcano.sh/vgpu-memory (state.ScopeRequesting),
+// joined by ';' without a trailing one.
+//
+// volcano.sh/gpu-index (gpushare) is a comma-separated list of nvidia-smi
+// indices ("0,2"). Each becomes a pod-level device of type "gpu" with Index
+// and no ids, appended (not Replace: the container is the policy's choice);
+// Translate gives it its UUID. A malformed list is rejected as a whole.
+//
+// # Translation
+//
+// Translate, called when devices are answered, fills the ids of devices
+// that have none from the node's inventory: by Index if set, else by Minor,
+// for the device's Type. Untranslatable devices keep no ids and are
+// reported; the merge skips them.
+//
+// # Several allocators
+//
+// Every decoder reads only its own keys, so enabling all of them costs
+// nothing for pods of one scheduler. A pod carrying two allocators'
+// annotations for one device shows it once per container and resource (the
+// merge never repeats an id there), but may show it on two containers if the
+// allocators attribute it differently. NewDecoders puts the replacing
+// decoders (HAMi, Volcano vGPU) first, so that a replacement drops only the
+// kubelet's own entries, never a device another allocator added.
+//
 // # Attribution
 //
 // Koordinator allocates per pod, but the kubelet reports devices per
@@ -69,8 +140,13 @@
 // the container that uses them. Set.Assign decides, given the pod spec
 // (init, sidecar and app containers in spec order):
 //
-//   - A device with ContainerIndex (per-container allocators) goes to
-//     spec.Containers[index]; if that is a plain init container it is
+//   - A device with ContainerIndex (per-container allocators) goes to the
+//     index-th container of its ContainerScope: every container in spec
+//     order (ScopeAll), the app containers (ScopeApp), or the app containers
+//     that request it by its decoder's Wants (ScopeRequesting). When the
+//     device's ContainerCount differs from that scope's size, the first of
+//     ScopeAll, ScopeApp, ScopeRequesting whose size equals it is used
+//     instead. If the container is a plain init container the device is
 //     dropped, because the kubelet never reports init containers and the
 //     device was not the other containers'; if the index is out of range the
 //     device falls through to the pod-level policy below.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -39,4 +40,24 @@ func ExampleSet_Assign() {
 	// trainer nvidia.com/gpu [GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a]
 	// trainer koordinator.sh/rdma [0000:01:00.2]
 	// istio-proxy 0
+}
+
+// A pod scheduled by Volcano's gpushare names its GPU by nvidia-smi index;
+// the proxy translates it through the node's inventory when it answers,
+// leaving the stored record as it is.
+func ExampleTranslate() {
+	set := allocator.NewSet(nil, nil, allocator.NewVolcanoGPUShare(allocator.VolcanoGPUShareOptions{}))
+	devices, _ := set.Decode(state.PodRef{UID: "9a0e", Namespace: "ml", Name: "infer-0"},
+		map[string]string{allocator.VolcanoGPUShareAnnotation: "1"})
+
+	index, minor := int64(1), int64(3)
+	node := inventory.NewSnapshot([]inventory.Device{
+		{Type: "gpu", ID: "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", Index: &index, Minor: &minor, Healthy: true},
+	})
+	answered, problems := allocator.Translate(devices, node)
+	fmt.Println(answered[0].Resource, answered[0].IDs, len(problems))
+	fmt.Println("record keeps", devices[0].IDs)
+	// Output:
+	// nvidia.com/gpu [GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a] 0
+	// record keeps []
 }

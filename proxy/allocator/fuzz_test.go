@@ -2,7 +2,9 @@ package allocator
 
 import (
 	"fmt"
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -177,6 +179,144 @@ func FuzzAssign(f *testing.F) {
 					}
 				}
 			}
+		}
+	})
+}
+
+// hamiSeeds are real-shaped HAMi-format values, well-formed and not.
+var hamiSeeds = []string{
+	hamiExample,
+	";" + uuidA + ",NVIDIA,1000,30:;;" + uuidB + ",NVIDIA,2000,0:;",
+	uuidB + ",NVIDIA,81920,100:" + uuidA + ",NVIDIA,81920,100:;",
+	uuidA + ",NVIDIA,1000,20:;" + uuidA + ",NVIDIA,1000,20:;",
+	uuidA + "[1-0],NVIDIA,10240,0:" + uuidA + "[1-1],NVIDIA,10240,0:;",
+	uuidA + "[group-1g.10gb-3],NVIDIA,10240,0:",
+	"  " + uuidA + " , NVIDIA , 500 , 5 : ;\n",
+	uuidA + ",NVIDIA,500,5,future:;",
+	",NVIDIA,500,5:;" + uuidB + ",NVIDIA,2000,20:;",
+	uuidA + ",NVIDIA,-500,5:;", uuidA + ",NVIDIA,lots,5:;", uuidA + "[1-x],NVIDIA,5,5:;",
+	uuidA + ",NVIDIA,5,5:" + uuidA + ",NVIDIA,5,5:;",
+	"", ";", ":;", ";;", "::", "garbage", "a,b,c", "a,b,1,2:;c,d,3,4",
+}
+
+// checkHAMiFormat checks what a decoder of HAMi's format returns for any
+// value: deterministic, errors naming the annotation and container, devices
+// safe for consumers (one clean id, Replace, an index inside the list), no
+// id twice in a container, and each container read on its own: a container
+// keeps exactly the devices its entry gives alone, whatever the others hold.
+func checkHAMiFormat(t *testing.T, dec Decoder, key, allocator string, scope state.ContainerScope, value string) {
+	ann := map[string]string{key: value}
+	devices, err := dec.Decode(ann)
+	again, errAgain := dec.Decode(ann)
+	if !reflect.DeepEqual(devices, again) || fmt.Sprint(err) != fmt.Sprint(errAgain) {
+		t.Fatalf("Decode is not deterministic: %+v %v / %+v %v", devices, err, again, errAgain)
+	}
+	if err != nil && !strings.HasPrefix(err.Error(), "decode "+key+": container ") {
+		t.Errorf("error without context: %v", err)
+	}
+	entries := strings.Split(value, ";")
+	if last := entries[len(entries)-1]; len(entries) > 1 && strings.TrimSpace(last) == "" {
+		entries = entries[:len(entries)-1]
+	}
+	if strings.TrimSpace(value) == "" {
+		entries = nil
+	}
+	byContainer := map[int][]string{}
+	lastIndex := 0
+	for _, d := range devices {
+		if d.Allocator != allocator || d.Resource != DefaultGPUResource || !d.Replace || d.ContainerScope != scope {
+			t.Errorf("device with a wrong allocator, resource, scope or Replace: %+v", d)
+		}
+		if len(d.IDs) != 1 || d.IDs[0] == "" || strings.ContainsAny(d.IDs[0], "[]:;, \t\n\r") {
+			t.Errorf("device without one clean id: %+v", d)
+			continue
+		}
+		if d.ContainerIndex == nil || d.ContainerCount != len(entries) || *d.ContainerIndex < 0 || *d.ContainerIndex >= d.ContainerCount {
+			t.Errorf("device outside the list of %d: %+v", len(entries), d)
+			continue
+		}
+		if *d.ContainerIndex < lastIndex {
+			t.Errorf("devices out of container order: %+v", devices)
+		}
+		lastIndex = *d.ContainerIndex
+		if slices.Contains(byContainer[*d.ContainerIndex], d.IDs[0]) {
+			t.Errorf("id %q twice in container %d", d.IDs[0], *d.ContainerIndex)
+		}
+		byContainer[*d.ContainerIndex] = append(byContainer[*d.ContainerIndex], d.IDs[0])
+	}
+	for i, entry := range entries {
+		alone, aloneErr := dec.Decode(map[string]string{key: entry})
+		var want []string
+		for _, d := range alone {
+			want = append(want, d.IDs[0])
+		}
+		if !slices.Equal(byContainer[i], want) {
+			t.Errorf("container %d has %q; its entry %q alone gives %q", i, byContainer[i], entry, want)
+		}
+		if aloneErr != nil && err == nil {
+			t.Errorf("container %d's entry %q alone fails (%v) but the whole value does not", i, entry, aloneErr)
+		}
+	}
+}
+
+// FuzzHAMiDecode feeds arbitrary values to the HAMi decoder.
+func FuzzHAMiDecode(f *testing.F) {
+	for _, seed := range hamiSeeds {
+		f.Add(seed)
+	}
+	h := NewHAMi(HAMiOptions{})
+	f.Fuzz(func(t *testing.T, value string) {
+		checkHAMiFormat(t, h, HAMiNVIDIAAnnotation, HAMiName, state.ScopeAll, value)
+	})
+}
+
+// FuzzVolcanoVGPUDecode feeds arbitrary values to the Volcano vGPU decoder,
+// which reads HAMi's format.
+func FuzzVolcanoVGPUDecode(f *testing.F) {
+	for _, seed := range hamiSeeds {
+		f.Add(seed)
+	}
+	v := NewVolcanoVGPU(VolcanoVGPUOptions{})
+	f.Fuzz(func(t *testing.T, value string) {
+		checkHAMiFormat(t, v, VolcanoVGPUAnnotation, VolcanoVGPUName, state.ScopeRequesting, value)
+	})
+}
+
+// FuzzVolcanoGPUShareDecode feeds arbitrary values to the gpushare decoder:
+// never a panic, deterministic, all or nothing, and every device an index
+// to translate, each GPU once.
+func FuzzVolcanoGPUShareDecode(f *testing.F) {
+	for _, seed := range []string{"0", "0,2", "3,0,2", " 0 , 2 ", "", " ", "0,", ",", "0,,2", "-1", "gpu0",
+		"1,2,1", "2147483647", "2147483648", "99999999999999999999", "+1", "1.5", "0;1", uuidA} {
+		f.Add(seed)
+	}
+	g := NewVolcanoGPUShare(VolcanoGPUShareOptions{})
+	f.Fuzz(func(t *testing.T, value string) {
+		ann := map[string]string{VolcanoGPUShareAnnotation: value}
+		devices, err := g.Decode(ann)
+		again, errAgain := g.Decode(ann)
+		if !reflect.DeepEqual(devices, again) || fmt.Sprint(err) != fmt.Sprint(errAgain) {
+			t.Fatalf("Decode is not deterministic: %+v %v / %+v %v", devices, err, again, errAgain)
+		}
+		if err != nil {
+			if devices != nil || !strings.HasPrefix(err.Error(), "decode "+VolcanoGPUShareAnnotation+": ") {
+				t.Errorf("Decode = %+v, %v; want no devices and an error naming the annotation", devices, err)
+			}
+			return
+		}
+		if strings.TrimSpace(value) != "" && len(devices) != strings.Count(value, ",")+1 {
+			t.Errorf("%d devices for %q", len(devices), value)
+		}
+		seen := map[int64]bool{}
+		for _, d := range devices {
+			if d.Allocator != VolcanoGPUShareName || d.Type != "gpu" || d.Resource != DefaultGPUResource || d.IDs != nil || d.Replace || d.ContainerIndex != nil {
+				t.Errorf("unexpected device %+v", d)
+			}
+			if d.Index == nil || *d.Index < 0 || *d.Index > math.MaxInt32 || seen[*d.Index] {
+				t.Errorf("bad or repeated index in %+v", devices)
+				continue
+			}
+			seen[*d.Index] = true
 		}
 	})
 }

@@ -18,7 +18,8 @@ type Decoder interface {
 	Relevant(key string) bool
 	// Decode returns the devices the pod's annotations allocate; (nil, nil)
 	// when the decoder's annotations are absent. With an error, the devices
-	// returned are those still trusted: none for a malformed annotation, the
+	// returned are those still trusted: none for a malformed annotation,
+	// unless its format confines the damage (a HAMi container entry); the
 	// others when only a part the decoder does not know was skipped.
 	Decode(annotations map[string]string) ([]state.Device, error)
 	// Wants says how much of dev a container with these requests asks for:

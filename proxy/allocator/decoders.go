@@ -1,0 +1,92 @@
+package allocator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// names are the decoders NewDecoders knows, in the order it builds them.
+// Decoders whose devices replace the kubelet's come first: the merge drops
+// a container's entries of a resource when the first replacing device
+// reaches it, so a device another allocator added before would be dropped
+// with the kubelet's.
+var names = []string{HAMiName, VolcanoVGPUName, KoordinatorName, VolcanoGPUShareName}
+
+// Names returns the name of every decoder NewDecoders can build, in the
+// order it builds them: the value of a command-line flag enabling them all.
+func Names() []string { return slices.Clone(names) }
+
+// Options configure the decoders NewDecoders builds; each field is passed to
+// its decoder's constructor.
+type Options struct {
+	Koordinator     KoordinatorOptions
+	HAMi            HAMiOptions
+	VolcanoVGPU     VolcanoVGPUOptions
+	VolcanoGPUShare VolcanoGPUShareOptions
+}
+
+// NewDecoders builds the decoders named, for a flag such as
+// --allocators=koordinator,hami. Enabling all of them is harmless: each
+// reads its own annotation keys only. They are built in the order of
+// Names, whatever the order given. Unknown, repeated and empty names are
+// errors, as is an empty list.
+func NewDecoders(enabled []string, opts Options) ([]Decoder, error) {
+	want := map[string]bool{}
+	for _, n := range enabled {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+			return nil, fmt.Errorf("empty allocator name (known: %s)", strings.Join(names, ", "))
+		case !slices.Contains(names, n):
+			return nil, fmt.Errorf("unknown allocator %q (known: %s)", n, strings.Join(names, ", "))
+		case want[n]:
+			return nil, fmt.Errorf("allocator %q named twice", n)
+		}
+		want[n] = true
+	}
+	if len(want) == 0 {
+		return nil, fmt.Errorf("no allocator named (known: %s)", strings.Join(names, ", "))
+	}
+	var out []Decoder
+	for _, n := range names {
+		if !want[n] {
+			continue
+		}
+		switch n {
+		case HAMiName:
+			out = append(out, NewHAMi(opts.HAMi))
+		case VolcanoVGPUName:
+			out = append(out, NewVolcanoVGPU(opts.VolcanoVGPU))
+		case KoordinatorName:
+			out = append(out, NewKoordinator(opts.Koordinator))
+		case VolcanoGPUShareName:
+			out = append(out, NewVolcanoGPUShare(opts.VolcanoGPUShare))
+		}
+	}
+	return out, nil
+}
+
+// ParseResourceMap reads a flag value "key=resource,key=resource" into a
+// map, such as HAMi's vendor words to resource names
+// ("vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum"). An empty resource is kept
+// (for HAMiOptions.Resources it removes a default); an empty value is an
+// empty map.
+func ParseResourceMap(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(s, ",") {
+		key, value, ok := strings.Cut(pair, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if !ok || key == "" {
+			return nil, fmt.Errorf("%q: want key=resource", strings.TrimSpace(pair))
+		}
+		if _, dup := out[key]; dup {
+			return nil, fmt.Errorf("%q given twice", key)
+		}
+		out[key] = value
+	}
+	return out, nil
+}

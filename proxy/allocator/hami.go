@@ -1,0 +1,418 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+const (
+	// HAMiName is the HAMi decoder's Name and the Allocator of its devices.
+	HAMiName = "hami"
+	// HAMiNVIDIAAnnotation is the pod annotation in which HAMi's scheduler
+	// records the NVIDIA vGPUs it allocated. Other vendors' devices are under
+	// hami.io/<vendor>-devices-allocated, in the same format.
+	HAMiNVIDIAAnnotation = "hami.io/vgpu-devices-allocated"
+
+	hamiKeyPrefix = "hami.io/"
+	hamiKeySuffix = "-devices-allocated"
+	// hamiAscendPrefix starts the vendor word of every Ascend chip (HAMi
+	// names Ascend keys after the chip's commonWord, "Ascend910B2"); the
+	// Ascend device plugin names its resource huawei.com/<commonWord>.
+	hamiAscendPrefix = "Ascend"
+)
+
+// DefaultHAMiResources returns the resource name each HAMi vendor's devices
+// are reported as, keyed by the <vendor> word of their annotation
+// hami.io/<vendor>-devices-allocated. They are the count resources of the
+// device plugins HAMi deploys (HAMi's chart defaults), so that the decoded
+// ids replace exactly the ids those plugins gave the kubelet. A vendor word
+// starting with "Ascend" that is not listed maps to huawei.com/<word>.
+func DefaultHAMiResources() map[string]string {
+	return map[string]string{
+		"vgpu":          DefaultGPUResource, // NVIDIA; what DCGM exporter matches
+		"amd":           "amd.com/gpu",
+		"aws-neuron":    "aws.amazon.com/neuron",
+		"Biren":         "birentech.com/gpu",
+		"cambricon-mlu": "cambricon.com/vmlu",
+		"dcu":           "hygon.com/dcunum", // Hygon DCU
+		"enflame-gcu":   "enflame.com/gcu",
+		"enflame-vgpu":  "enflame.com/drs-gcu",
+		"metax-gpu":     "metax-tech.com/gpu",
+		"metax-sgpu":    "metax-tech.com/sgpu",
+		"mthreads-vgpu": "mthreads.com/vgpu",
+		"Vastai":        "vastaitech.com/va",
+		"xpu":           "kunlunxin.com/vxpu", // Kunlunxin
+		"MR-V100":       "iluvatar.ai/MR-V100-vgpu",
+		"MR-V50":        "iluvatar.ai/MR-V50-vgpu",
+		"BI-V100":       "iluvatar.ai/BI-V100-vgpu",
+		"BI-V150":       "iluvatar.ai/BI-V150-vgpu",
+	}
+}
+
+// HAMiOptions configure the HAMi decoder.
+type HAMiOptions struct {
+	// Resources maps a vendor word (the <vendor> of
+	// hami.io/<vendor>-devices-allocated) to the resource name its devices
+	// are reported as. Entries override DefaultHAMiResources; an empty name
+	// removes a default, and that vendor's annotation is then skipped with
+	// an error like an unknown vendor's.
+	Resources map[string]string
+	// LegacyIndexing says that a list whose length does not match the pod
+	// spec covers the app containers only, as HAMi wrote it before its PR
+	// #1650; by default it covers every container, init containers first.
+	// Lists whose length matches one convention are read by it whatever this
+	// says (see state.Device.ContainerCount).
+	LegacyIndexing bool
+}
+
+// HAMi decodes hami.io/<vendor>-devices-allocated.
+type HAMi struct {
+	resources map[string]string // vendor word -> resource name
+	scope     state.ContainerScope
+}
+
+var _ Decoder = (*HAMi)(nil)
+
+// NewHAMi returns the HAMi decoder.
+func NewHAMi(opts HAMiOptions) Decoder {
+	h := &HAMi{resources: DefaultHAMiResources(), scope: state.ScopeAll}
+	for vendor, name := range opts.Resources {
+		if name == "" {
+			delete(h.resources, vendor)
+			continue
+		}
+		h.resources[vendor] = name
+	}
+	if opts.LegacyIndexing {
+		h.scope = state.ScopeApp
+	}
+	return h
+}
+
+// Name implements Decoder.
+func (h *HAMi) Name() string { return HAMiName }
+
+// Relevant implements Decoder: every vendor's allocated-devices key, not the
+// in-flight -devices-to-allocate ones, which the device plugin empties
+// container by container as the kubelet allocates.
+func (h *HAMi) Relevant(key string) bool {
+	_, ok := hamiVendor(key)
+	return ok
+}
+
+// hamiVendor returns the <vendor> word of hami.io/<vendor>-devices-allocated.
+func hamiVendor(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, hamiKeyPrefix)
+	if !ok {
+		return "", false
+	}
+	vendor, ok := strings.CutSuffix(rest, hamiKeySuffix)
+	if !ok || vendor == "" {
+		return "", false
+	}
+	return vendor, true
+}
+
+// resource returns the resource name a vendor's devices are reported as.
+func (h *HAMi) resource(vendor string) (string, bool) {
+	if name, ok := h.resources[vendor]; ok {
+		return name, true
+	}
+	if strings.HasPrefix(vendor, hamiAscendPrefix) && len(vendor) > len(hamiAscendPrefix) {
+		return "huawei.com/" + vendor, true
+	}
+	return "", false
+}
+
+// Decode implements Decoder. Keys are read in sorted order. A vendor
+// without a resource name is skipped with an error naming its key; a
+// malformed container entry loses that container's devices only (see the
+// package doc).
+func (h *HAMi) Decode(annotations map[string]string) ([]state.Device, error) {
+	var keys []string
+	for key := range annotations {
+		if h.Relevant(key) {
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	slices.Sort(keys)
+	var devices []state.Device
+	var errs []error
+	for _, key := range keys {
+		vendor, _ := hamiVendor(key)
+		name, ok := h.resource(vendor)
+		if !ok {
+			errs = append(errs, fmt.Errorf("decode %s: no resource name for vendor %q: skipped (configure one)", key, vendor))
+			continue
+		}
+		got, err := decodeHAMiList(key, annotations[key], hamiList{
+			allocator: HAMiName,
+			resource:  name,
+			scope:     h.scope,
+		})
+		devices = append(devices, got...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return devices, errors.Join(errs...)
+}
+
+// Wants implements Decoder. HAMi's device plugins count devices in the
+// resource the devices are reported as (nvidia.com/gpu: 2 is two vGPUs);
+// their memory and core resources only size each one. HAMi devices carry a
+// ContainerIndex, so this matters only when the index is outside the pod.
+func (h *HAMi) Wants(dev state.Device, requests map[string]string) (whole int64, share bool) {
+	return countRequest(requests, dev.Resource)
+}
+
+// countRequest reads a request that counts devices: whole devices, or a
+// share for a fractional quantity; (0, false) when absent, unreadable or
+// not positive.
+func countRequest(requests map[string]string, name string) (whole int64, share bool) {
+	v, ok := requests[name]
+	if !ok {
+		return 0, false
+	}
+	n, fraction, ok := quantity(v)
+	switch {
+	case !ok:
+		return 0, false
+	case fraction:
+		return 0, true
+	default:
+		return n, false
+	}
+}
+
+// hamiList says how devices of one HAMi-format annotation are reported.
+type hamiList struct {
+	allocator string
+	resource  string
+	scope     state.ContainerScope
+}
+
+// decodeHAMiList decodes one annotation in HAMi's format (HAMi's
+// hami.io/<vendor>-devices-allocated and Volcano's volcano.sh/vgpu-ids-new):
+// containers separated by ';', each a list of devices "UUID,Type,mem,cores"
+// each followed by ':'. Every device gets the container's position in the
+// list, the list's length, and Replace: the per-container device plugins
+// of both allocators give the kubelet ids that name no real device.
+//
+// A container entry that cannot be read loses its devices and is reported;
+// the other containers keep theirs. That is safe because ';' alone decides
+// positions, so one container's damage cannot move another's devices.
+func decodeHAMiList(key, value string, l hamiList) ([]state.Device, error) {
+	containers := splitContainers(value)
+	var devices []state.Device
+	var errs []error
+	more := 0 // malformed containers beyond maxContainerErrors
+	for i, entry := range containers {
+		parsed, err := parseHAMiContainer(entry)
+		if err != nil {
+			if len(errs) < maxContainerErrors {
+				errs = append(errs, fmt.Errorf("decode %s: container %d %s: %w", key, i, quote(entry), err))
+			} else {
+				more++
+			}
+			continue
+		}
+		if len(parsed) == 0 {
+			continue
+		}
+		index := i
+		for _, d := range parsed {
+			devices = append(devices, state.Device{
+				Allocator:      l.allocator,
+				Type:           d.typ,
+				Resource:       l.resource,
+				IDs:            []string{d.id},
+				Shared:         d.shared,
+				ContainerIndex: &index,
+				ContainerScope: l.scope,
+				ContainerCount: len(containers),
+				Replace:        true,
+			})
+		}
+	}
+	if more > 0 {
+		errs = append(errs, fmt.Errorf("decode %s: %d more malformed containers", key, more))
+	}
+	return devices, errors.Join(errs...)
+}
+
+// maxContainerErrors bounds the errors one annotation reports in detail:
+// they are logged and kept in the pod's record.
+const maxContainerErrors = 3
+
+// splitContainers splits a HAMi-format value into one entry per container.
+// HAMi ends every container's entry with ';', so the empty text after the
+// last one is not a container; Volcano joins entries with ';' and writes
+// no trailing one. An empty value covers no container.
+func splitContainers(value string) []string {
+	if strings.TrimSpace(value) == "" {
+		return nil
+	}
+	entries := strings.Split(value, ";")
+	if len(entries) > 1 && strings.TrimSpace(entries[len(entries)-1]) == "" {
+		entries = entries[:len(entries)-1]
+	}
+	return entries
+}
+
+// hamiDevice is one device of a container entry.
+type hamiDevice struct {
+	id     string // the GPU UUID, a legacy MIG id's parent GPU
+	typ    string
+	shared bool
+	mig    bool // id is a legacy MIG id's parent
+}
+
+// parseHAMiContainer reads one container's devices. Empty device entries
+// (the text after the last ':', or "::") are not devices. Each device needs
+// at least the four fields HAMi writes; later fields are ignored, as a
+// newer HAMi may add some. Whitespace around fields is dropped.
+func parseHAMiContainer(entry string) ([]hamiDevice, error) {
+	var out []hamiDevice
+	for j, raw := range strings.Split(entry, ":") {
+		if strings.TrimSpace(raw) == "" {
+			continue
+		}
+		d, err := parseHAMiDevice(raw)
+		if err != nil {
+			return nil, fmt.Errorf("device %d %s: %w", j, quote(raw), err)
+		}
+		if k := slices.IndexFunc(out, func(o hamiDevice) bool { return o.id == d.id }); k >= 0 {
+			if !d.mig || !out[k].mig {
+				return nil, fmt.Errorf("device %d: %q allocated twice to the container", j, d.id)
+			}
+			continue // two MIG slices of one GPU: the container has that GPU once
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// parseHAMiDevice reads "UUID,Type,mem,cores".
+//
+// Shared is cores below 100: HAMi gives a device with all its cores to no
+// other container, and a device with fewer cores (0 meaning "no limit") may
+// be shared, whatever the memory. A legacy MIG id "GPU-<uuid>[<profile>-<slot>]"
+// (HAMi before dynamic MIG, Volcano's vGPU in MIG mode) is reported as its
+// parent GPU's UUID, shared: DCGM exporter matches GPU-<uuid> or MIG-<uuid>,
+// never the bracketed form, and current HAMi reports a MIG allocation by its
+// parent GPU's UUID too.
+func parseHAMiDevice(raw string) (hamiDevice, error) {
+	fields := strings.Split(raw, ",")
+	if len(fields) < 4 {
+		return hamiDevice{}, errors.New("want UUID,Type,memory,cores")
+	}
+	for i := range fields {
+		fields[i] = strings.TrimSpace(fields[i])
+	}
+	d := hamiDevice{id: fields[0], typ: fields[1]}
+	if d.id == "" {
+		return hamiDevice{}, errors.New("no UUID")
+	}
+	if d.typ == "" {
+		return hamiDevice{}, errors.New("no device type")
+	}
+	if _, err := nonNegative(fields[2], "memory"); err != nil {
+		return hamiDevice{}, err
+	}
+	cores, err := nonNegative(fields[3], "cores")
+	if err != nil {
+		return hamiDevice{}, err
+	}
+	d.shared = cores < 100
+	if strings.ContainsAny(d.id, "[]") {
+		parent, ok := migParent(d.id)
+		if !ok {
+			return hamiDevice{}, fmt.Errorf("UUID %q: want GPU-<uuid> or a MIG id GPU-<uuid>[<profile>-<slot>]", d.id)
+		}
+		d.id, d.shared, d.mig = parent, true, true
+	}
+	if strings.IndexFunc(d.id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return hamiDevice{}, fmt.Errorf("UUID %q contains spaces or control characters", d.id)
+	}
+	return d, nil
+}
+
+// migParent returns the parent GPU of a legacy MIG id
+// "<parent>[<profile>-<slot>]" (the profile may contain '-', the slot is a
+// number); ok is false for anything else.
+func migParent(id string) (string, bool) {
+	open := strings.IndexByte(id, '[')
+	if open <= 0 || !strings.HasSuffix(id, "]") {
+		return "", false
+	}
+	parent, inside := id[:open], id[open+1:len(id)-1]
+	dash := strings.LastIndexByte(inside, '-')
+	if dash <= 0 || strings.ContainsAny(inside, "[]") || !isDigits(inside[dash+1:]) {
+		return "", false
+	}
+	return parent, true
+}
+
+// nonNegative reads a field HAMi writes as a decimal int32.
+func nonNegative(s, field string) (int64, error) {
+	if strings.HasPrefix(s, "-") && isDigits(s[1:]) {
+		return 0, fmt.Errorf("%s %s is negative", field, s)
+	}
+	if !isDigits(s) {
+		return 0, fmt.Errorf("%s %q is not a number", field, s)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%s %s is out of range", field, s)
+	}
+	return n, nil
+}
+
+// quantity reads a pod request: its value in whole units, or fraction=true
+// when it is not a whole number; ok is false when it cannot be read or is
+// not positive, which asks for nothing.
+func quantity(v string) (n int64, fraction, ok bool) {
+	q, err := resource.ParseQuantity(v)
+	if err != nil || q.Sign() <= 0 {
+		return 0, false, false
+	}
+	if n := q.Value(); q.CmpInt64(n) == 0 {
+		return n, false, true
+	}
+	return 0, true, true
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// quote quotes annotation text for an error message, shortened: annotations
+// can be long and end up in logs and records.
+func quote(s string) string {
+	const max = 60
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return strconv.Quote(s)
+}

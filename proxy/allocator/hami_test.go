@@ -1,0 +1,425 @@
+package allocator
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// The reference's example: one vGPU (500 MiB, 5% of the cores) for the only
+// container, its entry ended by ';' as HAMi writes every entry.
+const hamiExample = "GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76,NVIDIA,500,5:;"
+
+const (
+	uuidA = "GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76"
+	uuidB = "GPU-2c1b5e0f-77aa-4a4a-9b9b-123456789abc"
+)
+
+// hv builds the device the HAMi decoder reports for an NVIDIA vGPU.
+func hv(id string, index, count int, isShared bool) state.Device {
+	return state.Device{
+		Allocator: HAMiName, Type: "NVIDIA", Resource: DefaultGPUResource, IDs: []string{id},
+		Shared: isShared, ContainerIndex: ptr(index), ContainerCount: count, Replace: true,
+	}
+}
+
+func scoped(d state.Device, s state.ContainerScope) state.Device { d.ContainerScope = s; return d }
+
+func resourced(d state.Device, typ, res string) state.Device { d.Type, d.Resource = typ, res; return d }
+
+func TestHAMiDecode(t *testing.T) {
+	tests := []struct {
+		name string
+		opts HAMiOptions
+		ann  map[string]string
+		want []state.Device
+	}{
+		{
+			name: "the reference example: one shared vGPU for container 0",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: hamiExample},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "several GPUs for one container keep their order; all cores is not shared",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidB + ",NVIDIA,81920,100:" + uuidA + ",NVIDIA,81920,100:;"},
+			want: []state.Device{hv(uuidB, 0, 1, false), hv(uuidA, 0, 1, false)},
+		},
+		{
+			name: "empty entries are containers without vGPUs: positions count them",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: ";" + uuidA + ",NVIDIA,1000,30:;;" + uuidB + ",NVIDIA,2000,0:;"},
+			want: []state.Device{hv(uuidA, 1, 4, true), hv(uuidB, 3, 4, true)},
+		},
+		{
+			name: "init containers first: an init container without vGPU is an empty first entry",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: ":;" + uuidA + ",NVIDIA,3000,50:;"},
+			want: []state.Device{hv(uuidA, 1, 2, true)},
+		},
+		{
+			name: "one GPU shared by two containers is reported in each",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,1000,20:;" + uuidA + ",NVIDIA,1000,20:;"},
+			want: []state.Device{hv(uuidA, 0, 2, true), hv(uuidA, 1, 2, true)},
+		},
+		{
+			name: "cores 0 (no core limit) is shared",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,4096,0:;"},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "a legacy MIG id is reported as its parent GPU, shared even with all cores",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[1-0],NVIDIA,10240,100:;"},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "Volcano's MIG id with a named profile is reported as its parent GPU",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[group-1g.10gb-3],NVIDIA,10240,0:;"},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "two MIG slices of one GPU in a container are that GPU once",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[1-0],NVIDIA,10240,0:" + uuidA + "[1-1],NVIDIA,10240,0:;"},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "whitespace around fields and entries is ignored",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: "  " + uuidA + " , NVIDIA , 500 , 5 : ;\n"},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "fields after the fourth are ignored",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,500,5,future,fields:;"},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "without a trailing ';' the last entry is still a container",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: ";" + uuidA + ",NVIDIA,500,5:"},
+			want: []state.Device{hv(uuidA, 1, 2, true)},
+		},
+		{
+			name: "a device without its trailing ':' is still a device",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,500,5;"},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{name: "an empty value allocates nothing", ann: map[string]string{HAMiNVIDIAAnnotation: ""}},
+		{name: "only separators allocate nothing", ann: map[string]string{HAMiNVIDIAAnnotation: ":;;:;"}},
+		{name: "whitespace only allocates nothing", ann: map[string]string{HAMiNVIDIAAnnotation: " \n"}},
+		{
+			name: "another vendor's key is reported under its default resource",
+			ann:  map[string]string{"hami.io/dcu-devices-allocated": "DCU-0a1b,DCU,16384,60:;"},
+			want: []state.Device{resourced(hv("DCU-0a1b", 0, 1, true), "DCU", "hygon.com/dcunum")},
+		},
+		{
+			name: "an Ascend chip's key is reported as huawei.com/<chip>",
+			ann:  map[string]string{"hami.io/Ascend910B2-devices-allocated": "NPU-7,Ascend910B2,16384,100:;"},
+			want: []state.Device{resourced(hv("NPU-7", 0, 1, false), "Ascend910B2", "huawei.com/Ascend910B2")},
+		},
+		{
+			name: "keys are read in sorted order",
+			ann: map[string]string{
+				HAMiNVIDIAAnnotation:                      uuidA + ",NVIDIA,500,5:;",
+				"hami.io/cambricon-mlu-devices-allocated": "MLU-1,MLU,1024,10:;",
+			},
+			want: []state.Device{resourced(hv("MLU-1", 0, 1, true), "MLU", "cambricon.com/vmlu"), hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "resource names are configurable per vendor",
+			opts: HAMiOptions{Resources: map[string]string{"vgpu": "example.com/vgpu", "newchip": "example.com/chip"}},
+			ann: map[string]string{
+				HAMiNVIDIAAnnotation:                uuidA + ",NVIDIA,500,5:;",
+				"hami.io/newchip-devices-allocated": "C-1,NEW,1,100:;",
+			},
+			want: []state.Device{
+				resourced(hv("C-1", 0, 1, false), "NEW", "example.com/chip"),
+				resourced(hv(uuidA, 0, 1, true), "NVIDIA", "example.com/vgpu"),
+			},
+		},
+		{
+			name: "legacy indexing marks the devices as counting app containers",
+			opts: HAMiOptions{LegacyIndexing: true},
+			ann:  map[string]string{HAMiNVIDIAAnnotation: hamiExample},
+			want: []state.Device{scoped(hv(uuidA, 0, 1, true), state.ScopeApp)},
+		},
+		{
+			name: "the in-flight to-allocate key is not read",
+			ann:  map[string]string{"hami.io/vgpu-devices-to-allocate": hamiExample},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NewHAMi(tt.opts).Decode(tt.ann)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Decode:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHAMiDecodeWithoutAnnotationReturnsNothing(t *testing.T) {
+	got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{KoordinatorAnnotation: `{}`, "hami.io/vgpu-node": "node-1"})
+	if got != nil || err != nil {
+		t.Errorf("Decode = %v, %v; want nil, nil", got, err)
+	}
+}
+
+// A malformed container entry loses its own devices; the others keep theirs
+// at their positions, and the error names the annotation, the container and
+// the device.
+func TestHAMiDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
+	good := ";" + uuidB + ",NVIDIA,2000,20:;" // container 1
+	tests := []struct {
+		name, bad string // bad is container 0's entry
+		wantErr   string
+	}{
+		{"missing UUID", ",NVIDIA,500,5:", `container 0 ",NVIDIA,500,5:": device 0 ",NVIDIA,500,5": no UUID`},
+		{"blank UUID", "  ,NVIDIA,500,5:", "no UUID"},
+		{"missing type", uuidA + ",,500,5:", "no device type"},
+		{"too few fields", uuidA + ",NVIDIA,500:", "want UUID,Type,memory,cores"},
+		{"a bare UUID", uuidA + ":", "want UUID,Type,memory,cores"},
+		{"text without fields", "garbage", `device 0 "garbage": want UUID,Type,memory,cores`},
+		{"non-numeric memory", uuidA + ",NVIDIA,lots,5:", `memory "lots" is not a number`},
+		{"non-numeric cores", uuidA + ",NVIDIA,500,5%:", `cores "5%" is not a number`},
+		{"fractional memory", uuidA + ",NVIDIA,0.5,5:", `memory "0.5" is not a number`},
+		{"empty memory", uuidA + ",NVIDIA,,5:", `memory "" is not a number`},
+		{"negative memory", uuidA + ",NVIDIA,-500,5:", "memory -500 is negative"},
+		{"negative cores", uuidA + ",NVIDIA,500,-1:", "cores -1 is negative"},
+		{"a plus sign", uuidA + ",NVIDIA,+500,5:", `memory "+500" is not a number`},
+		{"memory beyond int32", uuidA + ",NVIDIA,2147483648,5:", "memory 2147483648 is out of range"},
+		{"huge cores", uuidA + ",NVIDIA,5," + strings.Repeat("9", 40) + ":", "is out of range"},
+		{"MIG id without slot", uuidA + "[1],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
+		{"MIG id with a non-numeric slot", uuidA + "[1-x],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
+		{"MIG id with text after the bracket", uuidA + "[1-0]x,NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
+		{"MIG id without parent", "[1-0],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
+		{"nested brackets", uuidA + "[[1-0]],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
+		{"a stray bracket", uuidA + "],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
+		{"a UUID with a space", "GPU-903e cef4,NVIDIA,5,5:", "contains spaces or control characters"},
+		{"a UUID with a control character", "GPU-903e\x00cef4,NVIDIA,5,5:", "contains spaces or control characters"},
+		{"one GPU twice in a container", uuidA + ",NVIDIA,5,5:" + uuidA + ",NVIDIA,5,5:", `device 1: "` + uuidA + `" allocated twice`},
+		{"a MIG slice and its whole GPU in a container", uuidA + ",NVIDIA,5,5:" + uuidA + "[1-0],NVIDIA,5,5:", "allocated twice"},
+		{"a good device before a bad one", uuidA + ",NVIDIA,500,5:" + uuidA + "x,NVIDIA,abc,5:", "device 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: tt.bad + good})
+			if err == nil {
+				t.Fatalf("Decode = %+v, nil; want an error", got)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "decode "+HAMiNVIDIAAnnotation+": container 0 ") || !strings.Contains(msg, tt.wantErr) {
+				t.Errorf("error = %q; want it to name the annotation and container 0 and contain %q", msg, tt.wantErr)
+			}
+			if want := []state.Device{hv(uuidB, 1, 2, true)}; !reflect.DeepEqual(got, want) {
+				t.Errorf("kept %+v; want container 1's device only, %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestHAMiDecodeReportsEveryMalformedContainer(t *testing.T) {
+	value := "a,NVIDIA,x,1:;" + uuidA + ",NVIDIA,1,1:;b,NVIDIA,1,-1:;"
+	got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: value})
+	if err == nil || !strings.Contains(err.Error(), "container 0 ") || !strings.Contains(err.Error(), "container 2 ") {
+		t.Errorf("error = %v; want both containers named", err)
+	}
+	if want := []state.Device{hv(uuidA, 1, 3, true)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kept %+v; want %+v", got, want)
+	}
+}
+
+func TestHAMiDecodeSkipsVendorsWithoutResourceButKeepsTheOthers(t *testing.T) {
+	ann := map[string]string{
+		"hami.io/newchip-devices-allocated": "X-1,NEW,1,1:;",
+		"hami.io/dcu-devices-allocated":     "DCU-1,DCU,1,100:;",
+		HAMiNVIDIAAnnotation:                hamiExample,
+	}
+	got, err := NewHAMi(HAMiOptions{Resources: map[string]string{"dcu": ""}}).Decode(ann)
+	for _, want := range []string{
+		`decode hami.io/newchip-devices-allocated: no resource name for vendor "newchip"`,
+		`decode hami.io/dcu-devices-allocated: no resource name for vendor "dcu"`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v; want it to contain %q", err, want)
+		}
+	}
+	if want := []state.Device{hv(uuidA, 0, 1, true)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kept %+v; want %+v", got, want)
+	}
+}
+
+func TestHAMiDecodeHugeValuesStayLinearAndErrorsShort(t *testing.T) {
+	const containers = 20000
+	var b strings.Builder
+	for i := range containers {
+		if i%2 == 1 {
+			fmt.Fprintf(&b, "GPU-%08d-0000-0000-0000-000000000000,NVIDIA,1024,10:GPU-%08d-1111-0000-0000-000000000000,NVIDIA,1024,10:", i, i)
+		}
+		b.WriteString(";")
+	}
+	got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: b.String()})
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if len(got) != containers {
+		t.Fatalf("got %d devices; want %d", len(got), containers)
+	}
+	last := got[len(got)-1]
+	if *last.ContainerIndex != containers-1 || last.ContainerCount != containers {
+		t.Errorf("last device at %d of %d; want %d of %d", *last.ContainerIndex, last.ContainerCount, containers-1, containers)
+	}
+
+	bad := strings.Repeat("GPU-x,NVIDIA,abc,5:;", containers)
+	_, err = NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: bad})
+	if err == nil || len(err.Error()) > 1000 || !strings.Contains(err.Error(), fmt.Sprintf("%d more malformed containers", containers-3)) {
+		t.Errorf("error for %d malformed containers is %d bytes (%.200v...); want three detailed and a count", containers, len(fmt.Sprint(err)), err)
+	}
+
+	huge := strings.Repeat("x", 1<<20) + ",NVIDIA,abc,5:;"
+	_, err = NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: huge})
+	if err == nil || len(err.Error()) > 400 {
+		t.Errorf("error for a 1 MiB entry is %d bytes; want a short one", len(fmt.Sprint(err)))
+	}
+}
+
+func TestHAMiRelevantToAllocatedKeysOnly(t *testing.T) {
+	h := NewHAMi(HAMiOptions{})
+	for key, want := range map[string]bool{
+		HAMiNVIDIAAnnotation:                    true,
+		"hami.io/dcu-devices-allocated":         true,
+		"hami.io/Ascend910B2-devices-allocated": true,
+		"hami.io/unknown-devices-allocated":     true, // decoded to say it is not understood
+		"hami.io/vgpu-devices-to-allocate":      false,
+		"hami.io/-devices-allocated":            false,
+		"hami.io/vgpu-node":                     false,
+		"hami.io/bind-phase":                    false,
+		"example.com/vgpu-devices-allocated":    false,
+		VolcanoVGPUAnnotation:                   false,
+		KoordinatorAnnotation:                   false,
+	} {
+		if got := h.Relevant(key); got != want {
+			t.Errorf("Relevant(%q) = %v; want %v", key, got, want)
+		}
+	}
+}
+
+func TestHAMiWantsCountsTheReportedResource(t *testing.T) {
+	h := NewHAMi(HAMiOptions{})
+	dev := hv(uuidA, 0, 1, true)
+	for _, tt := range []struct {
+		requests  map[string]string
+		wantWhole int64
+		wantShare bool
+	}{
+		{map[string]string{"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000"}, 2, false},
+		{map[string]string{"nvidia.com/gpu": "500m"}, 0, true},
+		{map[string]string{"nvidia.com/gpu": "0"}, 0, false},
+		{map[string]string{"nvidia.com/gpu": "many"}, 0, false},
+		{map[string]string{"nvidia.com/gpumem": "3000"}, 0, false},
+		{nil, 0, false},
+	} {
+		whole, share := h.Wants(dev, tt.requests)
+		if whole != tt.wantWhole || share != tt.wantShare {
+			t.Errorf("Wants(%v) = %d, %v; want %d, %v", tt.requests, whole, share, tt.wantWhole, tt.wantShare)
+		}
+	}
+}
+
+// HAMi devices reach the container at their position, counted the way the
+// HAMi that wrote them counted, told apart by the list's length.
+func TestAssignHAMiDevicesByPosition(t *testing.T) {
+	const gpu = "nvidia.com/gpu"
+	type tc struct {
+		name  string
+		opts  HAMiOptions
+		spec  *state.PodSpec
+		value string
+		want  map[string][]string
+	}
+	tests := []tc{
+		{
+			name:  "one entry per container, init containers first: the app container's entry",
+			spec:  spec(container("fetch", state.KindInit), container("main", state.KindApp, gpu, "1")),
+			value: ";" + uuidA + ",NVIDIA,500,5:;",
+			want:  map[string][]string{"main": {uuidA}},
+		},
+		{
+			name: "sidecars are init containers in HAMi's list and get their own entry",
+			spec: spec(container("fetch", state.KindInit), container("proxy", state.KindSidecar, gpu, "1"),
+				container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
+			value: ";" + uuidA + ",NVIDIA,500,5:;;" + uuidB + ",NVIDIA,500,5:;",
+			want:  map[string][]string{"proxy": {uuidA}, "b": {uuidB}},
+		},
+		{
+			name:  "an init container's vGPU is dropped: the kubelet never lists init containers",
+			spec:  spec(container("warmup", state.KindInit, gpu, "1"), container("main", state.KindApp, gpu, "1")),
+			value: uuidA + ",NVIDIA,500,5:;" + uuidB + ",NVIDIA,500,5:;",
+			want:  map[string][]string{"main": {uuidB}},
+		},
+		{
+			name:  "a legacy list (app containers only) is recognised by its length",
+			spec:  spec(container("fetch", state.KindInit), container("proxy", state.KindSidecar), container("main", state.KindApp, gpu, "1")),
+			value: uuidA + ",NVIDIA,500,5:;",
+			want:  map[string][]string{"main": {uuidA}},
+		},
+		{
+			name:  "legacy indexing configured, but a list as long as the pod is read as current",
+			opts:  HAMiOptions{LegacyIndexing: true},
+			spec:  spec(container("proxy", state.KindSidecar, gpu, "1"), container("main", state.KindApp)),
+			value: uuidA + ",NVIDIA,500,5:;;",
+			want:  map[string][]string{"proxy": {uuidA}},
+		},
+		{
+			name:  "a length matching neither: legacy indexing counts app containers",
+			opts:  HAMiOptions{LegacyIndexing: true},
+			spec:  spec(container("proxy", state.KindSidecar), container("a", state.KindApp), container("b", state.KindApp)),
+			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
+			want:  map[string][]string{"b": {uuidA}},
+		},
+		{
+			name:  "a length matching neither: by default every container counts",
+			spec:  spec(container("proxy", state.KindSidecar), container("a", state.KindApp), container("b", state.KindApp)),
+			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
+			want:  map[string][]string{"a": {uuidA}},
+		},
+		{
+			name:  "several containers, several GPUs each, one GPU shared by two",
+			spec:  spec(container("a", state.KindApp, gpu, "2"), container("b", state.KindApp, gpu, "1")),
+			value: uuidA + ",NVIDIA,1000,30:" + uuidB + ",NVIDIA,1000,30:;" + uuidA + ",NVIDIA,1000,30:;",
+			want:  map[string][]string{"a": {uuidA, uuidB}, "b": {uuidA}},
+		},
+		{
+			name:  "an entry beyond the pod falls back to the pod-level policy: the requesting container",
+			spec:  spec(container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
+			value: ";;;;" + uuidA + ",NVIDIA,1000,30:;",
+			want:  map[string][]string{"b": {uuidA}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSet(quietLog(), nil, NewHAMi(tt.opts))
+			devices, errs := s.Decode(testPod, map[string]string{HAMiNVIDIAAnnotation: tt.value})
+			if errs != nil {
+				t.Fatalf("Decode: %v", errs)
+			}
+			a, ok := s.Assign(tt.spec, devices)
+			if !ok {
+				t.Fatal("Assign: ok = false")
+			}
+			if got := ids(a); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Assign:\n got %v\nwant %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAssignUnknownContainerScopeFollowsThePodLevelPolicy(t *testing.T) {
+	s := NewSet(quietLog(), nil, NewHAMi(HAMiOptions{}))
+	dev := scoped(hv(uuidA, 0, 0, false), "some-future-scope")
+	a, _ := s.Assign(spec(container("a", state.KindApp), container("b", state.KindApp, "nvidia.com/gpu", "1")), []state.Device{dev})
+	if got, want := ids(a), map[string][]string{"b": {uuidA}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Assign = %v; want %v", got, want)
+	}
+}

@@ -1,0 +1,236 @@
+package allocator
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// vv builds the device the Volcano vGPU decoder reports.
+func vv(id string, index, count int, isShared bool) state.Device {
+	d := hv(id, index, count, isShared)
+	d.Allocator, d.ContainerScope = VolcanoVGPUName, state.ScopeRequesting
+	return d
+}
+
+func TestVolcanoVGPUDecode(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  VolcanoVGPUOptions
+		value string
+		want  []state.Device
+	}{
+		{
+			name:  "one container's vGPU, as Volcano writes it (no trailing ';')",
+			value: uuidA + ",NVIDIA,1024,25:",
+			want:  []state.Device{vv(uuidA, 0, 1, true)},
+		},
+		{
+			name:  "two requesting containers joined by ';'",
+			value: uuidA + ",NVIDIA,1024,25:;" + uuidB + ",NVIDIA,40960,100:" + uuidA + ",NVIDIA,1024,0:",
+			want:  []state.Device{vv(uuidA, 0, 2, true), vv(uuidB, 1, 2, false), vv(uuidA, 1, 2, true)},
+		},
+		{
+			name:  "MIG mode ids name their parent GPU",
+			value: uuidA + "[mig-1g.10gb-2],NVIDIA,10240,0:",
+			want:  []state.Device{vv(uuidA, 0, 1, true)},
+		},
+		{
+			name:  "a HAMi-style trailing ';' is not a container",
+			value: uuidA + ",NVIDIA,1024,25:;",
+			want:  []state.Device{vv(uuidA, 0, 1, true)},
+		},
+		{
+			name:  "the resource name is configurable",
+			opts:  VolcanoVGPUOptions{Resource: "volcano.sh/vgpu-number"},
+			value: uuidA + ",NVIDIA,1024,25:",
+			want:  []state.Device{resourced(vv(uuidA, 0, 1, true), "NVIDIA", "volcano.sh/vgpu-number")},
+		},
+		{name: "an empty value allocates nothing", value: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NewVolcanoVGPU(tt.opts).Decode(map[string]string{VolcanoVGPUAnnotation: tt.value})
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Decode:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestVolcanoVGPUDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
+	got, err := NewVolcanoVGPU(VolcanoVGPUOptions{}).Decode(map[string]string{
+		VolcanoVGPUAnnotation: uuidA + ",NVIDIA,-1,25:;" + uuidB + ",NVIDIA,1024,25:",
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "decode "+VolcanoVGPUAnnotation+": container 0 ") ||
+		!strings.Contains(err.Error(), "memory -1 is negative") {
+		t.Errorf("error = %v; want one naming the annotation, container 0 and the memory", err)
+	}
+	if want := []state.Device{vv(uuidB, 1, 2, true)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kept %+v; want %+v", got, want)
+	}
+}
+
+func TestVolcanoVGPUDecodeWithoutAnnotationReturnsNothing(t *testing.T) {
+	got, err := NewVolcanoVGPU(VolcanoVGPUOptions{}).Decode(map[string]string{"volcano.sh/devices-to-allocate": uuidA + ",NVIDIA,1,1:"})
+	if got != nil || err != nil {
+		t.Errorf("Decode = %v, %v; want nil, nil", got, err)
+	}
+}
+
+// Volcano lists only the app containers that request vGPUs, so the n-th
+// entry is the n-th requesting app container.
+func TestAssignVolcanoVGPUToTheRequestingAppContainers(t *testing.T) {
+	s := NewSet(quietLog(), nil, NewVolcanoVGPU(VolcanoVGPUOptions{}))
+	sp := spec(
+		container("setup", state.KindInit, "volcano.sh/vgpu-number", "1"),
+		container("mesh", state.KindSidecar),
+		container("loader", state.KindApp),
+		container("trainer", state.KindApp, "volcano.sh/vgpu-number", "2", "volcano.sh/vgpu-memory", "2048"),
+		container("eval", state.KindApp, "volcano.sh/vgpu-memory", "1024"),
+	)
+	devices, errs := s.Decode(testPod, map[string]string{
+		VolcanoVGPUAnnotation: uuidA + ",NVIDIA,2048,0:" + uuidB + ",NVIDIA,2048,0:;" + uuidA + ",NVIDIA,1024,0:",
+	})
+	if errs != nil {
+		t.Fatalf("Decode: %v", errs)
+	}
+	a, ok := s.Assign(sp, devices)
+	if !ok {
+		t.Fatal("Assign: ok = false")
+	}
+	want := map[string][]string{"trainer": {uuidA, uuidB}, "eval": {uuidA}}
+	if got := ids(a); !reflect.DeepEqual(got, want) {
+		t.Errorf("Assign:\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestVolcanoVGPUWants(t *testing.T) {
+	v := NewVolcanoVGPU(VolcanoVGPUOptions{})
+	dev := vv(uuidA, 0, 1, true)
+	for _, tt := range []struct {
+		requests  map[string]string
+		wantWhole int64
+		wantShare bool
+	}{
+		{map[string]string{"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "1024"}, 2, false},
+		{map[string]string{"volcano.sh/vgpu-memory": "1024"}, 1, false},
+		{map[string]string{"volcano.sh/vgpu-cores": "50"}, 0, false},
+		{map[string]string{"nvidia.com/gpu": "1"}, 0, false},
+		{nil, 0, false},
+	} {
+		whole, share := v.Wants(dev, tt.requests)
+		if whole != tt.wantWhole || share != tt.wantShare {
+			t.Errorf("Wants(%v) = %d, %v; want %d, %v", tt.requests, whole, share, tt.wantWhole, tt.wantShare)
+		}
+	}
+}
+
+// gs builds the device the gpushare decoder reports for a GPU index.
+func gs(index int64) state.Device {
+	return state.Device{Allocator: VolcanoGPUShareName, Type: "gpu", Resource: DefaultGPUResource, Index: ptr(index)}
+}
+
+func TestVolcanoGPUShareDecode(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  VolcanoGPUShareOptions
+		value string
+		want  []state.Device
+	}{
+		{name: "one shared GPU", value: "1", want: []state.Device{gs(1)}},
+		{name: "several GPUs keep their order", value: "3,0,2", want: []state.Device{gs(3), gs(0), gs(2)}},
+		{name: "spaces around indices are ignored", value: " 0 , 2 ", want: []state.Device{gs(0), gs(2)}},
+		{name: "the largest int32 index", value: "2147483647", want: []state.Device{gs(2147483647)}},
+		{
+			name:  "the resource name is configurable",
+			opts:  VolcanoGPUShareOptions{Resource: "volcano.sh/gpu-memory"},
+			value: "0",
+			want:  []state.Device{{Allocator: VolcanoGPUShareName, Type: "gpu", Resource: "volcano.sh/gpu-memory", Index: ptr(int64(0))}},
+		},
+		{name: "an empty value allocates nothing", value: ""},
+		{name: "a blank value allocates nothing", value: "  "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NewVolcanoGPUShare(tt.opts).Decode(map[string]string{VolcanoGPUShareAnnotation: tt.value})
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Decode:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestVolcanoGPUShareDecodeRejectsMalformedLists(t *testing.T) {
+	tests := []struct{ name, value, wantErr string }{
+		{"a trailing comma", "0,", `index 1 is empty in "0,"`},
+		{"an empty index between", "0,,2", "index 1 is empty"},
+		{"a lone comma", ",", "index 0 is empty"},
+		{"a negative index", "0,-1", "index 1: GPU index -1 is negative"},
+		{"a non-numeric index", "gpu0", `index 0: GPU index "gpu0" is not a number`},
+		{"a UUID instead of an index", uuidA, "is not a number"},
+		{"a plus sign", "+1", "is not a number"},
+		{"a fractional index", "1.5", "is not a number"},
+		{"semicolons", "0;1", "is not a number"},
+		{"an index beyond int32", "2147483648", "index 0: GPU index 2147483648 is out of range"},
+		{"a huge index", strings.Repeat("9", 30), "is out of range"},
+		{"one GPU twice", "1,2,1", "index 2: GPU 1 already listed at index 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NewVolcanoGPUShare(VolcanoGPUShareOptions{}).Decode(map[string]string{VolcanoGPUShareAnnotation: tt.value})
+			if err == nil {
+				t.Fatalf("Decode = %+v, nil; want an error", got)
+			}
+			if got != nil {
+				t.Errorf("Decode kept devices %+v of a malformed list", got)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "decode "+VolcanoGPUShareAnnotation+": ") || !strings.Contains(msg, tt.wantErr) {
+				t.Errorf("error = %q; want it to start with the annotation and contain %q", msg, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestVolcanoRelevantToTheirOwnKeys(t *testing.T) {
+	vg, sh := NewVolcanoVGPU(VolcanoVGPUOptions{}), NewVolcanoGPUShare(VolcanoGPUShareOptions{})
+	for key, want := range map[string][2]bool{
+		VolcanoVGPUAnnotation:            {true, false},
+		VolcanoGPUShareAnnotation:        {false, true},
+		"volcano.sh/devices-to-allocate": {false, false},
+		"volcano.sh/vgpu-node":           {false, false},
+		"volcano.sh/predicate-time":      {false, false},
+		HAMiNVIDIAAnnotation:             {false, false},
+	} {
+		if got := [2]bool{vg.Relevant(key), sh.Relevant(key)}; got != want {
+			t.Errorf("Relevant(%q) = vgpu %v, gpushare %v; want %v", key, got[0], got[1], want)
+		}
+	}
+}
+
+// gpushare devices are pod-level: whole-GPU askers take theirs first, what
+// is left goes to the containers asking GPU memory.
+func TestAssignVolcanoGPUShareByRequests(t *testing.T) {
+	s := NewSet(quietLog(), nil, NewVolcanoGPUShare(VolcanoGPUShareOptions{}))
+	sp := spec(
+		container("mesh", state.KindSidecar),
+		container("a", state.KindApp, "volcano.sh/gpu-number", "1"),
+		container("b", state.KindApp, "volcano.sh/gpu-memory", "1024"),
+		container("c", state.KindApp, "nvidia.com/gpu", "1"),
+	)
+	devices := []state.Device{gs(0), gs(1)}
+	devices[0].IDs, devices[1].IDs = []string{uuidA}, []string{uuidB} // as Translate leaves them
+	a, _ := s.Assign(sp, devices)
+	if got, want := ids(a), map[string][]string{"a": {uuidA}, "b": {uuidB}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Assign = %v; want %v", got, want)
+	}
+}
