@@ -480,11 +480,7 @@ func (s *Store) adopt(r *Record) bool {
 			r.UpdatedAt = s.opts.Now()
 		}
 	}
-	if old := s.byUID[r.UID]; old != nil {
-		s.install(old, r)
-	} else {
-		s.install(nil, r)
-	}
+	s.install(s.byUID[r.UID], r)
 	return changed
 }
 
