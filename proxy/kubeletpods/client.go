@@ -1,0 +1,312 @@
+package kubeletpods
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// Defaults for Config.
+const (
+	DefaultTimeout      = 5 * time.Second
+	DefaultMaxBodyBytes = 64 << 20
+)
+
+// Config says how to reach the kubelet's /pods endpoint.
+type Config struct {
+	// URL is the endpoint, https://NODE_IP:10250/pods (authenticated) or
+	// http://127.0.0.1:10255/pods (the read-only port, when enabled).
+	URL string
+	// TokenFile holds the bearer token sent over https, usually the
+	// service-account token. It is re-read whenever the file changes:
+	// projected tokens rotate hourly by a symlink swap. Empty sends no
+	// token. The token is never sent over plain http.
+	TokenFile string
+	// CAFile is a PEM bundle to verify the kubelet's serving certificate
+	// with; empty means the system roots.
+	CAFile string
+	// InsecureTLS skips verification of the kubelet's certificate. It is
+	// an explicit opt-in for kubelets with self-signed serving
+	// certificates, and is logged as a warning.
+	InsecureTLS bool
+	// Timeout bounds one read, connection included; 0 means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// MaxBodyBytes bounds the answer; a larger one fails the read. 0 means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Log receives the warnings about the configuration; nil means
+	// logrus's standard logger.
+	Log logrus.FieldLogger
+}
+
+// Client reads the kubelet's /pods. It is safe for concurrent use and keeps
+// its connection to the kubelet open between reads.
+type Client struct {
+	url      string     // for requests
+	redacted string     // for errors and logs
+	token    *tokenFile // nil: send no token
+	roots    string     // what verified the server, for errors
+	timeout  time.Duration
+	maxBody  int64
+	http     *http.Client
+}
+
+// NewClient checks cfg and returns a client. It loads the CA bundle now, so
+// that a wrong path or a file without certificates is an error at start-up
+// rather than at the first query; the token file is read at each read (it
+// may not exist yet, and it rotates).
+func NewClient(cfg Config) (*Client, error) {
+	log := cfg.Log
+	if log == nil {
+		log = logrus.StandardLogger()
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet pods URL %q: %w", cfg.URL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("kubelet pods URL %q: scheme must be http or https", cfg.URL)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("kubelet pods URL %q: no host", cfg.URL)
+	}
+	if strings.Contains(u.Host, "$") {
+		return nil, fmt.Errorf("kubelet pods URL %q: host has an unexpanded variable", cfg.URL)
+	}
+	if cfg.Timeout < 0 || cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("kubelet pods client: negative timeout (%v) or body limit (%d)", cfg.Timeout, cfg.MaxBodyBytes)
+	}
+	c := &Client{
+		url:      u.String(),
+		redacted: u.Redacted(),
+		timeout:  cmp.Or(cfg.Timeout, DefaultTimeout),
+		maxBody:  cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		roots:    "the system roots",
+	}
+
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if u.Scheme == "https" {
+		switch {
+		case cfg.InsecureTLS:
+			tlsConfig.InsecureSkipVerify = true
+			log.WithField("url", c.redacted).Warn("Not verifying the kubelet's serving certificate (insecure TLS was asked for)")
+			if cfg.CAFile != "" {
+				log.WithField("caFile", cfg.CAFile).Warn("Kubelet CA file ignored: insecure TLS was asked for")
+			}
+		case cfg.CAFile != "":
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("read kubelet CA file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kubelet CA file %s: no PEM certificate in it", cfg.CAFile)
+			}
+			tlsConfig.RootCAs = pool
+			c.roots = "the CAs of " + cfg.CAFile
+		}
+		if cfg.TokenFile != "" {
+			c.token = &tokenFile{path: cfg.TokenFile}
+		}
+	} else if cfg.TokenFile != "" {
+		// The read-only port authenticates nobody; a token sent there
+		// would only travel in clear text.
+		log.WithField("url", c.redacted).Info("Not sending the kubelet token over plain http")
+	}
+
+	c.http = &http.Client{
+		Transport: &http.Transport{
+			// The kubelet is on this node: an HTTP(S)_PROXY set for the
+			// daemon's other traffic must not carry the kubelet's.
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+			TLSClientConfig:     tlsConfig,
+			TLSHandshakeTimeout: c.timeout,
+			MaxIdleConns:        2,
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     90 * time.Second,
+		},
+	}
+	return c, nil
+}
+
+// URL returns the endpoint with any password in it redacted.
+func (c *Client) URL() string { return c.redacted }
+
+// Pods reads the kubelet's pods. They come oldest first (by
+// creationTimestamp; pods created in the same second keep the kubelet's
+// order, which is arbitrary): the kubelet answers in no particular order,
+// and this makes the last of several pods with one name the newest one.
+// The read is bounded by ctx and by the configured timeout.
+func (c *Client) Pods(ctx context.Context) ([]state.KubeletPod, error) {
+	pods, err := c.pods(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read kubelet pods from %s: %w", c.redacted, err)
+	}
+	return pods, nil
+}
+
+func (c *Client) pods(ctx context.Context) ([]state.KubeletPod, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout,
+		fmt.Errorf("no answer within %v: %w", c.timeout, context.DeadlineExceeded))
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "podres-proxy")
+	if c.token != nil {
+		token, err := c.token.get()
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, c.explain(ctx, err)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode != http.StatusOK {
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("%s: %s", resp.Status, printable(head, 200))
+	}
+	if resp.ContentLength > c.maxBody {
+		return nil, fmt.Errorf("answer of %d bytes is larger than the limit of %d bytes", resp.ContentLength, c.maxBody)
+	}
+
+	buf := getBuffer()
+	defer putBuffer(buf)
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength))
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, c.maxBody+1)); err != nil {
+		return nil, fmt.Errorf("read answer: %w", c.explain(ctx, err))
+	}
+	if int64(buf.Len()) > c.maxBody {
+		return nil, fmt.Errorf("answer is larger than the limit of %d bytes", c.maxBody)
+	}
+	pods, err := decodePods(buf.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("%d bytes of %s: %w", buf.Len(), cmp.Or(resp.Header.Get("Content-Type"), "no Content-Type"), err)
+	}
+	return pods, nil
+}
+
+// explain makes a transport error say what happened in a few words: the
+// request's URL is already in the caller's message, a timeout names the
+// timeout, and a certificate from an unknown CA names the CAs it was
+// checked against.
+func (c *Client) explain(ctx context.Context, err error) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return fmt.Errorf("the kubelet's serving certificate is not signed by %s: %w", c.roots, err)
+	}
+	return err
+}
+
+// tokenFile is a bearer token file, re-read when it changes. Checking is a
+// stat per read, which follows the symlinks of a projected volume, so the
+// swap of its ..data link is seen as a new inode.
+type tokenFile struct {
+	path string
+
+	mu    sync.Mutex
+	stamp fileStamp
+	token string
+}
+
+type fileStamp struct {
+	dev, ino uint64
+	size     int64
+	mtime    time.Time
+}
+
+func (t *tokenFile) get() (string, error) {
+	fi, err := os.Stat(t.path)
+	if err != nil {
+		return "", fmt.Errorf("kubelet token file: %w", err)
+	}
+	stamp := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		stamp.dev, stamp.ino = uint64(st.Dev), st.Ino
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.token != "" && stamp == t.stamp {
+		return t.token, nil
+	}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return "", fmt.Errorf("kubelet token file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("kubelet token file %s is empty", t.path)
+	}
+	t.stamp, t.token = stamp, token
+	return token, nil
+}
+
+// Answers are read into pooled buffers: reads are serial and similar in
+// size, so one buffer usually serves them all. The decoder copies what it
+// keeps. Buffers that grew past maxPooledBuffer are left to the collector.
+const maxPooledBuffer = 16 << 20
+
+var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuffer() *bytes.Buffer { return buffers.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBuffer {
+		return
+	}
+	b.Reset()
+	buffers.Put(b)
+}
+
+// printable returns the start of an error body fit for one log line.
+func printable(b []byte, max int) string {
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return ' '
+	}, strings.TrimSpace(string(b)))
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max]) + "..."
+	}
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}
