@@ -1,21 +1,12 @@
 package proxy_test
 
 import (
-	"io"
-	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sirupsen/logrus"
-	"github.com/sirupsen/logrus/hooks/test"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
-	"github.com/podres-proxy/podres-proxy/proxy"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
-	"github.com/podres-proxy/podres-proxy/state"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -26,43 +17,12 @@ const (
 	hamiFakeID = gpuUUID2 + "-3"
 )
 
-// newAllocatorsHarness is newHarness with every decoder NewDecoders knows,
-// as serve enables them by default.
-func newAllocatorsHarness(t *testing.T) *harness {
-	t.Helper()
-	dir := shortDir(t)
-	h := &harness{t: t, dir: dir, reg: prometheus.NewRegistry(), socket: filepath.Join(dir, "proxy", "kubelet.sock")}
-	h.k = fk.Start(t, dir)
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	h.logs = test.NewLocal(log)
-	metrics := proxy.NewMetrics(h.reg)
-	decoders, err := allocator.NewDecoders(allocator.Names(), allocator.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := allocator.NewSet(log, metrics.AnnotationError, decoders...)
-	h.store = state.New(state.Options{Decoder: set})
-	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := kubeletpods.NewReader(proxy.RecordingFetch(client.Pods, h.store), kubeletpods.ReaderOptions{OnRead: metrics.ObservePodsRead})
-	h.srv, err = proxy.New(proxy.Config{Socket: h.socket, KubeletSocket: h.k.Socket, Log: log},
-		proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.start()
-	return h
-}
-
 // A HAMi pod: the kubelet reports the device plugin's fake id for the app
 // container; the proxy reports the GPU HAMi's scheduler recorded instead, on
 // that container (third in HAMi's list, after the init container and the
 // sidecar), and leaves the container's other devices alone.
 func TestHAMiUUIDsReplaceTheKubeletsFakeIDs(t *testing.T) {
-	h := newAllocatorsHarness(t)
+	h := newHarness(t)
 	h.k.SetPods(fk.NewPod("default", "vgpu", "uid-1",
 		fk.WithAnnotation(hamiKey, ";;"+gpuUUID+",NVIDIA,3000,30:;"),
 		fk.WithInit("fetch", nil),
@@ -109,7 +69,7 @@ func TestHAMiUUIDsReplaceTheKubeletsFakeIDs(t *testing.T) {
 // one entry per app container, which its length shows, so the GPU still
 // reaches the app container instead of being dropped with the init one.
 func TestLegacyHAMiListReachesTheAppContainer(t *testing.T) {
-	h := newAllocatorsHarness(t)
+	h := newHarness(t)
 	h.k.SetPods(fk.NewPod("default", "legacy", "uid-1",
 		fk.WithAnnotation(hamiKey, gpuUUID+",NVIDIA,3000,30:;"),
 		fk.WithInit("fetch", nil),
@@ -124,7 +84,7 @@ func TestLegacyHAMiListReachesTheAppContainer(t *testing.T) {
 // A container whose HAMi entry is malformed keeps what the kubelet said;
 // the other container still gets its GPU, and the error is counted.
 func TestMalformedHAMiContainerKeepsTheKubeletsIDs(t *testing.T) {
-	h := newAllocatorsHarness(t)
+	h := newHarness(t)
 	h.k.SetPods(fk.NewPod("default", "half", "uid-1",
 		fk.WithAnnotation(hamiKey, gpuUUID+",NVIDIA,lots,30:;"+gpuUUID2+",NVIDIA,3000,30:;"),
 		fk.WithContainer("a", map[string]string{"nvidia.com/gpu": "1"}),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -49,6 +50,7 @@ type harness struct {
 	logs      *test.Hook
 	topo      proxy.TopologyFunc
 	alloc     func() []*v1.ContainerDevices
+	inv       func() allocator.Inventory
 	qps       float64
 	burst     int
 	noKubelet bool
@@ -64,6 +66,15 @@ func withRateLimit(qps float64, burst int) option {
 
 // withoutKubelet starts the proxy while the kubelet's socket does not exist.
 func withoutKubelet() option { return func(h *harness) { h.noKubelet = true } }
+
+// withInventory gives the proxy an inventory of these devices.
+func withInventory(devs ...inventory.Device) option {
+	snap := inventory.NewSnapshot(devs)
+	return func(h *harness) {
+		h.inv = func() allocator.Inventory { return snap }
+		h.topo = snap.Topology
+	}
+}
 
 func withTopology(f proxy.TopologyFunc) option { return func(h *harness) { h.topo = f } }
 func withAllocatable(f func() []*v1.ContainerDevices) option {
@@ -95,7 +106,11 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	log.SetOutput(io.Discard)
 	h.logs = test.NewLocal(log)
 	metrics := proxy.NewMetrics(h.reg)
-	set := allocator.NewSet(log, metrics.AnnotationError, allocator.NewKoordinator(allocator.KoordinatorOptions{}))
+	decoders, err := allocator.NewDecoders(allocator.Names(), allocator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := allocator.NewSet(log, metrics.AnnotationError, decoders...)
 	h.store = state.New(state.Options{Decoder: set})
 	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})
 	if err != nil {
@@ -108,7 +123,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		RateLimitQPS:   h.qps,
 		RateLimitBurst: h.burst,
 		Log:            log,
-	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc})
+	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,15 +40,14 @@ func mergeV1(pod *v1.PodResources, p plan, topo TopologyFunc) {
 // kubelet reported for its resource (HAMi's device plugin reports ids that
 // name no real device).
 func addV1(c *v1.ContainerResources, devs []state.Device, topo TopologyFunc) {
-	var replaced map[string]bool
+	// Drop what the kubelet reported for replaced resources first, so that
+	// no device added below (by any allocator) is dropped with it.
 	for _, d := range devs {
-		if d.Replace && !replaced[d.Resource] {
+		if d.Replace {
 			c.Devices = slices.DeleteFunc(c.Devices, func(x *v1.ContainerDevices) bool { return x.GetResourceName() == d.Resource })
-			if replaced == nil {
-				replaced = map[string]bool{}
-			}
-			replaced[d.Resource] = true
 		}
+	}
+	for _, d := range devs {
 		for _, id := range d.IDs {
 			if id == "" || hasV1(c.Devices, d.Resource, id) {
 				continue
@@ -99,15 +98,12 @@ func mergeV1alpha1(pod *v1alpha1.PodResources, p plan) {
 }
 
 func addV1alpha1(c *v1alpha1.ContainerResources, devs []state.Device) {
-	var replaced map[string]bool
 	for _, d := range devs {
-		if d.Replace && !replaced[d.Resource] {
+		if d.Replace {
 			c.Devices = slices.DeleteFunc(c.Devices, func(x *v1alpha1.ContainerDevices) bool { return x.GetResourceName() == d.Resource })
-			if replaced == nil {
-				replaced = map[string]bool{}
-			}
-			replaced[d.Resource] = true
 		}
+	}
+	for _, d := range devs {
 		for _, id := range d.IDs {
 			if id == "" || hasV1alpha1(c.Devices, d.Resource, id) {
 				continue

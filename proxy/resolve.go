@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -37,7 +38,9 @@ type resolver struct {
 	store      *state.Store
 	pods       *kubeletpods.Reader // nil: no /pods source, every read fails
 	allocators *allocator.Set
+	inventory  func() allocator.Inventory // nil: no translation
 	metrics    *Metrics
+	log        logrus.FieldLogger
 }
 
 // errNoPodsSource is returned when a read is needed but none is configured.
@@ -49,11 +52,17 @@ var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 // pod's network without its VF and Antrea caches empty answers.
 func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.Time) ([]plan, error) {
 	plans := make([]plan, len(keys))
+	// One inventory snapshot per query, so every pod of an answer sees the
+	// same inventory.
+	var inv allocator.Inventory
+	if r.inventory != nil {
+		inv = r.inventory()
+	}
 	var need []int
 	for i, k := range keys {
 		rec, ok := r.store.Live(k)
 		if ok && (len(rec.Devices) == 0 || rec.Spec != nil) {
-			plans[i] = r.planFor(rec)
+			plans[i] = r.planFor(rec, inv)
 			continue
 		}
 		need = append(need, i)
@@ -70,7 +79,7 @@ func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.
 					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
 					keys[i].Name, keys[i].Namespace, err)
 			}
-			plans[i] = plan{toLast: rec.Devices}
+			plans[i] = plan{toLast: r.translate(rec, inv)}
 			if r.metrics != nil {
 				r.metrics.unattributed.Inc()
 			}
@@ -88,7 +97,7 @@ func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.
 		if !ok {
 			continue // pruned meanwhile; nothing to add for a deleted pod
 		}
-		plans[i] = r.planFor(rec)
+		plans[i] = r.planFor(rec, inv)
 	}
 	return plans, nil
 }
@@ -108,15 +117,29 @@ func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Sn
 }
 
 // planFor attributes a record's devices to its containers.
-func (r *resolver) planFor(rec *state.Record) plan {
+func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 	if len(rec.Devices) == 0 {
 		return plan{}
 	}
-	a, ok := r.allocators.Assign(rec.Spec, rec.Devices)
+	devs := r.translate(rec, inv)
+	a, ok := r.allocators.Assign(rec.Spec, devs)
 	if !ok {
-		return plan{toLast: rec.Devices}
+		return plan{toLast: devs}
 	}
 	return plan{assign: a}
+}
+
+// translate fills in the ids of devices the allocator named only by minor
+// (older Koordinator) or index (Volcano gpushare), from the inventory. Ids
+// it cannot find stay empty and are left out of the answer; that is logged
+// at debug level, since it repeats on every query until the inventory
+// knows the device.
+func (r *resolver) translate(rec *state.Record, inv allocator.Inventory) []state.Device {
+	devs, problems := allocator.Translate(rec.Devices, inv)
+	if len(problems) > 0 && r.log != nil {
+		r.log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
+	}
+	return devs
 }
 
 // RecordingFetch wraps a /pods read so that every successful read is recorded

@@ -54,7 +54,10 @@ type Deps struct {
 	// Allocatable lists the inventory's devices for GetAllocatableResources
 	// in the kubelet's shape; nil adds none.
 	Allocatable func() []*v1.ContainerDevices
-	Metrics     *Metrics
+	// Inventory returns the current inventory, to translate devices the
+	// allocator named by minor or index into ids; nil translates nothing.
+	Inventory func() allocator.Inventory
+	Metrics   *Metrics
 }
 
 // Server is the PodResources proxy.
@@ -94,7 +97,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			store:      deps.Store,
 			pods:       deps.Pods,
 			allocators: deps.Allocators,
+			inventory:  deps.Inventory,
 			metrics:    deps.Metrics,
+			log:        log,
 		},
 	}
 	// Like the kubelet: the rate limit is the only server option, so

@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
@@ -488,5 +489,41 @@ func TestTerminalPodsAreNotAnsweredWithDevices(t *testing.T) {
 		fk.NewPod("default", "job", "uid-run", fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2))))
 	if got := devicesOf(h.get("default", "job"), "app")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID2}) {
 		t.Fatalf("got %v, want the running pod's GPU", got)
+	}
+}
+
+func TestMinorOnlyAllocationsAreTranslatedThroughTheInventory(t *testing.T) {
+	one, numa := int64(1), int64(1)
+	h := newHarness(t, withInventory(inventory.Device{Type: inventory.TypeGPU, ID: gpuUUID2, Minor: &one, NUMANode: &numa, Healthy: true}))
+	// Pods scheduled by Koordinator before it recorded GPU ids carry minors only.
+	h.k.SetPods(
+		fk.NewPod("default", "old", "uid-1", fk.WithAnnotation(koordKey, `{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}`)),
+		fk.NewPod("default", "unknown", "uid-2", fk.WithAnnotation(koordKey, `{"gpu":[{"minor":7,"resources":{"koordinator.sh/gpu-core":"100"}}]}`)))
+	pod := h.get("default", "old")
+	d := pod.Containers[0].Devices
+	if len(d) != 1 || d[0].DeviceIds[0] != gpuUUID2 || d[0].GetTopology().GetNodes()[0].GetID() != 1 {
+		t.Fatalf("minor 1 answered as %v, want %s on NUMA 1 from the inventory", d, gpuUUID2)
+	}
+	if d := h.get("default", "unknown").Containers[0].Devices; len(d) != 0 {
+		t.Errorf("a minor the inventory does not know gave %v, want nothing (never an empty id)", d)
+	}
+}
+
+func TestReplacingAllocatorKeepsAnotherAllocatorsDevice(t *testing.T) {
+	h := newHarness(t)
+	// Koordinator and HAMi both allocated a GPU to the same container; HAMi's
+	// device plugin gave the kubelet a fake id, which HAMi's UUID replaces.
+	// Koordinator's GPU must survive the replacement.
+	h.k.SetPods(fk.NewPod("default", "both", "uid-1",
+		fk.WithAnnotation(koordKey, oneGPU),
+		fk.WithAnnotation("hami.io/vgpu-devices-allocated", gpuUUID2+",NVIDIA,3000,30:;"),
+		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "2"}),
+		fk.WithKubeletDevices("app", "nvidia.com/gpu", -1, gpuUUID2+"-5")))
+	got := devicesOf(h.get("default", "both"), "app")["nvidia.com/gpu"]
+	slices.Sort(got)
+	want := []string{gpuUUID2, gpuUUID}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("nvidia.com/gpu = %v, want %v: HAMi's fake id gone, both real GPUs kept", got, want)
 	}
 }

@@ -53,6 +53,8 @@ type serveConfig struct {
 	burst                                   int
 	logLevel                                string
 	gpuResource, rdmaResource, fpgaResource string
+	allocators, hamiResources               string
+	hamiLegacyIndexing                      bool
 	nodeName                                string
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
@@ -85,6 +87,9 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.gpuResource, "gpu-resource-name", allocator.DefaultGPUResource, "resource name allocated GPUs (and the inventory's GPUs) are reported as; DCGM exporter expects nvidia.com/gpu")
 	fs.StringVar(&c.rdmaResource, "rdma-resource-name", allocator.DefaultRDMAResource, "resource name allocated RDMA devices (and the inventory's NICs and VFs) are reported as; Multus matches it with the NetworkAttachmentDefinition's resourceName")
 	fs.StringVar(&c.fpgaResource, "fpga-resource-name", allocator.DefaultFPGAResource, "resource name allocated FPGAs are reported as")
+	fs.StringVar(&c.allocators, "allocators", strings.Join(allocator.Names(), ","), "the schedulers whose annotations are decoded: "+strings.Join(allocator.Names(), ", ")+" (each reads only its own annotations)")
+	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
+	fs.BoolVar(&c.hamiLegacyIndexing, "hami-legacy-indexing", false, "HAMi lists app containers only (HAMi before it listed init containers first); lists whose length fits one convention are read by it anyway")
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
 	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
@@ -152,12 +157,20 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := proxy.NewMetrics(reg)
 
-	allocators := allocator.NewSet(log, metrics.AnnotationError,
-		allocator.NewKoordinator(allocator.KoordinatorOptions{
-			GPUResource:  c.gpuResource,
-			RDMAResource: c.rdmaResource,
-			FPGAResource: c.fpgaResource,
-		}))
+	hamiResources, err := allocator.ParseResourceMap(c.hamiResources)
+	if err != nil {
+		return usageError{fmt.Errorf("--hami-resources: %w", err)}
+	}
+	decoders, err := allocator.NewDecoders(strings.Split(c.allocators, ","), allocator.Options{
+		Koordinator:     allocator.KoordinatorOptions{GPUResource: c.gpuResource, RDMAResource: c.rdmaResource, FPGAResource: c.fpgaResource},
+		HAMi:            allocator.HAMiOptions{Resources: hamiResources, LegacyIndexing: c.hamiLegacyIndexing},
+		VolcanoVGPU:     allocator.VolcanoVGPUOptions{Resource: c.gpuResource},
+		VolcanoGPUShare: allocator.VolcanoGPUShareOptions{Resource: c.gpuResource},
+	})
+	if err != nil {
+		return usageError{fmt.Errorf("--allocators: %w", err)}
+	}
+	allocators := allocator.NewSet(log, metrics.AnnotationError, decoders...)
 	inv, err := c.inventory(log)
 	if err != nil {
 		return fmt.Errorf("device inventory: %w", err)
@@ -204,6 +217,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Metrics:     metrics,
 		Topology:    inv.Topology,
 		Allocatable: func() []*podresourcesv1.ContainerDevices { return inv.Allocatable(names) },
+		Inventory:   func() allocator.Inventory { return inv.Snapshot() },
 	})
 	if err != nil {
 		return err
