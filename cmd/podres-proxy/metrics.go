@@ -75,14 +75,22 @@ func (m *pluginMetrics) Reconciled(took time.Duration, err error) {
 
 // registerStoreMetrics exposes the state store's counters.
 func registerStoreMetrics(reg prometheus.Registerer, store *state.Store) {
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: "podres_proxy", Subsystem: "state", Name: name, Help: help}
+	}
 	gauge := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "podres_proxy", Subsystem: "state", Name: name, Help: help},
-			func() float64 { return f(store.Stats()) })
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts(name, help)), func() float64 { return f(store.Stats()) })
+	}
+	counter := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts(opts(name, help)), func() float64 { return f(store.Stats()) })
 	}
 	reg.MustRegister(
 		gauge("records", "Pod records in the state store.", func(s state.Stats) float64 { return float64(s.Records) }),
-		gauge("writes_total", "Record files written.", func(s state.Stats) float64 { return float64(s.Writes) }),
-		gauge("write_errors_total", "Record writes that failed and will be retried.", func(s state.Stats) float64 { return float64(s.WriteErrors) }),
-		gauge("corrupt_files_total", "Record files set aside as corrupt.", func(s state.Stats) float64 { return float64(s.CorruptFiles) }),
+		gauge("pending_writes", "Records changed in memory and not yet on disk.", func(s state.Stats) float64 { return float64(s.Pending) }),
+		gauge("last_durable_seconds", "Time from a record's change to its file being durable, for the last write.", func(s state.Stats) float64 { return s.LastDurable.Seconds() }),
+		gauge("max_durable_seconds", "The longest time from a change to its file being durable since start.", func(s state.Stats) float64 { return s.MaxDurable.Seconds() }),
+		counter("writes_total", "Record files written.", func(s state.Stats) float64 { return float64(s.Writes) }),
+		counter("write_errors_total", "Record writes that failed and will be retried; the log says why.", func(s state.Stats) float64 { return float64(s.WriteErrors) }),
+		counter("corrupt_files_total", "Record files set aside into corrupt/ at start.", func(s state.Stats) float64 { return float64(s.CorruptFiles) }),
 	)
 }
