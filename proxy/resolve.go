@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -41,6 +42,46 @@ type resolver struct {
 	inventory  func() allocator.Inventory // nil: no translation
 	metrics    *Metrics
 	log        logrus.FieldLogger
+	cache      planCache
+}
+
+// planCache remembers the plan of each record version. Records are
+// immutable and replaced on every change, so a plan stays valid as long as
+// the store hands out the same record; attributing devices parses every
+// container's requests, which would otherwise be most of a steady List.
+type planCache struct {
+	mu sync.RWMutex
+	m  map[string]cachedPlan // by pod UID
+}
+
+type cachedPlan struct {
+	rec  *state.Record
+	plan plan
+}
+
+func (c *planCache) get(rec *state.Record) (plan, bool) {
+	c.mu.RLock()
+	e, ok := c.m[rec.UID]
+	c.mu.RUnlock()
+	return e.plan, ok && e.rec == rec
+}
+
+// put stores a plan, first dropping the entries of records the store has
+// replaced or pruned once the cache has grown past twice the store's size.
+func (c *planCache) put(rec *state.Record, p plan, store *state.Store) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]cachedPlan{}
+	}
+	if len(c.m) > 64 && len(c.m) > 2*store.Len() {
+		for uid, e := range c.m {
+			if cur, ok := store.Get(uid); !ok || cur != e.rec {
+				delete(c.m, uid)
+			}
+		}
+	}
+	c.m[rec.UID] = cachedPlan{rec: rec, plan: p}
 }
 
 // errNoPodsSource is returned when a read is needed but none is configured.
@@ -121,12 +162,22 @@ func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 	if len(rec.Devices) == 0 {
 		return plan{}
 	}
-	devs := r.translate(rec, inv)
-	a, ok := r.allocators.Assign(rec.Spec, devs)
-	if !ok {
-		return plan{toLast: devs}
+	if p, ok := r.cache.get(rec); ok {
+		return p
 	}
-	return plan{assign: a}
+	devs := r.translate(rec, inv)
+	var p plan
+	if a, ok := r.allocators.Assign(rec.Spec, devs); ok {
+		p = plan{assign: a}
+	} else {
+		p = plan{toLast: devs}
+	}
+	// A plan that needed the inventory can change when the inventory does;
+	// those (pods from older schedulers) are recomputed every time.
+	if &devs[0] == &rec.Devices[0] {
+		r.cache.put(rec, p, r.store)
+	}
+	return p
 }
 
 // translate fills in the ids of devices the allocator named only by minor

@@ -140,6 +140,13 @@ func (s *Store) ByName(key PodKey) []*Record {
 	return out
 }
 
+// Len returns how many records the store holds.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.byUID)
+}
+
 // Records returns every record, sorted by namespace, name and UID.
 func (s *Store) Records() []*Record {
 	s.mu.RLock()

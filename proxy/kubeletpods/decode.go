@@ -70,6 +70,10 @@ type container struct {
 	} `json:"resources"`
 }
 
+// DecodePods decodes a /pods answer as Client.Pods does, for tools and
+// benchmarks that have the body already.
+func DecodePods(data []byte) ([]state.KubeletPod, error) { return decodePods(data) }
+
 // decodePods turns a /pods answer into KubeletPods, oldest first (see
 // Client.Pods). It never panics: the decoder is third-party code with unsafe
 // fast paths, and a strange answer from the kubelet must cost one failed

@@ -1,0 +1,306 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
+	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+)
+
+// The benchmark compares, against the same fake kubelet and the same pods
+// (realistic, ~5 KB of /pods JSON each, every pod with a Koordinator GPU):
+//   - proxy:        podres-proxy in steady state (every pod's sandbox live
+//                   in the store, its spec known): no /pods read per call;
+//   - passthrough:  a gRPC proxy that forwards List and returns the answer
+//                   untouched;
+//   - passthrough-same-answer: the same, in front of a kubelet that itself
+//                   reports the GPUs the proxy adds, so the answer has the
+//                   same content as the proxy's: the floor for delivering it
+//                   (a larger answer costs the client and gRPC more however
+//                   it is made);
+//   - koordlet:     the per-call work of koordlet's proxy: kubelet List plus
+//                   a /pods read decoded into a full corev1.PodList.
+// Run `go test -run XXX -bench BenchmarkList ./proxy`, or the report with
+// ratios side by side: `PODRES_BENCH=1 go test -run TestBenchmarkReport -v ./proxy`.
+
+var benchSizes = []int{10, 110, 250}
+
+func benchPods(n int) []fk.Pod {
+	pods := make([]fk.Pod, n)
+	for i := range pods {
+		uuid := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
+		ann := `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":"` + uuid + `"}]}`
+		pods[i] = fk.NewPod("team-"+fmt.Sprint(i%7), fmt.Sprintf("trainer-%d-7d4b9c8f6d-x2x9z", i), fmt.Sprintf("0b5e1c4e-%04d-2222-3333-444455556666", i),
+			fk.WithAnnotation(koordKey, ann),
+			fk.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100"}),
+			fk.Realistic())
+	}
+	return pods
+}
+
+// benchEnv is a fake kubelet with n pods and the three proxies in front.
+type benchEnv struct {
+	h           *harness
+	passthrough string
+	sameAnswer  string
+	koordlet    string
+	podsBytes   int
+}
+
+func newBenchEnv(b testing.TB, n int) *benchEnv {
+	h := newHarness(b)
+	pods := benchPods(n)
+	h.k.SetPods(pods...)
+	// Steady state: one read learns the specs, NRI has recorded the sandboxes.
+	if _, err := h.v1().List(context.Background(), &v1.ListPodResourcesRequest{}); err != nil {
+		b.Fatal(err)
+	}
+	for i, p := range pods {
+		h.markLive(p, fmt.Sprintf("sandbox-%d", i))
+	}
+	e := &benchEnv{h: h, podsBytes: len(h.k.PodListJSON())}
+	e.passthrough = servePassthrough(b, h.dir, h.k.Socket)
+	// A kubelet that knows the allocations itself, for the same-answer floor.
+	sameDir := filepath.Join(h.dir, "same")
+	if err := os.MkdirAll(sameDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	same := fk.Start(b, sameDir)
+	withDevices := make([]fk.Pod, len(pods))
+	for i, p := range pods {
+		withDevices[i] = p
+		fk.WithKubeletDevices("app", "nvidia.com/gpu", -1, fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i))(&withDevices[i])
+	}
+	same.SetPods(withDevices...)
+	e.sameAnswer = serveBench(b, filepath.Join(h.dir, "same.sock"), &passthrough{up: v1.NewPodResourcesListerClient(dialBench(b, same.Socket))})
+	e.koordlet = serveKoordletStyle(b, h.dir, h.k)
+	return e
+}
+
+func servePassthrough(b testing.TB, dir, kubelet string) string {
+	up := dialBench(b, kubelet)
+	return serveBench(b, filepath.Join(dir, "passthrough.sock"), &passthrough{up: v1.NewPodResourcesListerClient(up)})
+}
+
+type passthrough struct {
+	v1.UnimplementedPodResourcesListerServer
+	up v1.PodResourcesListerClient
+}
+
+func (p *passthrough) List(ctx context.Context, req *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
+	return p.up.List(ctx, req)
+}
+
+// koordletStyle does what koordlet's proxy does on every List.
+type koordletStyle struct {
+	v1.UnimplementedPodResourcesListerServer
+	up     v1.PodResourcesListerClient
+	http   *http.Client
+	url    string
+	token  string
+	decode func([]byte) (*corev1.PodList, error)
+}
+
+func serveKoordletStyle(b testing.TB, dir string, k *fk.Kubelet) string {
+	up := dialBench(b, k.Socket)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: k.TLSConfig()}, Timeout: 3 * time.Second}
+	return serveBench(b, filepath.Join(dir, "koordlet.sock"), &koordletStyle{
+		up: v1.NewPodResourcesListerClient(up), http: hc, url: k.PodsURL, token: k.Token,
+		decode: func(body []byte) (*corev1.PodList, error) {
+			var l corev1.PodList
+			return &l, json.Unmarshal(body, &l)
+		},
+	})
+}
+
+func (k *koordletStyle) List(ctx context.Context, req *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
+	resp, err := k.up.List(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	hr, _ := http.NewRequestWithContext(ctx, http.MethodGet, k.url, nil)
+	hr.Header.Set("Authorization", "Bearer "+k.token)
+	r, err := k.http.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	list, err := k.decode(body)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		byName[list.Items[i].Namespace+"/"+list.Items[i].Name] = &list.Items[i]
+	}
+	for _, pr := range resp.PodResources {
+		pod := byName[pr.Namespace+"/"+pr.Name]
+		if pod == nil || len(pr.Containers) == 0 {
+			continue
+		}
+		var alloc map[string][]struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal([]byte(pod.Annotations[koordKey]), &alloc) != nil {
+			continue
+		}
+		var ids []string
+		for _, a := range alloc["gpu"] {
+			ids = append(ids, a.ID)
+		}
+		pr.Containers[0].Devices = append(pr.Containers[0].Devices, &v1.ContainerDevices{ResourceName: "nvidia.com/gpu", DeviceIds: ids})
+	}
+	return resp, nil
+}
+
+func dialBench(b testing.TB, socket string) *grpc.ClientConn {
+	c, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func serveBench(b testing.TB, socket string, srv v1.PodResourcesListerServer) string {
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := grpc.NewServer()
+	v1.RegisterPodResourcesListerServer(s, srv)
+	go func() { _ = s.Serve(l) }()
+	b.Cleanup(s.Stop)
+	return socket
+}
+
+// benchList measures List through the socket.
+func benchList(b *testing.B, socket string, wantPods int) {
+	c := v1.NewPodResourcesListerClient(dialBench(b, socket))
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resp, err := c.List(ctx, &v1.ListPodResourcesRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(resp.PodResources) != wantPods {
+			b.Fatalf("%d pods", len(resp.PodResources))
+		}
+	}
+}
+
+func BenchmarkList(b *testing.B) {
+	for _, n := range benchSizes {
+		e := newBenchEnv(b, n)
+		b.Run(fmt.Sprintf("pods=%d/passthrough", n), func(b *testing.B) { benchList(b, e.passthrough, n) })
+		b.Run(fmt.Sprintf("pods=%d/passthrough-same-answer", n), func(b *testing.B) { benchList(b, e.sameAnswer, n) })
+		b.Run(fmt.Sprintf("pods=%d/proxy", n), func(b *testing.B) { benchList(b, e.h.socket, n) })
+		b.Run(fmt.Sprintf("pods=%d/koordlet", n), func(b *testing.B) { benchList(b, e.koordlet, n) })
+	}
+}
+
+// TestBenchmarkReport prints the benchmark as a table with ratios, plus the
+// /pods read counts and decode speed that freshness depends on.
+func TestBenchmarkReport(t *testing.T) {
+	if os.Getenv("PODRES_BENCH") == "" {
+		t.Skip("set PODRES_BENCH=1 to run the benchmark report")
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\nList latency (ns/op, median of 5 runs each; realistic pods, ~5 KB of /pods JSON each)\n")
+	fmt.Fprintf(&out, "%6s %12s %12s %12s %12s %10s %10s %10s\n", "pods", "passthrough", "same-answer", "proxy", "koordlet", "proxy/pt", "proxy/same", "koord/proxy")
+	for _, n := range benchSizes {
+		e := newBenchEnv(t, n)
+		med := func(socket string) float64 {
+			var runs []float64
+			for range 5 {
+				r := testing.Benchmark(func(b *testing.B) { benchList(b, socket, n) })
+				runs = append(runs, float64(r.NsPerOp()))
+			}
+			sort.Float64s(runs)
+			return runs[2]
+		}
+		pass, same, prox, koord := med(e.passthrough), med(e.sameAnswer), med(e.h.socket), med(e.koordlet)
+		fmt.Fprintf(&out, "%6d %12.0f %12.0f %12.0f %12.0f %9.2fx %9.2fx %9.1fx\n", n, pass, same, prox, koord, prox/pass, prox/same, koord/prox)
+	}
+
+	// Freshness costs: a new pod's Get, and 64 concurrent Gets of new pods.
+	e := newBenchEnv(t, 250)
+	before := e.h.k.PodsReads()
+	e.h.k.AddPod(fk.NewPod("default", "new-pod", "uid-new", fk.WithAnnotation(koordKey, oneGPU), fk.Realistic()))
+	e.h.get("default", "new-pod")
+	fmt.Fprintf(&out, "\nGet of a pod being created: %d /pods read(s)\n", e.h.k.PodsReads()-before)
+	var pods []fk.Pod
+	for i := range 64 {
+		pods = append(pods, fk.NewPod("burst", fmt.Sprintf("p%d", i), fmt.Sprintf("burst-%d", i), fk.WithAnnotation(koordKey, oneGPU), fk.Realistic()))
+	}
+	for _, p := range pods {
+		e.h.k.AddPod(p)
+	}
+	before = e.h.k.PodsReads()
+	c := e.h.v1()
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Get(context.Background(), &v1.GetPodResourcesRequest{PodNamespace: "burst", PodName: fmt.Sprintf("p%d", i)}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Fprintf(&out, "64 concurrent Gets of pods being created: %d /pods read(s)\n", e.h.k.PodsReads()-before)
+
+	body := e.h.k.PodListJSON()
+	decoded, err := kubeletpods.DecodePods(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testing.Benchmark(func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for i := 0; i < b.N; i++ {
+			if _, err := kubeletpods.DecodePods(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	full := testing.Benchmark(func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for i := 0; i < b.N; i++ {
+			var l corev1.PodList
+			if err := json.Unmarshal(body, &l); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	mbps := func(r testing.BenchmarkResult) float64 {
+		return float64(r.Bytes) * float64(r.N) / r.T.Seconds() / 1e6
+	}
+	fmt.Fprintf(&out, "/pods decode (%d pods, %d KB): %.0f MB/s; full corev1.PodList decode: %.0f MB/s\n",
+		len(decoded), len(body)/1024, mbps(r), mbps(full))
+	t.Log(out.String())
+}
