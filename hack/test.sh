@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The project's test command (the README's, and what CI runs):
+#   formatting and vet, unit tests with the race detector, a short fuzzing
+#   pass over every decoder, then the real-node end-to-end suite when run as
+#   root (it builds and starts containerd and a kubelet; see hack/build-node.sh).
+# Environment:
+#   PODRES_FUZZTIME   time per fuzz target (default 10s; 0 skips fuzzing)
+#   PODRES_E2E        1 forces the e2e suite, 0 skips it (default: run as root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [[ -n "$unformatted" ]]; then
+	printf 'gofmt would change:\n%s\n' "$unformatted" >&2
+	exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "unit tests (race detector)"
+go test -race -count=1 ./...
+
+fuzztime=${PODRES_FUZZTIME:-10s}
+if [[ "$fuzztime" != "0" ]]; then
+	step "fuzzing each decoder for $fuzztime"
+	# Every Fuzz* function in the module, one at a time as go test requires.
+	git grep -o -E '^func Fuzz[A-Za-z0-9_]+' -- '*_test.go' | while IFS=: read -r file decl; do
+		name=${decl#func }
+		echo "fuzz ./$(dirname "$file") $name"
+		go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "./$(dirname "$file")"
+	done
+fi
+
+e2e=${PODRES_E2E:-}
+if [[ -z "$e2e" ]]; then
+	if [[ $(id -u) -eq 0 ]]; then e2e=1; else e2e=0; fi
+fi
+if [[ "$e2e" == "1" && ! -d test/e2e ]]; then
+	echo "no end-to-end suite in this tree (test/e2e)" >&2
+	exit 1
+fi
+if [[ "$e2e" == "1" ]]; then
+	step "end-to-end on a real node (containerd + kubelet)"
+	PODRES_E2E=1 go test -count=1 -timeout 60m -v ./test/e2e/...
+else
+	step "skipping the end-to-end suite (needs root; PODRES_E2E=1 to force)"
+fi
