@@ -36,16 +36,16 @@ if [[ "$fuzztime" != "0" ]]; then
 fi
 
 e2e=${PODRES_E2E:-}
-if [[ -z "$e2e" ]]; then
-	if [[ $(id -u) -eq 0 ]]; then e2e=1; else e2e=0; fi
-fi
 if [[ "$e2e" == "1" && ! -d test/e2e ]]; then
-	echo "no end-to-end suite in this tree (test/e2e)" >&2
+	echo "PODRES_E2E=1 but there is no end-to-end suite in this tree (test/e2e)" >&2
 	exit 1
+fi
+if [[ -z "$e2e" ]]; then
+	if [[ $(id -u) -eq 0 && -d test/e2e ]]; then e2e=1; else e2e=0; fi
 fi
 if [[ "$e2e" == "1" ]]; then
 	step "end-to-end on a real node (containerd + kubelet)"
 	PODRES_E2E=1 go test -count=1 -timeout 60m -v ./test/e2e/...
 else
-	step "skipping the end-to-end suite (needs root; PODRES_E2E=1 to force)"
+	step "skipping the end-to-end suite (it needs root and test/e2e; PODRES_E2E=1 to force)"
 fi
