@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# build-node.sh installs and builds everything a test node needs, caching each
+# artifact under PODRES_CACHE keyed by version, so a second run takes seconds:
+#
+#   - Debian packages: runc, the CNI plugins (in /usr/lib/cni), iptables,
+#     iproute2, jq (installed only when missing);
+#   - containerd, containerd-shim-runc-v2 and ctr, built with `go install` from
+#     the Go module proxy into PODRES_CACHE/containerd-VERSION/bin;
+#   - the kubelet, built from k8s.io/kubernetes through a generated wrapper
+#     module (outside the repo's module) into PODRES_CACHE/kubelet-VERSION/bin;
+#   - the pause image: hack/pause packed as an OCI image layout tarball under
+#     the name containerd pins for sandboxes, in PODRES_CACHE/pause-*/.
+#
+# Usage: hack/build-node.sh            (as root; see hack/lib.sh for the env)
+#        PODRES_SKIP_PACKAGES=1 ...    skips the Debian packages step
+set -euo pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+GO="$(go_bin)"
+# The builds must never touch the repo's module or a workspace.
+export GOWORK=off GOFLAGS=-buildvcs=false
+# Heartbeat interval of long builds, in seconds.
+HEARTBEAT="${PODRES_BUILD_HEARTBEAT:-30}"
+
+# run_logged runs a long command with its output in LOGFILE, printing a line
+# every HEARTBEAT seconds while it runs and the log's tail if it fails.
+# Usage: run_logged WHAT LOGFILE cmd args...
+run_logged() {
+	local what="$1" logfile="$2"
+	shift 2
+	local start pid rc=0
+	start="$(date +%s)"
+	log "${what}: started (log: ${logfile})"
+	"$@" >"${logfile}" 2>&1 &
+	pid=$!
+	while kill -0 "${pid}" 2>/dev/null; do
+		local waited=0
+		while ((waited < HEARTBEAT)) && kill -0 "${pid}" 2>/dev/null; do
+			sleep 1
+			waited=$((waited + 1))
+		done
+		if kill -0 "${pid}" 2>/dev/null; then
+			log "${what}: still running ($(($(date +%s) - start))s)"
+		fi
+	done
+	wait "${pid}" || rc=$?
+	if ((rc != 0)); then
+		tail -n 40 "${logfile}" >&2 || true
+		die "${what} failed (exit ${rc}); full log: ${logfile}"
+	fi
+	log "${what}: done in $(($(date +%s) - start))s"
+}
+
+# in_dir runs a command in a directory. Usage: in_dir DIR cmd args...
+in_dir() {
+	cd "$1"
+	shift
+	"$@"
+}
+
+# install_packages installs the Debian packages the node needs, if missing.
+install_packages() {
+	if [[ -n "${PODRES_SKIP_PACKAGES:-}" ]]; then
+		log "packages: skipped (PODRES_SKIP_PACKAGES)"
+		return
+	fi
+	local wanted=(runc containernetworking-plugins iptables iproute2 jq) missing=() p
+	for p in "${wanted[@]}"; do
+		if ! dpkg-query -W -f='${Status}' "${p}" 2>/dev/null | grep -q '^install ok installed$'; then
+			missing+=("${p}")
+		fi
+	done
+	if ((${#missing[@]} == 0)); then
+		log "packages: ${wanted[*]} already installed"
+		return
+	fi
+	require_root
+	export DEBIAN_FRONTEND=noninteractive
+	run_logged "apt-get update" "${PODRES_CACHE}/logs/apt-update.log" apt-get update
+	run_logged "apt-get install ${missing[*]}" "${PODRES_CACHE}/logs/apt-install.log" \
+		apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# build_containerd builds containerd, its runc shim and ctr at
+# CONTAINERD_VERSION into CONTAINERD_BIN_DIR.
+build_containerd() {
+	local bins=(containerd containerd-shim-runc-v2 ctr) b have=1
+	for b in "${bins[@]}"; do
+		[[ -x "${CONTAINERD_BIN_DIR}/${b}" ]] || have=0
+	done
+	if ((have)); then
+		log "containerd ${CONTAINERD_VERSION}: cached in ${CONTAINERD_BIN_DIR}"
+		return
+	fi
+	local tmp="${CONTAINERD_BIN_DIR}.tmp" mod=github.com/containerd/containerd/v2
+	rm -rf "${tmp}"
+	mkdir -p "${tmp}"
+	# Static binaries (no cgo): the btrfs snapshotter, the only cgo user,
+	# is not needed; the node uses the native snapshotter.
+	run_logged "build containerd ${CONTAINERD_VERSION} (containerd, shim, ctr)" \
+		"${PODRES_CACHE}/logs/containerd-${CONTAINERD_VERSION}.log" \
+		env GOBIN="${tmp}" CGO_ENABLED=0 "${GO}" install \
+		-ldflags "-s -w -X ${mod}/version.Version=${CONTAINERD_VERSION}" \
+		"${mod}/cmd/containerd@${CONTAINERD_VERSION}" \
+		"${mod}/cmd/containerd-shim-runc-v2@${CONTAINERD_VERSION}" \
+		"${mod}/cmd/ctr@${CONTAINERD_VERSION}"
+	rm -rf "${CONTAINERD_BIN_DIR}"
+	mv "${tmp}" "${CONTAINERD_BIN_DIR}"
+	log "containerd ${CONTAINERD_VERSION}: built into ${CONTAINERD_BIN_DIR}"
+}
+
+# write_kubelet_wrapper writes, in DIR, a Go module that requires
+# k8s.io/kubernetes at KUBERNETES_VERSION and replaces each staging module
+# its go.mod points at ./staging with the published v0.X.Y of that module.
+write_kubelet_wrapper() {
+	local dir="$1" gomod staging_version
+	gomod="$(cd "${dir}" && "${GO}" mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | jq -r .GoMod)"
+	[[ -f "${gomod}" ]] || die "could not download k8s.io/kubernetes@${KUBERNETES_VERSION}'s go.mod"
+	# v1.36.3 -> v0.36.3: the staging modules are published with major 0.
+	staging_version="v0.${KUBERNETES_VERSION#v*.}"
+	local replaces
+	replaces="$(sed -n -E 's#^[[:space:]]*([^[:space:]]+)[[:space:]]+=>[[:space:]]+\./staging/.*$#\1#p' "${gomod}" | sort -u)"
+	[[ -n "${replaces}" ]] || die "no ./staging replace directives found in ${gomod}"
+	{
+		echo "// Generated by hack/build-node.sh: builds the kubelet outside the repo's module."
+		echo "module podres-proxy.test/kubelet-build"
+		echo
+		echo "go $(sed -n -E 's/^go[[:space:]]+([0-9.]+).*$/\1/p' "${gomod}")"
+		echo
+		echo "require k8s.io/kubernetes ${KUBERNETES_VERSION}"
+		echo
+		echo "replace ("
+		local m
+		while read -r m; do
+			printf '\t%s => %s %s\n' "${m}" "${m}" "${staging_version}"
+		done <<<"${replaces}"
+		echo ")"
+	} >"${dir}/go.mod"
+	log "kubelet wrapper: $(wc -l <<<"${replaces}") staging modules replaced with ${staging_version}"
+}
+
+# build_kubelet builds the kubelet at KUBERNETES_VERSION into KUBELET_BIN.
+build_kubelet() {
+	if [[ -x "${KUBELET_BIN}" ]]; then
+		log "kubelet ${KUBERNETES_VERSION}: cached at ${KUBELET_BIN}"
+		return
+	fi
+	local base src
+	base="$(dirname "$(dirname "${KUBELET_BIN}")")"
+	src="${base}/src"
+	rm -rf "${src}"
+	mkdir -p "${src}" "$(dirname "${KUBELET_BIN}")"
+	write_kubelet_wrapper "${src}"
+	run_logged "resolve kubelet ${KUBERNETES_VERSION} dependencies" \
+		"${PODRES_CACHE}/logs/kubelet-${KUBERNETES_VERSION}-get.log" \
+		in_dir "${src}" "${GO}" get "k8s.io/kubernetes/cmd/kubelet@${KUBERNETES_VERSION}"
+	local v="${KUBERNETES_VERSION#v}" pkg=k8s.io/component-base/version
+	local ldflags="-s -w -X ${pkg}.gitVersion=${KUBERNETES_VERSION} -X ${pkg}.gitMajor=${v%%.*}"
+	ldflags+=" -X ${pkg}.gitMinor=$(cut -d. -f2 <<<"${v}") -X ${pkg}.gitTreeState=clean"
+	run_logged "build kubelet ${KUBERNETES_VERSION}" \
+		"${PODRES_CACHE}/logs/kubelet-${KUBERNETES_VERSION}.log" \
+		in_dir "${src}" env CGO_ENABLED=0 "${GO}" build -ldflags "${ldflags}" \
+		-o "${KUBELET_BIN}.tmp" k8s.io/kubernetes/cmd/kubelet
+	mv "${KUBELET_BIN}.tmp" "${KUBELET_BIN}"
+	log "kubelet ${KUBERNETES_VERSION}: built at ${KUBELET_BIN}"
+}
+
+# sandbox_image_name prints the sandbox image containerd pins by default.
+sandbox_image_name() {
+	local name
+	name="$("${CONTAINERD_BIN_DIR}/containerd" config default |
+		sed -n -E "s/^[[:space:]]*sandbox[[:space:]]*=[[:space:]]*['\"]([^'\"]+)['\"].*$/\1/p" | head -n 1)"
+	[[ -n "${name}" ]] || die "could not find the pinned sandbox image in 'containerd config default'"
+	echo "${name}"
+}
+
+# sha256_of prints the hex sha256 of a file.
+sha256_of() {
+	sha256sum "$1" | cut -d' ' -f1
+}
+
+# add_blob moves FILE into the layout's blob store and prints its digest.
+add_blob() {
+	local layout="$1" file="$2" digest
+	digest="$(sha256_of "${file}")"
+	mv "${file}" "${layout}/blobs/sha256/${digest}"
+	echo "${digest}"
+}
+
+# build_pause builds hack/pause and packs it as an OCI image layout tarball
+# named after containerd's pinned sandbox image.
+build_pause() {
+	local dir
+	dir="$(pause_cache_dir)"
+	if [[ -f "${dir}/pause.tar" && -f "${dir}/image-name" ]]; then
+		log "pause image $(cat "${dir}/image-name"): cached in ${dir}"
+		return
+	fi
+	local name arch work layout
+	name="$(sandbox_image_name)"
+	arch="$("${GO}" env GOARCH)"
+	work="$(mktemp -d)"
+	layout="${work}/layout"
+	mkdir -p "${work}/rootfs" "${layout}/blobs/sha256"
+	log "pause image ${name}: building hack/pause (${arch})"
+	(cd "${PODRES_REPO}" && CGO_ENABLED=0 "${GO}" build -trimpath -ldflags '-s -w' \
+		-o "${work}/rootfs/pause" ./hack/pause)
+
+	# One uncompressed layer holding /pause, written reproducibly.
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=ustar \
+		-C "${work}/rootfs" -cf "${work}/layer.tar" pause
+	local layer_size layer_digest
+	layer_size="$(stat -c %s "${work}/layer.tar")"
+	layer_digest="$(add_blob "${layout}" "${work}/layer.tar")"
+
+	printf '{"architecture":"%s","os":"linux","config":{"Entrypoint":["/pause"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+		"${arch}" "${layer_digest}" >"${work}/config.json"
+	local config_size config_digest
+	config_size="$(stat -c %s "${work}/config.json")"
+	config_digest="$(add_blob "${layout}" "${work}/config.json")"
+
+	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:%s","size":%s}]}' \
+		"${config_digest}" "${config_size}" "${layer_digest}" "${layer_size}" >"${work}/manifest.json"
+	local manifest_size manifest_digest
+	manifest_size="$(stat -c %s "${work}/manifest.json")"
+	manifest_digest="$(add_blob "${layout}" "${work}/manifest.json")"
+
+	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"platform":{"architecture":"%s","os":"linux"},"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
+		"${manifest_digest}" "${manifest_size}" "${arch}" "${name}" "${name##*:}" >"${layout}/index.json"
+	printf '{"imageLayoutVersion":"1.0.0"}' >"${layout}/oci-layout"
+
+	mkdir -p "${dir}"
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
+		-C "${layout}" -cf "${dir}/pause.tar.tmp" oci-layout index.json blobs
+	mv "${dir}/pause.tar.tmp" "${dir}/pause.tar"
+	echo "${name}" >"${dir}/image-name"
+	rm -rf "${work}"
+	log "pause image ${name}: packed into ${dir}/pause.tar"
+}
+
+main() {
+	local start
+	start="$(date +%s)"
+	mkdir -p "${PODRES_CACHE}/logs"
+	log "cache: ${PODRES_CACHE}"
+	install_packages
+	build_containerd
+	build_pause
+	build_kubelet
+	log "all node artifacts ready in $(($(date +%s) - start))s"
+}
+
+main "$@"

@@ -1,0 +1,231 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the variables are used by the scripts that source this file
+# Shared settings and helpers of the test-node scripts (build-node.sh,
+# node-up.sh, node-down.sh). Source it; it defines no behaviour of its own.
+#
+# Versions and paths (each can be overridden from the environment):
+#   PODRES_CACHE          cache of built artifacts (default <repo>/_output/cache)
+#   CONTAINERD_VERSION    containerd, its runc shim and ctr (default v2.4.2)
+#   KUBERNETES_VERSION    the kubelet (default v1.36.3)
+
+PODRES_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PODRES_CACHE="${PODRES_CACHE:-${PODRES_REPO}/_output/cache}"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
+KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.36.3}"
+
+CONTAINERD_BIN_DIR="${PODRES_CACHE}/containerd-${CONTAINERD_VERSION}/bin"
+KUBELET_BIN="${PODRES_CACHE}/kubelet-${KUBERNETES_VERSION}/bin/kubelet"
+# The pause image's cache entry is keyed by containerd's version (which
+# decides the image name) and by a hash of the pause program's source.
+PAUSE_DIR_PREFIX="${PODRES_CACHE}/pause-${CONTAINERD_VERSION}"
+
+# Debian puts the CNI plugins here.
+CNI_SYSTEM_BIN_DIR="${CNI_SYSTEM_BIN_DIR:-/usr/lib/cni}"
+
+# log prints a progress line on stderr, prefixed with the script's name.
+log() {
+	printf '%s [%s] %s\n' "$(date +%H:%M:%S)" "$(basename "$0" .sh)" "$*" >&2
+}
+
+# die prints an error and exits non-zero.
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+
+# require_root exits unless the script runs as root.
+require_root() {
+	if [[ "$(id -u)" != 0 ]]; then
+		die "must run as root (it installs packages, mounts and starts a container runtime)"
+	fi
+}
+
+# go_bin prints the go binary to use: the one on PATH, else /usr/local/go/bin/go.
+go_bin() {
+	if command -v go >/dev/null 2>&1; then
+		command -v go
+	elif [[ -x /usr/local/go/bin/go ]]; then
+		echo /usr/local/go/bin/go
+	else
+		die "no go toolchain found (PATH or /usr/local/go/bin)"
+	fi
+}
+
+# pause_source_hash prints a short hash of the pause program's source, the
+# packing code and containerd's version: the pause cache key.
+pause_source_hash() {
+	cat "${PODRES_REPO}/hack/pause/"*.go "${PODRES_REPO}/hack/build-node.sh" | sha256sum | cut -c1-12
+}
+
+# pause_cache_dir prints the directory holding the pause image tarball.
+pause_cache_dir() {
+	echo "${PAUSE_DIR_PREFIX}-$(pause_source_hash)"
+}
+
+# wait_until runs "$@" every 0.2 s until it succeeds or TIMEOUT seconds pass,
+# printing a progress line every 5 s. Usage: wait_until TIMEOUT WHAT cmd args...
+wait_until() {
+	local timeout="$1" what="$2"
+	shift 2
+	local start now last
+	start="$(date +%s)"
+	last="${start}"
+	until "$@" >/dev/null 2>&1; do
+		now="$(date +%s)"
+		if ((now - start >= timeout)); then
+			log "timed out after ${timeout}s waiting for ${what}"
+			return 1
+		fi
+		if ((now - last >= 5)); then
+			log "still waiting for ${what} ($((now - start))s)"
+			last="${now}"
+		fi
+		sleep 0.2
+	done
+	log "${what}: ready after $(($(date +%s) - start))s"
+}
+
+# ---------------------------------------------------------------------------
+# Node processes. These need ROOT, LOGS and PIDS (ROOT/pids) set; the
+# readiness checks also need the settings of ROOT/node.env (load_node_env).
+
+# load_node_env reads ROOT/node.env, which node-up.sh wrote.
+load_node_env() {
+	[[ -f "${ROOT}/node.env" ]] || die "${ROOT}/node.env is missing: was the node started by hack/node-up.sh?"
+	# shellcheck source=/dev/null
+	source "${ROOT}/node.env"
+}
+
+# pid_alive PID fails when the process has exited (a zombie counts as exited).
+pid_alive() {
+	[[ -e "/proc/$1" ]] && ! grep -q '^[^)]*) Z' "/proc/$1/stat" 2>/dev/null
+}
+
+# pid_belongs PID succeeds when the process belongs to the node under ROOT:
+# its command line names ROOT, or (when NODE_CONTAINER_IDS lists the node's
+# container ids) its cgroup path names one of the node's containers.
+pid_belongs() {
+	local pid="$1" cmdline cg id
+	cmdline="$(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null)" || return 1
+	[[ "${cmdline}" == *"${ROOT}/"* || "${cmdline}" == *"${ROOT} "* ]] && return 0
+	[[ -n "${NODE_CONTAINER_IDS:-}" ]] || return 1
+	cg="$(cat "/proc/${pid}/cgroup" 2>/dev/null)" || return 1
+	for id in ${NODE_CONTAINER_IDS}; do
+		[[ "${cg}" == *"/${id}"* ]] && return 0
+	done
+	return 1
+}
+
+# stop_pid NAME PID [TIMEOUT] sends SIGTERM, waits up to TIMEOUT seconds
+# (default 10), then sends SIGKILL. It leaves alone a PID that no longer
+# belongs to the node (exited, or reused by another process).
+stop_pid() {
+	local name="$1" pid="$2" timeout="${3:-10}" i
+	if ! pid_alive "${pid}" || ! pid_belongs "${pid}"; then
+		return 0
+	fi
+	log "stopping ${name} (pid ${pid})"
+	kill -TERM "${pid}" 2>/dev/null || return 0
+	for ((i = 0; i < timeout * 10; i++)); do
+		pid_alive "${pid}" || return 0
+		sleep 0.1
+	done
+	log "${name} (pid ${pid}) ignored SIGTERM for ${timeout}s: SIGKILL"
+	kill -KILL "${pid}" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		pid_alive "${pid}" || return 0
+		sleep 0.1
+	done
+	log "WARNING: ${name} (pid ${pid}) is still there"
+}
+
+# recorded_pids NAME prints the PIDs recorded for NAME in ROOT/pids.
+recorded_pids() {
+	[[ -f "${PIDS}" ]] || return 0
+	awk -v n="$1" '$1 == n { print $2 }' "${PIDS}"
+}
+
+# forget_pids NAME removes NAME's lines from ROOT/pids.
+forget_pids() {
+	[[ -f "${PIDS}" ]] || return 0
+	awk -v n="$1" '$1 != n' "${PIDS}" >"${PIDS}.tmp"
+	mv "${PIDS}.tmp" "${PIDS}"
+}
+
+# start_component NAME runs ROOT/bin/NAME (a script that execs the
+# component) in its own session, with no terminal and its output appended
+# to LOGS/NAME.log, and records its PID.
+start_component() {
+	local name="$1"
+	# fd 3 is closed: a caller reading our output through a pipe must not wait
+	# for the component.
+	setsid "${ROOT}/bin/${name}" </dev/null >>"${LOGS}/${name}.log" 2>&1 3>&- &
+	local pid=$!
+	echo "${name} ${pid}" >>"${PIDS}"
+	log "${name} started (pid ${pid}, log ${LOGS}/${name}.log)"
+}
+
+# component_alive NAME fails when the last recorded process NAME has exited.
+component_alive() {
+	local pid
+	pid="$(recorded_pids "$1" | tail -n 1)"
+	[[ -n "${pid}" ]] && pid_alive "${pid}"
+}
+
+# await NAME WHAT cmd... waits up to UP_TIMEOUT seconds for cmd to succeed,
+# and gives up at once, with NAME's log, when the process NAME died.
+await() {
+	local name="$1" what="$2"
+	shift 2
+	exec 3>&2
+	if ! wait_until "${UP_TIMEOUT:-120}" "${what}" unless_dead "${name}" "$@"; then
+		tail -n 30 "${LOGS}/${name}.log" >&2 || true
+		die "${what}: not ready (see ${LOGS}/${name}.log)"
+	fi
+}
+
+# unless_dead NAME cmd... runs cmd; exits the script when the process NAME
+# died, since waiting longer is pointless.
+unless_dead() {
+	local name="$1"
+	shift
+	if ! component_alive "${name}"; then
+		# wait_until hides the command's output: report on the saved stderr.
+		{
+			tail -n 30 "${LOGS}/${name}.log" || true
+			die "${name} exited (see ${LOGS}/${name}.log)"
+		} >&3 2>&3
+	fi
+	"$@"
+}
+
+# ctr_ runs ctr against the node's containerd.
+ctr_() {
+	"${CONTAINERD_BIN_DIR}/ctr" --address "${CONTAINERD_SOCK}" "$@"
+}
+
+# pod_resources_answers succeeds when the kubelet's PodResources socket
+# answers a v1 List with gRPC status 0 (plain gRPC over h2c, through curl).
+pod_resources_answers() {
+	[[ -S "${POD_RESOURCES_SOCK}" ]] || return 1
+	printf '\0\0\0\0\0' | curl -sS --max-time 2 --http2-prior-knowledge \
+		--unix-socket "${POD_RESOURCES_SOCK}" -H 'content-type: application/grpc' -H 'te: trailers' \
+		--data-binary @- -D - -o /dev/null http://localhost/v1.PodResourcesLister/List |
+		tr -d '\r' | grep -qi '^grpc-status: 0$'
+}
+
+# await_containerd waits until containerd answers and its NRI socket exists.
+await_containerd() {
+	await containerd "containerd on ${CONTAINERD_SOCK}" ctr_ version
+	await containerd "NRI socket ${NRI_SOCK}" test -S "${NRI_SOCK}"
+}
+
+# await_kubelet waits until the kubelet's healthz, /pods and PodResources
+# socket all answer.
+await_kubelet() {
+	await kubelet "kubelet healthz on 127.0.0.1:${KUBELET_HEALTHZ_PORT}" \
+		curl -fsS --max-time 2 "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
+	await kubelet "kubelet /pods on 127.0.0.1:${KUBELET_READONLY_PORT}" \
+		curl -fsS --max-time 2 "http://127.0.0.1:${KUBELET_READONLY_PORT}/pods"
+	await kubelet "kubelet PodResources on ${POD_RESOURCES_SOCK}" pod_resources_answers
+}

@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# node-up.sh starts a throwaway Kubernetes node under ROOT: containerd (with
+# NRI and CNI) and a standalone kubelet (static pods only, no API server),
+# from the artifacts hack/build-node.sh cached. Every process it starts is
+# listed in ROOT/pids; hack/node-down.sh ROOT stops them all.
+#
+# Usage: hack/node-up.sh ROOT          (as root; ROOT is created if missing)
+#
+# Layout under ROOT:
+#   containerd/   root, state, containerd.sock, config.toml
+#   nri/          nri.sock, plugins/, conf.d/
+#   cni/          net.d/ (the conflist), bin/ (extra plugins), ipam/
+#   kubelet/      the kubelet's --root-dir (pod-resources/kubelet.sock, ...)
+#   manifests/    the kubelet's staticPodPath: drop pod manifests here
+#   logs/         containerd.log, kubelet.log, pods/ (container logs)
+#   node.env      the settings below, as KEY=VALUE lines
+#   pids          "NAME PID" of each process started
+#
+# Settings (environment):
+#   PODRES_NODE_NAME              node name (default podres-node); static
+#                                 pods are named NAME-<node name>
+#   PODRES_KUBELET_ROOT           the kubelet's --root-dir (default ROOT/kubelet)
+#   PODRES_KUBELET_PORT           kubelet HTTPS port (default 10250)
+#   PODRES_KUBELET_READONLY_PORT  kubelet read-only HTTP port (default 10255)
+#   PODRES_KUBELET_HEALTHZ_PORT   kubelet healthz port (default 10248)
+#   PODRES_KUBELET_VERBOSITY      kubelet --v (default 2)
+#   PODRES_CNI_NETWORK            CNI network name (default podres-<node name>)
+#   PODRES_CNI_BRIDGE             bridge device (default podres0; at most 15 chars)
+#   PODRES_CNI_SUBNET             pod subnet (default 10.88.77.0/24)
+#   PODRES_CNI_META_PLUGIN        a JSON object: a Multus-like plugin that
+#                                 becomes the conflist's only plugin, with the
+#                                 bridge plugin's config as its "delegate"
+#   PODRES_CNI_BIN_DIR            extra CNI plugin directory, searched before
+#                                 /usr/lib/cni (default ROOT/cni/bin)
+#   PODRES_UP_TIMEOUT             seconds to wait for each part (default 120)
+set -euo pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() {
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+	exit 2
+}
+
+[[ $# -eq 1 && "$1" != -* ]] || usage
+require_root
+mkdir -p "$1"
+ROOT="$(cd "$1" && pwd)"
+
+NODE_NAME="${PODRES_NODE_NAME:-podres-node}"
+KUBELET_ROOT="${PODRES_KUBELET_ROOT:-${ROOT}/kubelet}"
+KUBELET_PORT="${PODRES_KUBELET_PORT:-10250}"
+KUBELET_READONLY_PORT="${PODRES_KUBELET_READONLY_PORT:-10255}"
+KUBELET_HEALTHZ_PORT="${PODRES_KUBELET_HEALTHZ_PORT:-10248}"
+KUBELET_VERBOSITY="${PODRES_KUBELET_VERBOSITY:-2}"
+CNI_NETWORK="${PODRES_CNI_NETWORK:-podres-${NODE_NAME}}"
+CNI_BRIDGE="${PODRES_CNI_BRIDGE:-podres0}"
+CNI_SUBNET="${PODRES_CNI_SUBNET:-10.88.77.0/24}"
+CNI_META_PLUGIN="${PODRES_CNI_META_PLUGIN:-}"
+CNI_BIN_DIR="${PODRES_CNI_BIN_DIR:-${ROOT}/cni/bin}"
+UP_TIMEOUT="${PODRES_UP_TIMEOUT:-120}"
+
+CONTAINERD_DIR="${ROOT}/containerd"
+CONTAINERD_SOCK="${CONTAINERD_DIR}/containerd.sock"
+NRI_DIR="${ROOT}/nri"
+NRI_SOCK="${NRI_DIR}/nri.sock"
+CNI_CONF_DIR="${ROOT}/cni/net.d"
+MANIFESTS="${ROOT}/manifests"
+LOGS="${ROOT}/logs"
+PIDS="${ROOT}/pids"
+POD_RESOURCES_SOCK="${KUBELET_ROOT}/pod-resources/kubelet.sock"
+# The kubelet's device manager ignores --root-dir: its registration socket
+# and checkpoint always live here (pkg/kubelet/cm/devicemanager).
+HOST_DEVICE_PLUGIN_DIR=/var/lib/kubelet/device-plugins
+
+# check_artifacts dies unless build-node.sh has built everything.
+check_artifacts() {
+	local f
+	for f in "${CONTAINERD_BIN_DIR}/containerd" "${CONTAINERD_BIN_DIR}/ctr" \
+		"${CONTAINERD_BIN_DIR}/containerd-shim-runc-v2" "${KUBELET_BIN}" \
+		"$(pause_cache_dir)/pause.tar" /usr/sbin/runc "${CNI_SYSTEM_BIN_DIR}/bridge"; do
+		[[ -e "${f}" ]] || die "missing ${f}: run hack/build-node.sh first"
+	done
+	((${#CNI_BRIDGE} <= 15)) || die "PODRES_CNI_BRIDGE '${CNI_BRIDGE}' is longer than 15 characters"
+}
+
+# prepare_root stops a node left running under ROOT and clears its runtime
+# state, keeping the previous logs in logs.prev.
+prepare_root() {
+	if [[ -s "${PIDS}" || -f "${ROOT}/node.env" ]]; then
+		log "${ROOT} held a node: making sure it is down first"
+		"${PODRES_REPO}/hack/node-down.sh" "${ROOT}"
+	fi
+	if [[ -d "${LOGS}" ]]; then
+		rm -rf "${LOGS}.prev"
+		mv "${LOGS}" "${LOGS}.prev"
+	fi
+	rm -rf "${CONTAINERD_DIR}" "${NRI_DIR}" "${ROOT}/cni/net.d" "${ROOT}/cni/ipam" "${ROOT}/runc"
+	if [[ -z "${PODRES_KUBELET_ROOT:-}" ]]; then
+		rm -rf "${KUBELET_ROOT}"
+	fi
+	mkdir -p "${CONTAINERD_DIR}" "${NRI_DIR}/plugins" "${NRI_DIR}/conf.d" "${CNI_CONF_DIR}" \
+		"${CNI_BIN_DIR}" "${ROOT}/cni/ipam" "${KUBELET_ROOT}" "${MANIFESTS}" "${LOGS}/pods"
+	: >"${PIDS}"
+}
+
+# write_node_env records the node's settings for node-down.sh and the tests.
+write_node_env() {
+	local host_dp_created=0
+	[[ -d "${HOST_DEVICE_PLUGIN_DIR}" ]] || host_dp_created=1
+	{
+		echo "# written by hack/node-up.sh"
+		local k
+		for k in ROOT NODE_NAME KUBELET_ROOT KUBELET_PORT KUBELET_READONLY_PORT KUBELET_HEALTHZ_PORT \
+			CNI_NETWORK CNI_BRIDGE CNI_SUBNET CNI_BIN_DIR CNI_CONF_DIR CONTAINERD_SOCK NRI_SOCK \
+			MANIFESTS LOGS POD_RESOURCES_SOCK CONTAINERD_VERSION KUBERNETES_VERSION; do
+			printf '%s=%q\n' "${k}" "${!k}"
+		done
+		printf 'PAUSE_IMAGE=%q\n' "$(cat "$(pause_cache_dir)/image-name")"
+		printf 'HOST_DEVICE_PLUGIN_DIR_CREATED=%q\n' "${host_dp_created}"
+	} >"${ROOT}/node.env"
+}
+
+write_containerd_config() {
+	local pause_image
+	pause_image="$(cat "$(pause_cache_dir)/image-name")"
+	cat >"${CONTAINERD_DIR}/config.toml" <<EOF
+# written by hack/node-up.sh
+version = 3
+root = '${CONTAINERD_DIR}/root'
+state = '${CONTAINERD_DIR}/state'
+imports = []
+disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.zfs', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.erofs']
+
+[grpc]
+  address = '${CONTAINERD_SOCK}'
+
+[ttrpc]
+  address = '${CONTAINERD_SOCK}.ttrpc'
+
+[debug]
+  level = 'info'
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = '${CONTAINERD_DIR}/opt'
+
+  [plugins.'io.containerd.image-verifier.v1.bindir']
+    bin_dir = '${CONTAINERD_DIR}/image-verifier/bin'
+
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    socket_path = '${NRI_SOCK}'
+    plugin_path = '${NRI_DIR}/plugins'
+    plugin_config_path = '${NRI_DIR}/conf.d'
+
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'native'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '${pause_image}'
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    # Without it the sandbox asks for oom_score_adj -998, which needs
+    # CAP_SYS_RESOURCE, and runc fails.
+    restrict_oom_score_adj = true
+    # Network namespaces under ROOT, so node-down.sh finds and unmounts them.
+    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      Root = '${ROOT}/runc'
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['${CNI_BIN_DIR}', '${CNI_SYSTEM_BIN_DIR}']
+      conf_dir = '${CNI_CONF_DIR}'
+      max_conf_num = 1
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = '127.0.0.1'
+    stream_server_port = '0'
+EOF
+}
+
+write_cni_config() {
+	local bridge
+	bridge="$(jq -n --arg br "${CNI_BRIDGE}" --arg subnet "${CNI_SUBNET}" --arg data "${ROOT}/cni/ipam" '{
+		type: "bridge", bridge: $br, isGateway: true, ipMasq: false, hairpinMode: true,
+		ipam: {type: "host-local", ranges: [[{subnet: $subnet}]], dataDir: $data}
+	}')"
+	local plugins="[${bridge}]"
+	if [[ -n "${CNI_META_PLUGIN}" ]]; then
+		plugins="$(jq -n --argjson meta "${CNI_META_PLUGIN}" --argjson bridge "${bridge}" \
+			'[$meta + {delegate: $bridge}]')" || die "PODRES_CNI_META_PLUGIN is not a JSON object"
+	fi
+	jq -n --arg name "${CNI_NETWORK}" --argjson plugins "${plugins}" \
+		'{cniVersion: "1.0.0", name: $name, plugins: $plugins}' >"${CNI_CONF_DIR}/10-${CNI_NETWORK}.conflist"
+	log "CNI: network ${CNI_NETWORK} on bridge ${CNI_BRIDGE} (${CNI_SUBNET}), plugins: $(jq -r '[.plugins[].type] | join(",")' "${CNI_CONF_DIR}/10-${CNI_NETWORK}.conflist")"
+}
+
+write_kubelet_config() {
+	cat >"${ROOT}/kubelet-config.yaml" <<EOF
+# written by hack/node-up.sh: a standalone kubelet for tests only
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://${CONTAINERD_SOCK}
+staticPodPath: ${MANIFESTS}
+fileCheckFrequency: 1s
+syncFrequency: 10s
+address: 127.0.0.1
+port: ${KUBELET_PORT}
+readOnlyPort: ${KUBELET_READONLY_PORT}
+healthzBindAddress: 127.0.0.1
+healthzPort: ${KUBELET_HEALTHZ_PORT}
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+failCgroupV1: false
+cgroupsPerQOS: false
+cgroupDriver: cgroupfs
+enforceNodeAllocatable: []
+failSwapOn: false
+podLogsDir: ${LOGS}/pods
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 1Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+EOF
+}
+
+# write_start_scripts writes ROOT/bin/containerd and ROOT/bin/kubelet, which
+# exec the component with the node's settings; node-restart.sh reuses them.
+write_start_scripts() {
+	mkdir -p "${ROOT}/bin"
+	cat >"${ROOT}/bin/containerd" <<EOF
+#!/bin/sh
+# written by hack/node-up.sh
+export PATH='${CONTAINERD_BIN_DIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+exec '${CONTAINERD_BIN_DIR}/containerd' --config '${CONTAINERD_DIR}/config.toml'
+EOF
+	cat >"${ROOT}/bin/kubelet" <<EOF
+#!/bin/sh
+# written by hack/node-up.sh
+exec '${KUBELET_BIN}' --config '${ROOT}/kubelet-config.yaml' --root-dir '${KUBELET_ROOT}' \
+	--cert-dir '${KUBELET_ROOT}/pki' --hostname-override '${NODE_NAME}' --v '${KUBELET_VERBOSITY}'
+EOF
+	chmod +x "${ROOT}/bin/containerd" "${ROOT}/bin/kubelet"
+}
+
+main() {
+	local start_time
+	start_time="$(date +%s)"
+	check_artifacts
+	prepare_root
+	write_node_env
+	write_containerd_config
+	write_cni_config
+	write_kubelet_config
+	write_start_scripts
+	log "node ${NODE_NAME} under ${ROOT} (containerd ${CONTAINERD_VERSION}, kubelet ${KUBERNETES_VERSION})"
+
+	start_component containerd
+	await_containerd
+	ctr_ -n k8s.io images import --local --snapshotter native "$(pause_cache_dir)/pause.tar" >>"${LOGS}/ctr.log" 2>&1 ||
+		die "importing the pause image failed (see ${LOGS}/ctr.log)"
+	log "pause image $(cat "$(pause_cache_dir)/image-name") imported"
+
+	start_component kubelet
+	await_kubelet
+	log "node ${NODE_NAME} is up in $(($(date +%s) - start_time))s; static pods go in ${MANIFESTS}"
+}
+
+main "$@"
