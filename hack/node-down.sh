@@ -48,7 +48,9 @@ ancestors() {
 container_ids() {
 	local dir
 	for dir in "${ROOT}/containerd/state/io.containerd.runtime.v2.task"/*/*; do
-		[[ -d "${dir}" ]] && basename "${dir}"
+		if [[ -d "${dir}" ]]; then
+			basename "${dir}"
+		fi
 	done
 }
 
