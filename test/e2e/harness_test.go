@@ -1,0 +1,673 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/test/deviceplugin"
+)
+
+// Names the suite's node and pods use.
+const (
+	nodeName     = "e2e-node"
+	podNamespace = "podres-e2e"
+	rdmaResource = "koordinator.sh/rdma"
+	gpuResource  = "nvidia.com/gpu"
+	devResource  = "example.com/dev"
+	cniBridge    = "podrese2e0"
+)
+
+// devDeviceIDs are the test device plugin's devices.
+var devDeviceIDs = []string{"dev-0", "dev-1"}
+
+// h is the running harness; nil when the suite is not enabled.
+var h *harness
+
+// harness is the node, the proxy and the device plugin of one run.
+type harness struct {
+	repo      string
+	artifacts string
+	root      string
+	env       map[string]string // ROOT/node.env
+
+	proxyBin     string
+	proxySocket  string
+	stateDir     string
+	metricsAddr  string
+	probeRecords string
+	// serveMissing says why the proxy's tests skip; empty when serve runs.
+	serveMissing string
+	// serveHelp is `podres-proxy serve -h`, to use flags only where known.
+	serveHelp string
+
+	mu    sync.Mutex
+	proxy *process
+
+	dp       *deviceplugin.Plugin
+	dpCancel context.CancelFunc
+	dpDone   chan error
+
+	failed       atomic.Bool
+	teardownOnce sync.Once
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if os.Getenv("PODRES_E2E") != "1" {
+		fmt.Println("e2e: PODRES_E2E is not 1: every test skips (see doc.go)")
+		return m.Run()
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2e: PODRES_E2E=1 needs root (it starts containerd and a kubelet)")
+		return 1
+	}
+	var err error
+	h, err = newHarness()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	defer h.teardown()
+	stopWatchdog := h.watchdog()
+	defer stopWatchdog()
+
+	if err := h.setup(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: setup: %v\n", err)
+		h.failed.Store(true)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		h.failed.Store(true)
+	}
+	return code
+}
+
+func newHarness() (*harness, error) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		return nil, fmt.Errorf("find the repo: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(repo, "hack", "node-up.sh")); err != nil {
+		return nil, fmt.Errorf("find the repo's hack/ scripts: %w", err)
+	}
+	artifacts := os.Getenv("PODRES_E2E_ARTIFACTS")
+	if artifacts == "" {
+		artifacts = filepath.Join(repo, "_output", "e2e")
+	}
+	artifacts = filepath.Join(artifacts, time.Now().Format("20060102-150405"))
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		return nil, fmt.Errorf("create the artifacts directory: %w", err)
+	}
+	// A short root under /tmp: unix socket paths must stay under 108 bytes.
+	root, err := os.MkdirTemp("", "podres-e2e-")
+	if err != nil {
+		return nil, fmt.Errorf("create the node root: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(artifacts, "node-root"), []byte(root+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("record the node root: %w", err)
+	}
+	fmt.Printf("e2e: node root %s, logs in %s\n", root, artifacts)
+	return &harness{
+		repo:         repo,
+		artifacts:    artifacts,
+		root:         root,
+		proxyBin:     filepath.Join(root, "proxy-bin", "podres-proxy"),
+		proxySocket:  filepath.Join(root, "proxy", "kubelet.sock"),
+		stateDir:     filepath.Join(root, "state"),
+		probeRecords: filepath.Join(root, "cniprobe.jsonl"),
+	}, nil
+}
+
+// setup builds what is needed and starts the node, the proxy and the device
+// plugin.
+func (h *harness) setup() error {
+	if os.Getenv("PODRES_E2E_SKIP_BUILD") != "1" {
+		if err := h.script("build-node", "hack/build-node.sh"); err != nil {
+			return err
+		}
+	}
+	if err := h.goBuild(h.proxyBin, "./cmd/podres-proxy"); err != nil {
+		return err
+	}
+	probeBin := filepath.Join(h.root, "cni", "bin", "podres-cniprobe")
+	if err := h.goBuild(probeBin, "./test/cniprobe"); err != nil {
+		return err
+	}
+	h.serveMissing = h.checkServe()
+	if os.Getenv("PODRES_E2E_PROXY") == "0" {
+		h.serveMissing = "PODRES_E2E_PROXY=0"
+	}
+	if h.serveMissing != "" {
+		if os.Getenv("PODRES_E2E_REQUIRE_SERVE") == "1" {
+			return fmt.Errorf("podres-proxy serve is required: %s", h.serveMissing)
+		}
+		fmt.Printf("e2e: %s: the proxy's tests skip; the node, the CNI probe and the device plugin run against the kubelet alone\n", h.serveMissing)
+	}
+
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	h.metricsAddr = fmt.Sprintf("127.0.0.1:%d", ports[3])
+	kubeletRoot := filepath.Join(h.root, "kubelet")
+	probeSocket := h.proxySocket
+	if h.serveMissing != "" {
+		probeSocket = filepath.Join(kubeletRoot, "pod-resources", "kubelet.sock")
+	}
+	probe, err := json.Marshal(map[string]any{
+		"type":         "podres-cniprobe",
+		"socket":       probeSocket,
+		"resourceName": rdmaResource,
+		"recordFile":   h.probeRecords,
+		"criSocket":    filepath.Join(h.root, "containerd", "containerd.sock"),
+	})
+	if err != nil {
+		return fmt.Errorf("encode the CNI probe's config: %w", err)
+	}
+	if err := h.script("node-up", "hack/node-up.sh", h.root,
+		"PODRES_NODE_NAME="+nodeName,
+		"PODRES_KUBELET_ROOT="+kubeletRoot,
+		fmt.Sprintf("PODRES_KUBELET_PORT=%d", ports[0]),
+		fmt.Sprintf("PODRES_KUBELET_READONLY_PORT=%d", ports[1]),
+		fmt.Sprintf("PODRES_KUBELET_HEALTHZ_PORT=%d", ports[2]),
+		"PODRES_CNI_BRIDGE="+cniBridge,
+		"PODRES_CNI_META_PLUGIN="+string(probe),
+	); err != nil {
+		return err
+	}
+	if h.env, err = readNodeEnv(filepath.Join(h.root, "node.env")); err != nil {
+		return err
+	}
+
+	if err := h.startDevicePlugin(); err != nil {
+		return err
+	}
+	if h.serveMissing == "" {
+		if err := h.startProxy(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkServe tells why `podres-proxy serve` cannot run, or "" when it can.
+func (h *harness) checkServe() string {
+	out, err := exec.Command(h.proxyBin, "serve", "-h").CombinedOutput()
+	h.serveHelp = string(out)
+	if err != nil || !strings.Contains(string(out), "kubelet-pods-url") {
+		return fmt.Sprintf("podres-proxy serve is not implemented yet (serve -h: %s)", firstLine(out))
+	}
+	return ""
+}
+
+// teardown stops everything, keeps the logs and, if something failed,
+// prints their tails. It runs once.
+func (h *harness) teardown() {
+	h.teardownOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		h.mu.Lock()
+		if h.proxy != nil {
+			h.proxy.stop(10 * time.Second)
+			h.proxy = nil
+		}
+		h.mu.Unlock()
+		h.stopDevicePlugin()
+		if h.stateDir != "" {
+			h.saveInspect()
+		}
+		if err := h.scriptCtx(ctx, "node-down", "hack/node-down.sh", h.root); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: teardown: %v\n", err)
+			h.failed.Store(true)
+		}
+		h.saveArtifacts()
+		if os.Getenv("PODRES_E2E_KEEP_ROOT") != "1" {
+			if err := os.RemoveAll(h.root); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: remove %s: %v\n", h.root, err)
+			}
+		}
+		if h.failed.Load() {
+			h.printTails()
+		}
+		fmt.Printf("e2e: logs kept in %s\n", h.artifacts)
+	})
+}
+
+// watchdog tears down and exits when the run takes too long or is
+// interrupted, so no node is left running. It returns a stop function.
+func (h *harness) watchdog() func() {
+	limit := 30 * time.Minute
+	if v := os.Getenv("PODRES_E2E_TIMEOUT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			limit = d
+		}
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	timer := time.NewTimer(limit)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+			return
+		case s := <-sigs:
+			fmt.Fprintf(os.Stderr, "e2e: %v: tearing down\n", s)
+		case <-timer.C:
+			fmt.Fprintf(os.Stderr, "e2e: watchdog: the run took over %v: tearing down\n", limit)
+		}
+		h.failed.Store(true)
+		h.teardown()
+		os.Exit(1)
+	}()
+	return func() {
+		signal.Stop(sigs)
+		timer.Stop()
+		close(done)
+	}
+}
+
+// script runs a hack/ script with extra environment, logging its output to
+// the console and to the artifacts.
+func (h *harness) script(name, path string, argsAndEnv ...string) error {
+	return h.scriptCtx(context.Background(), name, path, argsAndEnv...)
+}
+
+func (h *harness) scriptCtx(ctx context.Context, name, path string, argsAndEnv ...string) error {
+	var args, env []string
+	for _, a := range argsAndEnv {
+		if strings.HasPrefix(a, "PODRES_") && strings.Contains(a, "=") {
+			env = append(env, a)
+		} else {
+			args = append(args, a)
+		}
+	}
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(h.repo, path)}, args...)...)
+	cmd.Dir = h.repo
+	cmd.Env = append(os.Environ(), env...)
+	return h.runLogged(name, cmd)
+}
+
+// runLogged runs cmd with its output streamed to stderr and appended to
+// artifacts/NAME.log.
+func (h *harness) runLogged(name string, cmd *exec.Cmd) error {
+	f, err := os.OpenFile(filepath.Join(h.artifacts, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open %s's log: %w", name, err)
+	}
+	defer f.Close()
+	w := io.MultiWriter(f, os.Stderr)
+	cmd.Stdout, cmd.Stderr = w, w
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s failed after %v (log %s): %w", name, time.Since(start).Round(time.Second), f.Name(), err)
+	}
+	fmt.Fprintf(os.Stderr, "e2e: %s took %v\n", name, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// goBuild builds a package of the repo into out.
+func (h *harness) goBuild(out, pkg string) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(out), err)
+	}
+	goBin := "go"
+	if _, err := exec.LookPath(goBin); err != nil {
+		goBin = "/usr/local/go/bin/go"
+	}
+	cmd := exec.Command(goBin, "build", "-o", out, pkg)
+	cmd.Dir = h.repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return h.runLogged("go-build-"+filepath.Base(out), cmd)
+}
+
+// readNodeEnv reads the KEY=VALUE lines node-up.sh wrote.
+func readNodeEnv(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the node's settings: %w", err)
+	}
+	env := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		// node-up.sh writes values with printf %q; the suite's values need
+		// no quoting, but strip the quotes bash may add anyway.
+		env[k] = strings.Trim(v, "'")
+	}
+	for _, k := range []string{"POD_RESOURCES_SOCK", "CONTAINERD_SOCK", "NRI_SOCK", "MANIFESTS", "KUBELET_READONLY_PORT", "KUBELET_ROOT", "LOGS"} {
+		if env[k] == "" {
+			return nil, fmt.Errorf("%s has no %s", path, k)
+		}
+	}
+	return env, nil
+}
+
+// freePorts asks the kernel for n free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// process is a child process the harness started (podres-proxy serve).
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+	log  *os.File
+}
+
+// startProcess starts a command in its own process group, appending its
+// output to artifacts/NAME.log, and records its PID in ROOT/pids so
+// node-down.sh ends it too if the harness could not.
+func (h *harness) startProcess(name string, args ...string) (*process, error) {
+	f, err := os.OpenFile(filepath.Join(h.artifacts, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s's log: %w", name, err)
+	}
+	fmt.Fprintf(f, "=== %s: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan error, 1), log: f}
+	go func() { p.done <- cmd.Wait() }()
+	pids, err := os.OpenFile(filepath.Join(h.root, "pids"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err == nil {
+		fmt.Fprintf(pids, "%s %d\n", name, cmd.Process.Pid)
+		pids.Close()
+	}
+	return p, nil
+}
+
+// exited tells whether the process has exited, and how.
+func (p *process) exited() (bool, error) {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after grace, and waits for the exit.
+func (p *process) stop(grace time.Duration) {
+	defer p.log.Close()
+	if done, _ := p.exited(); done {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return
+	case <-time.After(grace):
+	}
+	fmt.Fprintf(os.Stderr, "e2e: %s ignored SIGTERM for %v: SIGKILL\n", p.name, grace)
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// serveArgs are the flags of `podres-proxy serve` against the node.
+func (h *harness) serveArgs() []string {
+	args := []string{
+		h.proxyBin, "serve",
+		"--socket", h.proxySocket,
+		"--kubelet-socket", h.env["POD_RESOURCES_SOCK"],
+		"--kubelet-pods-url", "http://127.0.0.1:" + h.env["KUBELET_READONLY_PORT"] + "/pods",
+		"--state-dir", h.stateDir,
+		"--nri-socket", h.env["NRI_SOCK"],
+		"--cri-socket", "unix://" + h.env["CONTAINERD_SOCK"],
+		"--metrics-addr", h.metricsAddr,
+		"--log-level", "debug",
+	}
+	if strings.Contains(h.serveHelp, "-prune-after") {
+		// A short grace period, so the removal test sees the prune.
+		args = append(args, "--prune-after", "20s")
+	}
+	return append(args, strings.Fields(os.Getenv("PODRES_E2E_SERVE_ARGS"))...)
+}
+
+// startProxy starts podres-proxy serve and waits until /readyz answers 200.
+func (h *harness) startProxy() error {
+	p, err := h.startProcess("podres-proxy", h.serveArgs()...)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.proxy = p
+	h.mu.Unlock()
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
+	url := "http://" + h.metricsAddr + "/readyz"
+	client := &http.Client{Timeout: time.Second}
+	for {
+		if done, err := p.exited(); done {
+			return fmt.Errorf("podres-proxy serve exited before it was ready (%v); see %s", err, p.log.Name())
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				fmt.Fprintf(os.Stderr, "e2e: podres-proxy ready after %v\n", time.Since(start).Round(10*time.Millisecond))
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("podres-proxy not ready after 60s (last: %v); see %s", err, p.log.Name())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// restartProxy stops podres-proxy serve and starts it again.
+func (h *harness) restartProxy() error {
+	h.mu.Lock()
+	p := h.proxy
+	h.proxy = nil
+	h.mu.Unlock()
+	if p != nil {
+		p.stop(10 * time.Second)
+	}
+	return h.startProxy()
+}
+
+// startDevicePlugin runs the test device plugin through the kubelet's
+// plugin watcher and waits until the kubelet registered it.
+func (h *harness) startDevicePlugin() error {
+	logf, err := os.OpenFile(filepath.Join(h.artifacts, "deviceplugin.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open the device plugin's log: %w", err)
+	}
+	var logMu sync.Mutex
+	dp, err := deviceplugin.New(deviceplugin.Options{
+		ResourceName:    devResource,
+		DeviceIDs:       devDeviceIDs,
+		RegistrationDir: filepath.Join(h.env["KUBELET_ROOT"], "plugins_registry"),
+		Logf: func(format string, args ...any) {
+			logMu.Lock()
+			defer logMu.Unlock()
+			fmt.Fprintf(logf, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
+		},
+	})
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("device plugin: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.dp, h.dpCancel, h.dpDone = dp, cancel, make(chan error, 1)
+	go func() {
+		h.dpDone <- dp.Run(ctx)
+		logf.Close()
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for dp.Registrations() == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the kubelet did not register the device plugin within 60s (last error: %v)", dp.LastError())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+func (h *harness) stopDevicePlugin() {
+	if h.dpCancel == nil {
+		return
+	}
+	h.dpCancel()
+	<-h.dpDone
+	h.dpCancel = nil
+}
+
+// saveInspect keeps `podres-proxy inspect -o json` of the store.
+func (h *harness) saveInspect() {
+	if _, err := os.Stat(h.stateDir); err != nil {
+		return
+	}
+	out, err := exec.Command(h.proxyBin, "inspect", "--state-dir", h.stateDir, "-o", "json").CombinedOutput()
+	if err != nil {
+		out = append(out, []byte("\ninspect: "+err.Error()+"\n")...)
+	}
+	_ = os.WriteFile(filepath.Join(h.artifacts, "inspect.json"), out, 0o644)
+}
+
+// saveArtifacts copies the node's logs, settings, manifests, probe records
+// and store into the artifacts directory.
+func (h *harness) saveArtifacts() {
+	for _, rel := range []string{"logs", "node.env", "pids", "kubelet-config.yaml", "containerd/config.toml", "cni/net.d", "manifests", "cniprobe.jsonl", "state"} {
+		src := filepath.Join(h.root, rel)
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		dst := filepath.Join(h.artifacts, "node", rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			continue
+		}
+		if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: keep %s: %v: %s\n", rel, err, out)
+		}
+	}
+}
+
+// printTails prints the last lines of the main logs, for CI's output.
+func (h *harness) printTails() {
+	for _, rel := range []string{"podres-proxy.log", "deviceplugin.log", "node/cniprobe.jsonl", "node/logs/containerd.log", "node/logs/kubelet.log"} {
+		path := filepath.Join(h.artifacts, rel)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
+		}
+		fmt.Printf("\n===== e2e: last lines of %s =====\n%s\n", path, strings.Join(lines, "\n"))
+	}
+}
+
+// requireNode skips the test unless the suite runs.
+func requireNode(t *testing.T) {
+	t.Helper()
+	if h == nil {
+		t.Skip("e2e disabled: set PODRES_E2E=1 and run as root (see doc.go)")
+	}
+}
+
+// requireProxy skips the test unless podres-proxy serve runs.
+func requireProxy(t *testing.T) {
+	t.Helper()
+	requireNode(t)
+	if h.serveMissing != "" {
+		t.Skip(h.serveMissing)
+	}
+}
+
+func firstLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// poll calls fn until it returns nil or timeout passes, then fails the
+// test with fn's last error.
+func poll(t *testing.T, timeout time.Duration, what string, fn func() error) {
+	t.Helper()
+	if err := pollErr(timeout, fn); err != nil {
+		t.Fatalf("%s: not within %v: %v", what, timeout, err)
+	}
+}
+
+// pollErr calls fn every 100 ms until it returns nil, a permanent error or
+// timeout passes, and returns fn's last error.
+func pollErr(timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		var perm permanentError
+		if err == nil || errors.As(err, &perm) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// permanentError stops pollErr: waiting longer cannot help.
+type permanentError struct{ error }
+
+func permanentf(format string, args ...any) error {
+	return permanentError{fmt.Errorf(format, args...)}
+}
+
+// testContext is the test's context with a timeout.
+func testContext(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), d)
+}

@@ -1,0 +1,515 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	podresourcesv1alpha1 "k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+)
+
+// The tests run in this order, and share the base pods (ensurePods).
+// TestRemovedPodIsPrunedFromAnswerAndStore comes last: it removes a pod.
+
+func TestNodeRunsStaticPodsWithTheKubeletsOwnAnswer(t *testing.T) {
+	ensurePods(t)
+	var resp *podresourcesv1.ListPodResourcesResponse
+	poll(t, 30*time.Second, "the kubelet's List has every pod", func() error {
+		var err error
+		if resp, err = list(h.env["POD_RESOURCES_SOCK"], multus); err != nil {
+			return err
+		}
+		for _, p := range basePods() {
+			if p.name == devPluginPod.name && podsOnce.devPluginErr != nil {
+				continue
+			}
+			if findPod(resp, podNamespace, p.fullName()) == nil {
+				return fmt.Errorf("no %s/%s", podNamespace, p.fullName())
+			}
+		}
+		return nil
+	})
+	// The kubelet lists sidecars first, then app containers.
+	if got, want := containerNames(findPod(resp, podNamespace, sidecarPod.fullName())), []string{"mesh-proxy", "app-a", "app-b"}; !slices.Equal(got, want) {
+		t.Errorf("kubelet's containers of %s = %v, want %v", sidecarPod.fullName(), got, want)
+	}
+	// The kubelet itself knows nothing of the scheduler's devices: that is
+	// the problem podres-proxy solves.
+	for _, p := range []testPod{gpuPod, rdmaPod, sidecarPod} {
+		if d := devicesOf(findPod(resp, podNamespace, p.fullName())); len(d) != 0 {
+			t.Errorf("the kubelet reports devices %v for %s; the test expects none", d, p.fullName())
+		}
+	}
+}
+
+func TestCNIProbeSawVFDuringAddBeforeTheSandboxExisted(t *testing.T) {
+	ensurePods(t)
+	recs, err := probeRecords()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rdmaAdd *probeRecord
+	for _, p := range basePods() {
+		var adds []probeRecord
+		for _, r := range recs {
+			if r.Command == "ADD" && r.Namespace == podNamespace && r.Name == p.fullName() {
+				adds = append(adds, r)
+			}
+		}
+		if len(adds) == 0 {
+			t.Errorf("the CNI probe recorded no ADD for %s", p.fullName())
+			continue
+		}
+		for _, r := range adds {
+			if r.Error != "" {
+				t.Errorf("CNI ADD of %s failed at %s (the kubelet retried): %s", p.fullName(), r.Time.Format(time.RFC3339Nano), r.Error)
+			}
+		}
+		last := adds[len(adds)-1]
+		if !last.PodFound {
+			t.Errorf("during ADD of %s, List had no such pod", p.fullName())
+		}
+		if last.SandboxListed {
+			t.Errorf("during ADD of %s the runtime already listed the sandbox (%s); the probe must run before it exists", p.fullName(), last.SandboxState)
+		}
+		t.Logf("ADD %s: devices %v, List took %d ms", p.fullName(), last.DeviceIDs, last.ListMillis)
+		if p.name == rdmaPod.name {
+			rdmaAdd = &last
+		} else if len(last.DeviceIDs) != 0 {
+			t.Errorf("during ADD of %s the probe got %s devices %v, want none", p.fullName(), rdmaResource, last.DeviceIDs)
+		}
+	}
+	if rdmaAdd == nil {
+		return
+	}
+	if h.serveMissing != "" {
+		if len(rdmaAdd.DeviceIDs) != 0 {
+			t.Errorf("the kubelet alone reported %v for %s", rdmaAdd.DeviceIDs, rdmaPod.fullName())
+		}
+		t.Skipf("the probe asked the kubelet (no VF there, as expected); %s", h.serveMissing)
+	}
+	if !slices.Equal(rdmaAdd.DeviceIDs, []string{rdmaVF}) {
+		t.Errorf("during ADD of %s the probe got %s devices %v, want the VF [%s]", rdmaPod.fullName(), rdmaResource, rdmaAdd.DeviceIDs, rdmaVF)
+	}
+}
+
+func TestNRIRecordedTheSandboxAndInspectShowsItsDevices(t *testing.T) {
+	requireProxy(t)
+	ensurePods(t)
+	var recs []storeRecord
+	poll(t, 30*time.Second, "the store has every pod's sandbox from NRI, with its devices", func() error {
+		var err error
+		if recs, err = inspect(); err != nil {
+			return err
+		}
+		for _, p := range basePods() {
+			if p.name == devPluginPod.name && podsOnce.devPluginErr != nil {
+				continue
+			}
+			if err := checkRecord(recs, p, "nri"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// The sandbox the store knows is the one the probe saw being created,
+	// and NRI told of it after the probe's List.
+	probe, err := probeRecords()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := findRecords(recs, podNamespace, rdmaPod.fullName())[0]
+	var add *probeRecord
+	for i := range probe {
+		if probe[i].Command == "ADD" && probe[i].ContainerID == rec.SandboxID && probe[i].Error == "" {
+			add = &probe[i]
+		}
+	}
+	if add == nil {
+		t.Fatalf("no successful CNI ADD for the store's sandbox %s of %s", rec.SandboxID, rdmaPod.fullName())
+	}
+	if !rec.Sources.Sandbox.At.After(add.Time) {
+		t.Errorf("the store learned the sandbox at %v, not after the CNI ADD at %v", rec.Sources.Sandbox.At, add.Time)
+	}
+}
+
+// checkRecord checks that the store holds one live record of p, from
+// source, with p's devices.
+func checkRecord(recs []storeRecord, p testPod, source string) error {
+	rs := findRecords(recs, podNamespace, p.fullName())
+	if len(rs) != 1 {
+		return fmt.Errorf("%d records of %s, want 1", len(rs), p.fullName())
+	}
+	r := rs[0]
+	if r.State != "ready" || r.SandboxID == "" || r.Sources.Sandbox == nil {
+		return fmt.Errorf("record of %s: state %q, sandbox %q, sandbox source %+v; want a ready sandbox", p.fullName(), r.State, r.SandboxID, r.Sources.Sandbox)
+	}
+	if source != "" && r.Sources.Sandbox.Source != source {
+		return fmt.Errorf("record of %s: sandbox learned from %q, want %q", p.fullName(), r.Sources.Sandbox.Source, source)
+	}
+	want := map[string][]string{}
+	for _, byRes := range p.want {
+		for res, ids := range byRes {
+			want[res] = append(want[res], ids...)
+		}
+	}
+	for res, ids := range want {
+		slices.Sort(ids)
+		if got := r.deviceIDs(res); !slices.Equal(got, ids) {
+			return fmt.Errorf("record of %s: %s devices %v, want %v", p.fullName(), res, got, ids)
+		}
+	}
+	return nil
+}
+
+func TestDCGMListShowsTheGPUOnTheRequestingContainer(t *testing.T) {
+	requireProxy(t)
+	ensurePods(t)
+	resp, err := list(h.proxySocket, dcgm)
+	if err != nil {
+		t.Fatalf("DCGM-like List on the proxy: %v", err)
+	}
+	for _, p := range []testPod{gpuPod, sidecarPod, rdmaPod, plainPod} {
+		pr := findPod(resp, podNamespace, p.fullName())
+		if pr == nil {
+			t.Errorf("the proxy's List has no %s", p.fullName())
+			continue
+		}
+		if got := devicesOf(pr); !got.equal(p.want) {
+			t.Errorf("devices of %s = %v, want %v", p.fullName(), got, p.want)
+		}
+	}
+	if pr := findPod(resp, podNamespace, sidecarPod.fullName()); pr != nil {
+		if got, want := containerNames(pr), []string{"mesh-proxy", "app-a", "app-b"}; !slices.Equal(got, want) {
+			t.Errorf("the proxy's containers of %s = %v, want the kubelet's %v", sidecarPod.fullName(), got, want)
+		}
+	}
+
+	// dcgm-exporter up to 4.1.x asks v1alpha1, which lists no sidecars.
+	conn, err := dial(h.proxySocket, dcgm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := testContext(t, dcgm.timeout)
+	defer cancel()
+	old, err := podresourcesv1alpha1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1alpha1.ListPodResourcesRequest{})
+	if err != nil {
+		t.Fatalf("v1alpha1 List on the proxy: %v", err)
+	}
+	for _, pr := range old.GetPodResources() {
+		if pr.GetNamespace() != podNamespace || pr.GetName() != sidecarPod.fullName() {
+			continue
+		}
+		var gpuOn []string
+		var names []string
+		for _, c := range pr.GetContainers() {
+			names = append(names, c.GetName())
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == gpuResource && slices.Contains(d.GetDeviceIds(), sidecarGPUUUID) {
+					gpuOn = append(gpuOn, c.GetName())
+				}
+			}
+		}
+		if !slices.Equal(names, []string{"app-a", "app-b"}) || !slices.Equal(gpuOn, []string{"app-b"}) {
+			t.Errorf("v1alpha1 %s: containers %v with the GPU on %v; want [app-a app-b] with the GPU on [app-b]", pr.GetName(), names, gpuOn)
+		}
+		return
+	}
+	t.Errorf("the proxy's v1alpha1 List has no %s", sidecarPod.fullName())
+}
+
+func TestGetAgreesWithList(t *testing.T) {
+	requireProxy(t)
+	ensurePods(t)
+	resp, err := list(h.proxySocket, multus)
+	if err != nil {
+		t.Fatalf("List on the proxy: %v", err)
+	}
+	for _, p := range basePods() {
+		lp := findPod(resp, podNamespace, p.fullName())
+		if lp == nil {
+			continue
+		}
+		g, err := get(h.proxySocket, podNamespace, p.fullName())
+		if err != nil {
+			t.Errorf("Get %s on the proxy: %v", p.fullName(), err)
+			continue
+		}
+		if !proto.Equal(g.GetPodResources(), lp) {
+			t.Errorf("Get %s = %v\nList has %v", p.fullName(), g.GetPodResources(), lp)
+		}
+	}
+	// An unknown pod: the kubelet's error, unchanged.
+	_, kerr := get(h.env["POD_RESOURCES_SOCK"], podNamespace, "nope")
+	_, perr := get(h.proxySocket, podNamespace, "nope")
+	ks, ps := status.Convert(kerr), status.Convert(perr)
+	if kerr == nil || ks.Code() != ps.Code() || ks.Message() != ps.Message() {
+		t.Errorf("Get of an unknown pod: proxy says %v %q, kubelet says %v %q", ps.Code(), ps.Message(), ks.Code(), ks.Message())
+	}
+}
+
+func TestKubeletsOwnDevicesSurviveTheMerge(t *testing.T) {
+	ensurePods(t)
+	if err := podsOnce.devPluginErr; err != nil {
+		t.Fatalf("the standalone kubelet did not run %s, which asks for %s from the test device plugin: %v", devPluginPod.fullName(), devResource, err)
+	}
+	kubeletIDs := kubeletDevIDs(t)
+	if len(kubeletIDs) != 1 || !slices.Contains(devDeviceIDs, kubeletIDs[0]) {
+		t.Fatalf("the kubelet gave %s the %s devices %v; want one of %v", devPluginPod.fullName(), devResource, kubeletIDs, devDeviceIDs)
+	}
+	if allocs := h.dp.Allocations(); !slices.ContainsFunc(allocs, func(ids []string) bool { return slices.Equal(ids, kubeletIDs) }) {
+		t.Errorf("the device plugin saw allocations %v, not %v", allocs, kubeletIDs)
+	}
+	requireProxy(t)
+	resp, err := list(h.proxySocket, multus)
+	if err != nil {
+		t.Fatalf("List on the proxy: %v", err)
+	}
+	pr := findPod(resp, podNamespace, devPluginPod.fullName())
+	if pr == nil {
+		t.Fatalf("the proxy's List has no %s", devPluginPod.fullName())
+	}
+	want := devPluginPod.want.with(devices{"app": {devResource: kubeletIDs}})
+	if got := devicesOf(pr); !got.equal(want) {
+		t.Errorf("the proxy's devices of %s = %v, want the kubelet's and the scheduler's %v", devPluginPod.fullName(), got, want)
+	}
+	alloc, err := allocatable(h.proxySocket)
+	if err != nil {
+		t.Fatalf("GetAllocatableResources on the proxy: %v", err)
+	}
+	var ids []string
+	for _, d := range alloc.GetDevices() {
+		if d.GetResourceName() == devResource {
+			ids = append(ids, d.GetDeviceIds()...)
+		}
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, devDeviceIDs) {
+		t.Errorf("the proxy's allocatable %s = %v, want the kubelet's %v", devResource, ids, devDeviceIDs)
+	}
+}
+
+// kubeletDevIDs returns the device plugin devices the kubelet itself
+// reports for devPluginPod.
+func kubeletDevIDs(t *testing.T) []string {
+	t.Helper()
+	resp, err := list(h.env["POD_RESOURCES_SOCK"], multus)
+	if err != nil {
+		t.Fatalf("List on the kubelet: %v", err)
+	}
+	pr := findPod(resp, podNamespace, devPluginPod.fullName())
+	if pr == nil {
+		t.Fatalf("the kubelet's List has no %s", devPluginPod.fullName())
+	}
+	return devicesOf(pr)["app"][devResource]
+}
+
+// recoveryLimit is how soon after a restarted component answers again the
+// proxy must answer right again.
+const recoveryLimit = 10 * time.Second
+
+func TestRestartsKeepAnswersRightAndStateConverges(t *testing.T) {
+	requireProxy(t)
+	ensurePods(t)
+	pods := basePods()
+	var kubeletIDs []string
+	if podsOnce.devPluginErr == nil {
+		kubeletIDs = kubeletDevIDs(t)
+	} else {
+		pods = slices.DeleteFunc(pods, func(p testPod) bool { return p.name == devPluginPod.name })
+	}
+	want := map[string]devices{}
+	for _, p := range pods {
+		want[p.fullName()] = p.want
+	}
+	// check says what is wrong with a List answer: a pod present with
+	// other devices than its own. A pod may be absent (the kubelet lists
+	// pods again after it restarts), and the kubelet's own devices may be
+	// absent while it restarts, but never different.
+	check := func(resp *podresourcesv1.ListPodResourcesResponse) string {
+		var wrong []string
+		for _, pr := range resp.GetPodResources() {
+			if pr.GetNamespace() != podNamespace {
+				continue
+			}
+			w, ok := want[pr.GetName()]
+			if !ok {
+				continue
+			}
+			got := devicesOf(pr)
+			if ids, ok := got["app"][devResource]; ok {
+				if !slices.Equal(ids, kubeletIDs) {
+					wrong = append(wrong, fmt.Sprintf("%s: %s %v, the kubelet gave %v", pr.GetName(), devResource, ids, kubeletIDs))
+				}
+				delete(got["app"], devResource)
+				if len(got["app"]) == 0 {
+					delete(got, "app")
+				}
+			}
+			if !got.equal(w) {
+				wrong = append(wrong, fmt.Sprintf("%s: %v, want %v", pr.GetName(), got, w))
+			}
+		}
+		return strings.Join(wrong, "; ")
+	}
+	before, err := inspect()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	restarts := []struct {
+		name    string
+		restart func() error
+		after   func(t *testing.T)
+	}{
+		{"kubelet", func() error { return h.script("restart-kubelet", "hack/node-restart.sh", h.root, "kubelet") }, nil},
+		{"containerd", func() error { return h.script("restart-containerd", "hack/node-restart.sh", h.root, "containerd") }, func(t *testing.T) {
+			// A pod created now must reach the store.
+			if err := latePod.create(); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitRunning(2*time.Minute, latePod.fullName()); err != nil {
+				t.Fatalf("a pod created after containerd restarted: %v", err)
+			}
+			// NRI tells of it (RunPodSandbox, or Synchronize if the plugin
+			// reconnected later), so the plugin is connected again.
+			poll(t, 30*time.Second, "the store records the pod created after the restart, from NRI", func() error {
+				recs, err := inspect()
+				if err != nil {
+					return err
+				}
+				return checkRecord(recs, latePod, "nri")
+			})
+			want[latePod.fullName()] = latePod.want
+		}},
+		{"podres-proxy", h.restartProxy, nil},
+	}
+	for _, r := range restarts {
+		t.Run(r.name, func(t *testing.T) {
+			w := startListWatch(h.proxySocket, check)
+			defer w.stop()
+			start := time.Now()
+			poll(t, recoveryLimit, "a right answer before the restart", func() error {
+				if _, ok := w.firstRightAfter(start); !ok {
+					return errNotRight
+				}
+				return nil
+			})
+			if err := r.restart(); err != nil {
+				t.Fatalf("restart %s: %v", r.name, err)
+			}
+			back := time.Now()
+			poll(t, recoveryLimit, "a right answer after "+r.name+" is back", func() error {
+				if _, ok := w.firstRightAfter(back); !ok {
+					return errNotRight
+				}
+				return nil
+			})
+			at, _ := w.firstRightAfter(back)
+			if r.after != nil {
+				r.after(t)
+			}
+			w.stop()
+			calls, errs, wrong, kinds := w.summary()
+			t.Logf("%s restart: %d List calls, %d errors %q, right again %v after it was back", r.name, calls, errs, kinds, at.Sub(back).Round(time.Millisecond))
+			if len(wrong) > 0 {
+				t.Errorf("%d wrong answers while %s restarted, e.g. %s", len(wrong), r.name, strings.Join(wrong[:min(3, len(wrong))], " | "))
+			}
+		})
+	}
+
+	// The state converges: the same sandboxes, ready, with their devices,
+	// and the proxy answers each pod right.
+	poll(t, 60*time.Second, "the store and the answers converge after the restarts", func() error {
+		recs, err := inspect()
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if err := checkRecord(recs, p, ""); err != nil {
+				return err
+			}
+			old := findRecords(before, podNamespace, p.fullName())
+			now := findRecords(recs, podNamespace, p.fullName())
+			if len(old) == 1 && (old[0].UID != now[0].UID || old[0].SandboxID != now[0].SandboxID) {
+				return fmt.Errorf("%s: record %s/%s before the restarts, %s/%s after", p.fullName(), old[0].UID, old[0].SandboxID, now[0].UID, now[0].SandboxID)
+			}
+		}
+		resp, err := list(h.proxySocket, multus)
+		if err != nil {
+			return err
+		}
+		if wrong := check(resp); wrong != "" {
+			return fmt.Errorf("wrong answer: %s", wrong)
+		}
+		for name := range want {
+			if findPod(resp, podNamespace, name) == nil {
+				return fmt.Errorf("the proxy's List has no %s", name)
+			}
+		}
+		return nil
+	})
+}
+
+var errNotRight = fmt.Errorf("no right answer yet")
+
+// pruneWait is how long a removed pod may stay in the store.
+func pruneWait() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("PODRES_E2E_PRUNE_WAIT")); err == nil {
+		return d
+	}
+	return 3 * time.Minute
+}
+
+func TestRemovedPodIsPrunedFromAnswerAndStore(t *testing.T) {
+	requireProxy(t)
+	ensurePods(t)
+	recs, err := inspect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := findRecords(recs, podNamespace, gpuPod.fullName())
+	if len(old) != 1 {
+		t.Fatalf("%d records of %s before removal, want 1", len(old), gpuPod.fullName())
+	}
+	if err := gpuPod.remove(); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	poll(t, 60*time.Second, "the proxy's List drops the removed pod", func() error {
+		resp, err := list(h.proxySocket, multus)
+		if err != nil {
+			return err
+		}
+		if findPod(resp, podNamespace, gpuPod.fullName()) != nil {
+			return fmt.Errorf("%s is still listed", gpuPod.fullName())
+		}
+		return nil
+	})
+	t.Logf("gone from List %v after its manifest was removed", time.Since(removed).Round(time.Millisecond))
+	_, kerr := get(h.env["POD_RESOURCES_SOCK"], podNamespace, gpuPod.fullName())
+	_, perr := get(h.proxySocket, podNamespace, gpuPod.fullName())
+	if ks, ps := status.Convert(kerr), status.Convert(perr); perr == nil || ks.Code() != ps.Code() || ks.Message() != ps.Message() {
+		t.Errorf("Get of the removed pod: proxy says %v %q, kubelet says %v %q", ps.Code(), ps.Message(), ks.Code(), ks.Message())
+	}
+	poll(t, pruneWait(), "the store prunes the removed pod's record", func() error {
+		recs, err := inspect()
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.UID == old[0].UID {
+				return fmt.Errorf("record %s of %s is still there, state %q", r.UID, gpuPod.fullName(), r.State)
+			}
+		}
+		return nil
+	})
+	t.Logf("pruned from the store %v after its manifest was removed", time.Since(removed).Round(time.Second))
+}
