@@ -16,7 +16,9 @@
 //	                           plugin against the kubelet alone
 //	PODRES_E2E_SKIP_BUILD      1: do not run hack/build-node.sh first
 //	PODRES_E2E_SERVE_ARGS      extra flags for `podres-proxy serve`
-//	PODRES_E2E_TIMEOUT         watchdog for the whole run (default 30m)
+//	PODRES_E2E_TIMEOUT         watchdog for the run after the builds (default 30m)
+//	PODRES_E2E_BRIDGE          the node's CNI bridge (default podrese2e0);
+//	                           PODRES_CNI_SUBNET its subnet (10.88.77.0/24)
 //	PODRES_E2E_PRUNE_WAIT      how long a removed pod may stay in the store
 //	                           (default 3m)
 //	PODRES_E2E_KEEP_ROOT       1: keep the node's root directory afterwards

@@ -66,6 +66,9 @@ type harness struct {
 
 	failed       atomic.Bool
 	teardownOnce sync.Once
+	// armTimer, closed once the builds are done, starts the watchdog's
+	// time limit.
+	armTimer chan struct{}
 }
 
 func TestMain(m *testing.M) {
@@ -88,8 +91,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer h.teardown()
-	stopWatchdog := h.watchdog()
-	defer stopWatchdog()
+	defer h.watchdog()()
 
 	if err := h.setup(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: setup: %v\n", err)
@@ -154,6 +156,8 @@ func (h *harness) setup() error {
 	if err := h.goBuild(probeBin, "./test/cniprobe"); err != nil {
 		return err
 	}
+	// The builds are done: from now on the watchdog's time limit counts.
+	close(h.armTimer)
 	h.serveMissing = h.checkServe()
 	if os.Getenv("PODRES_E2E_PROXY") == "0" {
 		h.serveMissing = "PODRES_E2E_PROXY=0"
@@ -191,7 +195,7 @@ func (h *harness) setup() error {
 		fmt.Sprintf("PODRES_KUBELET_PORT=%d", ports[0]),
 		fmt.Sprintf("PODRES_KUBELET_READONLY_PORT=%d", ports[1]),
 		fmt.Sprintf("PODRES_KUBELET_HEALTHZ_PORT=%d", ports[2]),
-		"PODRES_CNI_BRIDGE="+cniBridge,
+		"PODRES_CNI_BRIDGE="+envOr("PODRES_E2E_BRIDGE", cniBridge),
 		"PODRES_CNI_META_PLUGIN="+string(probe),
 	); err != nil {
 		return err
@@ -254,8 +258,10 @@ func (h *harness) teardown() {
 	})
 }
 
-// watchdog tears down and exits when the run takes too long or is
-// interrupted, so no node is left running. It returns a stop function.
+// watchdog tears down and exits when the run is interrupted, or takes too
+// long once the node builds are done (armTimer), so no node is left
+// running: go test's own -timeout would exit without a teardown. It returns
+// a stop function.
 func (h *harness) watchdog() func() {
 	limit := 30 * time.Minute
 	if v := os.Getenv("PODRES_E2E_TIMEOUT"); v != "" {
@@ -265,24 +271,32 @@ func (h *harness) watchdog() func() {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	timer := time.NewTimer(limit)
+	h.armTimer = make(chan struct{})
+	arm := h.armTimer
 	done := make(chan struct{})
 	go func() {
-		select {
-		case <-done:
-			return
-		case s := <-sigs:
-			fmt.Fprintf(os.Stderr, "e2e: %v: tearing down\n", s)
-		case <-timer.C:
-			fmt.Fprintf(os.Stderr, "e2e: watchdog: the run took over %v: tearing down\n", limit)
+		var expired <-chan time.Time
+		for {
+			select {
+			case <-done:
+				return
+			case <-arm:
+				timer := time.NewTimer(limit)
+				defer timer.Stop()
+				expired, arm = timer.C, nil
+				continue
+			case s := <-sigs:
+				fmt.Fprintf(os.Stderr, "e2e: %v: tearing down\n", s)
+			case <-expired:
+				fmt.Fprintf(os.Stderr, "e2e: watchdog: the run took over %v after the builds: tearing down\n", limit)
+			}
+			h.failed.Store(true)
+			h.teardown()
+			os.Exit(1)
 		}
-		h.failed.Store(true)
-		h.teardown()
-		os.Exit(1)
 	}()
 	return func() {
 		signal.Stop(sigs)
-		timer.Stop()
 		close(done)
 	}
 }
@@ -624,6 +638,14 @@ func requireProxy(t *testing.T) {
 	if h.serveMissing != "" {
 		t.Skip(h.serveMissing)
 	}
+}
+
+// envOr returns the environment variable's value, or def when unset.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 func firstLine(b []byte) string {
