@@ -518,13 +518,17 @@ func (h *harness) startProxy() error {
 	}
 }
 
-// restartProxy stops podres-proxy serve and starts it again.
-func (h *harness) restartProxy() error {
+// restartProxy stops podres-proxy serve (SIGTERM, or SIGKILL as a crash
+// would) and starts it again.
+func (h *harness) restartProxy(kill bool) error {
 	h.mu.Lock()
 	p := h.proxy
 	h.proxy = nil
 	h.mu.Unlock()
 	if p != nil {
+		if kill {
+			_ = p.cmd.Process.Kill()
+		}
 		p.stop(10 * time.Second)
 	}
 	return h.startProxy()

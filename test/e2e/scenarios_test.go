@@ -389,7 +389,15 @@ func TestRestartsKeepAnswersRightAndStateConverges(t *testing.T) {
 			})
 			want[latePod.fullName()] = latePod.want
 		}},
-		{"podres-proxy", h.restartProxy, nil},
+		{"podres-proxy", func() error { return h.restartProxy(false) }, nil},
+		// Crashes: no clean shutdown, sockets and files left behind.
+		{"kubelet-SIGKILL", func() error {
+			return h.script("restart-kubelet", "hack/node-restart.sh", h.root, "kubelet", "PODRES_RESTART_SIGNAL=KILL")
+		}, nil},
+		{"containerd-SIGKILL", func() error {
+			return h.script("restart-containerd", "hack/node-restart.sh", h.root, "containerd", "PODRES_RESTART_SIGNAL=KILL")
+		}, nil},
+		{"podres-proxy-SIGKILL", func() error { return h.restartProxy(true) }, nil},
 	}
 	for _, r := range restarts {
 		t.Run(r.name, func(t *testing.T) {
