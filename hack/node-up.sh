@@ -47,6 +47,7 @@ usage() {
 require_root
 mkdir -p "$1"
 ROOT="$(cd "$1" && pwd)"
+[[ "${ROOT}" != / ]] || die "refusing to use / as a node root"
 
 NODE_NAME="${PODRES_NODE_NAME:-podres-node}"
 KUBELET_ROOT="${PODRES_KUBELET_ROOT:-${ROOT}/kubelet}"
