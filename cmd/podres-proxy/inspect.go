@@ -29,20 +29,12 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() { fmt.Fprintln(stderr, inspectUsage); fs.PrintDefaults() }
 	dir := fs.String("state-dir", defaultStateDir, "the state directory to read")
 	output := fs.String("o", "table", "output format: table or json")
-	// Flags may come before or after NAMESPACE/NAME, as with kubectl.
-	var pods []string
-	for rest := args; ; {
-		if err := parseFlags(fs, rest); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pods = append(pods, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pods, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
 	}
-	if *output != "table" && *output != "json" {
-		return usageError{fmt.Errorf("unknown output format %q (want table or json)", *output)}
+	if err := checkOutput(*output); err != nil {
+		return err
 	}
 	var filter *state.PodKey
 	switch len(pods) {

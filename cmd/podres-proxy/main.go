@@ -100,3 +100,28 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	return nil
 }
+
+// parseInterspersed parses args in which flags may come before, between or
+// after the positional arguments, as with kubectl, and returns the
+// positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for rest := args; ; {
+		if err := parseFlags(fs, rest); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+}
+
+// checkOutput validates an -o flag.
+func checkOutput(output string) error {
+	if output != "table" && output != "json" {
+		return usageError{fmt.Errorf("unknown output format %q (want table or json)", output)}
+	}
+	return nil
+}

@@ -31,20 +31,12 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	socket := fs.String("socket", defaultSocket, "PodResources socket to ask (path or unix:// URL)")
 	output := fs.String("o", "table", "output format: table or json")
 	timeout := fs.Duration("timeout", 10*time.Second, "time limit for the call")
-	// Flags may come before or after the operation, as with kubectl.
-	var ops []string
-	for rest := args; ; {
-		if err := parseFlags(fs, rest); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		ops = append(ops, fs.Arg(0))
-		rest = fs.Args()[1:]
+	ops, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
 	}
-	if *output != "table" && *output != "json" {
-		return usageError{fmt.Errorf("unknown output format %q (want table or json)", *output)}
+	if err := checkOutput(*output); err != nil {
+		return err
 	}
 	if len(ops) == 0 {
 		return usageError{fmt.Errorf("missing operation: list, get NAMESPACE/NAME or allocatable")}

@@ -40,12 +40,33 @@ func dial(socket string, maxSize int) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// MultusDeviceIDs is what Multus (v3.7.2 and later, thin and thick) hands to
-// a delegate CNI during CNI ADD: it calls v1 List (10 s, 16 MiB), takes every
-// PodResources whose namespace and name match (no UID), and collects the
-// device ids of every container, in answer order, under the resource name
-// its NetworkAttachmentDefinition names. An error fails the CNI ADD.
-func MultusDeviceIDs(ctx context.Context, socket, namespace, name, resourceName string) ([]string, error) {
+// listV1 calls v1 List the way a client with these limits does: a new
+// connection, a 10 s deadline.
+func listV1(ctx context.Context, socket string, maxSize int) (*v1.ListPodResourcesResponse, error) {
+	conn, err := dial(socket, maxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	return v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
+}
+
+// listV1alpha1 is listV1 for the v1alpha1 service.
+func listV1alpha1(ctx context.Context, socket string, maxSize int) (*v1alpha1.ListPodResourcesResponse, error) {
+	conn, err := dial(socket, maxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	return v1alpha1.NewPodResourcesListerClient(conn).List(ctx, &v1alpha1.ListPodResourcesRequest{})
+}
+
+// getV1 calls v1 Get for one pod with the conventional 16 MiB limit.
+func getV1(ctx context.Context, socket, namespace, name string) (*v1.PodResources, error) {
 	conn, err := dial(socket, conventionalMaxSize)
 	if err != nil {
 		return nil, err
@@ -53,12 +74,16 @@ func MultusDeviceIDs(ctx context.Context, socket, namespace, name, resourceName 
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
 	defer cancel()
-	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("multus: list pod resources: %w", err)
-	}
+	resp, err := v1.NewPodResourcesListerClient(conn).Get(ctx, &v1.GetPodResourcesRequest{PodNamespace: namespace, PodName: name})
+	return resp.GetPodResources(), err
+}
+
+// idsV1 collects, in answer order, the device ids under resourceName of
+// every container of the pods named namespace/name (matched by name, as
+// clients do: there is no UID).
+func idsV1(pods []*v1.PodResources, namespace, name, resourceName string) []string {
 	var ids []string
-	for _, p := range resp.GetPodResources() {
+	for _, p := range pods {
 		if p.GetNamespace() != namespace || p.GetName() != name {
 			continue
 		}
@@ -70,7 +95,38 @@ func MultusDeviceIDs(ctx context.Context, socket, namespace, name, resourceName 
 			}
 		}
 	}
-	return ids, nil
+	return ids
+}
+
+// idsV1alpha1 is idsV1 for v1alpha1 answers.
+func idsV1alpha1(pods []*v1alpha1.PodResources, namespace, name, resourceName string) []string {
+	var ids []string
+	for _, p := range pods {
+		if p.GetNamespace() != namespace || p.GetName() != name {
+			continue
+		}
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == resourceName {
+					ids = append(ids, d.GetDeviceIds()...)
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// MultusDeviceIDs is what Multus (v3.7.2 and later, thin and thick) hands to
+// a delegate CNI during CNI ADD: it calls v1 List (10 s, 16 MiB), takes every
+// PodResources whose namespace and name match (no UID), and collects the
+// device ids of every container, in answer order, under the resource name
+// its NetworkAttachmentDefinition names. An error fails the CNI ADD.
+func MultusDeviceIDs(ctx context.Context, socket, namespace, name, resourceName string) ([]string, error) {
+	resp, err := listV1(ctx, socket, conventionalMaxSize)
+	if err != nil {
+		return nil, fmt.Errorf("multus: list pod resources: %w", err)
+	}
+	return idsV1(resp.GetPodResources(), namespace, name, resourceName), nil
 }
 
 // GPUOwner is the pod and container DCGM exporter labels a GPU's metrics with.
@@ -83,14 +139,7 @@ type GPUOwner struct {
 // limit, keeping nvidia.com/gpu (and nvidia.com/mig-*) devices, keyed by the
 // exact device id string, last one wins.
 func DCGMDeviceToPod(ctx context.Context, socket string) (map[string]GPUOwner, error) {
-	conn, err := dial(socket, grpcDefaultMaxSize)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel()
-	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
+	resp, err := listV1(ctx, socket, grpcDefaultMaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("dcgm-exporter: list pod resources: %w", err)
 	}
@@ -113,14 +162,7 @@ func DCGMDeviceToPod(ctx context.Context, socket string) (map[string]GPUOwner, e
 // DCGMV1alpha1DeviceToPod is the same for DCGM exporter up to 4.2.3-4.1.1,
 // which still calls v1alpha1 List.
 func DCGMV1alpha1DeviceToPod(ctx context.Context, socket string) (map[string]GPUOwner, error) {
-	conn, err := dial(socket, grpcDefaultMaxSize)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel()
-	resp, err := v1alpha1.NewPodResourcesListerClient(conn).List(ctx, &v1alpha1.ListPodResourcesRequest{})
+	resp, err := listV1alpha1(ctx, socket, grpcDefaultMaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("dcgm-exporter (v1alpha1): list pod resources: %w", err)
 	}
@@ -144,19 +186,12 @@ func DCGMV1alpha1DeviceToPod(ctx context.Context, socket string) (map[string]GPU
 // turns the named container's device topology into NUMA node hints, keyed
 // by resource name.
 func NRIPluginsTopologyHints(ctx context.Context, socket, namespace, pod, container string) (map[string][]int64, error) {
-	conn, err := dial(socket, conventionalMaxSize)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel()
-	resp, err := v1.NewPodResourcesListerClient(conn).Get(ctx, &v1.GetPodResourcesRequest{PodNamespace: namespace, PodName: pod})
+	p, err := getV1(ctx, socket, namespace, pod)
 	if err != nil {
 		return nil, fmt.Errorf("nri-plugins: get pod resources: %w", err)
 	}
 	hints := map[string][]int64{}
-	for _, c := range resp.GetPodResources().GetContainers() {
+	for _, c := range p.GetContainers() {
 		if c.GetName() != container {
 			continue
 		}
@@ -174,20 +209,13 @@ func NRIPluginsTopologyHints(ctx context.Context, socket, namespace, pod, contai
 // name "<resource_name>=<device id>", de-duplicated. An error fails sandbox
 // creation.
 func KataCDIDevices(ctx context.Context, socket, namespace, pod string) ([]string, error) {
-	conn, err := dial(socket, conventionalMaxSize)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel()
-	resp, err := v1.NewPodResourcesListerClient(conn).Get(ctx, &v1.GetPodResourcesRequest{PodNamespace: namespace, PodName: pod})
+	p, err := getV1(ctx, socket, namespace, pod)
 	if err != nil {
 		return nil, fmt.Errorf("kata: get pod resources: %w", err)
 	}
 	seen := map[string]bool{}
 	var out []string
-	for _, c := range resp.GetPodResources().GetContainers() {
+	for _, c := range p.GetContainers() {
 		for _, d := range c.GetDevices() {
 			for _, id := range d.GetDeviceIds() {
 				name := d.GetResourceName() + "=" + id
@@ -268,29 +296,9 @@ func NFDFreePerNUMA(ctx context.Context, socket string) (free map[NUMAKey]int, u
 // under resourceName. Antrea caches the answer per pod even when it is
 // empty, so the first answer must already be right.
 func AntreaVFDeviceIDs(ctx context.Context, socket, namespace, name, resourceName string) ([]string, error) {
-	conn, err := dial(socket, grpcDefaultMaxSize)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel()
-	resp, err := v1alpha1.NewPodResourcesListerClient(conn).List(ctx, &v1alpha1.ListPodResourcesRequest{})
+	resp, err := listV1alpha1(ctx, socket, grpcDefaultMaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("antrea: list pod resources: %w", err)
 	}
-	var ids []string
-	for _, p := range resp.GetPodResources() {
-		if p.GetNamespace() != namespace || p.GetName() != name {
-			continue
-		}
-		for _, c := range p.GetContainers() {
-			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == resourceName {
-					ids = append(ids, d.GetDeviceIds()...)
-				}
-			}
-		}
-	}
-	return ids, nil
+	return idsV1alpha1(resp.GetPodResources(), namespace, name, resourceName), nil
 }
