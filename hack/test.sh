@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 step "gofmt"
-unformatted=$(gofmt -l $(git ls-files '*.go'))
+unformatted=$(git ls-files -z '*.go' | xargs -0 gofmt -l)
 if [[ -n "$unformatted" ]]; then
 	printf 'gofmt would change:\n%s\n' "$unformatted" >&2
 	exit 1
