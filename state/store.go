@@ -216,7 +216,10 @@ func (s *Store) observeSandbox(src Source, sb Sandbox) {
 			r.State, r.RemovedAt = phase, nil
 			changed = true
 		}
-		if r.Sources.Sandbox == nil || r.Sources.Sandbox.Source != src || changed {
+		// Provenance says who told us a fact and when it last changed, not
+		// who confirmed it last: a CRI reconcile agreeing with what NRI
+		// reported changes nothing, and rewrites no file.
+		if r.Sources.Sandbox == nil || changed {
 			r.Sources.Sandbox = &Seen{Source: src, At: now}
 			changed = true
 		}

@@ -391,3 +391,35 @@ func TestRecordsAndByNameAreSorted(t *testing.T) {
 		t.Errorf("ByName not newest first: %v", got)
 	}
 }
+
+// A CRI reconcile that only confirms what NRI reported is not news: the
+// record keeps NRI as the source of its sandbox, and nothing is rewritten
+// (a reconcile every 30 s must not rewrite every pod's file).
+func TestAReconcileThatAgreesChangesNothing(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	var dirty []string
+	s.dirty = func(uid string) { dirty = append(dirty, uid) }
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	before := mustGet(t, s, "u1")
+	dirty = nil
+
+	asOf := clock.Advance(time.Second)
+	s.Reconcile(SourceCRI, asOf, []Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+
+	after := mustGet(t, s, "u1")
+	if after != before || len(dirty) != 0 {
+		t.Errorf("an agreeing reconcile replaced the record (%v) and dirtied %v", after != before, dirty)
+	}
+	if after.Sources.Sandbox.Source != SourceNRI {
+		t.Errorf("sandbox source = %s, want nri (who reported it), not cri (who confirmed it)", after.Sources.Sandbox.Source)
+	}
+	// A reconcile that does change something is recorded as its news.
+	clock.Advance(time.Second)
+	stopped := readySandbox("u1", "ns", "a", "sb1", nil)
+	stopped.Ready = false
+	s.Reconcile(SourceCRI, clock.Now(), []Sandbox{stopped}, nil, true)
+	if r := mustGet(t, s, "u1"); r.State != PhaseStopped || r.Sources.Sandbox.Source != SourceCRI {
+		t.Errorf("after CRI saw it stop: state %q source %s, want stopped by cri", r.State, r.Sources.Sandbox.Source)
+	}
+}
