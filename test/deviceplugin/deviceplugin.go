@@ -1,7 +1,10 @@
 // Package deviceplugin is a tiny kubelet device plugin for the e2e suite: it
-// advertises a few fake devices of one extended resource (example.com/dev)
-// so the kubelet allocates devices of its own, whose ids must survive
-// podres-proxy's merge next to the devices it adds from annotations.
+// advertises a few fake devices of one extended resource so the kubelet
+// allocates devices of its own. The suite runs two: example.com/dev, whose
+// ids must survive podres-proxy's merge next to the devices it adds from
+// annotations, and one that advertises ids the way HAMi's NVIDIA device
+// plugin does (HAMiDeviceIDs), which the proxy must replace with the GPUs
+// HAMi's scheduler recorded.
 //
 // It registers with the kubelet in one of two ways:
 //
@@ -33,12 +36,31 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
+// HAMiDeviceIDs returns the ids HAMi's NVIDIA device plugin advertises for
+// GPUs each split split ways: <uuid>-0 .. <uuid>-<split-1> per GPU, one per
+// vGPU slot. The kubelet allocates these, but HAMi's scheduler records the
+// GPU's own UUID in the pod's hami.io/vgpu-devices-allocated annotation and
+// HAMi's Allocate follows the annotation, not the ids it was given: the ids
+// the kubelet reports name no real GPU, and DCGM exporter cannot match them.
+func HAMiDeviceIDs(uuids []string, split int) []string {
+	ids := make([]string, 0, len(uuids)*max(split, 0))
+	for _, uuid := range uuids {
+		for i := range split {
+			ids = append(ids, fmt.Sprintf("%s-%d", uuid, i))
+		}
+	}
+	return ids
+}
+
 // Options configure a Plugin. Exactly one of RegistrationDir and
 // KubeletSocket must be set.
 type Options struct {
-	// ResourceName is the extended resource, e.g. "example.com/dev".
+	// ResourceName is the extended resource, e.g. "example.com/dev". It
+	// also names the plugin's socket, so plugins of different resources
+	// can share a directory.
 	ResourceName string
-	// DeviceIDs are the devices advertised, all healthy.
+	// DeviceIDs are the devices advertised, all healthy (HAMiDeviceIDs for
+	// HAMi-style ids).
 	DeviceIDs []string
 	// RegistrationDir is the kubelet's plugin watcher directory.
 	RegistrationDir string

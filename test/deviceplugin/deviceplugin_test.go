@@ -179,3 +179,67 @@ func TestNewRejectsIncompleteOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestHAMiDeviceIDsNameEverySlotOfEveryGPU(t *testing.T) {
+	got := HAMiDeviceIDs([]string{"GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76", "GPU-0b1c"}, 2)
+	want := []string{
+		"GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76-0", "GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76-1",
+		"GPU-0b1c-0", "GPU-0b1c-1",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("HAMiDeviceIDs = %v, want %v", got, want)
+	}
+	if got := HAMiDeviceIDs([]string{"GPU-0b1c"}, 0); len(got) != 0 {
+		t.Errorf("HAMiDeviceIDs with no split = %v, want none", got)
+	}
+}
+
+// TestPluginsOfTwoResourcesShareARegistrationDir: the e2e suite runs two
+// plugins in the kubelet's plugin watcher directory; each must have its own
+// socket and tell the kubelet its own resource and devices.
+func TestPluginsOfTwoResourcesShareARegistrationDir(t *testing.T) {
+	dir := t.TempDir()
+	want := map[string][]string{
+		"example.com/dev": {"dev-0", "dev-1"},
+		"nvidia.com/vgpu": HAMiDeviceIDs([]string{"GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76"}, 2),
+	}
+	sockets := map[string]bool{}
+	for resource, ids := range want {
+		p, err := New(Options{ResourceName: resource, DeviceIDs: ids, RegistrationDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sockets[p.Socket()] {
+			t.Fatalf("two plugins on socket %s", p.Socket())
+		}
+		sockets[p.Socket()] = true
+		runPlugin(t, p)
+		waitFor(t, "the socket of "+resource, func() bool { _, err := os.Stat(p.Socket()); return err == nil })
+	}
+	for socket := range sockets {
+		conn := connect(t, socket)
+		info, err := registerapi.NewRegistrationClient(conn).GetInfo(context.Background(), &registerapi.InfoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(context.Background(), &pluginapi.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, d := range devs.GetDevices() {
+			ids = append(ids, d.GetID())
+		}
+		if w, ok := want[info.GetName()]; !ok || !slices.Equal(ids, w) {
+			t.Errorf("the plugin on %s says it is %q with devices %v; want one of %v", socket, info.GetName(), ids, want)
+		}
+		delete(want, info.GetName())
+	}
+	if len(want) != 0 {
+		t.Errorf("no plugin answered for %v", want)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	podresourcesv1alpha1 "k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 )
 
 // Clients of the PodResources API, as the real consumers configure theirs.
@@ -94,6 +95,50 @@ func allocatable(socket string) (*podresourcesv1.AllocatableResourcesResponse, e
 	return call(socket, multus, func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.AllocatableResourcesResponse, error) {
 		return c.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
 	})
+}
+
+// listV1alpha1 calls v1alpha1 List on socket, as DCGM exporter up to 4.1.x
+// and Antrea do.
+func listV1alpha1(socket string, o clientOptions) (*podresourcesv1alpha1.ListPodResourcesResponse, error) {
+	conn, err := dial(socket, o)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	return podresourcesv1alpha1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1alpha1.ListPodResourcesRequest{})
+}
+
+// gpuOwner is the pod and container DCGM exporter labels a GPU's metrics
+// with.
+type gpuOwner struct{ namespace, pod, container string }
+
+// dcgmDeviceToPod is DCGM exporter's mapping from device id to owner, when
+// it is started with --nvidia-resource-names (extra): it calls v1 List with
+// gRPC's default limits and keeps the devices of nvidia.com/gpu,
+// nvidia.com/mig-* and the extra resource names, last one wins.
+// test/clients.DCGMDeviceToPod is the same without the flag.
+func dcgmDeviceToPod(socket string, extra ...string) (map[string]gpuOwner, error) {
+	resp, err := list(socket, dcgm)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]gpuOwner{}
+	for _, p := range resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				r := d.GetResourceName()
+				if r != gpuResource && !slices.Contains(extra, r) && !strings.HasPrefix(r, "nvidia.com/mig-") {
+					continue
+				}
+				for _, id := range d.GetDeviceIds() {
+					out[id] = gpuOwner{p.GetNamespace(), p.GetName(), c.GetName()}
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // listOnce calls v1 List once, without retrying: the restart watcher's

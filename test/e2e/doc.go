@@ -23,7 +23,12 @@
 //	                           (default 3m)
 //	PODRES_E2E_KEEP_ROOT       1: keep the node's root directory afterwards
 //
-// The node, the proxy and the test device plugin are torn down at the end,
+// Two test device plugins run against the kubelet: example.com/dev, and
+// nvidia.com/vgpu with ids like HAMi's NVIDIA plugin (GPU-<uuid>-<n>), which
+// serve is told is HAMi's resource (--hami-resources vgpu=nvidia.com/vgpu;
+// see hamiResource for why not nvidia.com/gpu).
+//
+// The node, the proxy and the test device plugins are torn down at the end,
 // also when a test fails, the watchdog fires or the run is interrupted; the
 // node's logs, the proxy's log and the CNI probe's records are copied to the
 // artifacts directory, and their tails are printed when a test failed.

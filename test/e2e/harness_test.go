@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,10 +33,30 @@ const (
 	gpuResource  = "nvidia.com/gpu"
 	devResource  = "example.com/dev"
 	cniBridge    = "podrese2e0"
+
+	// hamiResource is the resource HAMi's device plugin advertises on this
+	// node, with fake ids (hamiDeviceIDs), and the one serve reports HAMi's
+	// NVIDIA vGPUs as (--hami-resources vgpu=hamiResource). It is not
+	// HAMi's default nvidia.com/gpu on purpose: the Koordinator pods request
+	// nvidia.com/gpu as a scheduler-managed extended resource, which the
+	// kubelet admits only while no device plugin advertises it. Were HAMi's
+	// plugin to advertise nvidia.com/gpu, the kubelet would hand those pods
+	// fake ids too, which no real node mixing the two schedulers does, and
+	// their scenarios would test something else. So HAMi is configured as its
+	// chart allows (resourceName), as when its vGPUs share a node with GPUs
+	// handed out otherwise. That also proves serve's mapping reaches the
+	// replacement: were --hami-resources ignored, the kubelet's fake ids
+	// would stay and the real GPUs would appear under nvidia.com/gpu.
+	hamiResource = "nvidia.com/vgpu"
 )
 
 // devDeviceIDs are the test device plugin's devices.
 var devDeviceIDs = []string{"dev-0", "dev-1"}
+
+// hamiDeviceIDs are the HAMi-style device plugin's devices: each of the
+// node's two GPUs split four ways, as HAMi's deviceSplitCount does. The
+// kubelet picks any of them; HAMi's annotation names the GPUs themselves.
+var hamiDeviceIDs = deviceplugin.HAMiDeviceIDs([]string{hamiSidecarGPU, hamiAppGPU}, 4)
 
 // h is the running harness; nil when the suite is not enabled.
 var h *harness
@@ -60,9 +81,11 @@ type harness struct {
 	mu    sync.Mutex
 	proxy *process
 
-	dp       *deviceplugin.Plugin
-	dpCancel context.CancelFunc
-	dpDone   chan error
+	// dp advertises devResource, hamiDP hamiResource (HAMi's fake ids).
+	dp, hamiDP *deviceplugin.Plugin
+	dpCancel   context.CancelFunc
+	dpDone     sync.WaitGroup
+	dpLog      *os.File
 
 	failed       atomic.Bool
 	teardownOnce sync.Once
@@ -204,7 +227,7 @@ func (h *harness) setup() error {
 		return err
 	}
 
-	if err := h.startDevicePlugin(); err != nil {
+	if err := h.startDevicePlugins(); err != nil {
 		return err
 	}
 	if h.serveMissing == "" {
@@ -237,7 +260,7 @@ func (h *harness) teardown() {
 			h.proxy = nil
 		}
 		h.mu.Unlock()
-		h.stopDevicePlugin()
+		h.stopDevicePlugins()
 		if h.stateDir != "" {
 			h.saveInspect()
 		}
@@ -478,6 +501,8 @@ func (h *harness) serveArgs() []string {
 		"--cri-socket", "unix://" + h.env["CONTAINERD_SOCK"],
 		"--metrics-addr", h.metricsAddr,
 		"--log-level", "debug",
+		// See hamiResource.
+		"--hami-resources", "vgpu=" + hamiResource,
 	}
 	if strings.Contains(h.serveHelp, "-prune-after") {
 		// A short grace period, so the removal test sees the prune.
@@ -534,50 +559,76 @@ func (h *harness) restartProxy(kill bool) error {
 	return h.startProxy()
 }
 
-// startDevicePlugin runs the test device plugin through the kubelet's
-// plugin watcher and waits until the kubelet registered it.
-func (h *harness) startDevicePlugin() error {
+// startDevicePlugins runs the test device plugins (devResource and, with
+// HAMi's fake ids, hamiResource) through the kubelet's plugin watcher and
+// waits until the kubelet can allocate their devices: a static pod the
+// kubelet admits before then is rejected for good, as out of the resource.
+func (h *harness) startDevicePlugins() error {
 	logf, err := os.OpenFile(filepath.Join(h.artifacts, "deviceplugin.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("open the device plugin's log: %w", err)
+		return fmt.Errorf("open the device plugins' log: %w", err)
 	}
 	var logMu sync.Mutex
-	dp, err := deviceplugin.New(deviceplugin.Options{
-		ResourceName:    devResource,
-		DeviceIDs:       devDeviceIDs,
-		RegistrationDir: filepath.Join(h.env["KUBELET_ROOT"], "plugins_registry"),
-		Logf: func(format string, args ...any) {
-			logMu.Lock()
-			defer logMu.Unlock()
-			fmt.Fprintf(logf, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
-		},
-	})
-	if err != nil {
-		logf.Close()
-		return fmt.Errorf("device plugin: %w", err)
+	logFn := func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(logf, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h.dp, h.dpCancel, h.dpDone = dp, cancel, make(chan error, 1)
-	go func() {
-		h.dpDone <- dp.Run(ctx)
-		logf.Close()
-	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for dp.Registrations() == 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the kubelet did not register the device plugin within 60s (last error: %v)", dp.LastError())
+	h.dpCancel, h.dpLog = cancel, logf
+	want := map[string][]string{devResource: devDeviceIDs, hamiResource: hamiDeviceIDs}
+	for _, p := range []struct {
+		resource string
+		dst      **deviceplugin.Plugin
+	}{{devResource, &h.dp}, {hamiResource, &h.hamiDP}} {
+		dp, err := deviceplugin.New(deviceplugin.Options{
+			ResourceName:    p.resource,
+			DeviceIDs:       want[p.resource],
+			RegistrationDir: filepath.Join(h.env["KUBELET_ROOT"], "plugins_registry"),
+			Logf:            logFn,
+		})
+		if err != nil {
+			return fmt.Errorf("device plugin %s: %w", p.resource, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		*p.dst = dp
+		h.dpDone.Go(func() { _ = dp.Run(ctx) })
+	}
+	err = pollErr(60*time.Second, func() error {
+		for _, dp := range []*deviceplugin.Plugin{h.dp, h.hamiDP} {
+			if dp.Registrations() == 0 {
+				return fmt.Errorf("the kubelet has not registered a device plugin (last error: %v)", dp.LastError())
+			}
+		}
+		alloc, err := allocatable(h.env["POD_RESOURCES_SOCK"])
+		if err != nil {
+			return fmt.Errorf("the kubelet's GetAllocatableResources: %w", err)
+		}
+		got := map[string][]string{}
+		for _, d := range alloc.GetDevices() {
+			got[d.GetResourceName()] = append(got[d.GetResourceName()], d.GetDeviceIds()...)
+		}
+		for resource, ids := range want {
+			slices.Sort(got[resource])
+			if !slices.Equal(got[resource], slices.Sorted(slices.Values(ids))) {
+				return fmt.Errorf("the kubelet's allocatable %s = %v, want the device plugin's %v", resource, got[resource], ids)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("the device plugins' devices are not allocatable within 60s: %w", err)
 	}
 	return nil
 }
 
-func (h *harness) stopDevicePlugin() {
+// stopDevicePlugins stops the device plugins and waits until they are.
+func (h *harness) stopDevicePlugins() {
 	if h.dpCancel == nil {
 		return
 	}
 	h.dpCancel()
-	<-h.dpDone
+	h.dpDone.Wait()
+	h.dpLog.Close()
 	h.dpCancel = nil
 }
 
@@ -691,9 +742,4 @@ type permanentError struct{ error }
 
 func permanentf(format string, args ...any) error {
 	return permanentError{fmt.Errorf(format, args...)}
-}
-
-// testContext is the test's context with a timeout.
-func testContext(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(t.Context(), d)
 }

@@ -17,6 +17,10 @@ import (
 // koordAnnotation is where Koordinator's scheduler writes its allocation.
 const koordAnnotation = "scheduling.koordinator.sh/device-allocated"
 
+// hamiAnnotation is where HAMi's scheduler writes the NVIDIA vGPUs it
+// allocated, one entry per container.
+const hamiAnnotation = "hami.io/vgpu-devices-allocated"
+
 // Device ids of the suite's Koordinator allocations.
 const (
 	gpuUUID        = "GPU-8f3a2c1e-0001-4c6b-9d2e-5a7b3c4d1e01"
@@ -25,6 +29,13 @@ const (
 	lateGPUUUID    = "GPU-8f3a2c1e-0004-4c6b-9d2e-5a7b3c4d1e04"
 	rdmaPF         = "0000:3b:00.0"
 	rdmaVF         = "0000:3b:02.1"
+)
+
+// The GPUs HAMi's scheduler gives hamiPod's sidecar and app container; the
+// HAMi-style device plugin advertises slots of both (hamiDeviceIDs).
+const (
+	hamiSidecarGPU = "GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76"
+	hamiAppGPU     = "GPU-4b1c6e8d-27a3-4f59-b0e2-9d6c1a7f3e50"
 )
 
 // devices is what a pod's containers hold: container -> resource -> ids.
@@ -56,6 +67,10 @@ var (
 		map[string]corev1.ResourceList{"app": limits(devResource, "1", gpuResource, "1")})
 	// latePod is created after containerd restarted, to see NRI again.
 	latePod = newTestPod("late", gpuAllocation(lateGPUUUID), appContainers("app"), nil, map[string]corev1.ResourceList{"app": limits(gpuResource, "1")})
+	// hamiPod is a HAMi pod: the kubelet allocates a fake id of the
+	// HAMi-style device plugin to its sidecar and to its app container, and
+	// HAMi's annotation names the real GPUs, which must replace them.
+	hamiPod = newHAMiPod()
 )
 
 func init() {
@@ -65,10 +80,37 @@ func init() {
 	plainPod.want = devices{}
 	devPluginPod.want = devices{"app": {gpuResource: {devGPUUUID}}}
 	latePod.want = devices{"app": {gpuResource: {lateGPUUUID}}}
+	hamiPod.want = devices{"monitor": {hamiResource: {hamiSidecarGPU}}, "app": {hamiResource: {hamiAppGPU}}}
 }
 
 // basePods start before the tests and run throughout.
-func basePods() []testPod { return []testPod{gpuPod, rdmaPod, sidecarPod, plainPod, devPluginPod} }
+func basePods() []testPod {
+	return []testPod{gpuPod, rdmaPod, sidecarPod, plainPod, devPluginPod, hamiPod}
+}
+
+// needsPluginDevices tells whether the kubelet must allocate devices of
+// the test device plugins to p: it may refuse such a pod, which only the
+// pod's own test is about.
+func needsPluginDevices(p testPod) bool {
+	return p.name == devPluginPod.name || p.name == hamiPod.name
+}
+
+// newHAMiPod builds hamiPod: a plain init container (which HAMi's list
+// covers too, first, with no devices), then a sidecar and an app container
+// that each request one vGPU, as HAMi's users write them (count and memory).
+// Its annotation is what HAMi's scheduler writes for that pod.
+func newHAMiPod() testPod {
+	vgpu := limits(hamiResource, "1", "nvidia.com/gpumem", "3000")
+	p := newTestPod("hami", "", appContainers("app"), []string{"monitor"}, map[string]corev1.ResourceList{"monitor": vgpu, "app": vgpu})
+	// `pause -v` prints its version and exits: a plain init container that
+	// completes.
+	setup := corev1.Container{Name: "setup", ImagePullPolicy: corev1.PullNever, Args: []string{"-v"}}
+	p.pod.Spec.InitContainers = append([]corev1.Container{setup}, p.pod.Spec.InitContainers...)
+	p.pod.Annotations = map[string]string{
+		hamiAnnotation: fmt.Sprintf(";%s,NVIDIA,3000,30:;%s,NVIDIA,3000,30:;", hamiSidecarGPU, hamiAppGPU),
+	}
+	return p
+}
 
 func gpuAllocation(uuid string) string {
 	return fmt.Sprintf(`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":%q}]}`, uuid)
@@ -162,13 +204,14 @@ func (p testPod) remove() error {
 var podsOnce struct {
 	sync.Once
 	err error
-	// devPluginErr says why the kubelet did not run devPluginPod.
-	devPluginErr error
+	// refused says why the kubelet did not run a pod that needs plugin
+	// devices, by pod name.
+	refused map[string]error
 }
 
-// ensurePods starts the base pods (once) and waits until they run. The
-// device plugin pod is waited for separately: the kubelet may refuse it,
-// which only its own test is about.
+// ensurePods starts the base pods (once) and waits until they run. The pods
+// that need device plugin devices are waited for separately: the kubelet
+// may refuse them, which only their own tests are about.
 func ensurePods(t *testing.T) {
 	t.Helper()
 	requireNode(t)
@@ -181,17 +224,27 @@ func ensurePods(t *testing.T) {
 		}
 		var names []string
 		for _, p := range basePods() {
-			if p.name != devPluginPod.name {
+			if !needsPluginDevices(p) {
 				names = append(names, p.fullName())
 			}
 		}
 		podsOnce.err = waitRunning(3*time.Minute, names...)
-		podsOnce.devPluginErr = waitRunning(time.Minute, devPluginPod.fullName())
+		podsOnce.refused = map[string]error{}
+		for _, p := range basePods() {
+			if needsPluginDevices(p) {
+				if err := waitRunning(time.Minute, p.fullName()); err != nil {
+					podsOnce.refused[p.name] = err
+				}
+			}
+		}
 	})
 	if podsOnce.err != nil {
 		t.Fatalf("the suite's pods did not start: %v", podsOnce.err)
 	}
 }
+
+// refused says why the kubelet did not run p, a base pod; nil when it runs.
+func refused(p testPod) error { return podsOnce.refused[p.name] }
 
 // waitRunning waits until the kubelet reports each pod Running with all
 // its containers running, and fails fast when one failed.

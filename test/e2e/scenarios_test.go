@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-	podresourcesv1alpha1 "k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 )
 
 // The tests run in this order, and share the base pods (ensurePods).
@@ -26,7 +25,7 @@ func TestNodeRunsStaticPodsWithTheKubeletsOwnAnswer(t *testing.T) {
 			return err
 		}
 		for _, p := range basePods() {
-			if p.name == devPluginPod.name && podsOnce.devPluginErr != nil {
+			if refused(p) != nil {
 				continue
 			}
 			if findPod(resp, podNamespace, p.fullName()) == nil {
@@ -109,7 +108,7 @@ func TestNRIRecordedTheSandboxAndInspectShowsItsDevices(t *testing.T) {
 			return err
 		}
 		for _, p := range basePods() {
-			if p.name == devPluginPod.name && podsOnce.devPluginErr != nil {
+			if refused(p) != nil {
 				continue
 			}
 			if err := checkRecord(recs, p, "nri"); err != nil {
@@ -192,14 +191,7 @@ func TestDCGMListShowsTheGPUOnTheRequestingContainer(t *testing.T) {
 	}
 
 	// dcgm-exporter up to 4.1.x asks v1alpha1, which lists no sidecars.
-	conn, err := dial(h.proxySocket, dcgm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := testContext(t, dcgm.timeout)
-	defer cancel()
-	old, err := podresourcesv1alpha1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1alpha1.ListPodResourcesRequest{})
+	old, err := listV1alpha1(h.proxySocket, dcgm)
 	if err != nil {
 		t.Fatalf("v1alpha1 List on the proxy: %v", err)
 	}
@@ -257,7 +249,7 @@ func TestGetAgreesWithList(t *testing.T) {
 
 func TestKubeletsOwnDevicesSurviveTheMerge(t *testing.T) {
 	ensurePods(t)
-	if err := podsOnce.devPluginErr; err != nil {
+	if err := refused(devPluginPod); err != nil {
 		t.Fatalf("the standalone kubelet did not run %s, which asks for %s from the test device plugin: %v", devPluginPod.fullName(), devResource, err)
 	}
 	kubeletIDs := kubeletDevIDs(t)
@@ -296,6 +288,135 @@ func TestKubeletsOwnDevicesSurviveTheMerge(t *testing.T) {
 	}
 }
 
+// TestHAMiGPUsReplaceTheKubeletsFakeIDs: HAMi's device plugin gives the
+// kubelet ids of vGPU slots (GPU-<uuid>-<n>) that name no GPU, and HAMi's
+// scheduler records the real GPUs in the pod's annotation, one entry per
+// container, init containers first. The kubelet must really hold fake ids
+// for the pod, or there is nothing to replace; the proxy must answer each
+// container's real GPU in their place, under the resource HAMi advertises,
+// in every method and version, so that DCGM exporter finds the GPU's pod.
+func TestHAMiGPUsReplaceTheKubeletsFakeIDs(t *testing.T) {
+	ensurePods(t)
+	if err := refused(hamiPod); err != nil {
+		t.Fatalf("the standalone kubelet did not run %s, which asks for %s from the HAMi-style device plugin: %v", hamiPod.fullName(), hamiResource, err)
+	}
+	name := hamiPod.fullName()
+	kresp, err := list(h.env["POD_RESOURCES_SOCK"], multus)
+	if err != nil {
+		t.Fatalf("List on the kubelet: %v", err)
+	}
+	kpod := findPod(kresp, podNamespace, name)
+	if kpod == nil {
+		t.Fatalf("the kubelet's List has no %s", name)
+	}
+	// The kubelet lists the sidecar and the app container (never the plain
+	// init container), each with one fake id it allocated through the
+	// plugin, and nothing else.
+	if got, want := containerNames(kpod), []string{"monitor", "app"}; !slices.Equal(got, want) {
+		t.Fatalf("the kubelet's containers of %s = %v, want %v", name, got, want)
+	}
+	kubeletDevs := devicesOf(kpod)
+	fake := map[string]string{} // container -> the fake id the kubelet gave it
+	for _, c := range []string{"monitor", "app"} {
+		ids := kubeletDevs[c][hamiResource]
+		if len(ids) != 1 || !slices.Contains(hamiDeviceIDs, ids[0]) {
+			t.Fatalf("the kubelet gave %s's %s the %s devices %v; want one of the plugin's %v", name, c, hamiResource, ids, hamiDeviceIDs)
+		}
+		fake[c] = ids[0]
+		if allocs := h.hamiDP.Allocations(); !slices.ContainsFunc(allocs, func(a []string) bool { return slices.Equal(a, ids) }) {
+			t.Errorf("the HAMi-style plugin saw allocations %v, not %v for %s", allocs, ids, c)
+		}
+	}
+	if want := (devices{"monitor": {hamiResource: {fake["monitor"]}}, "app": {hamiResource: {fake["app"]}}}); !kubeletDevs.equal(want) || fake["monitor"] == fake["app"] {
+		t.Fatalf("the kubelet's devices of %s = %v, want one distinct fake id per container", name, kubeletDevs)
+	}
+	t.Logf("the kubelet gave %s's monitor %s and app %s", name, fake["monitor"], fake["app"])
+	isFake := func(id string) bool { return id == fake["monitor"] || id == fake["app"] }
+	hamiGPUs := []string{hamiSidecarGPU, hamiAppGPU}
+
+	requireProxy(t)
+	// v1 List: the real GPUs in place of the fake ids, on the containers
+	// HAMi's list names; no other pod gets anything of HAMi's.
+	resp, err := list(h.proxySocket, multus)
+	if err != nil {
+		t.Fatalf("List on the proxy: %v", err)
+	}
+	pr := findPod(resp, podNamespace, name)
+	if pr == nil {
+		t.Fatalf("the proxy's List has no %s", name)
+	}
+	if got := devicesOf(pr); !got.equal(hamiPod.want) {
+		t.Errorf("the proxy's List: devices of %s = %v, want %v in place of the kubelet's %v", name, got, hamiPod.want, kubeletDevs)
+	}
+	if got, want := containerNames(pr), containerNames(kpod); !slices.Equal(got, want) {
+		t.Errorf("the proxy's containers of %s = %v, want the kubelet's %v", name, got, want)
+	}
+	for _, p := range resp.GetPodResources() {
+		for c, byRes := range devicesOf(p) {
+			for res, ids := range byRes {
+				for _, id := range ids {
+					switch {
+					case isFake(id):
+						t.Errorf("the proxy's List reports the kubelet's fake id %s (%s on %s/%s)", id, res, p.GetName(), c)
+					case p.GetName() != name && (res == hamiResource || slices.Contains(hamiGPUs, id)):
+						t.Errorf("the proxy's List reports HAMi's %s %s on %s/%s, another pod", res, id, p.GetName(), c)
+					}
+				}
+			}
+		}
+	}
+	// v1 Get (nri-plugins, Kata).
+	g, err := get(h.proxySocket, podNamespace, name)
+	if err != nil {
+		t.Fatalf("Get %s on the proxy: %v", name, err)
+	}
+	if got := devicesOf(g.GetPodResources()); !got.equal(hamiPod.want) {
+		t.Errorf("the proxy's Get: devices of %s = %v, want %v", name, got, hamiPod.want)
+	}
+	// v1alpha1 List lists app containers only.
+	old, err := listV1alpha1(h.proxySocket, dcgm)
+	if err != nil {
+		t.Fatalf("v1alpha1 List on the proxy: %v", err)
+	}
+	found := false
+	for _, p := range old.GetPodResources() {
+		if p.GetNamespace() != podNamespace || p.GetName() != name {
+			continue
+		}
+		found = true
+		got := devices{}
+		var names []string
+		for _, c := range p.GetContainers() {
+			names = append(names, c.GetName())
+			for _, d := range c.GetDevices() {
+				got = got.with(devices{c.GetName(): {d.GetResourceName(): d.GetDeviceIds()}})
+			}
+		}
+		if want := (devices{"app": {hamiResource: {hamiAppGPU}}}); !slices.Equal(names, []string{"app"}) || !got.equal(want) {
+			t.Errorf("the proxy's v1alpha1 List: %s has containers %v with devices %v; want [app] with %v", name, names, got, want)
+		}
+	}
+	if !found {
+		t.Errorf("the proxy's v1alpha1 List has no %s", name)
+	}
+	// DCGM exporter told HAMi's resource name (--nvidia-resource-names)
+	// labels each GPU with its container; the fake ids match no GPU.
+	owners, err := dcgmDeviceToPod(h.proxySocket, hamiResource)
+	if err != nil {
+		t.Fatalf("DCGM-like List on the proxy: %v", err)
+	}
+	for gpu, c := range map[string]string{hamiSidecarGPU: "monitor", hamiAppGPU: "app"} {
+		if got, want := owners[gpu], (gpuOwner{podNamespace, name, c}); got != want {
+			t.Errorf("DCGM exporter labels %s with %+v, want %+v", gpu, got, want)
+		}
+	}
+	for id, o := range owners {
+		if isFake(id) {
+			t.Errorf("DCGM exporter maps the fake id %s to %+v", id, o)
+		}
+	}
+}
+
 // kubeletDevIDs returns the device plugin devices the kubelet itself
 // reports for devPluginPod.
 func kubeletDevIDs(t *testing.T) []string {
@@ -318,12 +439,10 @@ const recoveryLimit = 10 * time.Second
 func TestRestartsKeepAnswersRightAndStateConverges(t *testing.T) {
 	requireProxy(t)
 	ensurePods(t)
-	pods := basePods()
+	pods := slices.DeleteFunc(basePods(), func(p testPod) bool { return refused(p) != nil })
 	var kubeletIDs []string
-	if podsOnce.devPluginErr == nil {
+	if refused(devPluginPod) == nil {
 		kubeletIDs = kubeletDevIDs(t)
-	} else {
-		pods = slices.DeleteFunc(pods, func(p testPod) bool { return p.name == devPluginPod.name })
 	}
 	want := map[string]devices{}
 	for _, p := range pods {

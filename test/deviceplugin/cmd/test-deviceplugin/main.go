@@ -3,6 +3,10 @@
 //	test-deviceplugin --registration-dir /tmp/node/kubelet/plugins_registry
 //	test-deviceplugin --kubelet-socket /var/lib/kubelet/device-plugins/kubelet.sock
 //
+// As HAMi's NVIDIA device plugin, advertising GPU-<uuid>-0..3 per GPU:
+//
+//	test-deviceplugin --resource nvidia.com/gpu --devices GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76 --hami-split 4 ...
+//
 // It serves until SIGINT or SIGTERM.
 package main
 
@@ -24,11 +28,16 @@ func main() {
 	devices := flag.String("devices", "dev-0,dev-1", "comma-separated device ids")
 	regDir := flag.String("registration-dir", "", "kubelet plugin watcher directory (<root-dir>/plugins_registry)")
 	kubeletSocket := flag.String("kubelet-socket", "", "kubelet device manager registration socket")
+	hamiSplit := flag.Int("hami-split", 0, "if > 0, --devices are GPU UUIDs advertised as HAMi does: <uuid>-0 .. <uuid>-<N-1>")
 	flag.Parse()
 
+	ids := strings.Split(*devices, ",")
+	if *hamiSplit > 0 {
+		ids = deviceplugin.HAMiDeviceIDs(ids, *hamiSplit)
+	}
 	p, err := deviceplugin.New(deviceplugin.Options{
 		ResourceName:    *resource,
-		DeviceIDs:       strings.Split(*devices, ","),
+		DeviceIDs:       ids,
 		RegistrationDir: *regDir,
 		KubeletSocket:   *kubeletSocket,
 		Logf:            log.Printf,
