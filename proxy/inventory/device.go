@@ -50,6 +50,11 @@ type Device struct {
 	// NUMANode is the device's NUMA node; nil when unknown (sysfs says -1 on
 	// single-node machines and some VMs).
 	NUMANode *int64 `json:"numaNode,omitempty"`
+	// NUMASource is the source NUMANode came from, set by the Inventory; it
+	// can differ from Source, since a lower source fills in the node a
+	// higher one left out, and operators asking why a device sits on a
+	// node need to know which source to check.
+	NUMASource string `json:"numaSource,omitempty"`
 	// Healthy devices are the only ones reported as allocatable, as the
 	// kubelet does.
 	Healthy bool `json:"healthy"`
@@ -68,6 +73,8 @@ type VF struct {
 	BusID string `json:"busID"`
 	// NUMANode is the VF's NUMA node; nil means the PF's.
 	NUMANode *int64 `json:"numaNode,omitempty"`
+	// NUMASource is the source NUMANode came from, as Device.NUMASource.
+	NUMASource string `json:"numaSource,omitempty"`
 }
 
 // CanonicalPCIAddress returns a PCI address in the form sysfs names devices
@@ -162,7 +169,7 @@ func (d Device) clone() Device {
 	if d.VFs != nil {
 		vfs := make([]VF, len(d.VFs))
 		for i, vf := range d.VFs {
-			vfs[i] = VF{BusID: vf.BusID, NUMANode: clonePtr(vf.NUMANode)}
+			vfs[i] = VF{BusID: vf.BusID, NUMANode: clonePtr(vf.NUMANode), NUMASource: vf.NUMASource}
 		}
 		d.VFs = vfs
 	}

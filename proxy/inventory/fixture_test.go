@@ -1,10 +1,7 @@
 package inventory
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,81 +12,23 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/podres-proxy/podres-proxy/proxy/inventory/inventorytest"
 )
 
-// materialize builds the tree an archive in testdata describes under a
-// temporary directory and returns that directory. The archive is txtar with
-// two additions: a name "NAME -> TARGET" is a symbolic link and a name
-// ending in "/" an empty directory. The tree is built at test time because
-// sysfs names hold colons, which Go module zips reject.
-func materialize(t *testing.T, archive string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", archive))
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	var name string
-	var content bytes.Buffer
-	flush := func() {
-		if name == "" {
-			return
-		}
-		defer content.Reset()
-		if link, target, ok := strings.Cut(name, " -> "); ok {
-			mkdirAll(t, filepath.Dir(filepath.Join(root, link)))
-			if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-		if strings.HasSuffix(name, "/") {
-			mkdirAll(t, filepath.Join(root, name))
-			return
-		}
-		writeFile(t, filepath.Join(root, name), content.String())
-	}
-	for line := range strings.SplitAfterSeq(string(data), "\n") {
-		if trimmed := strings.TrimSuffix(line, "\n"); strings.HasPrefix(trimmed, "-- ") && strings.HasSuffix(trimmed, " --") {
-			flush()
-			name = strings.TrimSuffix(strings.TrimPrefix(trimmed, "-- "), " --")
-			continue
-		}
-		if name != "" {
-			content.WriteString(line)
-		}
-	}
-	flush()
-	return root
-}
-
-func mkdirAll(t *testing.T, dir string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	mkdirAll(t, filepath.Dir(path))
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// twoNUMANode is the fixture tree of testdata/two-numa.txtar.
+// twoNUMANode is inventorytest's two-socket node (its
+// testdata/two-numa.txtar), materialised for one test.
 type twoNUMANode struct{ sys, proc string }
 
 func newTwoNUMANode(t *testing.T) twoNUMANode {
-	root := materialize(t, "two-numa.txtar")
-	return twoNUMANode{sys: filepath.Join(root, "sys"), proc: filepath.Join(root, "proc")}
+	n := inventorytest.TwoNUMANode(t)
+	return twoNUMANode{sys: n.Sys, proc: n.Proc}
 }
 
 // pci returns the sysfs directory of a PCI device, through the bus link as
 // the source reads it.
 func (n twoNUMANode) pci(addr string) string {
-	return filepath.Join(n.sys, "bus", "pci", "devices", addr)
+	return inventorytest.Node{Sys: n.sys, Proc: n.proc}.PCI(addr)
 }
 
 func (n twoNUMANode) source(log logrus.FieldLogger) *SysfsSource {
@@ -97,9 +36,19 @@ func (n twoNUMANode) source(log logrus.FieldLogger) *SysfsSource {
 }
 
 const (
-	uuid0 = "GPU-5f1d6b3c-8a2e-4f0b-9c1d-2e3f4a5b6c7d" // 0000:3b:00.0, NUMA 0
-	uuid1 = "GPU-a0b1c2d3-e4f5-4a6b-8c7d-9e0f1a2b3c4d" // 0000:af:00.0, NUMA 1
+	uuid0 = inventorytest.GPU0 // 0000:3b:00.0, NUMA 0
+	uuid1 = inventorytest.GPU1 // 0000:af:00.0, NUMA 1
 )
+
+func mkdirAll(t *testing.T, dir string) {
+	t.Helper()
+	inventorytest.MkdirAll(t, dir)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	inventorytest.WriteFile(t, path, content)
+}
 
 // quietLogger returns a logger whose entries the test can inspect.
 func quietLogger() (*logrus.Logger, *logtest.Hook) {

@@ -252,13 +252,26 @@ func safeLoad(ctx context.Context, src Source) (devices []Device, err error) {
 	return src.Load(ctx)
 }
 
+// withSource marks a source's devices, and the NUMA nodes it reported, as
+// coming from it.
 func withSource(devices []Device, name string) []Device {
 	out := make([]Device, len(devices))
 	for i, d := range devices {
 		out[i] = d.clone()
 		out[i].Source = name
+		out[i].NUMASource = sourceOf(d.NUMANode, name)
+		for j := range out[i].VFs {
+			out[i].VFs[j].NUMASource = sourceOf(out[i].VFs[j].NUMANode, name)
+		}
 	}
 	return out
+}
+
+func sourceOf(numa *int64, name string) string {
+	if numa == nil {
+		return ""
+	}
+	return name
 }
 
 // summary counts devices per type for the change log line.

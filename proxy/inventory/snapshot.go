@@ -98,19 +98,20 @@ func (s *Snapshot) Lookup(id string) (Device, bool) {
 		return d, true
 	}
 	vf := d.VFs[r.vf]
-	numa := vf.NUMANode
+	numa, numaSource := vf.NUMANode, vf.NUMASource
 	if numa == nil {
-		numa = d.NUMANode
+		numa, numaSource = d.NUMANode, d.NUMASource
 	}
 	return Device{
-		Type:     d.Type,
-		ID:       vf.BusID,
-		Vendor:   d.Vendor,
-		BusID:    vf.BusID,
-		NUMANode: numa,
-		Healthy:  d.Healthy,
-		PhysFn:   d.BusID,
-		Source:   d.Source,
+		Type:       d.Type,
+		ID:         vf.BusID,
+		Vendor:     d.Vendor,
+		BusID:      vf.BusID,
+		NUMANode:   numa,
+		NUMASource: numaSource,
+		Healthy:    d.Healthy,
+		PhysFn:     d.BusID,
+		Source:     d.Source,
 	}, true
 }
 
@@ -294,16 +295,16 @@ func fillIn(dst *Device, src Device) {
 		dst.BusID = src.BusID
 	}
 	if dst.NUMANode == nil {
-		dst.NUMANode = clonePtr(src.NUMANode)
+		dst.NUMANode, dst.NUMASource = clonePtr(src.NUMANode), src.NUMASource
 	}
 	for _, vf := range src.VFs {
 		j := slices.IndexFunc(dst.VFs, func(o VF) bool { return lookupKey(o.BusID) == lookupKey(vf.BusID) })
 		if j < 0 {
-			dst.VFs = append(dst.VFs, VF{BusID: vf.BusID, NUMANode: clonePtr(vf.NUMANode)})
+			dst.VFs = append(dst.VFs, VF{BusID: vf.BusID, NUMANode: clonePtr(vf.NUMANode), NUMASource: vf.NUMASource})
 			continue
 		}
 		if dst.VFs[j].NUMANode == nil {
-			dst.VFs[j].NUMANode = clonePtr(vf.NUMANode)
+			dst.VFs[j].NUMANode, dst.VFs[j].NUMASource = clonePtr(vf.NUMANode), vf.NUMASource
 		}
 	}
 }
