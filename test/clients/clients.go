@@ -291,6 +291,73 @@ func NFDFreePerNUMA(ctx context.Context, socket string) (free map[NUMAKey]int, u
 	return free, unknown, nil
 }
 
+// RTEAvailablePerNUMA is resource-topology-exporter's accounting:
+// GetAllocatableResources (10 s, 16 MiB, the socket as a unix:// URL),
+// counting the device ids of each entry on every node of its topology, then
+// List, counting each container's device ids the same way. Unlike NFD it
+// never matches ids against the allocatable answer: a device is counted on
+// the nodes its List entry names, and one without topology is not counted.
+// Available is allocatable minus used, clamped at 0 with a warning; the
+// clamped keys are returned so tests can show that none are.
+func RTEAvailablePerNUMA(ctx context.Context, socket string) (available map[NUMAKey]int, clamped []NUMAKey, err error) {
+	if !strings.HasPrefix(socket, "unix:") {
+		socket = "unix://" + socket
+	}
+	conn, err := dial(socket, conventionalMaxSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	c := v1.NewPodResourcesListerClient(conn)
+	actx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	alloc, err := c.GetAllocatableResources(actx, &v1.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("rte: get allocatable resources: %w", err)
+	}
+	count := func(into map[NUMAKey]int, d *v1.ContainerDevices) {
+		for _, n := range d.GetTopology().GetNodes() {
+			into[NUMAKey{d.GetResourceName(), n.GetID()}] += len(d.GetDeviceIds())
+		}
+	}
+	allocatable := map[NUMAKey]int{}
+	for _, d := range alloc.GetDevices() {
+		count(allocatable, d)
+	}
+	lctx, cancel2 := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel2()
+	list, err := c.List(lctx, &v1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("rte: list pod resources: %w", err)
+	}
+	used := map[NUMAKey]int{}
+	for _, p := range list.GetPodResources() {
+		for _, ctr := range p.GetContainers() {
+			for _, d := range ctr.GetDevices() {
+				count(used, d)
+			}
+		}
+	}
+	available = map[NUMAKey]int{}
+	for k, n := range allocatable {
+		available[k] = n
+	}
+	for k, n := range used {
+		available[k] -= n
+		if available[k] < 0 {
+			available[k] = 0
+			clamped = append(clamped, k)
+		}
+	}
+	sort.Slice(clamped, func(i, j int) bool {
+		if clamped[i].Resource != clamped[j].Resource {
+			return clamped[i].Resource < clamped[j].Resource
+		}
+		return clamped[i].NUMA < clamped[j].NUMA
+	})
+	return available, clamped, nil
+}
+
 // AntreaVFDeviceIDs is Antrea's secondary-network SR-IOV lookup: v1alpha1
 // List (10 s, gRPC's default 4 MiB), device ids of the pod's containers
 // under resourceName. Antrea caches the answer per pod even when it is
