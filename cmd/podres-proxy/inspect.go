@@ -12,14 +12,22 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
 const inspectUsage = `usage: podres-proxy inspect [--state-dir DIR] [-o table|json] [NAMESPACE/NAME]
+       podres-proxy inspect --inventory [--state-dir DIR] [-o table|json]
 
-Prints the pods in the state store, as the files in DIR/pods say. It takes no
-lock, so it works while serve runs. The json output is the list of records in
-the format of docs/state-format.md.`
+Prints the pods in the state store, as the files in DIR/pods say, with the
+allocator of each device and, from the node inventory serve keeps in
+DIR/inventory.json, its NUMA node and the inventory source that said so. It
+takes no lock, so it works while serve runs. The json output is the list of
+records in the format of docs/state-format.md.
+
+With --inventory it prints the node inventory instead (json: the file, in the
+format of docs/inventory.md).`
 
 // runInspect prints the state store. Files that cannot be read are reported
 // on stderr and the rest is still printed; only a state directory that
@@ -29,12 +37,19 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() { fmt.Fprintln(stderr, inspectUsage); fs.PrintDefaults() }
 	dir := fs.String("state-dir", defaultStateDir, "the state directory to read")
 	output := fs.String("o", "table", "output format: table or json")
+	showInventory := fs.Bool("inventory", false, "print the node inventory serve wrote to DIR/inventory.json instead of the pods")
 	pods, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if err := checkOutput(*output); err != nil {
 		return err
+	}
+	if *showInventory {
+		if len(pods) > 0 {
+			return usageError{fmt.Errorf("--inventory prints the whole node inventory; it takes no NAMESPACE/NAME (the pods' devices are shown without --inventory)")}
+		}
+		return printInventory(stdout, *dir, *output, time.Now())
 	}
 	var filter *state.PodKey
 	switch len(pods) {
@@ -79,7 +94,97 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "no pods in state directory %s\n", *dir)
 		return nil
 	}
-	return printRecords(stdout, records, time.Now())
+	// The inventory is an addition: without it the pods are still printed.
+	inv, invPath, invErr := readInventory(*dir)
+	if invErr != nil && !errors.Is(invErr, errNoInventoryFile) {
+		fmt.Fprintf(stderr, "warning: %v\n", invErr)
+	}
+	now := time.Now()
+	if err := printRecords(stdout, records, now); err != nil {
+		return err
+	}
+	return printPlacement(stdout, records, inv, invPath, invErr, now)
+}
+
+// printPlacement lists each device of the records with its allocator and
+// where the inventory puts it: the answer to "why does this pod have this
+// device, and where does its NUMA node come from". Devices named by minor
+// or index are translated through the inventory first, as the proxy does.
+func printPlacement(out io.Writer, records []*state.Record, published *inventory.Published, path string, invErr error, now time.Time) error {
+	hasDevices := slices.ContainsFunc(records, func(r *state.Record) bool { return len(r.Devices) > 0 })
+	switch {
+	case !hasDevices:
+		return nil
+	case errors.Is(invErr, errNoInventoryFile):
+		_, err := fmt.Fprintf(out, "\nNUMA nodes unknown: no node inventory in %s (podres-proxy serve writes it at start).\n", path)
+		return err
+	case invErr != nil:
+		_, err := fmt.Fprintf(out, "\nNUMA nodes unknown: the node inventory in %s cannot be read (see the warning).\n", path)
+		return err
+	}
+	inv := published.Snapshot()
+	fmt.Fprintf(out, "\nWhere the devices are, from the node inventory serve wrote %s ago to %s (sources: %s):\n",
+		age(now, published.WrittenAt), path, orNone(strings.Join(published.Sources, ", ")))
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(w, "POD\tRESOURCE\tDEVICE\tALLOCATOR\tNUMA")
+	for _, r := range records {
+		devs, _ := allocator.Translate(r.Devices, inv)
+		for _, d := range devs {
+			if len(d.IDs) == 0 {
+				// Named by a number the inventory does not know.
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, deviceIDs(d)[0], d.Allocator, numaFacts{})
+				continue
+			}
+			for _, id := range d.IDs {
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, id, d.Allocator, numaOf(inv, id))
+			}
+		}
+	}
+	return w.Flush()
+}
+
+// printInventory prints the inventory serve published: a table of every
+// device and VF, or the file itself as json.
+func printInventory(out io.Writer, dir, output string, now time.Time) error {
+	published, path, err := readInventory(dir)
+	if errors.Is(err, errNoInventoryFile) {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		b, err := json.MarshalIndent(published, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode the inventory: %w", err)
+		}
+		_, err = fmt.Fprintf(out, "%s\n", b)
+		return err
+	}
+	fmt.Fprintf(out, "Node inventory, written by serve %s ago to %s (sources: %s):\n",
+		age(now, published.WrittenAt), path, orNone(strings.Join(published.Sources, ", ")))
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(w, "TYPE\tDEVICE\tBUS-ID\tVF-OF\tNUMA\tSOURCE\tHEALTHY\tMINOR\tINDEX\tVENDOR")
+	// Devices() is the snapshot's order: by type, then PCI address. A VF
+	// is a row of its own, looked up as the proxy looks up the VF addresses
+	// it adds (on its PF's node when it has none of its own).
+	snap := published.Snapshot()
+	for _, d := range snap.Devices() {
+		fmt.Fprintf(w, "%s\t%s\t%s\t-\t%s\t%s\t%t\t%s\t%s\t%s\n", d.Type, orNone(d.ID), orNone(d.BusID),
+			numaFactsOf(d), d.Source, d.Healthy, optInt(d.Minor), optInt(d.Index), orNone(d.Vendor))
+		for _, vf := range d.VFs {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t-\t-\t%s\n", d.Type, vf.BusID, vf.BusID, orNone(d.BusID),
+				numaOf(snap, vf.BusID), d.Source, d.Healthy, orNone(d.Vendor))
+		}
+	}
+	return w.Flush()
+}
+
+func optInt(p *int64) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*p, 10)
 }
 
 // printRecords prints one row per pod, like kubectl, then the decode errors
@@ -138,25 +243,35 @@ func containersColumn(cs []state.Container) string {
 	return orNone(strings.Join(parts, ","))
 }
 
+// devicesColumn shows each device as resource=id(allocator), so that a pod
+// whose annotations several allocators read says which one gave what.
 func devicesColumn(ds []state.Device) string {
 	var parts []string
 	for _, d := range ds {
-		ids := d.IDs
-		if len(ids) == 0 {
-			// Not translated to an id (yet): show what the allocator named.
-			id := "?"
-			if d.Minor != nil {
-				id = "minor:" + strconv.FormatInt(*d.Minor, 10)
-			} else if d.Index != nil {
-				id = "index:" + strconv.FormatInt(*d.Index, 10)
+		for _, id := range deviceIDs(d) {
+			part := d.Resource + "=" + id
+			if d.Allocator != "" {
+				part += "(" + d.Allocator + ")"
 			}
-			ids = []string{id}
-		}
-		for _, id := range ids {
-			parts = append(parts, d.Resource+"="+id)
+			parts = append(parts, part)
 		}
 	}
 	return orNone(strings.Join(parts, ","))
+}
+
+// deviceIDs returns a device's ids, or what the allocator named when it gave
+// no id (minor:N, index:N, or ? when nothing).
+func deviceIDs(d state.Device) []string {
+	if len(d.IDs) > 0 {
+		return d.IDs
+	}
+	switch {
+	case d.Minor != nil:
+		return []string{"minor:" + strconv.FormatInt(*d.Minor, 10)}
+	case d.Index != nil:
+		return []string{"index:" + strconv.FormatInt(*d.Index, 10)}
+	}
+	return []string{"?"}
 }
 
 // sourcesColumn lists where the record's facts came from, sandbox first.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -85,7 +87,7 @@ func TestInspectTableShowsEachPodWithDevicesContainersAndDecodeErrors(t *testing
 	}
 	train := strings.Fields(row("uid-train"))
 	want := []string{"ml", "train-0", "uid-train", "ready", "5f2a9c0e7d1b4", "trainer:running,sidecar:stopped",
-		"nvidia.com/gpu=GPU-aaa,nvidia.com/gpu=GPU-bbb", "0", "nri"}
+		"nvidia.com/gpu=GPU-aaa(example),nvidia.com/gpu=GPU-bbb(example)", "0", "nri"}
 	if len(train) < len(want) || strings.Join(train[:len(want)], " ") != strings.Join(want, " ") {
 		t.Errorf("row of the running pod:\n got %q\nwant %q", train, want)
 	}
@@ -243,5 +245,143 @@ func TestAgeReadsLikeKubectl(t *testing.T) {
 	}
 	if got := age(now, time.Time{}); got != "<unknown>" {
 		t.Errorf("age of a zero time = %q", got)
+	}
+}
+
+// writeInventory publishes an inventory into a state directory as serve
+// does.
+func writeInventory(t *testing.T, dir string, devices ...inventory.Device) {
+	t.Helper()
+	err := inventory.WritePublished(filepath.Join(dir, inventory.PublishedFileName), &inventory.Published{
+		Version: inventory.PublishedVersion, WrittenAt: time.Now().Add(-90 * time.Second),
+		Sources: []string{inventory.SourceDeviceCR, inventory.SourceSysfs}, Devices: devices,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func int64p(v int64) *int64 { return &v }
+
+func TestInspectShowsWhereTheInventoryPutsEachDeviceAndWhoSaidSo(t *testing.T) {
+	dir := newStateDir(t)
+	writeInventory(t, dir, inventory.Device{Type: "gpu", ID: "GPU-aaa", BusID: "0000:3b:00.0", NUMANode: int64p(0),
+		NUMASource: inventory.SourceSysfs, Healthy: true, Source: inventory.SourceDeviceCR})
+	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	head, placement, ok := strings.Cut(out, "\nWhere the devices are, from the node inventory serve wrote 90s ago to "+
+		filepath.Join(dir, "inventory.json")+" (sources: device-cr, sysfs):\n")
+	if !ok {
+		t.Fatalf("no placement section naming the inventory file, its age and sources:\n%s", out)
+	}
+	if !strings.Contains(head, `default/web (uid uid-web)`) {
+		t.Errorf("the decode errors are not listed before the placement:\n%s", out)
+	}
+	equalRows(t, "placement", rows(t, placement),
+		"ml/train-0 nvidia.com/gpu GPU-aaa example 0 from sysfs",
+		"ml/train-0 nvidia.com/gpu GPU-bbb example not in the inventory",
+	)
+}
+
+func TestInspectTranslatesDevicesNamedByMinorThroughTheInventoryAsTheProxyDoes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	koord := allocator.NewSet(nil, nil, allocator.NewKoordinator(allocator.KoordinatorOptions{}))
+	s, err := state.Open(dir, state.Options{Decoder: koord})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.ObserveSandbox(state.SourceNRI, state.Sandbox{ID: "sb-1", UID: "uid-old-koord", Namespace: "ml", Name: "legacy", Ready: true,
+		Annotations: map[string]string{"scheduling.koordinator.sh/device-allocated": `{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}`}})
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	writeInventory(t, dir, inventory.Device{Type: "gpu", ID: "GPU-minor-1", Minor: int64p(1), NUMANode: int64p(1),
+		NUMASource: inventory.SourceDeviceCR, Healthy: true, Source: inventory.SourceDeviceCR})
+
+	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if !regexpLine(out, "legacy", "nvidia.com/gpu=minor:1(koordinator)") {
+		t.Errorf("the DEVICES column should show what the annotation named:\n%s", out)
+	}
+	_, placement, _ := strings.Cut(out, "Where the devices are")
+	equalRows(t, "placement", rows(t, placement)[1:], "ml/legacy nvidia.com/gpu GPU-minor-1 koordinator 1 from device-cr")
+
+	// Without the device in the inventory the number stays.
+	writeInventory(t, dir)
+	_, out, _ = runCmd(t, "inspect", "--state-dir", dir)
+	_, placement, _ = strings.Cut(out, "Where the devices are")
+	equalRows(t, "placement", rows(t, placement)[1:], "ml/legacy nvidia.com/gpu minor:1 koordinator not in the inventory")
+}
+
+func TestInspectWithoutAnInventorySaysSoAndStillPrintsThePods(t *testing.T) {
+	dir := newStateDir(t)
+	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	if code != 0 || errOut != "" {
+		t.Fatalf("no inventory file: exit %d, stderr %q", code, errOut)
+	}
+	if !strings.Contains(out, "uid-train") || !strings.Contains(out, "\nNUMA nodes unknown: no node inventory in "+filepath.Join(dir, "inventory.json")) {
+		t.Errorf("no inventory file:\n%s", out)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "inventory.json"), []byte(`{"version": 7}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCmd(t, "inspect", "--state-dir", dir)
+	if code != 0 || !strings.Contains(errOut, "warning: "+filepath.Join(dir, "inventory.json")+": version 7, this podres-proxy reads version 1") {
+		t.Errorf("an inventory file of another version: exit %d, stderr %q; want a warning", code, errOut)
+	}
+	if !strings.Contains(out, "uid-train") || !strings.Contains(out, "cannot be read (see the warning)") {
+		t.Errorf("an inventory file of another version:\n%s", out)
+	}
+}
+
+func TestInspectInventoryPrintsEveryDeviceAndVFWithItsNUMASource(t *testing.T) {
+	dir := newStateDir(t)
+	writeInventory(t, dir,
+		inventory.Device{Type: "gpu", ID: "GPU-aaa", Vendor: "nvidia", Minor: int64p(2), Index: int64p(0), BusID: "0000:3b:00.0",
+			NUMANode: int64p(0), NUMASource: inventory.SourceSysfs, Healthy: true, Source: inventory.SourceDeviceCR},
+		inventory.Device{Type: "rdma", ID: "0000:d8:00.0", BusID: "0000:d8:00.0", NUMANode: int64p(1), NUMASource: inventory.SourceSysfs,
+			Healthy: false, Source: inventory.SourceSysfs,
+			VFs: []inventory.VF{{BusID: "0000:d8:00.2"}, {BusID: "0000:d8:00.3", NUMANode: int64p(0), NUMASource: inventory.SourceDeviceCR}}},
+		inventory.Device{Type: "gpu", BusID: "0000:af:00.0", Source: inventory.SourceSysfs, Healthy: true},
+	)
+	code, out, errOut := runCmd(t, "inspect", "--inventory", "--state-dir", dir)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if first := strings.SplitN(out, "\n", 2)[0]; first != "Node inventory, written by serve 90s ago to "+filepath.Join(dir, "inventory.json")+" (sources: device-cr, sysfs):" {
+		t.Errorf("first line %q", first)
+	}
+	equalRows(t, "inventory", rows(t, strings.SplitN(out, "\n", 2)[1]),
+		"gpu GPU-aaa 0000:3b:00.0 - 0 from sysfs device-cr true 2 0 nvidia",
+		"gpu <none> 0000:af:00.0 - unknown (device from sysfs) sysfs true - - <none>",
+		"rdma 0000:d8:00.0 0000:d8:00.0 - 1 from sysfs sysfs false - - <none>",
+		"rdma 0000:d8:00.2 0000:d8:00.2 0000:d8:00.0 1 from sysfs sysfs false - - <none>",
+		"rdma 0000:d8:00.3 0000:d8:00.3 0000:d8:00.0 0 from device-cr sysfs false - - <none>",
+	)
+
+	code, out, _ = runCmd(t, "inspect", "--inventory", "--state-dir", dir, "-o", "json")
+	var published inventory.Published
+	if err := json.Unmarshal([]byte(out), &published); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v:\n%s", code, err, out)
+	}
+	if published.Version != 1 || len(published.Devices) != 3 || published.Devices[1].VFs[1].NUMASource != inventory.SourceDeviceCR {
+		t.Errorf("inspect --inventory -o json = %+v", published)
+	}
+}
+
+func TestInspectInventoryFailsWithoutTheFileAndTakesNoPod(t *testing.T) {
+	dir := newStateDir(t)
+	code, out, errOut := runCmd(t, "inspect", "--inventory", "--state-dir", dir)
+	if code != 1 || out != "" || !strings.Contains(errOut, filepath.Join(dir, "inventory.json")+": no inventory file") {
+		t.Errorf("missing inventory file: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, _, errOut := runCmd(t, "inspect", "--inventory", "ml/train-0", "--state-dir", dir); code != 2 {
+		t.Errorf("--inventory with a pod: exit %d, stderr %q; want a usage error", code, errOut)
 	}
 }

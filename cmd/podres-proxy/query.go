@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -17,11 +18,20 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/state"
 )
 
 const queryUsage = `usage: podres-proxy query list|get NAMESPACE/NAME|allocatable [--socket PATH] [-o table|json]
+           [--sources [--kubelet-socket PATH] [--state-dir DIR]]
 
-Asks a PodResources socket, the proxy's or the kubelet's, and prints the answer.`
+Asks a PodResources socket, the proxy's or the kubelet's, and prints the answer.
+
+--sources labels each device with where it came from: "kubelet" when the
+kubelet's own socket reports it for that container, else the allocator whose
+annotation serve's state store decoded it from (for allocatable: the
+inventory source), and the source of its NUMA node, from the inventory serve
+keeps in DIR/inventory.json. The table then has one row per device; the json
+output is the answer with a "deviceSources" list added.`
 
 // runQuery is a PodResources client, so operators can compare the proxy's
 // answer with the kubelet's (--socket /var/lib/kubelet/pod-resources/kubelet.sock).
@@ -30,7 +40,10 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() { fmt.Fprintln(stderr, queryUsage); fs.PrintDefaults() }
 	socket := fs.String("socket", defaultSocket, "PodResources socket to ask (path or unix:// URL)")
 	output := fs.String("o", "table", "output format: table or json")
-	timeout := fs.Duration("timeout", 10*time.Second, "time limit for the call")
+	timeout := fs.Duration("timeout", 10*time.Second, "time limit for the call (with --sources, for it and the kubelet's together)")
+	sources := fs.Bool("sources", false, "label each device with where it came from (kubelet or the allocator) and where its NUMA node came from")
+	kubeletSocket := fs.String("kubelet-socket", defaultKubeletSocket, "with --sources: the kubelet's own PodResources socket, whose answer tells the kubelet's devices apart")
+	stateDir := fs.String("state-dir", defaultStateDir, "with --sources: serve's state directory (pod records and inventory.json)")
 	ops, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -63,32 +76,93 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{fmt.Errorf("unknown operation %q (want list, get NAMESPACE/NAME or allocatable)", strings.Join(ops, " "))}
 	}
 
-	target, err := proxy.SocketTarget(*socket)
-	if err != nil {
+	if _, err := proxy.SocketTarget(*socket); err != nil {
 		return usageError{err}
 	}
-	conn, err := grpc.NewClient(target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(proxy.DefaultMaxMessageSize)))
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", *socket, err)
+	if _, err := proxy.SocketTarget(*kubeletSocket); err != nil {
+		return usageError{fmt.Errorf("--kubelet-socket: %w", err)}
 	}
-	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	resp, err := call(ctx, v1.NewPodResourcesListerClient(conn))
+	resp, err := ask(ctx, *socket, call)
 	if err != nil {
-		return fmt.Errorf("ask %s: %w", *socket, err)
+		return err
+	}
+	var origins []deviceOrigin
+	if *sources {
+		origins = gatherProvenance(ctx, *kubeletSocket, *stateDir, call, stderr).label(resp)
 	}
 	if *output == "json" {
 		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: false}.Marshal(resp)
 		if err != nil {
 			return fmt.Errorf("encode answer: %w", err)
 		}
+		if *sources {
+			if b, err = withOrigins(b, origins); err != nil {
+				return err
+			}
+		}
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
+	if *sources {
+		return printOrigins(stdout, resp, origins)
+	}
 	return printTable(stdout, resp)
+}
+
+// ask makes one call to a PodResources socket.
+func ask(ctx context.Context, socket string, call func(context.Context, v1.PodResourcesListerClient) (proto.Message, error)) (proto.Message, error) {
+	target, err := proxy.SocketTarget(socket)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(proxy.DefaultMaxMessageSize)))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", socket, err)
+	}
+	defer conn.Close()
+	resp, err := call(ctx, v1.NewPodResourcesListerClient(conn))
+	if err != nil {
+		return nil, fmt.Errorf("ask %s: %w", socket, err)
+	}
+	return resp, nil
+}
+
+// gatherProvenance reads what --sources needs: the kubelet's own answer to
+// the same question, serve's records and its inventory. Whatever cannot be
+// read is noted on stderr and left out; the devices it would have explained
+// are labelled unknown, and the answer is still printed.
+func gatherProvenance(ctx context.Context, kubeletSocket, stateDir string,
+	call func(context.Context, v1.PodResourcesListerClient) (proto.Message, error), stderr io.Writer) *provenance {
+	p := &provenance{}
+	var err error
+	if p.kubelet, err = ask(ctx, kubeletSocket, call); err != nil {
+		fmt.Fprintf(stderr, "note: --sources: cannot compare with the kubelet's own answer: %v\n", err)
+	}
+	records, errs := state.ReadDir(stateDir)
+	for _, err := range errs {
+		var fe *state.FileError
+		if !errors.As(err, &fe) {
+			fmt.Fprintf(stderr, "note: --sources: no allocators: %v\n", err)
+			records = nil
+			break
+		}
+		fmt.Fprintf(stderr, "note: --sources: %v\n", err)
+	}
+	p.records = records
+	published, path, err := readInventory(stateDir)
+	switch {
+	case errors.Is(err, errNoInventoryFile):
+		fmt.Fprintf(stderr, "note: --sources: NUMA sources of added devices unknown: %s: %v\n", path, err)
+	case err != nil:
+		fmt.Fprintf(stderr, "note: --sources: NUMA sources of added devices unknown: %v\n", err)
+	default:
+		p.inv = published.Snapshot()
+	}
+	return p
 }
 
 // printTable prints one row per container and resource, like kubectl.
@@ -96,12 +170,8 @@ func printTable(out io.Writer, resp proto.Message) error {
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
 	switch r := resp.(type) {
 	case *v1.ListPodResourcesResponse:
-		pods := slices.Clone(r.GetPodResources())
-		slices.SortFunc(pods, func(a, b *v1.PodResources) int {
-			return strings.Compare(a.GetNamespace()+"/"+a.GetName(), b.GetNamespace()+"/"+b.GetName())
-		})
 		fmt.Fprintln(w, "NAMESPACE\tPOD\tCONTAINER\tRESOURCE\tDEVICES\tNUMA\tCPUS")
-		for _, p := range pods {
+		for _, p := range sortedPods(r.GetPodResources()) {
 			podRows(w, p)
 		}
 	case *v1.GetPodResourcesResponse:

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -73,7 +74,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.caFile, "kubelet-ca-file", "", "CA bundle to verify the kubelet's serving certificate (default the system roots)")
 	fs.BoolVar(&c.insecureTLS, "kubelet-insecure-tls", false, "do not verify the kubelet's serving certificate (self-signed kubelet certificates)")
 	fs.DurationVar(&c.podsTimeout, "kubelet-pods-timeout", 5*time.Second, "time limit for one /pods read")
-	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir, "the persisted state store (one JSON file per pod)")
+	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir, "the persisted state store (one JSON file per pod) and inventory.json, the device inventory for inspect and query --sources")
 	fs.DurationVar(&c.pruneAfter, "prune-after", state.DefaultPruneAfter, "how long removed pods stay in the state store")
 	fs.StringVar(&c.nriSocket, "nri-socket", defaultNRISocket, "the runtime's NRI socket; empty disables the NRI plugin")
 	fs.StringVar(&c.nriName, "nri-plugin-name", "podres-proxy", "NRI plugin name (ignored when the runtime launches the plugin)")
@@ -226,22 +227,30 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 5)
+	var errsMu sync.Mutex
+	var errs []error // of the parts that failed; collected, so no part ever blocks reporting
 	start := func(name string, run func(context.Context) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := run(ctx); err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("%s: %w", name, err)
+				errsMu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				errsMu.Unlock()
 				cancel()
 			}
 		}()
 	}
 
 	// NFD asks GetAllocatableResources once at start: have the inventory
-	// before serving, then keep it fresh.
+	// before serving, then keep it fresh. Publish it for inspect and query
+	// before serving too, so that the file is there once serve is ready; a
+	// failure to write it is logged and retried, never fatal.
 	inv.Refresh(ctx)
+	publisher := inventory.NewPublisher(inv, filepath.Join(c.stateDir, inventory.PublishedFileName))
+	_ = publisher.Publish()
 	start("inventory", inv.Run)
+	start("inventory file", publisher.Run)
 	start("proxy", srv.Serve)
 	pm := newPluginMetrics(reg)
 	var reconciler *plugin.Reconciler
@@ -281,15 +290,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 
 	<-ctx.Done()
 	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	if len(all) == 0 {
+	if len(errs) == 0 {
 		log.Info("stopped")
 	}
-	return errors.Join(all...)
+	return errors.Join(errs...)
 }
 
 // inventory builds the device inventory from the configured sources.

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// Where a device and its NUMA node came from, as inspect and query
+// --sources name it: the allocator names of state.Device.Allocator, the
+// inventory sources of inventory.Device.Source, and these.
+const (
+	// originKubelet: the kubelet's own answer has the device (its device
+	// plugin's); its NUMA node is the kubelet's too.
+	originKubelet = "kubelet"
+	// originUnknown: neither the kubelet nor the state store accounts for
+	// it, or they could not be asked.
+	originUnknown = "unknown"
+)
+
+// errNoInventoryFile is returned by readInventory when serve has not
+// written the file (an older serve, or none ever ran on this directory).
+var errNoInventoryFile = errors.New("no inventory file (podres-proxy serve writes it at start)")
+
+// readInventory reads the inventory serve published in a state directory.
+func readInventory(stateDir string) (*inventory.Published, string, error) {
+	path := filepath.Join(stateDir, inventory.PublishedFileName)
+	p, err := inventory.ReadPublished(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, path, errNoInventoryFile
+	}
+	return p, path, err
+}
+
+// recordOf picks the record that stands for a pod known only by namespace
+// and name, as PodResources answers name pods: the one live record, as the
+// proxy does; else the newest one not stopped or removed (a pod being
+// created, which the proxy answers from a fresh /pods read of the same
+// annotations); else the newest. nil when there is none.
+func recordOf(records []*state.Record, key state.PodKey) *state.Record {
+	var live, current, newest *state.Record
+	lives := 0
+	for _, r := range records {
+		if r.Key() != key {
+			continue
+		}
+		if r.Live() {
+			live = r
+			lives++
+		}
+		if r.State != state.PhaseStopped && r.State != state.PhaseRemoved && (current == nil || r.UpdatedAt.After(current.UpdatedAt)) {
+			current = r
+		}
+		if newest == nil || r.UpdatedAt.After(newest.UpdatedAt) {
+			newest = r
+		}
+	}
+	switch {
+	case lives == 1:
+		return live
+	case current != nil:
+		return current
+	}
+	return newest
+}
+
+// allocatorOf returns the allocator of the record's device with this
+// resource and id, after translating devices named by minor or index
+// through the inventory as the proxy does; "" when the record has none.
+func allocatorOf(rec *state.Record, inv *inventory.Snapshot, resource, id string) string {
+	if rec == nil {
+		return ""
+	}
+	devs, _ := allocator.Translate(rec.Devices, inv)
+	for _, d := range devs {
+		if d.Resource != resource {
+			continue
+		}
+		for _, x := range d.IDs {
+			if x == id {
+				return d.Allocator
+			}
+		}
+	}
+	return ""
+}
+
+// numaFacts describes where the inventory puts a device: its NUMA node and
+// the source that said so, or why it cannot.
+type numaFacts struct {
+	known  bool   // the inventory has the device
+	numa   *int64 // nil when the inventory does not know the node
+	source string // the source of numa, else of the device
+}
+
+// numaOf looks a device id up in the inventory; inv nil means there is no
+// inventory to ask.
+func numaOf(inv *inventory.Snapshot, id string) numaFacts {
+	if inv == nil || id == "" {
+		return numaFacts{}
+	}
+	d, ok := inv.Lookup(id)
+	if !ok {
+		return numaFacts{}
+	}
+	return numaFactsOf(d)
+}
+
+func numaFactsOf(d inventory.Device) numaFacts {
+	src := d.NUMASource
+	if src == "" {
+		src = d.Source // no node, or a file written by hand without numaSource
+	}
+	return numaFacts{known: true, numa: d.NUMANode, source: src}
+}
+
+// String is how inspect prints it: "1 from sysfs".
+func (f numaFacts) String() string {
+	switch {
+	case !f.known:
+		return "not in the inventory"
+	case f.numa == nil:
+		return "unknown (device from " + f.source + ")"
+	}
+	return strconv.FormatInt(*f.numa, 10) + " from " + f.source
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+func TestRecordOfAPodNamePrefersTheLiveRecordThenTheNewestCurrentOne(t *testing.T) {
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	rec := func(uid string, phase state.Phase, live bool, minutes int) *state.Record {
+		r := &state.Record{UID: uid, Namespace: "ml", Name: "train-0", State: phase, UpdatedAt: at.Add(time.Duration(minutes) * time.Minute)}
+		if live {
+			r.SandboxID = "sb-" + uid
+			r.Sources.Sandbox = &state.Seen{Source: state.SourceNRI, At: r.UpdatedAt}
+		}
+		return r
+	}
+	other := &state.Record{UID: "other", Namespace: "ml", Name: "other", State: state.PhaseReady, UpdatedAt: at.Add(time.Hour)}
+	for _, c := range []struct {
+		name    string
+		records []*state.Record
+		want    string
+	}{
+		{"the live one over a newer pending one", []*state.Record{rec("live", state.PhaseReady, true, 0), rec("pending", state.PhasePending, false, 5), other}, "live"},
+		{"a pending one over a newer removed one", []*state.Record{rec("removed", state.PhaseRemoved, true, 9), rec("pending", state.PhasePending, false, 5)}, "pending"},
+		{"the newest current one when two are live", []*state.Record{rec("a", state.PhaseReady, true, 1), rec("b", state.PhaseReady, true, 2)}, "b"},
+		{"the newest when all are gone", []*state.Record{rec("old", state.PhaseRemoved, false, 1), rec("stopped", state.PhaseStopped, false, 3)}, "stopped"},
+		{"none", []*state.Record{other}, ""},
+	} {
+		got := recordOf(c.records, state.PodKey{Namespace: "ml", Name: "train-0"})
+		uid := ""
+		if got != nil {
+			uid = got.UID
+		}
+		if uid != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, uid, c.want)
+		}
+	}
+}
