@@ -1,11 +1,13 @@
 package proxy_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/test/clients"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
@@ -140,5 +142,58 @@ func TestAntreaSeesTheVFOnTheFirstAsk(t *testing.T) {
 	}
 	if !slices.Equal(ids, []string{vfAddr}) {
 		t.Fatalf("Antrea got %v on its first (cached) ask, want the VF", ids)
+	}
+}
+
+// On a HAMi node the kubelet's allocatable lists HAMi's fake ids
+// (<uuid>-<n>) while List, through the proxy, names the real GPUs. NFD
+// subtracts List from allocatable per resource: allocatable must list the
+// real GPUs instead, or NFD finds List's ids unknown and counts every fake
+// id as a free device.
+func TestNFDCountsHAMiGPUsByTheirRealIDs(t *testing.T) {
+	zero, one := int64(0), int64(1)
+	gpus := []inventory.Device{
+		{Type: inventory.TypeGPU, ID: gpuUUID, NUMANode: &zero, Healthy: true},
+		{Type: inventory.TypeGPU, ID: gpuUUID2, NUMANode: &one, Healthy: true},
+	}
+	snap := inventory.NewSnapshot(gpus)
+	h := newHarness(t, withInventory(gpus...), withAllocatable(func() []*v1.ContainerDevices {
+		return snap.Allocatable(inventory.DefaultResourceNames())
+	}))
+	var fake []*v1.ContainerDevices
+	for _, uuid := range []string{gpuUUID, gpuUUID2} {
+		for n := range 4 {
+			fake = append(fake, &v1.ContainerDevices{ResourceName: "nvidia.com/gpu", DeviceIds: []string{fmt.Sprintf("%s-%d", uuid, n)}})
+		}
+	}
+	h.k.SetAllocatable(&v1.AllocatableResourcesResponse{Devices: fake})
+	h.k.SetPods(fk.NewPod("default", "vgpu", "uid-1",
+		fk.WithAnnotation("hami.io/vgpu-devices-allocated", gpuUUID2+",NVIDIA,3000,30:;"),
+		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}),
+		fk.WithKubeletDevices("app", "nvidia.com/gpu", -1, gpuUUID2+"-2")))
+
+	free, unknown, err := clients.NFDFreePerNUMA(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unknown) != 0 {
+		t.Errorf("NFD would log unknown resources %v", unknown)
+	}
+	want := map[clients.NUMAKey]int{{Resource: "nvidia.com/gpu", NUMA: 0}: 1, {Resource: "nvidia.com/gpu", NUMA: 1}: 0}
+	for k, v := range want {
+		if free[k] != v {
+			t.Errorf("free %v = %d, want %d (all: %v)", k, free[k], v, free)
+		}
+	}
+	resp, err := h.v1().GetAllocatableResources(ctx(t), &v1.AllocatableResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range resp.Devices {
+		for _, id := range d.DeviceIds {
+			if id != gpuUUID && id != gpuUUID2 {
+				t.Errorf("allocatable still lists the kubelet's fake id %s", id)
+			}
+		}
 	}
 }

@@ -127,7 +127,23 @@ func hasV1alpha1(devs []*v1alpha1.ContainerDevices, resource, id string) bool {
 // subtract List from Allocatable per resource name, count each device once.
 // A device on several NUMA nodes comes as one entry per node, so only the
 // kubelet's own entries count as duplicates.
-func mergeAllocatable(resp *v1.AllocatableResourcesResponse, extra []*v1.ContainerDevices) {
+//
+// For a replaced resource (HAMi's, whose device plugin gives the kubelet ids
+// that name no GPU) the kubelet's entries are dropped when the inventory
+// has devices of that resource: List reports the real GPUs there, and
+// allocatable must name the same ones.
+func mergeAllocatable(resp *v1.AllocatableResourcesResponse, extra []*v1.ContainerDevices, replaced map[string]bool) {
+	if len(replaced) > 0 {
+		known := map[string]bool{}
+		for _, d := range extra {
+			if replaced[d.GetResourceName()] {
+				known[d.GetResourceName()] = true
+			}
+		}
+		if len(known) > 0 {
+			resp.Devices = slices.DeleteFunc(resp.Devices, func(d *v1.ContainerDevices) bool { return known[d.GetResourceName()] })
+		}
+	}
 	kubelet := resp.Devices
 	for _, d := range extra {
 		ids := slices.DeleteFunc(slices.Clone(d.GetDeviceIds()), func(id string) bool { return hasV1(kubelet, d.GetResourceName(), id) })

@@ -204,7 +204,7 @@ func (v *v1Server) GetAllocatableResources(ctx context.Context, req *v1.Allocata
 		return nil, err
 	}
 	if v.s.deps.Allocatable != nil {
-		mergeAllocatable(resp, v.s.deps.Allocatable())
+		mergeAllocatable(resp, v.s.deps.Allocatable(), v.s.deps.Allocators.ReplacedResources())
 	}
 	return resp, nil
 }

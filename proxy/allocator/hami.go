@@ -101,6 +101,18 @@ func NewHAMi(opts HAMiOptions) Decoder {
 // Name implements Decoder.
 func (h *HAMi) Name() string { return HAMiName }
 
+// ReplacedResources implements Replacer: every resource HAMi reports.
+func (h *HAMi) ReplacedResources() []string {
+	var out []string
+	for _, name := range h.resources {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Relevant implements Decoder: every vendor's allocated-devices key, not the
 // in-flight -devices-to-allocate ones, which the device plugin empties
 // container by container as the kubelet allocates.

@@ -129,3 +129,29 @@ func decodeSafely(d Decoder, annotations map[string]string) (devices []state.Dev
 	}
 	return devices, err
 }
+
+// Replacer is implemented by decoders whose ids replace what the kubelet
+// reports for their resources, because the allocator's device plugin gives
+// the kubelet ids that name no real device (HAMi, Volcano vGPU).
+type Replacer interface {
+	// ReplacedResources lists the resource names whose kubelet ids are not
+	// real device ids.
+	ReplacedResources() []string
+}
+
+// ReplacedResources returns the resource names whose kubelet-reported ids
+// some decoder of the set replaces. GetAllocatableResources must list the
+// real devices under those names instead of the kubelet's ids, or NFD and
+// resource-topology-exporter, which subtract List from allocatable per
+// resource, would find List's ids unknown and count the fake ones as free.
+func (s *Set) ReplacedResources() map[string]bool {
+	out := map[string]bool{}
+	for _, d := range s.decoders {
+		if r, ok := d.(Replacer); ok {
+			for _, name := range r.ReplacedResources() {
+				out[name] = true
+			}
+		}
+	}
+	return out
+}

@@ -76,6 +76,10 @@ func NewVolcanoVGPU(opts VolcanoVGPUOptions) Decoder {
 // Name implements Decoder.
 func (v *VolcanoVGPU) Name() string { return VolcanoVGPUName }
 
+// ReplacedResources implements Replacer: Volcano's vGPU device plugin, like
+// HAMi's, gives the kubelet ids that are not GPU UUIDs.
+func (v *VolcanoVGPU) ReplacedResources() []string { return []string{v.opts.Resource} }
+
 // Relevant implements Decoder.
 func (v *VolcanoVGPU) Relevant(key string) bool { return key == VolcanoVGPUAnnotation }
 
