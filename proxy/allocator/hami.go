@@ -372,7 +372,7 @@ func migParent(id string) (string, bool) {
 	}
 	parent, inside := id[:open], id[open+1:len(id)-1]
 	dash := strings.LastIndexByte(inside, '-')
-	if dash <= 0 || strings.ContainsAny(inside, "[]") || !isDigits(inside[dash+1:]) {
+	if strings.ContainsAny(parent, "[]") || dash <= 0 || strings.ContainsAny(inside, "[]") || !isDigits(inside[dash+1:]) {
 		return "", false
 	}
 	return parent, true

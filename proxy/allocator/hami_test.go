@@ -196,6 +196,7 @@ func TestHAMiDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
 		{"MIG id without parent", "[1-0],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
 		{"nested brackets", uuidA + "[[1-0]],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
 		{"a stray bracket", uuidA + "],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
+		{"a MIG id whose parent holds a bracket (found by fuzzing)", "][0-0],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
 		{"a UUID with a space", "GPU-903e cef4,NVIDIA,5,5:", "contains spaces or control characters"},
 		{"a UUID with a control character", "GPU-903e\x00cef4,NVIDIA,5,5:", "contains spaces or control characters"},
 		{"one GPU twice in a container", uuidA + ",NVIDIA,5,5:" + uuidA + ",NVIDIA,5,5:", `device 1: "` + uuidA + `" allocated twice`},
