@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 )
 
 // The layout of a state directory (docs/state-format.md describes it for
@@ -24,14 +26,11 @@ const (
 	corruptDirName = "corrupt"
 	lockFileName   = "lock"
 	recordExt      = ".json"
-	tempSuffix     = ".tmp"
 )
 
 // isTempName reports whether a file name in the pods directory is a
 // writer's temporary file: it starts with a dot, so no uid can produce it.
-func isTempName(name string) bool {
-	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, tempSuffix)
-}
+func isTempName(name string) bool { return atomicfile.IsTemp(name) }
 
 // validUID reports whether a uid can name a record file. Kubernetes uids are
 // UUIDs (or hashes for static pods); anything that could escape the

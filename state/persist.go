@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 )
 
 // Tuning of the background writer.
@@ -106,7 +108,7 @@ func mkdirDurable(dir string) error {
 	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(dir))
+	return atomicfile.SyncDir(filepath.Dir(dir))
 }
 
 func pruneInterval(after time.Duration) time.Duration {
@@ -526,61 +528,18 @@ func (p *persister) persist(uid string) error {
 	return p.writeAtomic(path, data)
 }
 
-// writeAtomic replaces the file at path with data so that a reader or a
-// crash sees the old content or the new one, never a mix: a temporary file
-// in the same directory is written and fsynced, then renamed over path. The
-// directory fsync that makes the rename durable is the batch's.
-func (p *persister) writeAtomic(path string, data []byte) (err error) {
-	dir, name := filepath.Split(path)
-	if err := p.inject("create", path); err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(dir, "."+name+".*"+tempSuffix)
-	if err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", path, err)
-	}
-	tmp, closed := f.Name(), false
-	defer func() {
-		if err != nil {
-			if !closed {
-				f.Close()
-			}
-			os.Remove(tmp)
-		}
-	}()
-	if err = p.inject("write", path); err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Chmod(0o640)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err = p.inject("sync", path); err == nil {
-		err = f.Sync()
-	}
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	closed = true
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err = p.inject("rename", path); err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
-	}
-	return nil
+// writeAtomic replaces the file at path so that a reader or a crash sees
+// the old content or the new one; the directory fsync that makes the rename
+// durable is the batch's.
+func (p *persister) writeAtomic(path string, data []byte) error {
+	return atomicfile.Write(path, data, 0o640, func(op string) error { return p.inject(op, path) })
 }
 
 func (p *persister) syncPodsDir() error {
 	if err := p.inject("syncdir", p.podsDir); err != nil {
 		return fmt.Errorf("fsync directory %s: %w", p.podsDir, err)
 	}
-	return syncDir(p.podsDir)
+	return atomicfile.SyncDir(p.podsDir)
 }
 
 func (p *persister) inject(op, path string) error {
@@ -588,23 +547,6 @@ func (p *persister) inject(op, path string) error {
 		return nil
 	}
 	return p.fault(op, path)
-}
-
-// syncDir makes the entries of a directory (creations, renames, removals)
-// durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s to fsync it: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // load reads every record file into the store. Temporary files of writes a

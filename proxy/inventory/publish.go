@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 )
 
 // PublishedFileName is the name of the file, in serve's state directory,
@@ -87,70 +89,10 @@ func WritePublished(path string, p *Published) (err error) {
 		return fmt.Errorf("encode the inventory: %w", err)
 	}
 	data = append(data, '\n')
-	dir, name := filepath.Split(path)
-	if dir == "" {
-		dir = "."
+	if err := atomicfile.Write(path, data, 0o640, nil); err != nil {
+		return err
 	}
-	f, err := os.CreateTemp(dir, tempPattern(name))
-	if err != nil {
-		return fmt.Errorf("create a temporary file for %s: %w", path, withoutTempName(err))
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, withoutTempName(err))
-	}
-	if err = f.Chmod(0o640); err != nil {
-		return fmt.Errorf("chmod the temporary file of %s: %w", path, withoutTempName(err))
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", path, withoutTempName(err))
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, withoutTempName(err))
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename the temporary file over %s: %w", path, withoutTempName(err))
-	}
-	return syncDir(dir)
-}
-
-// withoutTempName drops the temporary file's random name from a file
-// system error, so that a write failing again the same way is logged once.
-func withoutTempName(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return le.Err
-	}
-	return err
-}
-
-// tempPattern names temporary files as the state store does: a leading dot
-// and a .tmp suffix, which no reader takes for the file itself.
-func tempPattern(name string) string { return "." + name + ".*.tmp" }
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s to fsync it: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.SyncDir(filepath.Dir(path))
 }
 
 // Sources returns the names of the inventory's sources, highest precedence
@@ -231,7 +173,7 @@ func (p *Publisher) Publish() error {
 
 func (p *Publisher) removeTemporaryFiles() {
 	dir, name := filepath.Split(p.path)
-	stale, _ := filepath.Glob(filepath.Join(dir, tempPattern(name)))
+	stale, _ := filepath.Glob(filepath.Join(dir, atomicfile.TempPattern(name)))
 	for _, f := range stale {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			p.inv.log.WithError(err).WithField("file", f).Warn("could not remove the temporary file of an interrupted write")

@@ -1,0 +1,124 @@
+// Package atomicfile replaces files so that a reader, or a crash, sees the
+// old content or the new one and never a part of either. The state store's
+// pod records and the published device inventory are written this way,
+// because operators and `podres-proxy inspect` read them without a lock
+// while serve writes them.
+package atomicfile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// TempSuffix ends the names of temporary files, which also start with a
+// dot, so that readers listing a directory skip writes in progress.
+const TempSuffix = ".tmp"
+
+// TempPattern is the os.CreateTemp pattern of the temporary files of name:
+// ".<name>.<random>.tmp".
+func TempPattern(name string) string { return "." + name + ".*" + TempSuffix }
+
+// IsTemp reports whether a file name is one of Write's temporary files.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, TempSuffix)
+}
+
+// Fault, when not nil, is called before each step of a Write ("create",
+// "write", "sync", "rename"); an error fails that step as the file system
+// would. Tests inject full disks and crashes with it.
+type Fault func(op string) error
+
+// Write replaces path with data, with permissions perm: a temporary file in
+// the same directory is written, fsynced and renamed over path. It does not
+// fsync the directory, which makes the rename durable: callers writing many
+// files call SyncDir once for all of them. On error the temporary file is
+// removed and path keeps its previous content. Errors name path and the
+// step, not the temporary file's random name, so that the same failure
+// reads the same each time it repeats.
+func Write(path string, data []byte, perm os.FileMode, fault Fault) (err error) {
+	step := func(op string) error {
+		if fault == nil {
+			return nil
+		}
+		return fault(op)
+	}
+	dir, name := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	if err := step("create"); err != nil {
+		return fmt.Errorf("create a temporary file for %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(dir, TempPattern(name))
+	if err != nil {
+		return fmt.Errorf("create a temporary file for %s: %w", path, plain(err))
+	}
+	tmp, closed := f.Name(), false
+	defer func() {
+		if err != nil {
+			if !closed {
+				f.Close()
+			}
+			os.Remove(tmp)
+		}
+	}()
+	if err = step("write"); err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, plain(err))
+	}
+	if err = step("sync"); err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", path, plain(err))
+	}
+	closed = true
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, plain(err))
+	}
+	if err = step("rename"); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("rename the temporary file over %s: %w", path, plain(err))
+	}
+	return nil
+}
+
+// SyncDir makes a directory's entries (creations, renames, removals)
+// durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s to fsync it: %w", dir, err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// plain drops the temporary file's name from a file system error.
+func plain(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
+}
