@@ -453,9 +453,12 @@ func (p *persister) writeBatch() error {
 		p.lastErr = firstErr.Error()
 		p.failedAt = no
 	}
-	close(p.progress)
+	// Flush waiters are woken after OnDurable has seen this batch, so that
+	// whoever measures through OnDurable finds every write Flush waited for.
+	progress := p.progress
 	p.progress = make(chan struct{})
 	p.mu.Unlock()
+	defer close(progress)
 
 	for _, uid := range rejected {
 		p.log.WithField("uid", uid).Error("pod uid cannot name a file; its record is kept in memory only")

@@ -282,13 +282,8 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 
 func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *testing.T) {
 	dir := t.TempDir()
-	var durable []time.Duration
-	var mu sync.Mutex
-	s := openTest(t, dir, Options{OnDurable: func(d time.Duration) {
-		mu.Lock()
-		durable = append(durable, d)
-		mu.Unlock()
-	}}, nil)
+	durable := make(chan time.Duration, 16)
+	s := openTest(t, dir, Options{OnDurable: func(d time.Duration) { durable <- d }}, nil)
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	flush(t, s)
 
@@ -330,11 +325,13 @@ func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *t
 	if st := s.Stats(); st.Pending != 0 || st.Writes < 3 {
 		t.Errorf("stats after recovery: %+v", st)
 	}
-	mu.Lock()
-	n := len(durable)
-	mu.Unlock()
-	if n < 3 {
-		t.Errorf("OnDurable called %d times, want once per write (3)", n)
+	// Three writes became durable: u1 before and after the outage, u2 after.
+	for n := 0; n < 3; n++ {
+		select {
+		case <-durable:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("OnDurable called %d times, want once per write (3)", n)
+		}
 	}
 }
 
@@ -345,11 +342,29 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 			clock := newFakeClock()
 			var mu sync.Mutex
 			failing := false
+			// hold stops the writer's next attempt at its first step, where no
+			// temporary file of it exists yet: failed writes are retried in
+			// the background, and the test must not look at the directory in
+			// the middle of a retry.
+			first := "create"
+			if op == "remove" {
+				first = "remove"
+			}
+			var hold, arrived chan struct{}
 			s := openTest(t, dir, Options{Now: clock.Now, PruneAfter: time.Minute}, func(p *persister) {
 				p.fault = func(gotOp, path string) error {
 					mu.Lock()
-					defer mu.Unlock()
-					if failing && gotOp == op {
+					h, a := hold, arrived
+					if h != nil && gotOp == first {
+						hold, arrived = nil, nil
+					}
+					fail := failing && gotOp == op
+					mu.Unlock()
+					if h != nil && gotOp == first {
+						close(a)
+						<-h
+					}
+					if fail {
 						return syscall.ENOSPC
 					}
 					return nil
@@ -380,6 +395,11 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 			if err := s.Flush(context.Background()); err == nil {
 				t.Fatal("a second Flush while writes still fail returned nil")
 			}
+			mu.Lock()
+			hold, arrived = make(chan struct{}), make(chan struct{})
+			release, atFirstStep := hold, arrived
+			mu.Unlock()
+			<-atFirstStep // the writer retries and waits before its first step
 			after, err := os.ReadFile(filepath.Join(dir, podsDirName, "u1.json"))
 			if op != "syncdir" && (err != nil || !bytes.Equal(before, after)) {
 				t.Errorf("a failed %s changed the file (err %v):\n%s\nwas\n%s", op, err, after, before)
@@ -393,6 +413,7 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 			mu.Lock()
 			failing = false
 			mu.Unlock()
+			close(release)
 			flush(t, s)
 			if op == "remove" {
 				if names := podFiles(t, dir); len(names) != 0 {
