@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,13 +33,19 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// served is a `podres-proxy serve` started by startServe.
+type served struct {
+	socket, stateDir, metrics string
+	logs                      *syncWriter // warnings and errors serve logged
+}
+
 // startServe runs `podres-proxy serve` in-process against a fake kubelet
-// and waits for /readyz. It returns the proxy's socket and state dir.
-func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...string) (socket, stateDir, metrics string) {
+// and waits for /readyz.
+func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...string) served {
 	t.Helper()
-	socket = filepath.Join(dir, "proxy", "kubelet.sock")
-	stateDir = filepath.Join(dir, "state")
-	metrics = freePort(t)
+	socket := filepath.Join(dir, "proxy", "kubelet.sock")
+	stateDir := filepath.Join(dir, "state")
+	metrics := freePort(t)
 	args := append([]string{
 		"--socket", socket,
 		"--kubelet-socket", k.Socket,
@@ -67,7 +77,7 @@ func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...strin
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return socket, stateDir, metrics
+				return served{socket: socket, stateDir: stateDir, metrics: metrics, logs: logs}
 			}
 		}
 		select {
@@ -94,7 +104,8 @@ func TestServeAnswersQueryAndInspect(t *testing.T) {
 			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpuUUID+`"}]}`),
 		fakekubelet.WithSidecar("logs", nil),
 		fakekubelet.WithContainer("train", map[string]string{"nvidia.com/gpu": "1"})))
-	socket, stateDir, metrics := startServe(t, k, dir)
+	srv := startServe(t, k, dir)
+	socket, stateDir, metrics := srv.socket, srv.stateDir, srv.metrics
 
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"query", "list", "--socket", socket}, &out, &errOut); code != 0 {
@@ -164,7 +175,7 @@ func TestServeRefusesASecondInstanceOnTheSameStateDir(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	k := fakekubelet.Start(t, dir)
-	_, stateDir, _ := startServe(t, k, dir)
+	stateDir := startServe(t, k, dir).stateDir
 	var errOut bytes.Buffer
 	code := run(context.Background(), []string{"serve",
 		"--socket", filepath.Join(dir, "second", "kubelet.sock"), "--kubelet-socket", k.Socket,
@@ -236,4 +247,56 @@ func (s *syncWriter) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()
+}
+
+// A cluster without the RBAC rule for Koordinator's Device object: the API
+// server answers 403. serve logs which rule is missing and keeps serving
+// the PodResources API, with the kubelet's answer and the annotations'
+// devices, only without NUMA nodes from the Device object.
+func TestServeKeepsServingWhenTheDeviceObjectIsForbidden(t *testing.T) {
+	dir, err := os.MkdirTemp("", "prc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	var asked atomic.Int64
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,`+
+			`"message":"devices.scheduling.koordinator.sh \"node-1\" is forbidden: User \"system:serviceaccount:podres-proxy:podres-proxy\" cannot get resource \"devices\""}`)
+	}))
+	t.Cleanup(api.Close)
+	caFile, tokenFile := filepath.Join(dir, "api-ca.crt"), filepath.Join(dir, "api-token")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte("sa-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := fakekubelet.Start(t, dir)
+	k.SetPods(fakekubelet.NewPod("ml", "trainer", "uid-1",
+		fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
+			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpuUUID+`"}]}`)))
+
+	srv := startServe(t, k, dir, "--device-cr", "--node-name", "node-1", "--api-server", api.URL,
+		"--api-token-file", tokenFile, "--api-ca-file", caFile, "--sysfs-root", "")
+
+	if asked.Load() == 0 {
+		t.Fatal("serve never asked the API server for the Device object")
+	}
+	logged := srv.logs.String()
+	for _, want := range []string{"403", "devices.scheduling.koordinator.sh"} {
+		if !strings.Contains(logged, want) {
+			t.Errorf("serve's log does not name %q:\n%s", want, logged)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"query", "get", "ml/trainer", "--socket", srv.socket}, &out, &errOut); code != 0 {
+		t.Fatalf("query after the 403 exited %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), gpuUUID) {
+		t.Errorf("serve answers without the pod's GPU after the 403:\n%s", out.String())
+	}
 }

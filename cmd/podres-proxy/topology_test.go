@@ -58,9 +58,9 @@ func twoNUMAKubelet(t *testing.T, dir string) *fakekubelet.Kubelet {
 // state directory.
 func serveOnTwoNUMANode(t *testing.T, k *fakekubelet.Kubelet, dir string, node inventorytest.Node, extra ...string) (socket, stateDir string) {
 	t.Helper()
-	socket, stateDir, _ = startServe(t, k, dir, append([]string{
+	srv := startServe(t, k, dir, append([]string{
 		"--device-cr=false", "--sysfs-root", node.Sys, "--procfs-root", node.Proc}, extra...)...)
-	return socket, stateDir
+	return srv.socket, srv.stateDir
 }
 
 func shortTempDir(t *testing.T) string {
