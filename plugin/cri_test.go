@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podres-proxy/podres-proxy/state"
@@ -218,17 +217,7 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	rp := &runningPlugin{metrics: newTestMetrics()}
-	p, err := newPlugin(store, Options{
-		Socket: filepath.Join(dir, "nri.sock"), Log: testLog(),
-		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		OnSynchronized: r.Trigger,
-	}, stub.WithDialer(rp.dial))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp.Plugin = p
-	runPlugin(t, p)
+	p := startPlugin(t, store, dir, func(o *Options) { o.OnSynchronized = r.Trigger })
 	waitFor(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
 	waitStore(t, store, "the pod ready", func() bool { return phase(store, pod.Uid) == state.PhaseReady })
@@ -241,7 +230,7 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 		sb.Id, sb.Metadata.Uid = pod.Id, pod.Uid
 		return sb
 	}()}, nil)
-	rp.cut()
+	p.cut()
 	waitStore(t, store, "the stale sandbox stopped by the reconcile the resync triggered", func() bool {
 		return phase(store, pod.Uid) == state.PhaseStopped
 	})

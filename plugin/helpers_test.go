@@ -348,10 +348,12 @@ type runningPlugin struct {
 	conns []net.Conn
 }
 
-func startPlugin(t testing.TB, store *state.Store, dir string) *runningPlugin {
+// startPlugin runs a plugin on the runtime whose socket is in dir; tweaks
+// adjust its options.
+func startPlugin(t testing.TB, store *state.Store, dir string, tweaks ...func(*Options)) *runningPlugin {
 	t.Helper()
 	rp := &runningPlugin{metrics: newTestMetrics()}
-	p, err := newPlugin(store, Options{
+	opts := Options{
 		Socket:     filepath.Join(dir, "nri.sock"),
 		Name:       "podres-proxy",
 		Index:      "90",
@@ -359,7 +361,11 @@ func startPlugin(t testing.TB, store *state.Store, dir string) *runningPlugin {
 		MinBackoff: 10 * time.Millisecond,
 		MaxBackoff: 100 * time.Millisecond,
 		Metrics:    rp.metrics,
-	}, stub.WithDialer(rp.dial))
+	}
+	for _, tweak := range tweaks {
+		tweak(&opts)
+	}
+	p, err := newPlugin(store, opts, stub.WithDialer(rp.dial))
 	if err != nil {
 		t.Fatal(err)
 	}
