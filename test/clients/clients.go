@@ -229,6 +229,31 @@ func KataCDIDevices(ctx context.Context, socket, namespace, pod string) ([]strin
 	return out, nil
 }
 
+// allocatableThenList is what the topology exporters ask, in their order,
+// on one connection (10 s per call, 16 MiB): GetAllocatableResources, then
+// List.
+func allocatableThenList(ctx context.Context, socket string) (*v1.AllocatableResourcesResponse, *v1.ListPodResourcesResponse, error) {
+	conn, err := dial(socket, conventionalMaxSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	c := v1.NewPodResourcesListerClient(conn)
+	actx, cancel := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel()
+	alloc, err := c.GetAllocatableResources(actx, &v1.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("get allocatable resources: %w", err)
+	}
+	lctx, cancel2 := context.WithTimeout(ctx, conventionalTimeout)
+	defer cancel2()
+	list, err := c.List(lctx, &v1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list pod resources: %w", err)
+	}
+	return alloc, list, nil
+}
+
 // NUMAKey is a resource on one NUMA node.
 type NUMAKey struct {
 	Resource string
@@ -242,17 +267,9 @@ type NUMAKey struct {
 // as "unknown resource" and ignored; they are returned here so tests can
 // show that none are.
 func NFDFreePerNUMA(ctx context.Context, socket string) (free map[NUMAKey]int, unknown []string, err error) {
-	conn, err := dial(socket, conventionalMaxSize)
+	alloc, list, err := allocatableThenList(ctx, socket)
 	if err != nil {
-		return nil, nil, err
-	}
-	defer conn.Close()
-	c := v1.NewPodResourcesListerClient(conn)
-	actx, cancel := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel()
-	alloc, err := c.GetAllocatableResources(actx, &v1.AllocatableResourcesRequest{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("nfd: get allocatable resources: %w", err)
+		return nil, nil, fmt.Errorf("nfd: %w", err)
 	}
 	numaOf := map[string]map[string]int64{}
 	free = map[NUMAKey]int{}
@@ -266,12 +283,6 @@ func NFDFreePerNUMA(ctx context.Context, socket string) (free map[NUMAKey]int, u
 				free[NUMAKey{d.GetResourceName(), n.GetID()}]++
 			}
 		}
-	}
-	lctx, cancel2 := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel2()
-	list, err := c.List(lctx, &v1.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("nfd: list pod resources: %w", err)
 	}
 	for _, p := range list.GetPodResources() {
 		for _, ctr := range p.GetContainers() {
@@ -303,17 +314,9 @@ func RTEAvailablePerNUMA(ctx context.Context, socket string) (available map[NUMA
 	if !strings.HasPrefix(socket, "unix:") {
 		socket = "unix://" + socket
 	}
-	conn, err := dial(socket, conventionalMaxSize)
+	alloc, list, err := allocatableThenList(ctx, socket)
 	if err != nil {
-		return nil, nil, err
-	}
-	defer conn.Close()
-	c := v1.NewPodResourcesListerClient(conn)
-	actx, cancel := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel()
-	alloc, err := c.GetAllocatableResources(actx, &v1.AllocatableResourcesRequest{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("rte: get allocatable resources: %w", err)
+		return nil, nil, fmt.Errorf("rte: %w", err)
 	}
 	count := func(into map[NUMAKey]int, d *v1.ContainerDevices) {
 		for _, n := range d.GetTopology().GetNodes() {
@@ -323,12 +326,6 @@ func RTEAvailablePerNUMA(ctx context.Context, socket string) (available map[NUMA
 	allocatable := map[NUMAKey]int{}
 	for _, d := range alloc.GetDevices() {
 		count(allocatable, d)
-	}
-	lctx, cancel2 := context.WithTimeout(ctx, conventionalTimeout)
-	defer cancel2()
-	list, err := c.List(lctx, &v1.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("rte: list pod resources: %w", err)
 	}
 	used := map[NUMAKey]int{}
 	for _, p := range list.GetPodResources() {
