@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 
 const gpuUUID = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
@@ -269,9 +269,7 @@ func TestServeKeepsServingWhenTheDeviceObjectIsForbidden(t *testing.T) {
 	}))
 	t.Cleanup(api.Close)
 	caFile, tokenFile := filepath.Join(dir, "api-ca.crt"), filepath.Join(dir, "api-token")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tlstest.ServerCA(t, caFile, api)
 	if err := os.WriteFile(tokenFile, []byte("sa-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}

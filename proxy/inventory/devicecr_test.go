@@ -2,13 +2,6 @@ package inventory
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,9 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 
 // deviceObjectJSON is a Device object as koordlet writes it (trimmed), with
@@ -63,7 +57,7 @@ func newFakeAPIServer(t *testing.T) *fakeAPIServer {
 	dir := t.TempDir()
 	f.caFile = filepath.Join(dir, "ca.crt")
 	f.tokenFile = filepath.Join(dir, "token")
-	writeFile(t, f.caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})))
+	tlstest.ServerCA(t, f.caFile, f.Server)
 	writeFile(t, f.tokenFile, "token-1\n")
 	return f
 }
@@ -104,32 +98,6 @@ func statusJSON(code int, reason, message string) string {
 	return `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"` + reason + `","message":"` + message + `","code":` + strconv.Itoa(code) + `}`
 }
 
-// otherCA writes the certificate of a CA that signed nothing the fake API
-// server presents. (All httptest servers share one certificate.)
-func otherCA(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "some other cluster CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "other-ca.crt")
-	writeFile(t, path, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-	return path
-}
-
 func TestDeviceCRReadsTheNodesDeviceWithTheServiceAccountTokenOverVerifiedTLS(t *testing.T) {
 	api := newFakeAPIServer(t)
 	devices := load(t, api.source(t))
@@ -162,7 +130,7 @@ func TestDeviceCRSendsTheRotatedToken(t *testing.T) {
 
 func TestDeviceCRRefusesAServerTheCADoesNotVouchFor(t *testing.T) {
 	api := newFakeAPIServer(t)
-	src, err := NewDeviceCRSource(DeviceCROptions{APIServer: api.URL, TokenFile: api.tokenFile, CAFile: otherCA(t), NodeName: "node-1"})
+	src, err := NewDeviceCRSource(DeviceCROptions{APIServer: api.URL, TokenFile: api.tokenFile, CAFile: tlstest.OtherCA(t, filepath.Join(t.TempDir(), "other-ca.crt")), NodeName: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

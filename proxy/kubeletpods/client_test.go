@@ -2,17 +2,11 @@ package kubeletpods
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +23,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 
 // fakeKubelet serves /pods like the kubelet's secure port: a bearer token
@@ -88,39 +83,7 @@ func (k *fakeKubelet) lastRequest(t *testing.T) *http.Request {
 // bundle.
 func (k *fakeKubelet) caFile(t *testing.T) string {
 	t.Helper()
-	return writePEM(t, k.Certificate().Raw)
-}
-
-func writePEM(t *testing.T, der []byte) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// otherCAFile writes a CA that did not sign the fake kubelet's certificate.
-func otherCAFile(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "some other cluster CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writePEM(t, der)
+	return tlstest.WriteCert(t, filepath.Join(t.TempDir(), "ca.crt"), k.Certificate().Raw)
 }
 
 func writeToken(t *testing.T, token string) string {
@@ -246,7 +209,7 @@ func TestPodsFailsClearlyWhenTheTokenFileIsMissingOrEmpty(t *testing.T) {
 
 func TestPodsRejectsACertificateNotSignedByTheCAFile(t *testing.T) {
 	k := newFakeKubelet(t, true)
-	ca := otherCAFile(t)
+	ca := tlstest.OtherCA(t, filepath.Join(t.TempDir(), "other-ca.crt"))
 	c := newTestClient(t, Config{URL: k.URL + "/pods", CAFile: ca})
 	_, err := c.Pods(t.Context())
 	assertErrorSays(t, err, "read kubelet pods from "+k.URL+"/pods: ",
@@ -266,7 +229,7 @@ func TestPodsVerifiesAgainstTheSystemRootsWithoutACAFile(t *testing.T) {
 func TestInsecureTLSSkipsVerificationAndWarns(t *testing.T) {
 	k := newFakeKubelet(t, true)
 	logger, hook := logtest.NewNullLogger()
-	c := newTestClient(t, Config{URL: k.URL + "/pods", InsecureTLS: true, CAFile: otherCAFile(t), Log: logger})
+	c := newTestClient(t, Config{URL: k.URL + "/pods", InsecureTLS: true, CAFile: tlstest.OtherCA(t, filepath.Join(t.TempDir(), "other-ca.crt")), Log: logger})
 	if _, err := c.Pods(t.Context()); err != nil {
 		t.Fatal(err)
 	}

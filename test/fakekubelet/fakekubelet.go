@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -29,6 +28,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+
+	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 
 // Pod is a pod as the fake kubelet knows it: the API object /pods returns,
@@ -80,10 +81,7 @@ func Start(t testing.TB, dir string) *Kubelet {
 		t.Fatal(err)
 	}
 	k.https = httptest.NewTLSServer(http.HandlerFunc(k.servePods))
-	cert := k.https.Certificate()
-	if err := os.WriteFile(k.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tlstest.ServerCA(t, k.CAFile, k.https)
 	k.PodsURL = k.https.URL + "/pods"
 	if err := k.StartGRPC(); err != nil {
 		t.Fatal(err)
