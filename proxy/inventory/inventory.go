@@ -98,6 +98,7 @@ type sourceState struct {
 	// Guarded by Inventory.mu:
 	devices []Device
 	lastErr string // the last error (or absence) logged, to log changes only
+	loaded  bool   // a load has completed (Refresh or Run)
 }
 
 // New returns an Inventory with an empty snapshot. Call Refresh to load the
@@ -166,13 +167,20 @@ func (inv *Inventory) Refresh(ctx context.Context) {
 	wg.Wait()
 }
 
-// Run loads every source now and then again at its interval until ctx is
-// done; it returns ctx's error after all its goroutines have stopped.
+// Run loads every source now, unless Refresh already did (the daemon
+// refreshes once before serving: the API server and sysfs are not asked
+// twice), then again at its interval until ctx is done; it returns ctx's
+// error after all its goroutines have stopped.
 func (inv *Inventory) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, s := range inv.sources {
 		wg.Go(func() {
-			inv.refresh(ctx, s)
+			inv.mu.Lock()
+			loaded := s.loaded
+			inv.mu.Unlock()
+			if !loaded {
+				inv.refresh(ctx, s)
+			}
 			interval := s.src.Interval()
 			if interval <= 0 {
 				return // loaded once: the source never changes
@@ -205,6 +213,7 @@ func (inv *Inventory) refresh(ctx context.Context, s *sourceState) {
 
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
+	s.loaded = true
 	log := inv.log.WithField("source", s.src.Name())
 	switch {
 	case err == nil:

@@ -115,3 +115,26 @@ func TestNewFromConfigOrdersTheSourcesByPrecedence(t *testing.T) {
 		t.Error("NewFromConfig accepted a Device object source without node name")
 	}
 }
+
+// The daemon refreshes before serving and then runs the inventory: each
+// source must be asked once at start, not twice (a second Device object
+// read from the API server, a second sysfs scan).
+func TestRunAfterRefreshDoesNotLoadAgainAtOnce(t *testing.T) {
+	src := newFakeSource("once", 0)
+	src.answers <- answer{devices: []Device{{Type: TypeGPU, ID: "GPU-1"}}}
+	inv := New(Options{Sources: []Source{src}, Logger: logrus.New()})
+	inv.Refresh(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := inv.Run(ctx); err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if src.loads != 1 {
+		t.Errorf("%d loads for Refresh then Run, want 1", src.loads)
+	}
+	if _, ok := inv.Lookup("GPU-1"); !ok {
+		t.Error("the device Refresh loaded is gone")
+	}
+}
