@@ -177,12 +177,6 @@ func startRuntime(t testing.TB, dir string, pods []*api.PodSandbox, ctrs []*api.
 // stay connected: the adaptation does not close them.
 func (r *fakeRuntime) stop() { r.stopOnce.Do(r.nri.Stop) }
 
-func (r *fakeRuntime) set(pods []*api.PodSandbox, ctrs []*api.Container) {
-	r.mu.Lock()
-	r.pods, r.ctrs = pods, ctrs
-	r.mu.Unlock()
-}
-
 func (r *fakeRuntime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 	r.mu.Lock()
 	pods, ctrs := r.pods, r.ctrs

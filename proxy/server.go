@@ -19,8 +19,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
@@ -238,6 +236,3 @@ func (v *v1alpha1Server) List(ctx context.Context, req *v1alpha1.ListPodResource
 	}
 	return resp, nil
 }
-
-// unavailable reports whether err is the proxy's own "devices unknown" error.
-func unavailable(err error) bool { return status.Code(err) == codes.Unavailable }

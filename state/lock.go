@@ -51,7 +51,7 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("lock state directory %s: %w", dir, err)
 	}
 	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
-	if err := f.Truncate(0); err == nil {
+	if err = f.Truncate(0); err == nil {
 		_, err = f.WriteAt(pid, 0)
 	}
 	if err != nil {
