@@ -527,3 +527,17 @@ func TestReplacingAllocatorKeepsAnotherAllocatorsDevice(t *testing.T) {
 		t.Fatalf("nvidia.com/gpu = %v, want %v: HAMi's fake id gone, both real GPUs kept", got, want)
 	}
 }
+
+func TestGetOfAPodBeingCreatedCostsOnePodsRead(t *testing.T) {
+	h := newHarness(t)
+	h.k.SetPods(fk.NewPod("default", "other", "uid-0"))
+	h.list()
+	before := h.k.PodsReads()
+	h.k.AddPod(fk.NewPod("default", "new", "uid-1", fk.WithAnnotation(koordKey, oneGPU)))
+	if got := devicesOf(h.get("default", "new"), "app")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
+		t.Fatalf("new pod got %v", got)
+	}
+	if n := h.k.PodsReads() - before; n != 1 {
+		t.Errorf("a Get of a pod being created cost %d /pods reads, want 1", n)
+	}
+}
