@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,15 @@ func withInventory(devs ...inventory.Device) option {
 	return func(h *harness) {
 		h.inv = func() allocator.Inventory { return snap }
 		h.topo = snap.Topology
+	}
+}
+
+// withChangingInventory gives the proxy the inventory *cur holds at each
+// query, as serve's inventory swaps snapshots when a source changes.
+func withChangingInventory(cur *atomic.Pointer[inventory.Snapshot]) option {
+	return func(h *harness) {
+		h.inv = func() allocator.Inventory { return cur.Load() }
+		h.topo = func(id string) []int64 { return cur.Load().Topology(id) }
 	}
 }
 

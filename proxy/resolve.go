@@ -87,18 +87,23 @@ func (c *planCache) put(rec *state.Record, p plan, store *state.Store) {
 // errNoPodsSource is returned when a read is needed but none is configured.
 var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 
-// plans returns one plan per key. It fails with Unavailable when some pod is
-// unknown to the store and /pods cannot be read: an answer silently missing
-// that pod's devices is worse than an error, since Multus would configure the
-// pod's network without its VF and Antrea caches empty answers.
-func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.Time) ([]plan, error) {
-	plans := make([]plan, len(keys))
-	// One inventory snapshot per query, so every pod of an answer sees the
-	// same inventory.
-	var inv allocator.Inventory
-	if r.inventory != nil {
-		inv = r.inventory()
+// snapshot returns the inventory to answer one query from: one snapshot per
+// query, so every pod of an answer sees the same inventory.
+func (r *resolver) snapshot() allocator.Inventory {
+	if r.inventory == nil {
+		return nil
 	}
+	return r.inventory()
+}
+
+// plans returns one plan per key, and whether every plan came from the
+// store alone (no /pods read), in which case the same keys, store version
+// and inventory give the same plans. It fails with Unavailable when some pod
+// is unknown to the store and /pods cannot be read: an answer silently
+// missing that pod's devices is worse than an error, since Multus would
+// configure the pod's network without its VF and Antrea caches empty answers.
+func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.Time, inv allocator.Inventory) (plans []plan, fromStore bool, err error) {
+	plans = make([]plan, len(keys))
 	var need []int
 	for i, k := range keys {
 		rec, ok := r.store.Live(k)
@@ -109,14 +114,14 @@ func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.
 		need = append(need, i)
 	}
 	if len(need) == 0 {
-		return plans, nil
+		return plans, true, nil
 	}
 	snap, err := r.read(ctx, arrived)
 	if err != nil {
 		for _, i := range need {
 			rec, ok := r.store.Live(keys[i])
 			if !ok {
-				return nil, status.Errorf(codes.Unavailable,
+				return nil, false, status.Errorf(codes.Unavailable,
 					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
 					keys[i].Name, keys[i].Namespace, err)
 			}
@@ -125,7 +130,7 @@ func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.
 				r.metrics.unattributed.Inc()
 			}
 		}
-		return plans, nil
+		return plans, false, nil
 	}
 	for _, i := range need {
 		kp, ok := snap.Lookup(keys[i])
@@ -140,7 +145,7 @@ func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.
 		}
 		plans[i] = r.planFor(rec, inv)
 	}
-	return plans, nil
+	return plans, false, nil
 }
 
 func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Snapshot, error) {

@@ -19,6 +19,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
@@ -67,6 +70,9 @@ type Server struct {
 	resolver *resolver
 	grpc     *grpc.Server
 	ready    atomic.Bool
+
+	// listV1 and listV1alpha1 keep each List method's last answer.
+	listV1, listV1alpha1 answerCache
 }
 
 // New checks the configuration and prepares the server; nothing is dialled
@@ -160,19 +166,26 @@ type v1Server struct {
 func (v *v1Server) List(ctx context.Context, req *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	arrived := time.Now()
 	defer func() { v.s.deps.Metrics.request("v1", "List", err != nil) }()
-	resp, err = v.s.up.List(ctx, req)
+	out, err := v.s.answerList(ctx, "List", &v.s.listV1, func(ctx context.Context) (encoded, error) { return v.s.up.List(ctx, req) },
+		func(kubelet encoded, inv allocator.Inventory) ([]byte, bool, error) {
+			var resp v1.ListPodResourcesResponse
+			if err := decodeKubelet(kubelet, &resp); err != nil {
+				return nil, false, err
+			}
+			plans, fromStore, err := v.s.resolver.plans(ctx, keysV1(resp.GetPodResources()), arrived, inv)
+			if err != nil {
+				return nil, false, err
+			}
+			for i, pod := range resp.GetPodResources() {
+				mergeV1(pod, plans[i], v.s.deps.Topology)
+			}
+			out, err := proto.Marshal(&resp)
+			return out, fromStore, err
+		})
 	if err != nil {
 		return nil, err
 	}
-	plans, err := v.s.resolver.plans(ctx, keysV1(resp.GetPodResources()), arrived)
-	if err != nil {
-		v.s.log.WithError(err).Warn("List answered with an error")
-		return nil, err
-	}
-	for i, pod := range resp.GetPodResources() {
-		mergeV1(pod, plans[i], v.s.deps.Topology)
-	}
-	return resp, nil
+	return preEncoded(&v1.ListPodResourcesResponse{}, out), nil
 }
 
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
@@ -186,7 +199,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	if pod == nil {
 		return resp, nil
 	}
-	plans, err := v.s.resolver.plans(ctx, keysV1([]*v1.PodResources{pod}), arrived)
+	plans, _, err := v.s.resolver.plans(ctx, keysV1([]*v1.PodResources{pod}), arrived, v.s.resolver.snapshot())
 	if err != nil {
 		v.s.log.WithError(err).Warn("Get answered with an error")
 		return nil, err
@@ -217,22 +230,69 @@ type v1alpha1Server struct {
 func (v *v1alpha1Server) List(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	arrived := time.Now()
 	defer func() { v.s.deps.Metrics.request("v1alpha1", "List", err != nil) }()
-	resp, err = v.s.up.ListV1alpha1(ctx, req)
+	out, err := v.s.answerList(ctx, "v1alpha1 List", &v.s.listV1alpha1, func(ctx context.Context) (encoded, error) { return v.s.up.ListV1alpha1(ctx, req) },
+		func(kubelet encoded, inv allocator.Inventory) ([]byte, bool, error) {
+			var resp v1alpha1.ListPodResourcesResponse
+			if err := decodeKubelet(kubelet, &resp); err != nil {
+				return nil, false, err
+			}
+			pods := resp.GetPodResources()
+			keys := make([]state.PodKey, len(pods))
+			for i, p := range pods {
+				keys[i] = state.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
+			}
+			plans, fromStore, err := v.s.resolver.plans(ctx, keys, arrived, inv)
+			if err != nil {
+				return nil, false, err
+			}
+			for i, pod := range pods {
+				mergeV1alpha1(pod, plans[i])
+			}
+			out, err := proto.Marshal(&resp)
+			return out, fromStore, err
+		})
 	if err != nil {
 		return nil, err
 	}
-	pods := resp.GetPodResources()
-	keys := make([]state.PodKey, len(pods))
-	for i, p := range pods {
-		keys[i] = state.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
-	}
-	plans, err := v.s.resolver.plans(ctx, keys, arrived)
+	return preEncoded(&v1alpha1.ListPodResourcesResponse{}, out), nil
+}
+
+// answerList answers a List: it asks the kubelet, then reuses the last
+// answer when the kubelet's bytes, the store's version and the inventory
+// snapshot are all the same as when it was built, and builds a new one
+// otherwise. Only answers built from the store alone are kept: one that
+// needed a /pods read depended on that read too.
+func (s *Server) answerList(ctx context.Context, name string, cache *answerCache,
+	call func(context.Context) (encoded, error),
+	build func(kubelet encoded, inv allocator.Inventory) (out []byte, cacheable bool, err error),
+) ([]byte, error) {
+	kubelet, err := call(ctx)
 	if err != nil {
-		v.s.log.WithError(err).Warn("v1alpha1 List answered with an error")
+		return nil, err // the kubelet's codes and messages pass through
+	}
+	// Read before building, so that a change made while building leaves a
+	// cached answer that no longer matches.
+	version := s.deps.Store.Version()
+	inv := s.resolver.snapshot()
+	if out, ok := cache.lookup(kubelet, version, inv); ok {
+		return out, nil
+	}
+	out, cacheable, err := build(kubelet, inv)
+	if err != nil {
+		s.log.WithError(err).Warnf("%s answered with an error", name)
 		return nil, err
 	}
-	for i, pod := range pods {
-		mergeV1alpha1(pod, plans[i])
+	if cacheable {
+		cache.put(kubelet, version, inv, out)
 	}
-	return resp, nil
+	return out, nil
+}
+
+// decodeKubelet decodes a kubelet answer received encoded, failing as gRPC
+// would have had it decoded the answer itself.
+func decodeKubelet(kubelet encoded, m proto.Message) error {
+	if err := proto.Unmarshal(kubelet, m); err != nil {
+		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received response: %v", err)
+	}
+	return nil
 }

@@ -26,7 +26,6 @@ const DefaultMaxMessageSize = 64 << 20
 type upstream struct {
 	conn    *grpc.ClientConn
 	v1      v1.PodResourcesListerClient
-	v1alpha v1alpha1.PodResourcesListerClient
 	metrics *Metrics
 }
 
@@ -71,7 +70,6 @@ func newUpstream(socket string, maxMsg int, m *Metrics) (*upstream, error) {
 	return &upstream{
 		conn:    conn,
 		v1:      v1.NewPodResourcesListerClient(conn),
-		v1alpha: v1alpha1.NewPodResourcesListerClient(conn),
 		metrics: m,
 	}, nil
 }
@@ -85,9 +83,11 @@ func (u *upstream) observe(method string, start time.Time, err error) error {
 	return err
 }
 
-func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
+// List returns the kubelet's v1 List answer still encoded (see rawCodec).
+func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (encoded, error) {
 	start := time.Now()
-	resp, err := u.v1.List(ctx, req)
+	var resp encoded
+	err := u.conn.Invoke(ctx, v1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(rawCodec{}))
 	return resp, u.observe("List", start, err)
 }
 
@@ -103,8 +103,10 @@ func (u *upstream) GetAllocatableResources(ctx context.Context, req *v1.Allocata
 	return resp, u.observe("GetAllocatableResources", start, err)
 }
 
-func (u *upstream) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (*v1alpha1.ListPodResourcesResponse, error) {
+// ListV1alpha1 returns the kubelet's v1alpha1 List answer still encoded.
+func (u *upstream) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (encoded, error) {
 	start := time.Now()
-	resp, err := u.v1alpha.List(ctx, req)
+	var resp encoded
+	err := u.conn.Invoke(ctx, v1alpha1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(rawCodec{}))
 	return resp, u.observe("v1alpha1.List", start, err)
 }

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -69,6 +70,11 @@ type Store struct {
 	byUID     map[string]*Record
 	byKey     map[PodKey][]string // uids, usually one
 	bySandbox map[string]string   // sandbox id -> uid
+
+	// version counts changes to the records: it moves whenever a record is
+	// installed or deleted, so that readers can tell, without comparing
+	// records, that nothing they derived an answer from has changed.
+	version atomic.Uint64
 
 	// dirty is told about every changed or deleted uid; the persister
 	// installs it. Called with mu held, so it must not block.
@@ -139,6 +145,11 @@ func (s *Store) ByName(key PodKey) []*Record {
 	sort.Slice(out, func(i, j int) bool { return out[i].UpdatedAt.After(out[j].UpdatedAt) })
 	return out
 }
+
+// Version returns a number that changes whenever any record is added,
+// replaced or deleted. Two equal versions mean every lookup (Get, Live,
+// ByName, Records) answers the same in between.
+func (s *Store) Version() uint64 { return s.version.Load() }
 
 // Len returns how many records the store holds.
 func (s *Store) Len() int {
@@ -572,6 +583,7 @@ func (s *Store) install(old, r *Record) {
 		s.bySandbox[r.SandboxID] = r.UID
 	}
 	s.byUID[r.UID] = r
+	s.version.Add(1)
 }
 
 func (s *Store) delete(uid string) {
@@ -580,6 +592,7 @@ func (s *Store) delete(uid string) {
 		return
 	}
 	delete(s.byUID, uid)
+	s.version.Add(1)
 	s.unindexKey(r.Key(), uid)
 	if s.bySandbox[r.SandboxID] == uid {
 		delete(s.bySandbox, r.SandboxID)

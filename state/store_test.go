@@ -423,3 +423,33 @@ func TestAReconcileThatAgreesChangesNothing(t *testing.T) {
 		t.Errorf("after CRI saw it stop: state %q source %s, want stopped by cri", r.State, r.Sources.Sandbox.Source)
 	}
 }
+
+// The proxy reuses a List answer while Version stays put, so Version must
+// move with every change a lookup could see, and should not move otherwise
+// (a steady node would rebuild every answer for nothing).
+func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	v := s.Version()
+	step := func(what string, change bool, fn func()) {
+		t.Helper()
+		fn()
+		if moved := s.Version() != v; moved != change {
+			t.Errorf("%s: version moved = %v, want %v", what, moved, change)
+		}
+		v = s.Version()
+	}
+	step("a new sandbox", true, func() { s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil)) })
+	step("the same sandbox again", false, func() { s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil)) })
+	step("an agreeing reconcile", false, func() {
+		s.Reconcile(SourceCRI, clock.Advance(time.Second), []Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+	})
+	step("the sandbox stopped", true, func() { s.SandboxStopped(SourceNRI, "sb1", "u1") })
+	step("the sandbox removed", true, func() { s.SandboxRemoved(SourceNRI, "sb1", "u1") })
+	clock.Advance(2 * DefaultPruneAfter)
+	step("pruned", true, func() {
+		if n := s.Prune(); n != 1 {
+			t.Fatalf("pruned %d records, want 1", n)
+		}
+	})
+}
