@@ -75,7 +75,8 @@ type encoded []byte
 // rawCodec is the codec of the upstream List calls. Requests are marshalled
 // by gRPC's own protobuf codec; responses are kept encoded, so that the
 // proxy can tell an answer identical to the last one by comparing bytes.
-// Its name is "proto", so the kubelet sees the usual content type.
+// Its name is "proto": the calls go out as application/grpc+proto, which
+// gRPC servers (the kubelet's among them) read with their protobuf codec.
 type rawCodec struct{}
 
 var protoCodec = encoding.GetCodecV2(proto.Name)

@@ -50,7 +50,9 @@ type Deps struct {
 	Store      *state.Store
 	Pods       *kubeletpods.Reader // fresh /pods reads; nil answers pods unknown to the store with Unavailable
 	Allocators *allocator.Set
-	// Topology gives added devices their NUMA nodes; nil adds none.
+	// Topology gives added devices their NUMA nodes; nil adds none. It
+	// must answer from the snapshot Inventory returns (or never change when
+	// Inventory is nil): a List answer is reused while that snapshot is.
 	Topology TopologyFunc
 	// Allocatable lists the inventory's devices for GetAllocatableResources
 	// in the kubelet's shape; nil adds none.
@@ -292,7 +294,7 @@ func (s *Server) answerList(ctx context.Context, name string, cache *answerCache
 // would have had it decoded the answer itself.
 func decodeKubelet(kubelet encoded, m proto.Message) error {
 	if err := proto.Unmarshal(kubelet, m); err != nil {
-		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received response: %v", err)
+		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 	}
 	return nil
 }
