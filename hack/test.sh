@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (the README's, and what CI runs):
-#   formatting, vet and staticcheck, unit tests with the race detector, a short fuzzing
+#   formatting, vet, staticcheck and shellcheck, unit tests with the race detector, a short fuzzing
 #   pass over every decoder, then the real-node end-to-end suite when run as
 #   root (it builds and starts containerd and a kubelet; see hack/build-node.sh).
 # Environment:
@@ -21,10 +21,19 @@ fi
 step "go vet"
 go vet ./...
 
-# staticcheck, pinned, built from the Go module proxy: it finds what vet
+# staticcheck, pinned by go.mod's tool directive (its sums in go.sum), so a
+# new machine builds the same version from the module proxy: it finds what vet
 # does not (an error shadowed and never checked, dead code).
 step "staticcheck"
-go run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+go tool staticcheck ./...
+
+# Lint every script with shellcheck (Debian's package; .ci/run installs it).
+step "shellcheck"
+if ! command -v shellcheck >/dev/null; then
+	echo "shellcheck is not installed (apt-get install shellcheck; .ci/run does this)" >&2
+	exit 1
+fi
+git ls-files -z 'hack/*.sh' '.ci/run' | xargs -0 shellcheck
 
 step "unit tests (race detector)"
 go test -race -count=1 ./...
