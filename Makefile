@@ -1,0 +1,37 @@
+# The index of what can be run; each target calls the script that does it.
+# Scripts take their settings from the environment (see each script's header).
+GO ?= go
+# Where node-up and node-down keep the node.
+ROOT ?= /var/tmp/podres-node
+
+.PHONY: build test test-from-empty lint e2e node-up node-down local-up local-down image
+
+build: ## the binary, into _output/bin
+	CGO_ENABLED=0 $(GO) build -trimpath -o _output/bin/podres-proxy ./cmd/podres-proxy
+
+test: ## the test command (CI's): lint, unit tests with -race, fuzzing, e2e as root
+	hack/test.sh
+
+test-from-empty: ## the test command with empty Go module, build and node caches
+	hack/test-from-empty.sh
+
+lint: ## gofmt, vet, staticcheck and shellcheck only
+	PODRES_LINT_ONLY=1 hack/test.sh
+
+e2e: ## the real-node end-to-end suite only (root)
+	PODRES_E2E=1 $(GO) test -count=1 -timeout 60m -v ./test/e2e/...
+
+node-up: ## a real node (containerd + NRI + CNI, a standalone kubelet) under ROOT (root)
+	hack/build-node.sh && hack/node-up.sh $(ROOT)
+
+node-down: ## stops the node under ROOT
+	hack/node-down.sh $(ROOT)
+
+local-up: ## the quick start: a node, podres-proxy, demo pods (root)
+	hack/local-up.sh
+
+local-down: ## stops what local-up started
+	hack/local-down.sh
+
+image: ## the container image (needs a container engine)
+	docker build -t podres-proxy:dev .
