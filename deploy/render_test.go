@@ -20,6 +20,7 @@ import (
 	"sync"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -46,7 +47,14 @@ type object struct {
 // into. A kind missing here fails the rendering test: every object the
 // manifests create has to be checked as its real type.
 var newTyped = map[string]func() any{
-	"v1/Namespace":                                    func() any { return &corev1.Namespace{} },
+	"v1/Namespace": func() any { return &corev1.Namespace{} },
+	"v1/ConfigMap": func() any { return &corev1.ConfigMap{} },
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy": func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	},
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding": func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	},
 	"v1/ServiceAccount":                               func() any { return &corev1.ServiceAccount{} },
 	"v1/ResourceQuota":                                func() any { return &corev1.ResourceQuota{} },
 	"apps/v1/DaemonSet":                               func() any { return &appsv1.DaemonSet{} },
@@ -266,6 +274,7 @@ func TestEveryKustomizationRendersIntoKnownTypes(t *testing.T) {
 		"testdata/kubelet-insecure-tls",
 		"testdata/without-koordinator-device",
 		"testdata/all-components",
+		"testdata/admission-policy",
 	} {
 		if !slices.Contains(dirs, want) {
 			t.Errorf("%s was not rendered (rendered: %v)", want, dirs)
