@@ -1,13 +1,15 @@
 # The index of what can be run; each target calls the script that does it.
 # Scripts take their settings from the environment (see each script's header).
 GO ?= go
+# The version the binary reports (podres-proxy version).
+VERSION ?= dev
 # Where node-up and node-down keep the node.
 ROOT ?= /var/tmp/podres-node
 
-.PHONY: build test test-from-empty lint e2e node-up node-down local-up local-down image
+.PHONY: build test test-from-empty lint e2e node-up node-down local-up local-down image image-oci
 
-build: ## the binary, into _output/bin
-	CGO_ENABLED=0 $(GO) build -trimpath -o _output/bin/podres-proxy ./cmd/podres-proxy
+build: ## the static binary, into _output/bin, built as the Dockerfile builds it
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o _output/bin/podres-proxy ./cmd/podres-proxy
 
 test: ## the test command (CI's): lint, unit tests with -race, fuzzing, e2e as root
 	hack/test.sh
@@ -35,3 +37,6 @@ local-down: ## stops what local-up started
 
 image: ## the container image (needs a container engine)
 	docker build -t podres-proxy:dev .
+
+image-oci: build ## the same image without an engine: an OCI tarball for `ctr images import`
+	$(GO) run ./hack/ociimage -binary _output/bin/podres-proxy -name podres-proxy:$(VERSION) -o _output/podres-proxy-image.tar

@@ -8,7 +8,7 @@
 #     the Go module proxy into PODRES_CACHE/containerd-VERSION/bin;
 #   - the kubelet, built from k8s.io/kubernetes through a generated wrapper
 #     module (outside the repo's module) into PODRES_CACHE/kubelet-VERSION/bin;
-#   - the pause image: hack/pause packed as an OCI image layout tarball under
+#   - the pause image: hack/pause packed by hack/ociimage as an OCI image layout tarball under
 #     the name containerd pins for sandboxes, in PODRES_CACHE/pause-*/.
 #
 # Usage: hack/build-node.sh            (as root; see hack/lib.sh for the env)
@@ -176,21 +176,8 @@ sandbox_image_name() {
 	echo "${name}"
 }
 
-# sha256_of prints the hex sha256 of a file.
-sha256_of() {
-	sha256sum "$1" | cut -d' ' -f1
-}
-
-# add_blob moves FILE into the layout's blob store and prints its digest.
-add_blob() {
-	local layout="$1" file="$2" digest
-	digest="$(sha256_of "${file}")"
-	mv "${file}" "${layout}/blobs/sha256/${digest}"
-	echo "${digest}"
-}
-
-# build_pause builds hack/pause and packs it as an OCI image layout tarball
-# named after containerd's pinned sandbox image.
+# build_pause builds hack/pause and packs it with hack/ociimage as an OCI
+# image layout tarball named after containerd's pinned sandbox image.
 build_pause() {
 	local dir
 	dir="$(pause_cache_dir)"
@@ -198,43 +185,20 @@ build_pause() {
 		log "pause image $(cat "${dir}/image-name"): cached in ${dir}"
 		return
 	fi
-	local name arch work layout
+	local name arch work
 	name="$(sandbox_image_name)"
 	arch="$("${GO}" env GOARCH)"
 	work="$(mktemp -d)"
-	layout="${work}/layout"
-	mkdir -p "${work}/rootfs" "${layout}/blobs/sha256"
+	mkdir -p "${work}/rootfs"
 	log "pause image ${name}: building hack/pause (${arch})"
 	(cd "${PODRES_REPO}" && CGO_ENABLED=0 "${GO}" build -trimpath -ldflags '-s -w' \
 		-o "${work}/rootfs/pause" ./hack/pause)
 
-	# One uncompressed layer holding /pause, written reproducibly.
-	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=ustar \
-		-C "${work}/rootfs" -cf "${work}/layer.tar" pause
-	local layer_size layer_digest
-	layer_size="$(stat -c %s "${work}/layer.tar")"
-	layer_digest="$(add_blob "${layout}" "${work}/layer.tar")"
-
-	printf '{"architecture":"%s","os":"linux","config":{"Entrypoint":["/pause"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-		"${arch}" "${layer_digest}" >"${work}/config.json"
-	local config_size config_digest
-	config_size="$(stat -c %s "${work}/config.json")"
-	config_digest="$(add_blob "${layout}" "${work}/config.json")"
-
-	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:%s","size":%s}]}' \
-		"${config_digest}" "${config_size}" "${layer_digest}" "${layer_size}" >"${work}/manifest.json"
-	local manifest_size manifest_digest
-	manifest_size="$(stat -c %s "${work}/manifest.json")"
-	manifest_digest="$(add_blob "${layout}" "${work}/manifest.json")"
-
-	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"platform":{"architecture":"%s","os":"linux"},"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
-		"${manifest_digest}" "${manifest_size}" "${arch}" "${name}" "${name##*:}" >"${layout}/index.json"
-	printf '{"imageLayoutVersion":"1.0.0"}' >"${layout}/oci-layout"
-
+	# One layer holding /pause, as an OCI layout tarball named so that
+	# `ctr images import` registers it under the pinned name.
 	mkdir -p "${dir}"
-	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
-		-C "${layout}" -cf "${dir}/pause.tar.tmp" oci-layout index.json blobs
-	mv "${dir}/pause.tar.tmp" "${dir}/pause.tar"
+	(cd "${PODRES_REPO}" && "${GO}" run ./hack/ociimage -binary "${work}/rootfs/pause" -name "${name}" \
+		-path /pause -entrypoint /pause -cmd "" -arch "${arch}" -o "${dir}/pause.tar")
 	echo "${name}" >"${dir}/image-name"
 	rm -rf "${work}"
 	log "pause image ${name}: packed into ${dir}/pause.tar"

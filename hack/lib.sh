@@ -51,10 +51,12 @@ go_bin() {
 	fi
 }
 
-# pause_source_hash prints a short hash of the pause program's source, the
-# packing code and containerd's version: the pause cache key.
+# pause_source_hash prints a short hash of the pause program's source and the
+# packing code (containerd's version is in the directory name): the pause
+# cache key.
 pause_source_hash() {
-	cat "${PODRES_REPO}/hack/pause/"*.go "${PODRES_REPO}/hack/build-node.sh" | sha256sum | cut -c1-12
+	cat "${PODRES_REPO}/hack/pause/"*.go "${PODRES_REPO}/hack/ociimage/"*.go "${PODRES_REPO}/hack/build-node.sh" |
+		sha256sum | cut -c1-12
 }
 
 # pause_cache_dir prints the directory holding the pause image tarball.
