@@ -148,6 +148,13 @@ const (
 	// ScopeRequesting: the app containers that request the device, as the
 	// allocator's decoder judges requests (Volcano vGPU).
 	ScopeRequesting ContainerScope = "requesting"
+	// ScopeRequestingAll: every container that requests the device, init
+	// and sidecar containers first, as the allocator's decoder judges
+	// requests; ContainerIndex then counts the allocator's non-empty entries
+	// (HAMi, whose device plugin hands its k-th non-empty entry to the k-th
+	// container asking for the vendor's resource, whatever the list's
+	// padding).
+	ScopeRequestingAll ContainerScope = "requesting-all"
 )
 
 // Record is everything the node knows about one pod, keyed by UID. A Record
