@@ -133,6 +133,11 @@ type Device struct {
 	// Replace means the ids replace what the kubelet itself reported for
 	// Resource in that container instead of being appended to it.
 	Replace bool `json:"replace,omitempty"`
+	// CountsRequests means the allocator counted the pod's requests for this
+	// device in devices, not in its usual unit (Koordinator's
+	// RequestsAsCount strategy: koordinator.sh/rdma: 1 is one VF, not 1% of
+	// a NIC); attribution reads the containers' requests the same way.
+	CountsRequests bool `json:"countsRequests,omitempty"`
 }
 
 // ContainerScope names the containers of a PodSpec that a per-container

@@ -26,7 +26,10 @@ func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment,
 	}
 
 	given := make([][]int, len(spec.Containers)) // container position -> device indices
-	type kind struct{ allocator, typ, resource string }
+	type kind struct {
+		allocator, typ, resource string
+		counts                   bool
+	}
 	var kinds []kind // in order of first appearance, for a deterministic walk
 	byKind := map[kind][]int{}
 	for i, dev := range devices {
@@ -36,7 +39,7 @@ func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment,
 			}
 			continue
 		}
-		k := kind{dev.Allocator, dev.Type, dev.Resource}
+		k := kind{dev.Allocator, dev.Type, dev.Resource, dev.CountsRequests}
 		if _, seen := byKind[k]; !seen {
 			kinds = append(kinds, k)
 		}

@@ -24,8 +24,9 @@ type Decoder interface {
 	Decode(annotations map[string]string) ([]state.Device, error)
 	// Wants says how much of dev a container with these requests asks for:
 	// whole devices (>0), or share=true for a fraction; (0,false) = nothing
-	// dev provides. It must depend only on dev's Type and Resource, not on
-	// the particular device: Assign asks once per kind of device.
+	// dev provides. It must depend only on dev's Type, Resource and
+	// CountsRequests, not on the particular device: Assign asks once per
+	// kind of device.
 	Wants(dev state.Device, requests map[string]string) (whole int64, share bool)
 }
 
