@@ -5,7 +5,7 @@ import "time"
 // SchemaVersion is the version of the on-disk record format. It is written
 // into every file and changes only when the format changes incompatibly; a
 // file with another version is set aside, never guessed at.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Phase is a pod's lifecycle as far as this node knows it.
 type Phase string
