@@ -462,3 +462,68 @@ func TestAssignUnknownContainerScopeFollowsThePodLevelPolicy(t *testing.T) {
 		t.Errorf("Assign = %v; want %v", got, want)
 	}
 }
+
+// A MIG annotation that cannot be trusted is reported and ignored: every
+// slice stays its parent GPU, shown once, and the container keeps it.
+func TestHAMiMalformedMIGAnnotationKeepsTheParentGPU(t *testing.T) {
+	value := uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;"
+	for _, tt := range []struct{ name, mig, wantErr string }{
+		{"not JSON", `[{`, "want a JSON list of MIG allocations"},
+		{"no containerIndex", `[{"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"}]`, "entry 0: no valid containerIndex"},
+		{"negative deviceIndex", `[{"containerIndex":0,"deviceIndex":-1,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"}]`, "entry 0: no valid deviceIndex"},
+		{"not a MIG UUID", `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"GPU-x"}]`, `migUUID "GPU-x" is not MIG-<uuid>`},
+		{"one instance for two slices", `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"},` +
+			`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"}]`, "MIG-a given to two slices"},
+		{"one slot twice", `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"},` +
+			`{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-b"}]`, "container 0 device 0 listed twice"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: value, HAMiMIGAnnotation: tt.mig})
+			if err == nil || !strings.HasPrefix(err.Error(), "decode "+HAMiMIGAnnotation+": ") || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error = %v; want one naming the MIG annotation and containing %q", err, tt.wantErr)
+			}
+			if want := []state.Device{hv(uuidA, 0, 1, true)}; !reflect.DeepEqual(got, want) {
+				t.Errorf("devices = %+v; want the parent GPU once, %+v", got, want)
+			}
+		})
+	}
+}
+
+// FuzzHAMiMIGDecode feeds arbitrary MIG annotations beside a fixed
+// allocation: never a panic, and whatever it says, each device is either
+// the GPU written in the allocation or a MIG-<uuid>, each shown once per
+// container, and a malformed MIG annotation changes nothing but the error.
+func FuzzHAMiMIGDecode(f *testing.F) {
+	f.Add(`[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"}]`)
+	f.Add(`[{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","migUUID":"MIG-b"},{"containerIndex":1,"deviceIndex":0,"gpuUUID":"` + uuidB + `"}]`)
+	f.Add(`[]`)
+	f.Add(`null`)
+	addFixtureSeeds(f, func(key string) bool { return key == HAMiMIGAnnotation })
+	value := uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;" + uuidB + ",NVIDIA,9856,14:;"
+	h := NewHAMi(HAMiOptions{})
+	plain, err := h.Decode(map[string]string{HAMiNVIDIAAnnotation: value})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, mig string) {
+		got, err := h.Decode(map[string]string{HAMiNVIDIAAnnotation: value, HAMiMIGAnnotation: mig})
+		if err != nil {
+			if !reflect.DeepEqual(got, plain) {
+				t.Errorf("a malformed MIG annotation changed the devices: %+v", got)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, d := range got {
+			id := d.IDs[0]
+			if id != uuidA && id != uuidB && !strings.HasPrefix(id, "MIG-") {
+				t.Errorf("device %q is neither the allocation's GPU nor a MIG instance", id)
+			}
+			key := fmt.Sprint(*d.ContainerIndex, id)
+			if seen[key] {
+				t.Errorf("%q twice in container %d", id, *d.ContainerIndex)
+			}
+			seen[key] = true
+		}
+	})
+}
