@@ -114,17 +114,18 @@ type Device struct {
 	// example koordinator.sh/gpu-core: 50); every container that requests a
 	// share of it gets it.
 	Shared bool `json:"shared,omitempty"`
-	// ContainerIndex is set by allocators that allocate per container (HAMi):
-	// the position in the allocator's own container list. Nil means the
-	// allocation is pod-level and attribution follows the pod spec.
+	// ContainerIndex is set by allocators that allocate per container (HAMi,
+	// Volcano vGPU): the position in the allocator's own container list, or
+	// with ScopeRequestingAll the rank among its non-empty entries. Nil
+	// means the allocation is pod-level and attribution follows the pod spec.
 	ContainerIndex *int `json:"containerIndex,omitempty"`
 	// ContainerScope says which containers of the pod spec the allocator's
 	// list covers, that is what ContainerIndex counts; empty is ScopeAll.
 	ContainerScope ContainerScope `json:"containerScope,omitempty"`
-	// ContainerCount is the length of the allocator's container list, 0 when
-	// unknown. When it disagrees with the size of ContainerScope, the scope
-	// whose size it matches is used instead: HAMi changed which containers
-	// its list covers, and pods written before and after an upgrade coexist.
+	// ContainerCount is the length of the allocator's container list (with
+	// ScopeRequestingAll, its non-empty entries), 0 when unknown. For
+	// ScopeAll, ScopeApp and ScopeRequesting, when it disagrees with the
+	// scope's size, the scope whose size it matches is used instead.
 	ContainerCount int `json:"containerCount,omitempty"`
 	// Index is the vendor's enumeration index (nvidia-smi index) when the
 	// allocator named the device by it (Volcano gpushare); like Minor, it is
@@ -146,9 +147,10 @@ type ContainerScope string
 
 const (
 	// ScopeAll: every container, init and sidecar containers first (HAMi
-	// since its PR #1650).
+	// since its PR #1650, as schema-1 records read it; no decoder writes it
+	// any more).
 	ScopeAll ContainerScope = ""
-	// ScopeApp: the app containers only (HAMi before that).
+	// ScopeApp: the app containers only (HAMi before that; likewise).
 	ScopeApp ContainerScope = "app"
 	// ScopeRequesting: the app containers that request the device, as the
 	// allocator's decoder judges requests (Volcano vGPU).
