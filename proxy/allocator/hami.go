@@ -233,9 +233,10 @@ type hamiList struct {
 // decodeHAMiList decodes one annotation in HAMi's format (HAMi's
 // hami.io/<vendor>-devices-allocated and Volcano's volcano.sh/vgpu-ids-new):
 // containers separated by ';', each a list of devices "UUID,Type,mem,cores"
-// each followed by ':'. Every device gets the container's position in the
-// list, the list's length, and Replace: the per-container device plugins
-// of both allocators give the kubelet ids that name no real device.
+// each followed by ':'. Every device gets its container's index and the
+// list's length as l.scope counts them (every entry, or only non-empty ones
+// for state.ScopeRequestingAll), and Replace: the per-container device
+// plugins of both allocators give the kubelet ids that name no real device.
 //
 // A container entry that cannot be read loses its devices and is reported;
 // the other containers keep theirs. That is safe because ';' alone decides
