@@ -65,16 +65,17 @@ func TestRecordFilesThatAreNotExactlyOursAreRefused(t *testing.T) {
 		"empty":          "",
 		"null":           "null",
 		"array":          "[]",
-		"no version":     strings.Replace(string(good), `"schemaVersion": 1,`, "", 1),
-		"newer version":  strings.Replace(string(good), `"schemaVersion": 1`, `"schemaVersion": 2`, 1),
-		"unknown field":  strings.Replace(string(good), `"schemaVersion": 1,`, `"schemaVersion": 1, "color": "red",`, 1),
+		"no version":     strings.Replace(string(good), `"schemaVersion": 2,`, "", 1),
+		"older version":  strings.Replace(string(good), `"schemaVersion": 2`, `"schemaVersion": 1`, 1),
+		"newer version":  strings.Replace(string(good), `"schemaVersion": 2`, `"schemaVersion": 3`, 1),
+		"unknown field":  strings.Replace(string(good), `"schemaVersion": 2,`, `"schemaVersion": 2, "color": "red",`, 1),
 		"trailing data":  string(good) + "{}",
 		"truncated":      string(good[:len(good)-3]),
 		"bad state":      strings.Replace(string(good), `"state": "ready"`, `"state": "running"`, 1),
 		"bad source":     strings.Replace(string(good), `"source": "cri"`, `"source": "docker"`, 1),
 		"path in uid":    strings.Replace(string(good), `"uid": "0b5d8e3a`, `"uid": "../0b5d8e3a`, 1),
 		"bad ctr state":  strings.Replace(string(good), `"state": "running"`, `"state": "paused"`, 1),
-		"string version": strings.Replace(string(good), `"schemaVersion": 1`, `"schemaVersion": "1"`, 1),
+		"string version": strings.Replace(string(good), `"schemaVersion": 2`, `"schemaVersion": "2"`, 1),
 	} {
 		if _, err := decodeRecord([]byte(data)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -110,8 +111,8 @@ func FuzzLoadRecord(f *testing.F) {
 	f.Add(good)
 	f.Add(minimal)
 	f.Add(good[:len(good)/2])
-	f.Add([]byte(`{"schemaVersion":1,"uid":"u","state":"removed","removedAt":"0000-01-01T00:00:00+01:00","updatedAt":"9999-12-31T23:59:59-23:59"}`))
-	f.Add([]byte(`{"schemaVersion":1,"UID":"u","State":"ready","devices":[{"ids":null,"minor":-1}]}`))
+	f.Add([]byte(`{"schemaVersion":2,"uid":"u","state":"removed","removedAt":"0000-01-01T00:00:00+01:00","updatedAt":"9999-12-31T23:59:59-23:59"}`))
+	f.Add([]byte(`{"schemaVersion":2,"UID":"u","State":"ready","devices":[{"ids":null,"minor":-1}]}`))
 	f.Add([]byte(`{"schemaVersion":2}`))
 	f.Add([]byte("\x00garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {

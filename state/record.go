@@ -5,7 +5,7 @@ import "time"
 // SchemaVersion is the version of the on-disk record format. It is written
 // into every file and changes only when the format changes incompatibly; a
 // file with another version is set aside, never guessed at.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Phase is a pod's lifecycle as far as this node knows it.
 type Phase string
@@ -114,17 +114,18 @@ type Device struct {
 	// example koordinator.sh/gpu-core: 50); every container that requests a
 	// share of it gets it.
 	Shared bool `json:"shared,omitempty"`
-	// ContainerIndex is set by allocators that allocate per container (HAMi):
-	// the position in the allocator's own container list. Nil means the
-	// allocation is pod-level and attribution follows the pod spec.
+	// ContainerIndex is set by allocators that allocate per container (HAMi,
+	// Volcano vGPU): the position in the allocator's own container list, or
+	// with ScopeRequestingAll the rank among its non-empty entries. Nil
+	// means the allocation is pod-level and attribution follows the pod spec.
 	ContainerIndex *int `json:"containerIndex,omitempty"`
 	// ContainerScope says which containers of the pod spec the allocator's
 	// list covers, that is what ContainerIndex counts; empty is ScopeAll.
 	ContainerScope ContainerScope `json:"containerScope,omitempty"`
-	// ContainerCount is the length of the allocator's container list, 0 when
-	// unknown. When it disagrees with the size of ContainerScope, the scope
-	// whose size it matches is used instead: HAMi changed which containers
-	// its list covers, and pods written before and after an upgrade coexist.
+	// ContainerCount is the length of the allocator's container list (with
+	// ScopeRequestingAll, its non-empty entries), 0 when unknown. For
+	// ScopeAll, ScopeApp and ScopeRequesting, when it disagrees with the
+	// scope's size, the scope whose size it matches is used instead.
 	ContainerCount int `json:"containerCount,omitempty"`
 	// Index is the vendor's enumeration index (nvidia-smi index) when the
 	// allocator named the device by it (Volcano gpushare); like Minor, it is
@@ -133,6 +134,11 @@ type Device struct {
 	// Replace means the ids replace what the kubelet itself reported for
 	// Resource in that container instead of being appended to it.
 	Replace bool `json:"replace,omitempty"`
+	// CountsRequests means the allocator counted the pod's requests for this
+	// device in devices, not in its usual unit (Koordinator's
+	// RequestsAsCount strategy: koordinator.sh/rdma: 1 is one VF, not 1% of
+	// a NIC); attribution reads the containers' requests the same way.
+	CountsRequests bool `json:"countsRequests,omitempty"`
 }
 
 // ContainerScope names the containers of a PodSpec that a per-container
@@ -141,13 +147,21 @@ type ContainerScope string
 
 const (
 	// ScopeAll: every container, init and sidecar containers first (HAMi
-	// since its PR #1650).
+	// since its PR #1650, as schema-1 records read it; no decoder writes it
+	// any more).
 	ScopeAll ContainerScope = ""
-	// ScopeApp: the app containers only (HAMi before that).
+	// ScopeApp: the app containers only (HAMi before that; likewise).
 	ScopeApp ContainerScope = "app"
 	// ScopeRequesting: the app containers that request the device, as the
 	// allocator's decoder judges requests (Volcano vGPU).
 	ScopeRequesting ContainerScope = "requesting"
+	// ScopeRequestingAll: every container that requests the device, init
+	// and sidecar containers first, as the allocator's decoder judges
+	// requests; ContainerIndex then counts the allocator's non-empty entries
+	// (HAMi, whose device plugin hands its k-th non-empty entry to the k-th
+	// container asking for the vendor's resource, whatever the list's
+	// padding).
+	ScopeRequestingAll ContainerScope = "requesting-all"
 )
 
 // Record is everything the node knows about one pod, keyed by UID. A Record

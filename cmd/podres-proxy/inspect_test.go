@@ -135,7 +135,7 @@ func TestInspectJSONIsTheListOfRecords(t *testing.T) {
 	if train.UID != "uid-train" || train.SandboxID != "5f2a9c0e7d1b4a3c8e6f" || len(train.Devices) != 1 || len(train.Containers) != 2 {
 		t.Errorf("running pod in json: %+v", train)
 	}
-	if !strings.HasPrefix(out, "[\n  {\n    \"schemaVersion\": 1,") {
+	if !strings.HasPrefix(out, "[\n  {\n    \"schemaVersion\": 2,") {
 		t.Errorf("json is not indented:\n%s", out[:min(len(out), 80)])
 	}
 }
@@ -177,7 +177,7 @@ func TestInspectFiltersByNamespaceAndName(t *testing.T) {
 func TestInspectWarnsAboutUnreadableFilesAndPrintsTheRest(t *testing.T) {
 	dir := newStateDir(t)
 	bad := filepath.Join(dir, "pods", "uid-broken.json")
-	if err := os.WriteFile(bad, []byte(`{"schemaVersion": 1, "uid": "uid-bro`), 0o640); err != nil {
+	if err := os.WriteFile(bad, []byte(`{"schemaVersion": 2, "uid": "uid-bro`), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)

@@ -56,6 +56,7 @@ type serveConfig struct {
 	gpuResource, rdmaResource, fpgaResource string
 	allocators, hamiResources               string
 	hamiLegacyIndexing                      bool
+	maxDevicesPerPod                        int
 	nodeName                                string
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
@@ -90,7 +91,8 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.fpgaResource, "fpga-resource-name", allocator.DefaultFPGAResource, "resource name allocated FPGAs are reported as")
 	fs.StringVar(&c.allocators, "allocators", strings.Join(allocator.Names(), ","), "the schedulers whose annotations are decoded: "+strings.Join(allocator.Names(), ", ")+" (each reads only its own annotations)")
 	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
-	fs.BoolVar(&c.hamiLegacyIndexing, "hami-legacy-indexing", false, "HAMi lists app containers only (HAMi before it listed init containers first); lists whose length fits one convention are read by it anyway")
+	fs.BoolVar(&c.hamiLegacyIndexing, "hami-legacy-indexing", false, "deprecated, no effect: HAMi's lists are read as its device plugin reads them (the k-th non-empty entry for the k-th container requesting the vendor's resource), right for every HAMi version")
+	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
 	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
@@ -118,6 +120,9 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 // complete fills defaults that depend on the environment and checks the
 // combination of flags.
 func (c *serveConfig) complete() error {
+	if c.maxDevicesPerPod <= 0 {
+		return usageError{fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod)}
+	}
 	if c.podsURL == "" {
 		ip := os.Getenv("NODE_IP")
 		if ip == "" {
@@ -172,6 +177,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		return usageError{fmt.Errorf("--allocators: %w", err)}
 	}
 	allocators := allocator.NewSet(log, metrics.AnnotationError, decoders...)
+	allocators.LimitDevicesPerPod(c.maxDevicesPerPod)
+	if c.hamiLegacyIndexing {
+		log.Warn("--hami-legacy-indexing is deprecated and has no effect: every HAMi version's list is read the same way")
+	}
 	inv, err := c.inventory(log)
 	if err != nil {
 		return fmt.Errorf("device inventory: %w", err)

@@ -192,6 +192,7 @@ func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
 		{"serve", "--no-such-flag"},
 		{"serve", "--state-dir", "/x", "extra"},
 		{"serve", "--rate-limit-qps", "-1", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
+		{"serve", "--max-devices-per-pod", "0", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve"}, // neither --kubelet-pods-url nor NODE_IP
 	} {
 		var errOut bytes.Buffer
@@ -296,5 +297,41 @@ func TestServeKeepsServingWhenTheDeviceObjectIsForbidden(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), gpuUUID) {
 		t.Errorf("serve answers without the pod's GPU after the 403:\n%s", out.String())
+	}
+}
+
+// --max-devices-per-pod: a pod whose annotation names more devices is
+// answered without them, and serve logs why, naming the pod; the other
+// pods keep theirs.
+func TestServeRefusesAPodOverTheDeviceLimit(t *testing.T) {
+	dir, err := os.MkdirTemp("", "prc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	const gpu2 = "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc"
+	k := fakekubelet.Start(t, dir)
+	k.SetPods(
+		fakekubelet.NewPod("ml", "greedy", "uid-1",
+			fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
+				`{"gpu":[{"minor":0,"id":"`+gpuUUID+`"},{"minor":1,"id":"`+gpu2+`"}]}`),
+			fakekubelet.WithContainer("train", map[string]string{"nvidia.com/gpu": "2"})),
+		fakekubelet.NewPod("ml", "modest", "uid-2",
+			fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated", `{"gpu":[{"minor":0,"id":"`+gpuUUID+`"}]}`),
+			fakekubelet.WithContainer("train", map[string]string{"nvidia.com/gpu": "1"})))
+	srv := startServe(t, k, dir, "--max-devices-per-pod", "1", "--sysfs-root", "", "--device-cr=false")
+
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"query", "list", "--socket", srv.socket}, &out, &errOut); code != 0 {
+		t.Fatalf("query list exited %d: %s", code, errOut.String())
+	}
+	if regexpLine(out.String(), "greedy", "GPU-") {
+		t.Errorf("the pod over the limit is shown with devices:\n%s", out.String())
+	}
+	if !regexpLine(out.String(), "modest", "train", "nvidia.com/gpu", gpuUUID) {
+		t.Errorf("the pod within the limit lost its GPU:\n%s", out.String())
+	}
+	if logs := srv.logs.String(); !strings.Contains(logs, "pod ml/greedy: 2 devices, 1 allowed per pod (--max-devices-per-pod)") {
+		t.Errorf("serve did not log the refusal naming the pod:\n%s", logs)
 	}
 }

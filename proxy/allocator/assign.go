@@ -26,7 +26,10 @@ func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment,
 	}
 
 	given := make([][]int, len(spec.Containers)) // container position -> device indices
-	type kind struct{ allocator, typ, resource string }
+	type kind struct {
+		allocator, typ, resource string
+		counts                   bool
+	}
 	var kinds []kind // in order of first appearance, for a deterministic walk
 	byKind := map[kind][]int{}
 	for i, dev := range devices {
@@ -36,7 +39,7 @@ func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment,
 			}
 			continue
 		}
-		k := kind{dev.Allocator, dev.Type, dev.Resource}
+		k := kind{dev.Allocator, dev.Type, dev.Resource, dev.CountsRequests}
 		if _, seen := byKind[k]; !seen {
 			kinds = append(kinds, k)
 		}
@@ -143,16 +146,16 @@ func (s *Set) assignKind(spec *state.PodSpec, devices []state.Device, idxs []int
 // The scope is the device's ContainerScope unless the allocator's list
 // length (ContainerCount) says otherwise: when it differs from that scope's
 // size, the first of ScopeAll, ScopeApp, ScopeRequesting whose size equals it
-// is used. A HAMi list has one entry per container of the scope it was
-// written for, so a pod with init containers tells HAMi's two conventions
-// apart by itself; a pod without init containers has equal scopes, where
-// the choice does not matter.
+// is used. Records written before the decoders counted HAMi's non-empty
+// entries (ScopeRequestingAll) carry HAMi's list position and length, which
+// told HAMi's two padding conventions apart in a pod with init containers.
+// ScopeRequestingAll is never swapped: its index counts something else.
 func (s *Set) indexed(spec *state.PodSpec, dev state.Device) (pos int, ok bool) {
 	if dev.ContainerIndex == nil || *dev.ContainerIndex < 0 {
 		return 0, false
 	}
 	positions := s.scope(spec, dev, dev.ContainerScope)
-	if n := dev.ContainerCount; n > 0 && len(positions) != n {
+	if n := dev.ContainerCount; n > 0 && len(positions) != n && dev.ContainerScope != state.ScopeRequestingAll {
 		for _, other := range []state.ContainerScope{state.ScopeAll, state.ScopeApp, state.ScopeRequesting} {
 			if other == dev.ContainerScope {
 				continue
@@ -183,6 +186,10 @@ func (s *Set) scope(spec *state.PodSpec, dev state.Device, scope state.Container
 			}
 		case state.ScopeRequesting:
 			if c.Kind != state.KindApp || !s.requests(dev, c.Requests) {
+				continue
+			}
+		case state.ScopeRequestingAll:
+			if !s.requests(dev, c.Requests) {
 				continue
 			}
 		default:

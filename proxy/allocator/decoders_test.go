@@ -61,8 +61,8 @@ func TestNewDecodersPassesEachItsOptions(t *testing.T) {
 	got := map[string]string{}
 	for _, d := range devices {
 		got[d.Allocator] = d.Resource
-		if d.Allocator == HAMiName && d.ContainerScope != state.ScopeApp {
-			t.Errorf("HAMi device scope = %q; want legacy %q", d.ContainerScope, state.ScopeApp)
+		if d.Allocator == HAMiName && d.ContainerScope != state.ScopeRequestingAll {
+			t.Errorf("HAMi device scope = %q; want %q whatever LegacyIndexing says", d.ContainerScope, state.ScopeRequestingAll)
 		}
 	}
 	want := map[string]string{KoordinatorName: "k.example/gpu", HAMiName: "h.example/gpu", VolcanoVGPUName: "v.example/gpu", VolcanoGPUShareName: "s.example/gpu"}

@@ -41,9 +41,19 @@
 // allocations are skipped with an error naming it, and the pod keeps the
 // devices of the known types.
 //
+// scheduling.koordinator.sh/device-allocate-hint, the pod's own input to
+// koord-scheduler, is read for one field only: allocateStrategy
+// "RequestsAsCount" for rdma or fpga makes that type's koordinator.sh/rdma or
+// koordinator.sh/fpga count devices instead of percent (rdma: 1 is one VF).
+// Each VF of such an allocation is then a device of its own, whole, marked
+// CountsRequests, and Wants counts the containers' requests in devices. A
+// hint that cannot be read is reported and ignored (requests in percent):
+// the devices are the pod's either way.
+//
 // Which pod resources request which device type, and how they count
-// (Koordinator's percentages count 100 per whole device; "share" means the
-// container asks for a fraction of a device):
+// (Koordinator's percentages count 100 per whole device, or 1 per device
+// under RequestsAsCount; "share" means the container asks for a fraction
+// of a device):
 //
 //	type  request                          counts as
 //	gpu   GPUResource (nvidia.com/gpu)     whole devices (a fraction: share)
@@ -76,21 +86,33 @@
 // Each device becomes a state.Device with IDs [UUID], Type the annotation's
 // type, Resource the vendor's resource name (DefaultHAMiResources, which
 // HAMiOptions.Resources overrides; vgpu is nvidia.com/gpu), ContainerIndex
-// its entry's position, ContainerCount the number of entries, and Replace:
+// its entry's rank among the non-empty entries, ContainerScope
+// state.ScopeRequestingAll, ContainerCount the number of non-empty entries,
+// and Replace:
 // HAMi's device plugins give the kubelet ids of their own (<UUID>-<n> for
 // NVIDIA) that DCGM cannot match, so the decoded ids replace what the kubelet
 // reported for that resource in that container. Shared is cores below 100
 // (HAMi gives a device with all its cores to no one else). A legacy MIG id
 // GPU-<uuid>[<profile>-<slot>] is reported as its parent GPU-<uuid>, shared:
-// DCGM matches GPU or MIG UUIDs, never the bracketed form, and current HAMi
-// reports MIG allocations by the parent's UUID too; two slices of one GPU in
-// a container are one device.
+// DCGM matches GPU or MIG UUIDs, never the bracketed form. HAMi's dynamic
+// MIG writes each slice under its parent's UUID, so one id listed twice in a
+// container entry is one device, shared, never an error. When
+// hami.io/vgpu-mig-allocations records a slice's MIG instance (migUUID,
+// added by HAMi's device plugin once it created the instance; the entry's
+// containerIndex and deviceIndex are the device's position in the list and
+// in its entry, and its gpuUUID must be the one written there), the slice is
+// reported as that MIG-<uuid>, whole. A malformed MIG annotation is reported
+// and ignored: the slices stay their parent GPU.
 //
-// Since HAMi's PR #1650 the list covers every container, init containers
-// first (state.ScopeAll); before, the app containers only (state.ScopeApp,
-// HAMiOptions.LegacyIndexing). The list's length tells them apart in any pod
-// with init containers, so pods written before and after an upgrade are
-// both read right (see Attribution).
+// Which container an entry is for: HAMi's device plugin hands the k-th
+// non-empty entry to the k-th container, in spec order (init and sidecar
+// containers first), that requests the vendor's resource, and so does
+// Attribution. HAMi has written three shapes of list: one entry per app
+// container (before its PR #1650), one per container, init containers
+// first (after), and recently no entry at all for a container without the
+// vendor's devices; counting non-empty entries reads all three alike, so
+// HAMiOptions.LegacyIndexing, which chose between the first two, no longer
+// changes anything.
 //
 // Empty entries (";;", a trailing ';' or ':') are containers or devices
 // without allocation, not errors. Whitespace around fields is ignored, and
@@ -109,12 +131,33 @@
 // the same parser and rules as HAMi, reported as nvidia.com/gpu by default,
 // with Replace. Volcano writes one entry per app container that requests
 // volcano.sh/vgpu-number or volcano.sh/vgpu-memory (state.ScopeRequesting),
-// joined by ';' without a trailing one.
+// empty ones included, joined by ';' without a trailing one; ContainerIndex
+// is the entry's position.
 //
 // volcano.sh/gpu-index (gpushare) is a comma-separated list of nvidia-smi
 // indices ("0,2"). Each becomes a pod-level device of type "gpu" with Index
 // and no ids, appended (not Replace: the container is the policy's choice);
 // Translate gives it its UUID. A malformed list is rejected as a whole.
+//
+// # Limits
+//
+// Set.Decode refuses, as malformed, the devices of an allocator that would
+// take the pod past the limit on device ids (DefaultMaxDevicesPerPod, 256,
+// or Set.LimitDevicesPerPod; --max-devices-per-pod): one limit for each
+// allocator's annotations and for the pod's total. Every decoder is linear
+// in its annotation's length (duplicate checks are maps), so a 256 KiB
+// annotation naming thousands of VFs is read and refused quickly.
+//
+// # Not read
+//
+// In-flight keys (-devices-to-allocate), scheduling bookkeeping, HAMi's
+// hami.io/kunlun-allocated (no writer's format checked; Kunlunxin devices
+// come from hami.io/xpu-devices-allocated), and Koordinator's other hint
+// fields and adapter annotations. A VF's minor (0..n, left out when 0) is
+// not reported. HAMi's Cambricon MLU ids (<node>-cambricon-mlu-<n>) are
+// names HAMi makes up; they replace the kubelet's, which are the device
+// plugin's own and name no card either, so that a container shows the card
+// HAMi chose and its sharers the same one.
 //
 // # Translation
 //
@@ -141,15 +184,18 @@
 // (init, sidecar and app containers in spec order):
 //
 //   - A device with ContainerIndex (per-container allocators) goes to the
-//     index-th container of its ContainerScope: every container in spec
-//     order (ScopeAll), the app containers (ScopeApp), or the app containers
-//     that request it by its decoder's Wants (ScopeRequesting). When the
-//     device's ContainerCount differs from that scope's size, the first of
-//     ScopeAll, ScopeApp, ScopeRequesting whose size equals it is used
-//     instead. If the container is a plain init container the device is
-//     dropped, because the kubelet never reports init containers and the
-//     device was not the other containers'; if the index is out of range the
-//     device falls through to the pod-level policy below.
+//     index-th container of its ContainerScope: every container that
+//     requests it by its decoder's Wants, init containers included, in spec
+//     order (ScopeRequestingAll: HAMi), the app containers that request it
+//     (ScopeRequesting: Volcano vGPU), and, for records written by earlier
+//     versions, every container (ScopeAll) or the app containers (ScopeApp).
+//     For those last two, when the device's ContainerCount differs from the
+//     scope's size, the first of ScopeAll, ScopeApp, ScopeRequesting whose
+//     size equals it is used instead. If the container is a plain init
+//     container the device is dropped, because the kubelet never reports
+//     init containers and the device was not the other containers'; if the
+//     index is out of range the device falls through to the pod-level policy
+//     below.
 //   - Pod-level devices are grouped by kind (allocator, type, resource). The
 //     requesting containers of a kind are the sidecars and app containers
 //     whose requests Want it; plain init containers never request.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -31,6 +32,7 @@ func FuzzKoordinatorDecode(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
+	addFixtureSeeds(f, func(key string) bool { return key == KoordinatorAnnotation })
 	k := NewKoordinator(KoordinatorOptions{})
 	resources := map[string]string{"gpu": DefaultGPUResource, "rdma": DefaultRDMAResource, "fpga": DefaultFPGAResource}
 	f.Fuzz(func(t *testing.T, value string) {
@@ -221,6 +223,24 @@ func checkHAMiFormat(t *testing.T, dec Decoder, key, allocator string, scope sta
 	if strings.TrimSpace(value) == "" {
 		entries = nil
 	}
+	// An entry's index: its position, or with ScopeRequestingAll its rank
+	// among the non-empty entries.
+	index := make([]int, len(entries))
+	count := len(entries)
+	if scope == state.ScopeRequestingAll {
+		count = 0
+		for i, entry := range entries {
+			index[i] = -1
+			if !emptyEntry(entry) {
+				index[i] = count
+				count++
+			}
+		}
+	} else {
+		for i := range entries {
+			index[i] = i
+		}
+	}
 	byContainer := map[int][]string{}
 	lastIndex := 0
 	for _, d := range devices {
@@ -231,8 +251,8 @@ func checkHAMiFormat(t *testing.T, dec Decoder, key, allocator string, scope sta
 			t.Errorf("device without one clean id: %+v", d)
 			continue
 		}
-		if d.ContainerIndex == nil || d.ContainerCount != len(entries) || *d.ContainerIndex < 0 || *d.ContainerIndex >= d.ContainerCount {
-			t.Errorf("device outside the list of %d: %+v", len(entries), d)
+		if d.ContainerIndex == nil || d.ContainerCount != count || *d.ContainerIndex < 0 || *d.ContainerIndex >= d.ContainerCount {
+			t.Errorf("device outside the list of %d: %+v", count, d)
 			continue
 		}
 		if *d.ContainerIndex < lastIndex {
@@ -250,8 +270,12 @@ func checkHAMiFormat(t *testing.T, dec Decoder, key, allocator string, scope sta
 		for _, d := range alone {
 			want = append(want, d.IDs[0])
 		}
-		if !slices.Equal(byContainer[i], want) {
-			t.Errorf("container %d has %q; its entry %q alone gives %q", i, byContainer[i], entry, want)
+		var got []string
+		if index[i] >= 0 {
+			got = byContainer[index[i]]
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("container %d has %q; its entry %q alone gives %q", i, got, entry, want)
 		}
 		if aloneErr != nil && err == nil {
 			t.Errorf("container %d's entry %q alone fails (%v) but the whole value does not", i, entry, aloneErr)
@@ -264,9 +288,10 @@ func FuzzHAMiDecode(f *testing.F) {
 	for _, seed := range hamiSeeds {
 		f.Add(seed)
 	}
+	addFixtureSeeds(f, func(key string) bool { _, ok := hamiVendor(key); return ok })
 	h := NewHAMi(HAMiOptions{})
 	f.Fuzz(func(t *testing.T, value string) {
-		checkHAMiFormat(t, h, HAMiNVIDIAAnnotation, HAMiName, state.ScopeAll, value)
+		checkHAMiFormat(t, h, HAMiNVIDIAAnnotation, HAMiName, state.ScopeRequestingAll, value)
 	})
 }
 
@@ -276,6 +301,7 @@ func FuzzVolcanoVGPUDecode(f *testing.F) {
 	for _, seed := range hamiSeeds {
 		f.Add(seed)
 	}
+	addFixtureSeeds(f, func(key string) bool { return key == VolcanoVGPUAnnotation })
 	v := NewVolcanoVGPU(VolcanoVGPUOptions{})
 	f.Fuzz(func(t *testing.T, value string) {
 		checkHAMiFormat(t, v, VolcanoVGPUAnnotation, VolcanoVGPUName, state.ScopeRequesting, value)
@@ -290,6 +316,7 @@ func FuzzVolcanoGPUShareDecode(f *testing.F) {
 		"1,2,1", "2147483647", "2147483648", "99999999999999999999", "+1", "1.5", "0;1", uuidA} {
 		f.Add(seed)
 	}
+	addFixtureSeeds(f, func(key string) bool { return key == VolcanoGPUShareAnnotation })
 	g := NewVolcanoGPUShare(VolcanoGPUShareOptions{})
 	f.Fuzz(func(t *testing.T, value string) {
 		ann := map[string]string{VolcanoGPUShareAnnotation: value}
@@ -319,4 +346,26 @@ func FuzzVolcanoGPUShareDecode(f *testing.F) {
 			seen[*d.Index] = true
 		}
 	})
+}
+
+// addFixtureSeeds seeds a fuzz target with the values of every annotation
+// the schedulers' own code wrote in ../shared/fixtures/allocators whose key
+// the target reads, so that mutations start from what is really written.
+func addFixtureSeeds(f *testing.F, reads func(key string) bool) {
+	cases, err := allocfixture.Load()
+	if err != nil {
+		f.Fatal(err)
+	}
+	n := 0
+	for _, c := range cases {
+		for key, value := range c.Annotations {
+			if reads(key) {
+				f.Add(value)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		f.Fatal("no fixture carries an annotation this target reads")
+	}
 }

@@ -66,34 +66,32 @@ type HAMiOptions struct {
 	// removes a default, and that vendor's annotation is then skipped with
 	// an error like an unknown vendor's.
 	Resources map[string]string
-	// LegacyIndexing says that a list whose length does not match the pod
-	// spec covers the app containers only, as HAMi wrote it before its PR
-	// #1650; by default it covers every container, init containers first.
-	// Lists whose length matches one convention are read by it whatever this
-	// says (see state.Device.ContainerCount).
+	// LegacyIndexing is ignored and kept for the --hami-legacy-indexing
+	// flag's sake. It chose between HAMi's two ways of padding its list
+	// (app containers only, before HAMi's PR #1650; every container, init
+	// containers first, after). The decoder now reads what HAMi's device
+	// plugin reads, the k-th non-empty entry for the k-th container asking
+	// for the vendor's resource, which is right for both and for recent
+	// HAMi, which pads no longer.
 	LegacyIndexing bool
 }
 
 // HAMi decodes hami.io/<vendor>-devices-allocated.
 type HAMi struct {
 	resources map[string]string // vendor word -> resource name
-	scope     state.ContainerScope
 }
 
 var _ Decoder = (*HAMi)(nil)
 
 // NewHAMi returns the HAMi decoder.
 func NewHAMi(opts HAMiOptions) Decoder {
-	h := &HAMi{resources: DefaultHAMiResources(), scope: state.ScopeAll}
+	h := &HAMi{resources: DefaultHAMiResources()}
 	for vendor, name := range opts.Resources {
 		if name == "" {
 			delete(h.resources, vendor)
 			continue
 		}
 		h.resources[vendor] = name
-	}
-	if opts.LegacyIndexing {
-		h.scope = state.ScopeApp
 	}
 	return h
 }
@@ -115,8 +113,12 @@ func (h *HAMi) ReplacedResources() []string {
 
 // Relevant implements Decoder: every vendor's allocated-devices key, not the
 // in-flight -devices-to-allocate ones, which the device plugin empties
-// container by container as the kubelet allocates.
+// container by container as the kubelet allocates; and the MIG instances
+// HAMi's NVIDIA device plugin records.
 func (h *HAMi) Relevant(key string) bool {
+	if key == HAMiMIGAnnotation {
+		return true
+	}
 	_, ok := hamiVendor(key)
 	return ok
 }
@@ -152,7 +154,7 @@ func (h *HAMi) resource(vendor string) (string, bool) {
 func (h *HAMi) Decode(annotations map[string]string) ([]state.Device, error) {
 	var keys []string
 	for key := range annotations {
-		if h.Relevant(key) {
+		if _, ok := hamiVendor(key); ok {
 			keys = append(keys, key)
 		}
 	}
@@ -162,6 +164,13 @@ func (h *HAMi) Decode(annotations map[string]string) ([]state.Device, error) {
 	slices.Sort(keys)
 	var devices []state.Device
 	var errs []error
+	var migs map[migSlot]string
+	if value, ok := annotations[HAMiMIGAnnotation]; ok {
+		var err error
+		if migs, err = parseMIGAllocations(value); err != nil {
+			errs = append(errs, fmt.Errorf("decode %s: %w: MIG instances reported as their parent GPU", HAMiMIGAnnotation, err))
+		}
+	}
 	for _, key := range keys {
 		vendor, _ := hamiVendor(key)
 		name, ok := h.resource(vendor)
@@ -169,11 +178,11 @@ func (h *HAMi) Decode(annotations map[string]string) ([]state.Device, error) {
 			errs = append(errs, fmt.Errorf("decode %s: no resource name for vendor %q: skipped (configure one)", key, vendor))
 			continue
 		}
-		got, err := decodeHAMiList(key, annotations[key], hamiList{
-			allocator: HAMiName,
-			resource:  name,
-			scope:     h.scope,
-		})
+		l := hamiList{allocator: HAMiName, resource: name, scope: state.ScopeRequestingAll}
+		if key == HAMiNVIDIAAnnotation {
+			l.migs = migs
+		}
+		got, err := decodeHAMiList(key, annotations[key], l)
 		devices = append(devices, got...)
 		if err != nil {
 			errs = append(errs, err)
@@ -213,26 +222,51 @@ func countRequest(requests map[string]string, name string) (whole int64, share b
 type hamiList struct {
 	allocator string
 	resource  string
-	scope     state.ContainerScope
+	// scope is the containers the list's entries stand for. With
+	// state.ScopeRequestingAll the devices' ContainerIndex counts non-empty
+	// entries only; otherwise every entry, empty or not.
+	scope state.ContainerScope
+	// migs are the MIG instances known for (entry, device) positions.
+	migs map[migSlot]string
 }
 
 // decodeHAMiList decodes one annotation in HAMi's format (HAMi's
 // hami.io/<vendor>-devices-allocated and Volcano's volcano.sh/vgpu-ids-new):
 // containers separated by ';', each a list of devices "UUID,Type,mem,cores"
-// each followed by ':'. Every device gets the container's position in the
-// list, the list's length, and Replace: the per-container device plugins
-// of both allocators give the kubelet ids that name no real device.
+// each followed by ':'. Every device gets its container's index and the
+// list's length as l.scope counts them (every entry, or only non-empty ones
+// for state.ScopeRequestingAll), and Replace: the per-container device
+// plugins of both allocators give the kubelet ids that name no real device.
 //
 // A container entry that cannot be read loses its devices and is reported;
 // the other containers keep theirs. That is safe because ';' alone decides
 // positions, so one container's damage cannot move another's devices.
 func decodeHAMiList(key, value string, l hamiList) ([]state.Device, error) {
 	containers := splitContainers(value)
+	count := len(containers)
+	byOrdinal := l.scope == state.ScopeRequestingAll
+	if byOrdinal {
+		count = 0
+		for _, entry := range containers {
+			if !emptyEntry(entry) {
+				count++
+			}
+		}
+	}
 	var devices []state.Device
 	var errs []error
-	more := 0 // malformed containers beyond maxContainerErrors
+	more := 0    // malformed containers beyond maxContainerErrors
+	ordinal := 0 // non-empty entries before this one
 	for i, entry := range containers {
-		parsed, err := parseHAMiContainer(entry)
+		index := i
+		if byOrdinal {
+			if emptyEntry(entry) {
+				continue
+			}
+			index = ordinal
+			ordinal++
+		}
+		parsed, err := parseHAMiContainer(entry, i, l.migs)
 		if err != nil {
 			if len(errs) < maxContainerErrors {
 				errs = append(errs, fmt.Errorf("decode %s: container %d %s: %w", key, i, quote(entry), err))
@@ -241,10 +275,6 @@ func decodeHAMiList(key, value string, l hamiList) ([]state.Device, error) {
 			}
 			continue
 		}
-		if len(parsed) == 0 {
-			continue
-		}
-		index := i
 		for _, d := range parsed {
 			devices = append(devices, state.Device{
 				Allocator:      l.allocator,
@@ -254,7 +284,7 @@ func decodeHAMiList(key, value string, l hamiList) ([]state.Device, error) {
 				Shared:         d.shared,
 				ContainerIndex: &index,
 				ContainerScope: l.scope,
-				ContainerCount: len(containers),
+				ContainerCount: count,
 				Replace:        true,
 			})
 		}
@@ -284,20 +314,37 @@ func splitContainers(value string) []string {
 	return entries
 }
 
-// hamiDevice is one device of a container entry.
-type hamiDevice struct {
-	id     string // the GPU UUID, a legacy MIG id's parent GPU
-	typ    string
-	shared bool
-	mig    bool // id is a legacy MIG id's parent
+// emptyEntry reports whether a container entry lists no device: HAMi
+// writes such entries for containers that got none of the vendor's devices
+// (or, since recent versions, no entry at all).
+func emptyEntry(entry string) bool {
+	return strings.Trim(entry, ": \t\r\n") == ""
 }
 
-// parseHAMiContainer reads one container's devices. Empty device entries
-// (the text after the last ':', or "::") are not devices. Each device needs
-// at least the four fields HAMi writes; later fields are ignored, as a
-// newer HAMi may add some. Whitespace around fields is dropped.
-func parseHAMiContainer(entry string) ([]hamiDevice, error) {
+// hamiDevice is one device of a container entry.
+type hamiDevice struct {
+	id     string // the GPU UUID, a legacy MIG id's parent GPU, a MIG-<uuid>
+	typ    string
+	shared bool
+}
+
+// parseHAMiContainer reads one container's devices; position is the
+// container's entry in the list, migs the MIG instances known by position.
+// Empty device entries (the text after the last ':', or "::") are not
+// devices. Each device needs at least the four fields HAMi writes; later
+// fields are ignored, as a newer HAMi may add some. Whitespace around fields
+// is dropped.
+//
+// A device listed twice is reported once, shared: HAMi's dynamic MIG writes
+// each MIG slice of a GPU under the parent's UUID, so two slices of one GPU
+// in a container repeat it, and a consumer shown the same id twice would
+// count the GPU twice. A slice whose MIG instance is known (HAMi's device
+// plugin records it once created) is reported as that MIG-<uuid> instead,
+// which DCGM exporter matches.
+func parseHAMiContainer(entry string, position int, migs map[migSlot]string) ([]hamiDevice, error) {
 	var out []hamiDevice
+	seen := map[string]int{} // id -> its index in out: linear in the entry's length
+	device := 0              // non-empty device entries before this one
 	for j, raw := range strings.Split(entry, ":") {
 		if strings.TrimSpace(raw) == "" {
 			continue
@@ -306,12 +353,15 @@ func parseHAMiContainer(entry string) ([]hamiDevice, error) {
 		if err != nil {
 			return nil, fmt.Errorf("device %d %s: %w", j, quote(raw), err)
 		}
-		if k := slices.IndexFunc(out, func(o hamiDevice) bool { return o.id == d.id }); k >= 0 {
-			if !d.mig || !out[k].mig {
-				return nil, fmt.Errorf("device %d: %q allocated twice to the container", j, d.id)
-			}
-			continue // two MIG slices of one GPU: the container has that GPU once
+		if mig, ok := migs[migSlot{position, device, d.id}]; ok {
+			d.id, d.shared = mig, false
 		}
+		device++
+		if k, dup := seen[d.id]; dup {
+			out[k].shared = true
+			continue
+		}
+		seen[d.id] = len(out)
 		out = append(out, d)
 	}
 	return out, nil
@@ -325,7 +375,8 @@ func parseHAMiContainer(entry string) ([]hamiDevice, error) {
 // (HAMi before dynamic MIG, Volcano's vGPU in MIG mode) is reported as its
 // parent GPU's UUID, shared: DCGM exporter matches GPU-<uuid> or MIG-<uuid>,
 // never the bracketed form, and current HAMi reports a MIG allocation by its
-// parent GPU's UUID too.
+// parent GPU's UUID too (parseHAMiContainer replaces it with the MIG
+// instance when that is known).
 func parseHAMiDevice(raw string) (hamiDevice, error) {
 	fields := strings.Split(raw, ",")
 	if len(fields) < 4 {
@@ -354,7 +405,7 @@ func parseHAMiDevice(raw string) (hamiDevice, error) {
 		if !ok {
 			return hamiDevice{}, fmt.Errorf("UUID %q: want GPU-<uuid> or a MIG id GPU-<uuid>[<profile>-<slot>]", d.id)
 		}
-		d.id, d.shared, d.mig = parent, true, true
+		d.id, d.shared = parent, true
 	}
 	if strings.IndexFunc(d.id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
 		return hamiDevice{}, fmt.Errorf("UUID %q contains spaces or control characters", d.id)

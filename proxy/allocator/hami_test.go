@@ -22,7 +22,8 @@ const (
 func hv(id string, index, count int, isShared bool) state.Device {
 	return state.Device{
 		Allocator: HAMiName, Type: "NVIDIA", Resource: DefaultGPUResource, IDs: []string{id},
-		Shared: isShared, ContainerIndex: ptr(index), ContainerCount: count, Replace: true,
+		Shared: isShared, ContainerIndex: ptr(index), ContainerScope: state.ScopeRequestingAll,
+		ContainerCount: count, Replace: true,
 	}
 }
 
@@ -48,14 +49,14 @@ func TestHAMiDecode(t *testing.T) {
 			want: []state.Device{hv(uuidB, 0, 1, false), hv(uuidA, 0, 1, false)},
 		},
 		{
-			name: "empty entries are containers without vGPUs: positions count them",
+			name: "empty entries (older HAMi's padding) are not counted: the k-th non-empty entry is index k",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: ";" + uuidA + ",NVIDIA,1000,30:;;" + uuidB + ",NVIDIA,2000,0:;"},
-			want: []state.Device{hv(uuidA, 1, 4, true), hv(uuidB, 3, 4, true)},
+			want: []state.Device{hv(uuidA, 0, 2, true), hv(uuidB, 1, 2, true)},
 		},
 		{
-			name: "init containers first: an init container without vGPU is an empty first entry",
+			name: "an entry of separators only is an empty entry",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: ":;" + uuidA + ",NVIDIA,3000,50:;"},
-			want: []state.Device{hv(uuidA, 1, 2, true)},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "one GPU shared by two containers is reported in each",
@@ -94,8 +95,8 @@ func TestHAMiDecode(t *testing.T) {
 		},
 		{
 			name: "without a trailing ';' the last entry is still a container",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: ";" + uuidA + ",NVIDIA,500,5:"},
-			want: []state.Device{hv(uuidA, 1, 2, true)},
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidB + ",NVIDIA,500,5:;" + uuidA + ",NVIDIA,500,5:"},
+			want: []state.Device{hv(uuidB, 0, 2, true), hv(uuidA, 1, 2, true)},
 		},
 		{
 			name: "a device without its trailing ':' is still a device",
@@ -136,10 +137,33 @@ func TestHAMiDecode(t *testing.T) {
 			},
 		},
 		{
-			name: "legacy indexing marks the devices as counting app containers",
+			name: "legacy indexing changes nothing: the same reading fits every HAMi version",
 			opts: HAMiOptions{LegacyIndexing: true},
 			ann:  map[string]string{HAMiNVIDIAAnnotation: hamiExample},
-			want: []state.Device{scoped(hv(uuidA, 0, 1, true), state.ScopeApp)},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "dynamic MIG: two slices of one GPU written as the parent twice are that GPU once",
+			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;"},
+			want: []state.Device{hv(uuidA, 0, 1, true)},
+		},
+		{
+			name: "dynamic MIG: slices whose instance the device plugin recorded are their MIG-<uuid>",
+			ann: map[string]string{
+				HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;",
+				HAMiMIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":6,"size":1},"migUUID":"MIG-aaaa","gpuInstanceID":6,"computeInstanceID":0},` +
+					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":5,"size":1},"migUUID":"MIG-bbbb"}]`,
+			},
+			want: []state.Device{hv("MIG-aaaa", 0, 1, false), hv("MIG-bbbb", 0, 1, false)},
+		},
+		{
+			name: "dynamic MIG: a slice not yet realized stays its parent GPU; an entry for another GPU is not used",
+			ann: map[string]string{
+				HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;",
+				HAMiMIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-aaaa"},` +
+					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidB + `","migUUID":"MIG-bbbb"}]`,
+			},
+			want: []state.Device{hv("MIG-aaaa", 0, 1, false), hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "the in-flight to-allocate key is not read",
@@ -199,8 +223,6 @@ func TestHAMiDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
 		{"a MIG id whose parent holds a bracket (found by fuzzing)", "][0-0],NVIDIA,5,5:", "want GPU-<uuid> or a MIG id"},
 		{"a UUID with a space", "GPU-903e cef4,NVIDIA,5,5:", "contains spaces or control characters"},
 		{"a UUID with a control character", "GPU-903e\x00cef4,NVIDIA,5,5:", "contains spaces or control characters"},
-		{"one GPU twice in a container", uuidA + ",NVIDIA,5,5:" + uuidA + ",NVIDIA,5,5:", `device 1: "` + uuidA + `" allocated twice`},
-		{"a MIG slice and its whole GPU in a container", uuidA + ",NVIDIA,5,5:" + uuidA + "[1-0],NVIDIA,5,5:", "allocated twice"},
 		{"a good device before a bad one", uuidA + ",NVIDIA,500,5:" + uuidA + "x,NVIDIA,abc,5:", "device 1"},
 	}
 	for _, tt := range tests {
@@ -268,8 +290,9 @@ func TestHAMiDecodeHugeValuesStayLinearAndErrorsShort(t *testing.T) {
 		t.Fatalf("got %d devices; want %d", len(got), containers)
 	}
 	last := got[len(got)-1]
-	if *last.ContainerIndex != containers-1 || last.ContainerCount != containers {
-		t.Errorf("last device at %d of %d; want %d of %d", *last.ContainerIndex, last.ContainerCount, containers-1, containers)
+	// Every other entry is empty: the last device is the last non-empty one's.
+	if *last.ContainerIndex != containers/2-1 || last.ContainerCount != containers/2 {
+		t.Errorf("last device at %d of %d; want %d of %d", *last.ContainerIndex, last.ContainerCount, containers/2-1, containers/2)
 	}
 
 	bad := strings.Repeat("GPU-x,NVIDIA,abc,5:;", containers)
@@ -328,8 +351,10 @@ func TestHAMiWantsCountsTheReportedResource(t *testing.T) {
 	}
 }
 
-// HAMi devices reach the container at their position, counted the way the
-// HAMi that wrote them counted, told apart by the list's length.
+// HAMi devices reach the container HAMi's device plugin gives them to: the
+// k-th non-empty entry, the k-th container (init, sidecar, app, in spec
+// order) asking for the vendor's resource, whatever padding the HAMi that
+// wrote the list used.
 func TestAssignHAMiDevicesByPosition(t *testing.T) {
 	const gpu = "nvidia.com/gpu"
 	type tc struct {
@@ -340,6 +365,13 @@ func TestAssignHAMiDevicesByPosition(t *testing.T) {
 		want  map[string][]string
 	}
 	tests := []tc{
+		{
+			name: "recent HAMi pads nothing: the k-th entry is the k-th requesting container's",
+			spec: spec(container("warmup", state.KindInit, gpu, "1"), container("istio-proxy", state.KindSidecar),
+				container("main", state.KindApp, gpu, "1")),
+			value: uuidA + ",NVIDIA,500,5:;" + uuidB + ",NVIDIA,500,5:;",
+			want:  map[string][]string{"main": {uuidB}},
+		},
 		{
 			name:  "one entry per container, init containers first: the app container's entry",
 			spec:  spec(container("fetch", state.KindInit), container("main", state.KindApp, gpu, "1")),
@@ -373,14 +405,14 @@ func TestAssignHAMiDevicesByPosition(t *testing.T) {
 			want:  map[string][]string{"proxy": {uuidA}},
 		},
 		{
-			name:  "a length matching neither: legacy indexing counts app containers",
+			name:  "legacy indexing changes nothing: the requesting container gets it whatever the padding",
 			opts:  HAMiOptions{LegacyIndexing: true},
-			spec:  spec(container("proxy", state.KindSidecar), container("a", state.KindApp), container("b", state.KindApp)),
+			spec:  spec(container("proxy", state.KindSidecar), container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
 			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
 			want:  map[string][]string{"b": {uuidA}},
 		},
 		{
-			name:  "a length matching neither: by default every container counts",
+			name:  "no container asks for the resource: the pod-level policy's first app container",
 			spec:  spec(container("proxy", state.KindSidecar), container("a", state.KindApp), container("b", state.KindApp)),
 			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
 			want:  map[string][]string{"a": {uuidA}},
@@ -392,10 +424,16 @@ func TestAssignHAMiDevicesByPosition(t *testing.T) {
 			want:  map[string][]string{"a": {uuidA, uuidB}, "b": {uuidA}},
 		},
 		{
-			name:  "an entry beyond the pod falls back to the pod-level policy: the requesting container",
+			name:  "empty entries before it do not move it",
 			spec:  spec(container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
 			value: ";;;;" + uuidA + ",NVIDIA,1000,30:;",
 			want:  map[string][]string{"b": {uuidA}},
+		},
+		{
+			name:  "an entry beyond the requesting containers falls back to the pod-level policy",
+			spec:  spec(container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
+			value: uuidA + ",NVIDIA,1000,30:;" + uuidB + ",NVIDIA,1000,30:;",
+			want:  map[string][]string{"b": {uuidA, uuidB}},
 		},
 	}
 	for _, tt := range tests {
@@ -423,4 +461,69 @@ func TestAssignUnknownContainerScopeFollowsThePodLevelPolicy(t *testing.T) {
 	if got, want := ids(a), map[string][]string{"b": {uuidA}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Assign = %v; want %v", got, want)
 	}
+}
+
+// A MIG annotation that cannot be trusted is reported and ignored: every
+// slice stays its parent GPU, shown once, and the container keeps it.
+func TestHAMiMalformedMIGAnnotationKeepsTheParentGPU(t *testing.T) {
+	value := uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;"
+	for _, tt := range []struct{ name, mig, wantErr string }{
+		{"not JSON", `[{`, "want a JSON list of MIG allocations"},
+		{"no containerIndex", `[{"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"}]`, "entry 0: no valid containerIndex"},
+		{"negative deviceIndex", `[{"containerIndex":0,"deviceIndex":-1,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"}]`, "entry 0: no valid deviceIndex"},
+		{"not a MIG UUID", `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"GPU-x"}]`, `migUUID "GPU-x" is not MIG-<uuid>`},
+		{"one instance for two slices", `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"},` +
+			`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"}]`, "MIG-a given to two slices"},
+		{"one slot twice", `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"},` +
+			`{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-b"}]`, "container 0 device 0 listed twice"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: value, HAMiMIGAnnotation: tt.mig})
+			if err == nil || !strings.HasPrefix(err.Error(), "decode "+HAMiMIGAnnotation+": ") || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error = %v; want one naming the MIG annotation and containing %q", err, tt.wantErr)
+			}
+			if want := []state.Device{hv(uuidA, 0, 1, true)}; !reflect.DeepEqual(got, want) {
+				t.Errorf("devices = %+v; want the parent GPU once, %+v", got, want)
+			}
+		})
+	}
+}
+
+// FuzzHAMiMIGDecode feeds arbitrary MIG annotations beside a fixed
+// allocation: never a panic, and whatever it says, each device is either
+// the GPU written in the allocation or a MIG-<uuid>, each shown once per
+// container, and a malformed MIG annotation changes nothing but the error.
+func FuzzHAMiMIGDecode(f *testing.F) {
+	f.Add(`[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-a"}]`)
+	f.Add(`[{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","migUUID":"MIG-b"},{"containerIndex":1,"deviceIndex":0,"gpuUUID":"` + uuidB + `"}]`)
+	f.Add(`[]`)
+	f.Add(`null`)
+	addFixtureSeeds(f, func(key string) bool { return key == HAMiMIGAnnotation })
+	value := uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;" + uuidB + ",NVIDIA,9856,14:;"
+	h := NewHAMi(HAMiOptions{})
+	plain, err := h.Decode(map[string]string{HAMiNVIDIAAnnotation: value})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, mig string) {
+		got, err := h.Decode(map[string]string{HAMiNVIDIAAnnotation: value, HAMiMIGAnnotation: mig})
+		if err != nil {
+			if !reflect.DeepEqual(got, plain) {
+				t.Errorf("a malformed MIG annotation changed the devices: %+v", got)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, d := range got {
+			id := d.IDs[0]
+			if id != uuidA && id != uuidB && !strings.HasPrefix(id, "MIG-") {
+				t.Errorf("device %q is neither the allocation's GPU nor a MIG instance", id)
+			}
+			key := fmt.Sprint(*d.ContainerIndex, id)
+			if seen[key] {
+				t.Errorf("%q twice in container %d", id, *d.ContainerIndex)
+			}
+			seen[key] = true
+		}
+	})
 }

@@ -21,6 +21,13 @@ const (
 	// KoordinatorAnnotation is the pod annotation koord-scheduler writes at
 	// PreBind with the pod's device allocation.
 	KoordinatorAnnotation = "scheduling.koordinator.sh/device-allocated"
+	// KoordinatorHintAnnotation is the pod's own input to koord-scheduler:
+	// per device type, how to allocate. Its allocateStrategy
+	// "RequestsAsCount" makes koordinator.sh/rdma and koordinator.sh/fpga
+	// requests count devices (VFs) instead of percent.
+	KoordinatorHintAnnotation = "scheduling.koordinator.sh/device-allocate-hint"
+	// koordRequestsAsCount is the allocateStrategy that counts devices.
+	koordRequestsAsCount = "RequestsAsCount"
 
 	// DefaultGPUResource is the resource name GPUs are reported as by
 	// default: the one DCGM exporter recognises.
@@ -120,23 +127,66 @@ func NewKoordinator(opts KoordinatorOptions) Decoder {
 // Name implements Decoder.
 func (k *Koordinator) Name() string { return KoordinatorName }
 
-// Relevant implements Decoder.
-func (k *Koordinator) Relevant(key string) bool { return key == KoordinatorAnnotation }
+// Relevant implements Decoder: the allocation, and the pod's hint, which
+// says how the containers' requests count.
+func (k *Koordinator) Relevant(key string) bool {
+	return key == KoordinatorAnnotation || key == KoordinatorHintAnnotation
+}
 
-// Decode implements Decoder.
+// Decode implements Decoder. A hint that cannot be read is reported and
+// the allocation is read as if there were none (requests in percent): the
+// devices are the pod's either way, only their split between its
+// containers could be off.
 func (k *Koordinator) Decode(annotations map[string]string) ([]state.Device, error) {
 	value, ok := annotations[KoordinatorAnnotation]
 	if !ok {
 		return nil, nil
 	}
-	devices, err := k.decode(value)
-	if err != nil {
-		return devices, fmt.Errorf("decode %s: %w", KoordinatorAnnotation, err)
+	var hintErr error
+	var counted map[string]bool
+	if hint, ok := annotations[KoordinatorHintAnnotation]; ok {
+		if counted, hintErr = requestsAsCount(hint); hintErr != nil {
+			hintErr = fmt.Errorf("decode %s: %w: requests read in percent", KoordinatorHintAnnotation, hintErr)
+		}
 	}
-	return devices, nil
+	devices, err := k.decode(value, counted)
+	if err != nil {
+		return devices, errors.Join(fmt.Errorf("decode %s: %w", KoordinatorAnnotation, err), hintErr)
+	}
+	return devices, hintErr
 }
 
-func (k *Koordinator) decode(value string) ([]state.Device, error) {
+// requestsAsCount returns the device types (rdma, fpga) whose hint asks
+// the RequestsAsCount strategy. Other fields and types are not read.
+func requestsAsCount(hint string) (map[string]bool, error) {
+	var byType map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(hint), &byType); err != nil {
+		return nil, fmt.Errorf("want a JSON object of device types: %w", err)
+	}
+	out := map[string]bool{}
+	for _, typ := range []string{koordRDMA, koordFPGA} {
+		raw := byType[typ]
+		if isNull(raw) {
+			continue
+		}
+		fields, err := object(raw, typ)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", typ, err)
+		}
+		if v := fields["allocateStrategy"]; !isNull(v) {
+			strategy, err := str(v, typ+".allocateStrategy")
+			if err != nil {
+				return nil, err
+			}
+			out[typ] = strategy == koordRequestsAsCount
+		}
+	}
+	return out, nil
+}
+
+// decode reads the allocation; counted are the device types whose requests
+// count devices (RequestsAsCount).
+func (k *Koordinator) decode(value string, counted map[string]bool) ([]state.Device, error) {
 	var byType map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(value), &byType); err != nil {
 		return nil, fmt.Errorf("want a JSON object of device types: %w", err)
@@ -182,6 +232,10 @@ func (k *Koordinator) decode(value string) ([]state.Device, error) {
 				}
 				owner[id] = where
 			}
+			if counted[typ] {
+				devices = append(devices, countedDevices(dev)...)
+				continue
+			}
 			devices = append(devices, dev)
 		}
 	}
@@ -221,6 +275,23 @@ func (k *Koordinator) device(typ string, a allocation) (state.Device, error) {
 		dev.Shared = below100(a.resources, koordResFPGA)
 	}
 	return dev, nil
+}
+
+// countedDevices splits an allocation whose requests count devices
+// (RequestsAsCount) into one whole device per id: koordinator.sh/rdma: 1
+// asks one VF, so each VF is a device a container can be given alone.
+func countedDevices(dev state.Device) []state.Device {
+	dev.Shared, dev.CountsRequests = false, true
+	if len(dev.IDs) <= 1 {
+		return []state.Device{dev}
+	}
+	out := make([]state.Device, 0, len(dev.IDs))
+	for _, id := range dev.IDs {
+		one := dev
+		one.IDs = []string{id}
+		out = append(out, one)
+	}
+	return out
 }
 
 // below100 reports whether the allocation holds less than a whole device of
@@ -301,7 +372,8 @@ func parseExtension(raw json.RawMessage, a *allocation) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
-		// A VF's minor is -1 in practice and unused; only its type is checked.
+		// A VF's minor (0..n, omitted when 0) is not reported; only its type
+		// is checked.
 		if m := f["minor"]; !isNull(m) {
 			if _, err := integer(m, "minor"); err != nil {
 				return fmt.Errorf("%s: %w", where, err)
@@ -431,6 +503,9 @@ func (k *Koordinator) Wants(dev state.Device, requests map[string]string) (whole
 			continue // not a request we can read: it asks for nothing
 		}
 		n, exact := q.Value(), q.CmpInt64(q.Value()) == 0
+		if kind == countsPercent && dev.CountsRequests {
+			kind = countsDevices // RequestsAsCount: koordinator.sh/rdma: 1 is one VF
+		}
 		switch kind {
 		case countsDevices:
 			if exact {

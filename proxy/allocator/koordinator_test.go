@@ -225,12 +225,14 @@ func TestKoordinatorDecodeRejectsMalformedAnnotations(t *testing.T) {
 	}
 }
 
-func TestKoordinatorRelevantOnlyToDeviceAllocated(t *testing.T) {
+func TestKoordinatorRelevantToTheAllocationAndTheHint(t *testing.T) {
 	k := NewKoordinator(KoordinatorOptions{})
-	if !k.Relevant(KoordinatorAnnotation) {
-		t.Errorf("Relevant(%q) = false", KoordinatorAnnotation)
+	for _, key := range []string{KoordinatorAnnotation, KoordinatorHintAnnotation} {
+		if !k.Relevant(key) {
+			t.Errorf("Relevant(%q) = false", key)
+		}
 	}
-	for _, key := range []string{"scheduling.koordinator.sh/device-allocate-hint", "hami.io/vgpu-devices-allocated", ""} {
+	for _, key := range []string{"scheduling.koordinator.sh/device-joint-allocate", "hami.io/vgpu-devices-allocated", ""} {
 		if k.Relevant(key) {
 			t.Errorf("Relevant(%q) = true", key)
 		}
@@ -279,5 +281,86 @@ func TestKoordinatorWants(t *testing.T) {
 				t.Errorf("Wants = (%d, %v); want (%d, %v)", whole, share, tt.wantWhole, tt.wantShare)
 			}
 		})
+	}
+}
+
+// With the pod's hint allocateStrategy RequestsAsCount, koordinator.sh/rdma
+// and koordinator.sh/fpga count devices: each container asking one VF gets
+// one, and an allocation of several VFs is that many devices.
+func TestKoordinatorRequestsAsCount(t *testing.T) {
+	const twoVFsTwoPFs = `{"rdma":[{"minor":1,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:1f:00.0","extension":{"vfs":[{"busID":"0000:1f:00.2"}]}},` +
+		`{"minor":2,"resources":{"koordinator.sh/rdma":"2"},"id":"0000:90:00.0","extension":{"vfs":[{"busID":"0000:90:00.2"},{"minor":1,"busID":"0000:90:00.3"}]}}]}`
+	const fpgas = `{"fpga":[{"minor":0,"resources":{"koordinator.sh/fpga":"1"},"id":"0000:3b:00.0"},{"minor":1,"resources":{"koordinator.sh/fpga":"1"},"id":"0000:3c:00.0"}]}`
+	rdma := "koordinator.sh/rdma"
+	fpga := "koordinator.sh/fpga"
+	tests := []struct {
+		name  string
+		alloc string
+		hint  string
+		spec  *state.PodSpec
+		want  map[string][]string // a device's ids joined by "+"
+	}{
+		{
+			name:  "one VF per container asking one, three VFs from two PFs",
+			alloc: twoVFsTwoPFs,
+			hint:  `{"rdma":{"vfSelector":{},"allocateStrategy":"RequestsAsCount"}}`,
+			spec:  spec(container("a", state.KindApp, rdma, "1"), container("b", state.KindApp, rdma, "2")),
+			want:  map[string][]string{"a": {"0000:1f:00.2"}, "b": {"0000:90:00.2", "0000:90:00.3"}},
+		},
+		{
+			name:  "without the strategy the same requests are percent: 1 and 2 are shares, both get everything",
+			alloc: twoVFsTwoPFs,
+			hint:  `{"rdma":{"vfSelector":{}}}`,
+			spec:  spec(container("a", state.KindApp, rdma, "1"), container("b", state.KindApp, rdma, "2")),
+			want: map[string][]string{
+				"a": {"0000:1f:00.2", "0000:90:00.2+0000:90:00.3"},
+				"b": {"0000:1f:00.2", "0000:90:00.2+0000:90:00.3"},
+			},
+		},
+		{
+			name:  "FPGAs: a PF without VFs counted as one whole device, not a 1% share",
+			alloc: fpgas,
+			hint:  `{"fpga":{"allocateStrategy":"RequestsAsCount"}}`,
+			spec:  spec(container("a", state.KindApp, fpga, "1"), container("b", state.KindApp, fpga, "1")),
+			want:  map[string][]string{"a": {"0000:3b:00.0"}, "b": {"0000:3c:00.0"}},
+		},
+		{
+			name:  "the strategy of another type does not change rdma",
+			alloc: twoVFsTwoPFs,
+			hint:  `{"fpga":{"allocateStrategy":"RequestsAsCount"}}`,
+			spec:  spec(container("a", state.KindApp, rdma, "100"), container("b", state.KindApp, rdma, "100")),
+			want:  map[string][]string{"a": {"0000:1f:00.2"}, "b": {"0000:90:00.2+0000:90:00.3"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSet(quietLog(), nil, NewKoordinator(KoordinatorOptions{}))
+			devices, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: tt.alloc, KoordinatorHintAnnotation: tt.hint})
+			if errs != nil {
+				t.Fatalf("Decode: %v", errs)
+			}
+			a, ok := s.Assign(tt.spec, devices)
+			if !ok {
+				t.Fatal("Assign: ok = false")
+			}
+			if got := ids(a); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Assign:\n got %v\nwant %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A hint that cannot be read is reported, and the allocation is still read,
+// its requests in percent.
+func TestKoordinatorMalformedHintKeepsTheDevices(t *testing.T) {
+	devices, err := NewKoordinator(KoordinatorOptions{}).Decode(map[string]string{
+		KoordinatorAnnotation:     `{"rdma":[{"minor":0,"id":"0000:01:00.0","extension":{"vfs":[{"busID":"0000:01:00.2"}]}}]}`,
+		KoordinatorHintAnnotation: `{"rdma":{"allocateStrategy":7}}`,
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "decode "+KoordinatorHintAnnotation+": ") {
+		t.Errorf("error = %v; want one naming the hint", err)
+	}
+	if len(devices) != 1 || devices[0].CountsRequests {
+		t.Errorf("devices = %+v; want the VF, its requests in percent", devices)
 	}
 }

@@ -24,8 +24,9 @@ type Decoder interface {
 	Decode(annotations map[string]string) ([]state.Device, error)
 	// Wants says how much of dev a container with these requests asks for:
 	// whole devices (>0), or share=true for a fraction; (0,false) = nothing
-	// dev provides. It must depend only on dev's Type and Resource, not on
-	// the particular device: Assign asks once per kind of device.
+	// dev provides. It must depend only on dev's Type, Resource and
+	// CountsRequests, not on the particular device: Assign asks once per
+	// kind of device.
 	Wants(dev state.Device, requests map[string]string) (whole int64, share bool)
 }
 
@@ -33,11 +34,18 @@ type Decoder interface {
 // state.Decoder the store calls and holds the attribution policy (Assign).
 // It is safe for concurrent use if its decoders and onError are.
 type Set struct {
-	log      logrus.FieldLogger
-	onError  func(allocator string)
-	decoders []Decoder
-	byName   map[string]Decoder
+	log        logrus.FieldLogger
+	onError    func(allocator string)
+	decoders   []Decoder
+	byName     map[string]Decoder
+	maxDevices int
 }
+
+// DefaultMaxDevicesPerPod bounds the device ids one pod's annotations may
+// name. A node has a few dozen devices, a NIC at most a few hundred VFs; an
+// annotation naming more is not an allocation, and every id costs memory in
+// the store and in every List answer.
+const DefaultMaxDevicesPerPod = 256
 
 var _ state.Decoder = (*Set)(nil)
 
@@ -51,7 +59,7 @@ func NewSet(log logrus.FieldLogger, onError func(allocator string), decoders ...
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
-	s := &Set{log: log, onError: onError, byName: map[string]Decoder{}}
+	s := &Set{log: log, onError: onError, byName: map[string]Decoder{}, maxDevices: DefaultMaxDevicesPerPod}
 	for _, d := range decoders {
 		if d == nil {
 			panic("allocator.NewSet: nil decoder")
@@ -63,6 +71,16 @@ func NewSet(log logrus.FieldLogger, onError func(allocator string), decoders ...
 		s.decoders = append(s.decoders, d)
 	}
 	return s
+}
+
+// LimitDevicesPerPod sets how many device ids one pod's annotations may name
+// (DefaultMaxDevicesPerPod unless set); n must be positive. Call it before
+// the set is used.
+func (s *Set) LimitDevicesPerPod(n int) {
+	if n <= 0 {
+		panic(fmt.Sprintf("allocator.Set.LimitDevicesPerPod(%d): want a positive limit", n))
+	}
+	s.maxDevices = n
 }
 
 // Relevant reports whether some decoder reads the annotation key.
@@ -80,11 +98,23 @@ func (s *Set) Relevant(key string) bool {
 // not (fully) understand it logs a warning naming the pod and the allocator,
 // calls onError, and returns an error prefixed with the allocator's name; the
 // pod is then answered without those devices, never refused.
+//
+// A decoder whose devices would take the pod past the limit on device ids
+// (LimitDevicesPerPod) is refused as malformed, all its devices dropped: a
+// partial list could hand a consumer an arbitrary subset of them.
 func (s *Set) Decode(pod state.PodRef, annotations map[string]string) ([]state.Device, []error) {
 	var devices []state.Device
 	var errs []error
+	total := 0 // device ids so far
 	for _, d := range s.decoders {
 		got, err := decodeSafely(d, annotations)
+		if n := countIDs(got); total+n > s.maxDevices {
+			err = errors.Join(err, fmt.Errorf("pod %s/%s: %d devices, %d allowed per pod (--max-devices-per-pod): annotation refused as malformed",
+				pod.Namespace, pod.Name, total+n, s.maxDevices))
+			got = nil
+		} else {
+			total += n
+		}
 		if err != nil {
 			s.log.WithFields(logrus.Fields{
 				"pod":       pod.Namespace + "/" + pod.Name,
@@ -100,6 +130,16 @@ func (s *Set) Decode(pod state.PodRef, annotations map[string]string) ([]state.D
 		devices = append(devices, got...)
 	}
 	return devices, errs
+}
+
+// countIDs counts the device ids of devices; a device named by minor or
+// index only counts as one.
+func countIDs(devices []state.Device) int {
+	n := 0
+	for _, d := range devices {
+		n += max(1, len(d.IDs))
+	}
+	return n
 }
 
 // decodeSafely runs one decoder on untrusted input. Annotations are written

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -143,4 +144,63 @@ func TestNewSetPanicsOnTwoDecodersWithOneName(t *testing.T) {
 		}
 	}()
 	NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}), NewKoordinator(KoordinatorOptions{GPUResource: "amd.com/gpu"}))
+}
+
+// vfAnnotation is a Koordinator allocation of one NIC with n VFs.
+func vfAnnotation(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"},"id":"0000:01:00.0","extension":{"vfs":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"busID":"0000:%02x:%02x.%d"}`, 2+i/256, (i/8)%32, i%8)
+	}
+	b.WriteString(`]}}]}`)
+	return b.String()
+}
+
+// An annotation naming thousands of VFs, still within Kubernetes' 256 KiB
+// for all of a pod's annotations, is refused as malformed with an error
+// naming the pod and the limit; the pod's other allocators keep theirs.
+func TestDecodeRefusesAPodOverTheDeviceLimit(t *testing.T) {
+	value := vfAnnotation(6000)
+	if len(value) > 256<<10 {
+		t.Fatalf("annotation of %d bytes: want it within 256 KiB", len(value))
+	}
+	s := NewSet(quietLog(), nil, NewHAMi(HAMiOptions{}), NewKoordinator(KoordinatorOptions{}))
+	devices, errs := s.Decode(testPod, map[string]string{
+		KoordinatorAnnotation: value,
+		HAMiNVIDIAAnnotation:  hamiExample,
+	})
+	if len(errs) != 1 {
+		t.Fatalf("errors = %v; want one, for the Koordinator annotation", errs)
+	}
+	want := fmt.Sprintf("koordinator: pod %s/%s: 6001 devices, 256 allowed per pod (--max-devices-per-pod): annotation refused as malformed", testPod.Namespace, testPod.Name)
+	if errs[0].Error() != want {
+		t.Errorf("error = %q; want %q", errs[0], want)
+	}
+	if len(devices) != 1 || devices[0].Allocator != HAMiName {
+		t.Errorf("devices = %+v; want HAMi's one vGPU only", devices)
+	}
+}
+
+func TestDecodeLimitIsConfigurable(t *testing.T) {
+	s := NewSet(quietLog(), nil, NewKoordinator(KoordinatorOptions{}))
+	s.LimitDevicesPerPod(4)
+	if devices, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: vfAnnotation(4)}); errs != nil || len(devices) != 1 || len(devices[0].IDs) != 4 {
+		t.Errorf("4 VFs with a limit of 4: %+v, %v; want them all", devices, errs)
+	}
+	if devices, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: vfAnnotation(5)}); len(errs) != 1 || devices != nil ||
+		!strings.Contains(errs[0].Error(), "5 devices, 4 allowed per pod") {
+		t.Errorf("5 VFs with a limit of 4: %+v, %v; want none and the limit's error", devices, errs)
+	}
+}
+
+func BenchmarkDecodeOverTheLimit(b *testing.B) {
+	s := NewSet(quietLog(), nil, NewKoordinator(KoordinatorOptions{}))
+	ann := map[string]string{KoordinatorAnnotation: vfAnnotation(6000)}
+	for b.Loop() {
+		s.Decode(testPod, ann)
+	}
 }
