@@ -65,8 +65,16 @@ func encodeRecord(r *Record) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
+// readableOlderVersion is the one older schema version read as the current
+// one: version 2 only added fields (countsRequests, the requesting-all
+// scope) whose absence means what version 1 meant, so a version-1 file is a
+// version-2 file, and an upgrade keeps every record (what it learned, and
+// when) instead of setting them aside. Such a record is written back as the
+// current version at its next change.
+const readableOlderVersion = 1
+
 // decodeRecord reads a record file's content. It accepts only what this
-// version writes: the current SchemaVersion, known fields, known states, a
+// version writes (and readableOlderVersion): the current SchemaVersion, known fields, known states, a
 // usable uid, and nothing after the object. What it accepts can be encoded
 // again.
 func decodeRecord(data []byte) (*Record, error) {
@@ -79,8 +87,8 @@ func decodeRecord(data []byte) (*Record, error) {
 	if head.SchemaVersion == nil {
 		return nil, errors.New("no schemaVersion")
 	}
-	if *head.SchemaVersion != SchemaVersion {
-		return nil, fmt.Errorf("schemaVersion %d, this podres-proxy reads %d", *head.SchemaVersion, SchemaVersion)
+	if *head.SchemaVersion != SchemaVersion && *head.SchemaVersion != readableOlderVersion {
+		return nil, fmt.Errorf("schemaVersion %d, this podres-proxy reads %d and %d", *head.SchemaVersion, readableOlderVersion, SchemaVersion)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -91,6 +99,7 @@ func decodeRecord(data []byte) (*Record, error) {
 	if err := validate(&r); err != nil {
 		return nil, err
 	}
+	r.SchemaVersion = SchemaVersion
 	if _, err := encodeRecord(&r); err != nil {
 		return nil, err
 	}
