@@ -39,7 +39,7 @@ type sharedCall[T any] struct {
 	metrics *Metrics
 	// joined, when set, is told each time a caller starts waiting: a hook
 	// for tests, which await it instead of sleeping.
-	joined func()
+	joined func(method string)
 
 	mu   sync.Mutex
 	cur  *flight[T] // the call in flight, if any
@@ -79,7 +79,7 @@ func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
 	joined := c.joined
 	c.mu.Unlock()
 	if joined != nil {
-		joined()
+		joined(c.method)
 	}
 
 	select {
@@ -99,6 +99,13 @@ func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
 	default:
 		return zero, status.FromContextError(context.Cause(ctx)).Err()
 	}
+}
+
+// setJoined sets the joined hook.
+func (c *sharedCall[T]) setJoined(f func(method string)) {
+	c.mu.Lock()
+	c.joined = f
+	c.mu.Unlock()
 }
 
 // startLocked makes f the call in flight and runs it. c.mu is held.

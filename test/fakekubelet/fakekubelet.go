@@ -67,6 +67,7 @@ type Kubelet struct {
 	podsGate    chan struct{} // when set, /pods waits for it to close
 	grpcGate    chan struct{}
 	onGRPC      func(method string)
+	grpcErr     error
 	fixedOrder  bool
 	grpcSrv     *grpc.Server
 	grpcDone    chan struct{}
@@ -203,6 +204,14 @@ func (k *Kubelet) OnGRPC(f func(method string)) {
 	k.mu.Unlock()
 }
 
+// SetGRPCError makes every PodResources call that arrives from now on
+// answer err (a status error keeps its code and message); nil ends it.
+func (k *Kubelet) SetGRPCError(err error) {
+	k.mu.Lock()
+	k.grpcErr = err
+	k.mu.Unlock()
+}
+
 // HoldGRPC makes PodResources calls wait until the returned func is called.
 // A held call answers what the kubelet knew when the call arrived, however
 // long it then waits, as a List that was slow to arrive would.
@@ -313,24 +322,24 @@ func (k *Kubelet) PodListJSON() []byte {
 }
 
 // enterGRPC is called once a call's answer is computed: it counts the
-// call, tells OnGRPC's hook and waits at HoldGRPC's gate.
+// call, tells OnGRPC's hook, waits at HoldGRPC's gate, and returns the error
+// SetGRPCError set when the call arrived.
 func (k *Kubelet) enterGRPC(ctx context.Context, method string) error {
 	k.grpcCalls.Add(1)
 	k.mu.Lock()
-	gate, hook := k.grpcGate, k.onGRPC
+	gate, hook, fail := k.grpcGate, k.onGRPC, k.grpcErr
 	k.mu.Unlock()
 	if hook != nil {
 		hook(method)
 	}
-	if gate == nil {
-		return nil
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	select {
-	case <-gate:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return fail
 }
 
 func terminal(p *Pod) bool {
