@@ -23,35 +23,41 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
-	"github.com/podres-proxy/podres-proxy/state"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
 // The benchmark compares, against the same fake kubelet and the same pods
-// (realistic, ~5 KB of /pods JSON each, every pod with a Koordinator GPU):
+// (realistic, ~5 KB of /pods JSON each, every pod with a Koordinator GPU),
+// the kubelet listing its pods in a new order on every call as the real one
+// does (its pod manager's map):
+//   - direct:       the kubelet's List, asked directly;
+//   - passthrough:  a proxy that forwards the kubelet's answer as bytes,
+//                   never decoded: the least any proxy can do (one more hop);
+//   - same-answer:  that pass-through in front of a kubelet that itself
+//                   reports the GPUs the proxy adds, so the answer has the
+//                   same content as the proxy's: the floor for delivering
+//                   that answer (a larger answer costs the client and gRPC
+//                   more however it is made);
 //   - proxy:        podres-proxy in steady state (every pod's sandbox live
 //                   in the store, its spec known): no /pods read per call;
-//   - proxy-rebuilt: the same proxy on a node where the store changes
-//                   between every two calls, so no answer is reused;
-//   - passthrough:  a gRPC proxy that forwards List and returns the answer
-//                   untouched, written with the generated stubs as Go gRPC
-//                   proxies are (it decodes and re-encodes the answer);
-//   - passthrough-raw: one that forwards the kubelet's answer as bytes,
-//                   never decoded: the least any proxy can do;
-//   - passthrough-same-answer: the raw pass-through in front of a kubelet
-//                   that itself reports the GPUs the proxy adds, so the
-//                   answer has the same content as the proxy's: the floor
-//                   for delivering that answer (a larger answer costs the
-//                   client and gRPC more however it is made);
+//   - proxy-changed: the same proxy while one pod's part of the kubelet's
+//                   answer changes before every call (its exclusive CPUs);
 //   - koordlet:     the per-call work of koordlet's proxy: kubelet List plus
 //                   a /pods read decoded into a full corev1.PodList.
 // Run `go test -run XXX -bench BenchmarkList ./proxy`, or the report with
 // ratios side by side: `PODRES_BENCH=1 go test -run TestBenchmarkReport -v ./proxy`.
 
-var benchSizes = []int{10, 110, 250}
+var benchSizes = []int{10, 110, 250, 500}
 
 // benchRounds is how many times the report measures each configuration.
 const benchRounds = 7
+
+// benchClients is how many clients poll List at once in the report's
+// sharing measurement, and benchClientCalls how many Lists each makes.
+const (
+	benchClients     = 64
+	benchClientCalls = 10
+)
 
 func benchPods(n int) []fk.Pod {
 	pods := make([]fk.Pod, n)
@@ -66,14 +72,13 @@ func benchPods(n int) []fk.Pod {
 	return pods
 }
 
-// benchEnv is a fake kubelet with n pods and the three proxies in front.
+// benchEnv is a fake kubelet with n pods and the proxies in front.
 type benchEnv struct {
-	h           *harness
-	passthrough string
-	raw         string
-	sameAnswer  string
-	koordlet    string
-	podsBytes   int
+	h          *harness
+	pods       []fk.Pod
+	raw        string
+	sameAnswer string
+	koordlet   string
 }
 
 func newBenchEnv(b testing.TB, n int) *benchEnv {
@@ -87,8 +92,7 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 	for i, p := range pods {
 		h.markLive(p, fmt.Sprintf("sandbox-%d", i))
 	}
-	e := &benchEnv{h: h, podsBytes: len(h.k.PodListJSON())}
-	e.passthrough = servePassthrough(b, h.dir, h.k.Socket)
+	e := &benchEnv{h: h, pods: pods}
 	e.raw = serveBench(b, filepath.Join(h.dir, "raw.sock"), &rawPassthrough{up: dialBench(b, h.k.Socket)})
 	// A kubelet that knows the allocations itself, for the same-answer floor.
 	sameDir := filepath.Join(h.dir, "same")
@@ -105,11 +109,6 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 	e.sameAnswer = serveBench(b, filepath.Join(h.dir, "same.sock"), &rawPassthrough{up: dialBench(b, same.Socket)})
 	e.koordlet = serveKoordletStyle(b, h.dir, h.k)
 	return e
-}
-
-func servePassthrough(b testing.TB, dir, kubelet string) string {
-	up := dialBench(b, kubelet)
-	return serveBench(b, filepath.Join(dir, "passthrough.sock"), &passthrough{up: v1.NewPodResourcesListerClient(up)})
 }
 
 type passthrough struct {
@@ -262,23 +261,53 @@ func benchListWith(b *testing.B, socket string, wantPods int, before func(i int)
 	}
 }
 
-// churn changes the store between calls without changing the answer (a
-// pod the kubelet does not list starts and stops), so that every List is
-// built again: the proxy on a node where something changes all the time.
-func (e *benchEnv) churn(i int) {
-	e.h.store.ObserveSandbox(state.SourceNRI, state.Sandbox{
-		ID: "churn", UID: "churn", Namespace: "elsewhere", Name: "churn", Ready: i%2 == 0,
-	})
+// changeOne changes one pod's part of the kubelet's answer before call i
+// (its exclusive CPUs), a different pod each call, as a node where pods
+// come and go or resize does.
+func changeOne(k *fk.Kubelet, pods []fk.Pod) func(i int) {
+	return func(i int) {
+		p := pods[i%len(pods)]
+		p.CPUs = map[string][]int64{"app": {int64(i % 64)}}
+		k.AddPod(p)
+	}
+}
+
+// concurrentLists has clients List through socket at once, each calls
+// times, and returns how many kubelet calls that cost per List served.
+func concurrentLists(t testing.TB, socket string, k *fk.Kubelet, clients, calls int) float64 {
+	conns := make([]v1.PodResourcesListerClient, clients)
+	for i := range conns {
+		conns[i] = v1.NewPodResourcesListerClient(dialBench(t, socket))
+	}
+	before := k.GRPCCalls()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range calls {
+				if _, err := c.List(context.Background(), &v1.ListPodResourcesRequest{}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return float64(k.GRPCCalls()-before) / float64(clients*calls)
 }
 
 func BenchmarkList(b *testing.B) {
 	for _, n := range benchSizes {
 		e := newBenchEnv(b, n)
-		b.Run(fmt.Sprintf("pods=%d/passthrough", n), func(b *testing.B) { benchList(b, e.passthrough, n) })
-		b.Run(fmt.Sprintf("pods=%d/passthrough-raw", n), func(b *testing.B) { benchList(b, e.raw, n) })
-		b.Run(fmt.Sprintf("pods=%d/passthrough-same-answer", n), func(b *testing.B) { benchList(b, e.sameAnswer, n) })
+		b.Run(fmt.Sprintf("pods=%d/direct", n), func(b *testing.B) { benchList(b, e.h.k.Socket, n) })
+		b.Run(fmt.Sprintf("pods=%d/passthrough", n), func(b *testing.B) { benchList(b, e.raw, n) })
+		b.Run(fmt.Sprintf("pods=%d/same-answer", n), func(b *testing.B) { benchList(b, e.sameAnswer, n) })
 		b.Run(fmt.Sprintf("pods=%d/proxy", n), func(b *testing.B) { benchList(b, e.h.socket, n) })
-		b.Run(fmt.Sprintf("pods=%d/proxy-rebuilt", n), func(b *testing.B) { benchListWith(b, e.h.socket, n, e.churn) })
+		b.Run(fmt.Sprintf("pods=%d/proxy-changed", n), func(b *testing.B) { benchListWith(b, e.h.socket, n, changeOne(e.h.k, e.pods)) })
 		b.Run(fmt.Sprintf("pods=%d/koordlet", n), func(b *testing.B) { benchList(b, e.koordlet, n) })
 	}
 }
@@ -289,24 +318,30 @@ func TestBenchmarkReport(t *testing.T) {
 	if os.Getenv("PODRES_BENCH") == "" {
 		t.Skip("set PODRES_BENCH=1 to run the benchmark report")
 	}
+	sizes, rounds, memPods := benchSizes, benchRounds, 500
+	if os.Getenv("PODRES_BENCH") == "quick" { // a smoke run of the report itself
+		sizes, rounds, memPods = []int{10}, 1, 10
+	}
 	var out strings.Builder
-	fmt.Fprintf(&out, "\nList latency (ns/op, median of %d interleaved rounds; realistic pods, ~5 KB of /pods JSON each)\n", benchRounds)
-	fmt.Fprintf(&out, "%6s %11s %11s %11s %11s %11s %11s %9s %9s %10s %10s %11s\n", "pods", "passthrough", "pt-raw", "same-answer", "proxy", "rebuilt", "koordlet", "proxy/pt", "proxy/raw", "proxy/same", "rebuilt/pt", "koord/proxy")
-	for _, n := range benchSizes {
+	ms := func(ns float64) string { return fmt.Sprintf("%.2f ms", ns/1e6) }
+	fmt.Fprintf(&out, "\nList latency, median of %d interleaved rounds; realistic pods (~5 KB of /pods JSON each), listed in a new order per call\n", rounds)
+	fmt.Fprintf(&out, "| pods | direct | passthrough | same answer | proxy | proxy, 1 pod changed | koordlet-style | proxy / same | changed / same | koordlet / proxy | kubelet calls per List, %d clients |\n", benchClients)
+	fmt.Fprintf(&out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range sizes {
 		e := newBenchEnv(t, n)
-		// Rounds interleave the five, each round in a rotated order, so that
+		// Rounds interleave the six, each round in a rotated order, so that
 		// a slower stretch of a shared machine slows all of them alike
 		// instead of whichever was being measured.
 		configs := []func(b *testing.B){
-			func(b *testing.B) { benchList(b, e.passthrough, n) },
+			func(b *testing.B) { benchList(b, e.h.k.Socket, n) },
 			func(b *testing.B) { benchList(b, e.raw, n) },
 			func(b *testing.B) { benchList(b, e.sameAnswer, n) },
 			func(b *testing.B) { benchList(b, e.h.socket, n) },
-			func(b *testing.B) { benchListWith(b, e.h.socket, n, e.churn) },
+			func(b *testing.B) { benchListWith(b, e.h.socket, n, changeOne(e.h.k, e.pods)) },
 			func(b *testing.B) { benchList(b, e.koordlet, n) },
 		}
 		runs := make([][]float64, len(configs))
-		for round := range benchRounds {
+		for round := range rounds {
 			for j := range configs {
 				k := (j + round) % len(configs)
 				r := testing.Benchmark(configs[k])
@@ -317,9 +352,12 @@ func TestBenchmarkReport(t *testing.T) {
 			sort.Float64s(runs[k])
 			return runs[k][len(runs[k])/2]
 		}
-		pass, raw, same, prox, rebuilt, koord := med(0), med(1), med(2), med(3), med(4), med(5)
-		fmt.Fprintf(&out, "%6d %11.0f %11.0f %11.0f %11.0f %11.0f %11.0f %8.2fx %8.2fx %9.2fx %9.2fx %10.1fx\n", n, pass, raw, same, prox, rebuilt, koord, prox/pass, prox/raw, prox/same, rebuilt/pass, koord/prox)
+		direct, pass, same, prox, changed, koord := med(0), med(1), med(2), med(3), med(4), med(5)
+		shared := concurrentLists(t, e.h.socket, e.h.k, benchClients, benchClientCalls)
+		fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.0fx | %.3f |\n", n, ms(direct), ms(pass), ms(same), ms(prox), ms(changed), ms(koord),
+			prox/same, changed/same, koord/prox, shared)
 	}
+	fmt.Fprintf(&out, "\n%s\n", proxyProcessMemory(t, memPods))
 
 	// Freshness costs: a new pod's Get, and 64 concurrent Gets of new pods.
 	e := newBenchEnv(t, 250)
