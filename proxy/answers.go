@@ -75,11 +75,12 @@ type segmentCache struct {
 
 // segment is a pod's output and what it was built from.
 type segment struct {
-	key  state.PodKey
-	rec  *state.Record       // the live record the output was built from
-	inv  allocator.Inventory // the inventory snapshot it was built with
-	out  []byte              // the proxy's segment; nil: the kubelet's, unchanged
-	seen uint64              // the last answer that listed it
+	key     state.PodKey
+	rec     *state.Record       // the live record the output was built from
+	checked uint64              // a store version at which rec was still the pod's live record
+	inv     allocator.Inventory // the inventory snapshot it was built with
+	out     []byte              // the proxy's segment; nil: the kubelet's, unchanged
+	seen    uint64              // the last answer that listed it
 }
 
 // rebuildFunc decodes one pod segment, adds the plan's devices and encodes it.
@@ -101,10 +102,19 @@ type listPart struct {
 // (see the comment at the top of this file). arrived is when the query
 // arrived: pods unknown to the store wait for a /pods read started after it.
 func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet encoded, arrived time.Time, rebuild rebuildFunc) ([]byte, error) {
-	parts, err := splitList(kubelet)
+	buf := partsPool.Get().(*[]listPart)
+	defer func() {
+		clear(*buf) // keep no answer alive through the pool
+		partsPool.Put(buf)
+	}()
+	parts, err := splitList((*buf)[:0], kubelet)
+	*buf = parts
 	if err != nil {
 		return nil, err
 	}
+	// Read before looking up records, so that a change made meanwhile
+	// leaves entries that are checked again next time.
+	version := s.deps.Store.Version()
 	inv := s.resolver.snapshot()
 	cacheable := inv == nil || reflect.TypeOf(inv).Comparable()
 
@@ -122,10 +132,16 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 			continue
 		}
 		pods++
-		if e := cache.m[string(p.pod)]; e != nil {
+		if e := cache.m[string(p.pod)]; e != nil && sameInventory(e.inv, inv) {
 			e.seen = gen
 			p.key = e.key
-			if rec, ok := s.deps.Store.Live(e.key); ok && rec == e.rec && sameInventory(e.inv, inv) {
+			if e.checked != version {
+				// The store changed since: is this still the pod's record?
+				if rec, ok := s.deps.Store.Live(e.key); ok && rec == e.rec {
+					e.checked = version
+				}
+			}
+			if e.checked == version {
 				p.out = e.out
 				if p.out == nil {
 					p.out = p.pod
@@ -181,7 +197,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 
 	out := spliceList(parts)
 	if cacheable && pods > reused {
-		cache.store(parts, inv, gen)
+		cache.store(parts, inv, version, gen)
 	}
 	cache.drop(gen, pods)
 	return out, nil
@@ -199,7 +215,7 @@ func (p *listPart) rebuild(rebuild rebuildFunc, pl plan) (err error) {
 }
 
 // store caches the rebuilt pods that came from the store alone.
-func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, gen uint64) {
+func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range parts {
@@ -207,7 +223,7 @@ func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, gen uint
 		if !p.need || p.rec == nil {
 			continue
 		}
-		e := &segment{key: p.key, rec: p.rec, inv: inv, seen: gen}
+		e := &segment{key: p.key, rec: p.rec, checked: version, inv: inv, seen: gen}
 		if !p.same {
 			e.out = p.out
 		}
@@ -237,17 +253,20 @@ func (c *segmentCache) drop(gen uint64, pods int) {
 	}
 }
 
-// splitList splits an encoded List answer into its fields.
-func splitList(b []byte) ([]listPart, error) {
-	parts := make([]listPart, 0, 64)
+// partsPool recycles the parts of answers: a List of 500 pods would
+// otherwise allocate about 60 KB of them per call.
+var partsPool = sync.Pool{New: func() any { return new([]listPart) }}
+
+// splitList appends the fields of an encoded List answer to parts.
+func splitList(parts []listPart, b []byte) ([]listPart, error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, malformed(protowire.ParseError(n))
+			return parts, malformed(protowire.ParseError(n))
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if m < 0 {
-			return nil, malformed(protowire.ParseError(m))
+			return parts, malformed(protowire.ParseError(m))
 		}
 		p := listPart{field: b[:n+m]}
 		if num == podsField && typ == protowire.BytesType {

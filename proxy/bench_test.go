@@ -111,15 +111,6 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 	return e
 }
 
-type passthrough struct {
-	v1.UnimplementedPodResourcesListerServer
-	up v1.PodResourcesListerClient
-}
-
-func (p *passthrough) List(ctx context.Context, req *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
-	return p.up.List(ctx, req)
-}
-
 // rawPassthrough forwards List without decoding the kubelet's answer.
 type rawPassthrough struct {
 	v1.UnimplementedPodResourcesListerServer
