@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,8 +50,12 @@ import (
 
 var benchSizes = []int{10, 110, 250, 500}
 
-// benchRounds is how many times the report measures each configuration.
-const benchRounds = 7
+// benchRounds is how many times the report measures each configuration,
+// and benchSlice about how long each measures per round.
+const (
+	benchRounds = 21
+	benchSlice  = 80 * time.Millisecond
+)
 
 // benchClients is how many clients poll List at once in the report's
 // sharing measurement, and benchClientCalls how many Lists each makes.
@@ -303,6 +308,87 @@ func BenchmarkList(b *testing.B) {
 	}
 }
 
+// listSeries is one configuration of the report: Lists through socket,
+// with before called ahead of each (untimed).
+type listSeries struct {
+	socket string
+	before func(i int)
+}
+
+// medians are the report's figures for one pod count.
+type medians struct {
+	latency []float64   // per series, the median of every call's latency (ns)
+	rounds  [][]float64 // per round, per series, the median of that round's calls
+}
+
+// ratio is the median over rounds of a/b within each round: series measured
+// side by side, so that a slower stretch of the shared machine slows both.
+func (m medians) ratio(a, b int) float64 {
+	r := make([]float64, len(m.rounds))
+	for i, round := range m.rounds {
+		r[i] = round[a] / round[b]
+	}
+	return median(r)
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	sort.Float64s(v)
+	return v[len(v)/2]
+}
+
+// interleave measures the series in rounds, each round running every
+// series for about benchSlice in a rotated order, and times every call on
+// its own, so that a burst of load from the machine's other tenants lands
+// on a few calls of one series rather than on a whole series' figure.
+func interleave(t *testing.T, series []listSeries, wantPods, rounds int) medians {
+	clients := make([]v1.PodResourcesListerClient, len(series))
+	calls := make([]int, len(series))
+	all := make([][]float64, len(series))
+	list := func(k, i int) time.Duration {
+		if series[k].before != nil {
+			series[k].before(i)
+		}
+		start := time.Now()
+		resp, err := clients[k].List(context.Background(), &v1.ListPodResourcesRequest{})
+		d := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.PodResources) != wantPods {
+			t.Fatalf("%d pods, want %d", len(resp.PodResources), wantPods)
+		}
+		return d
+	}
+	for k, s := range series {
+		clients[k] = v1.NewPodResourcesListerClient(dialBench(t, s.socket))
+		// Warm up, and size the series' slice of a round.
+		var spent time.Duration
+		for i := range 5 {
+			spent += list(k, i)
+		}
+		calls[k] = max(3, int(benchSlice/(spent/5)))
+	}
+	m := medians{latency: make([]float64, len(series))}
+	for round := range rounds {
+		perRound := make([]float64, len(series))
+		for j := range series {
+			k := (j + round) % len(series)
+			d := make([]float64, calls[k])
+			for i := range d {
+				d[i] = float64(list(k, round*calls[k]+i))
+			}
+			perRound[k] = median(d)
+			all[k] = append(all[k], d...)
+		}
+		m.rounds = append(m.rounds, perRound)
+	}
+	for k := range series {
+		m.latency[k] = median(all[k])
+	}
+	return m
+}
+
 // TestBenchmarkReport prints the benchmark as a table with ratios, plus the
 // /pods read counts and decode speed that freshness depends on.
 func TestBenchmarkReport(t *testing.T) {
@@ -315,38 +401,26 @@ func TestBenchmarkReport(t *testing.T) {
 	}
 	var out strings.Builder
 	ms := func(ns float64) string { return fmt.Sprintf("%.2f ms", ns/1e6) }
-	fmt.Fprintf(&out, "\nList latency, median of %d interleaved rounds; realistic pods (~5 KB of /pods JSON each), listed in a new order per call\n", rounds)
+	fmt.Fprintf(&out, "\nList latency: median of every call in %d interleaved rounds of ~%v per series; ratios: median over rounds of the ratio within a round.\n", rounds, benchSlice)
+	fmt.Fprintf(&out, "Realistic pods (~5 KB of /pods JSON each, one Koordinator GPU each), listed in a new order per call as the kubelet does.\n")
 	fmt.Fprintf(&out, "| pods | direct | passthrough | same answer | proxy | proxy, 1 pod changed | koordlet-style | proxy / same | changed / same | koordlet / proxy | kubelet calls per List, %d clients |\n", benchClients)
 	fmt.Fprintf(&out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range sizes {
 		e := newBenchEnv(t, n)
-		// Rounds interleave the six, each round in a rotated order, so that
-		// a slower stretch of a shared machine slows all of them alike
-		// instead of whichever was being measured.
-		configs := []func(b *testing.B){
-			func(b *testing.B) { benchList(b, e.h.k.Socket, n) },
-			func(b *testing.B) { benchList(b, e.raw, n) },
-			func(b *testing.B) { benchList(b, e.sameAnswer, n) },
-			func(b *testing.B) { benchList(b, e.h.socket, n) },
-			func(b *testing.B) { benchListWith(b, e.h.socket, n, changeOne(e.h.k, e.pods)) },
-			func(b *testing.B) { benchList(b, e.koordlet, n) },
+		configs := []listSeries{
+			{socket: e.h.k.Socket},
+			{socket: e.raw},
+			{socket: e.sameAnswer},
+			{socket: e.h.socket},
+			{socket: e.h.socket, before: changeOne(e.h.k, e.pods)},
+			{socket: e.koordlet},
 		}
-		runs := make([][]float64, len(configs))
-		for round := range rounds {
-			for j := range configs {
-				k := (j + round) % len(configs)
-				r := testing.Benchmark(configs[k])
-				runs[k] = append(runs[k], float64(r.NsPerOp()))
-			}
-		}
-		med := func(k int) float64 {
-			sort.Float64s(runs[k])
-			return runs[k][len(runs[k])/2]
-		}
-		direct, pass, same, prox, changed, koord := med(0), med(1), med(2), med(3), med(4), med(5)
+		med := interleave(t, configs, n, rounds)
+		const direct, pass, same, prox, changed, koord = 0, 1, 2, 3, 4, 5
 		shared := concurrentLists(t, e.h.socket, e.h.k, benchClients, benchClientCalls)
-		fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.0fx | %.3f |\n", n, ms(direct), ms(pass), ms(same), ms(prox), ms(changed), ms(koord),
-			prox/same, changed/same, koord/prox, shared)
+		fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.0fx | %.3f |\n", n,
+			ms(med.latency[direct]), ms(med.latency[pass]), ms(med.latency[same]), ms(med.latency[prox]), ms(med.latency[changed]), ms(med.latency[koord]),
+			med.ratio(prox, same), med.ratio(changed, same), med.ratio(koord, prox), shared)
 	}
 	fmt.Fprintf(&out, "\n%s\n", proxyProcessMemory(t, memPods))
 
