@@ -35,8 +35,13 @@ import (
 //   - A segment's output is cached under the segment's bytes, together with
 //     the pod's store record and the inventory snapshot it was built from.
 //     Records and snapshots are immutable and replaced on every change, so
-//     the same pointer means the same content. When all three match, the
-//     cached output is spliced in as is.
+//     the same pointer means the same content; and while the store's
+//     version has not moved, every record is still the one it was, so a
+//     steady List does not even look records up. When all three match, the
+//     cached output is spliced in as is. This holds because a pod's devices
+//     depend on nothing but its own record, its part of the kubelet's answer
+//     and the inventory; whatever makes them depend on another pod must
+//     change that pod's record too.
 //   - Otherwise that pod alone is decoded, given its devices (the same merge
 //     Get uses, so List and Get agree) and encoded. Its output is cached only
 //     when its devices came from the store: one that needed a /pods read
@@ -45,8 +50,8 @@ import (
 //     a pod's own unknown fields survive its decode and encode.
 //
 // The answer is then the kubelet's fields, in the kubelet's order, each pod
-// replaced by its output: a steady List costs a walk over the bytes, two map
-// lookups and one copy per pod, and a pod that changed is rebuilt alone.
+// replaced by its output: a steady List costs a walk over the bytes, one map
+// lookup and one copy per pod, and a pod that changed is rebuilt alone.
 // Entries of pods the latest answer no longer lists are dropped, and the
 // cache holds at most maxSegmentCacheBytes per List method.
 
@@ -55,6 +60,10 @@ import (
 // nodes with thousands of containers or long cpu_ids lists, are rebuilt on
 // every call. Two methods fit well within the daemon's 128 MiB.
 const maxSegmentCacheBytes = 8 << 20
+
+// segmentOverhead is about what an entry costs beside its bytes (the map
+// slot, the segment and its key's strings), counted against the bound.
+const segmentOverhead = 160
 
 // podsField is pod_resources' field number in both List responses, and
 // nameField and namespaceField the pod's name and namespace in both
@@ -81,6 +90,12 @@ type segment struct {
 	inv     allocator.Inventory // the inventory snapshot it was built with
 	out     []byte              // the proxy's segment; nil: the kubelet's, unchanged
 	seen    uint64              // the last answer that listed it
+	inLen   int                 // the length of the kubelet's segment, its key
+}
+
+// size is what an entry counts against maxSegmentCacheBytes.
+func (e *segment) size() int {
+	return segmentOverhead + e.inLen + len(e.out) + len(e.key.Namespace) + len(e.key.Name)
 }
 
 // rebuildFunc decodes one pod segment, adds the plan's devices and encodes it.
@@ -223,17 +238,17 @@ func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version,
 		if !p.need || p.rec == nil {
 			continue
 		}
-		e := &segment{key: p.key, rec: p.rec, checked: version, inv: inv, seen: gen}
+		e := &segment{key: p.key, rec: p.rec, checked: version, inv: inv, seen: gen, inLen: len(p.pod)}
 		if !p.same {
 			e.out = p.out
 		}
 		if old := c.m[string(p.pod)]; old != nil {
-			c.bytes -= len(p.pod) + len(old.out)
-		} else if c.bytes+len(p.pod)+len(e.out) > maxSegmentCacheBytes {
+			c.bytes -= old.size()
+		} else if c.bytes+e.size() > maxSegmentCacheBytes {
 			continue
 		}
 		c.m[string(p.pod)] = e
-		c.bytes += len(p.pod) + len(e.out)
+		c.bytes += e.size()
 	}
 }
 
@@ -248,7 +263,7 @@ func (c *segmentCache) drop(gen uint64, pods int) {
 	for k, e := range c.m {
 		if e.seen != gen {
 			delete(c.m, k)
-			c.bytes -= len(k) + len(e.out)
+			c.bytes -= e.size()
 		}
 	}
 }
