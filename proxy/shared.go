@@ -68,8 +68,9 @@ func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
 		// Nothing in flight: this caller makes the call itself, in its own
 		// goroutine and under its own deadline. Nobody else can join a call
 		// in flight, so nobody else depends on it; those who arrive
-		// meanwhile wait for the next. (Another goroutine and a deadline of
-		// its own made a steady List measurably slower.)
+		// meanwhile wait for the next, so it is bounded too, by a timer
+		// that cancels it. (Another goroutine, or a deadline sent to the
+		// kubelet with every call, made a steady List measurably slower.)
 		f := &flight[T]{started: time.Now(), callers: 1, done: make(chan struct{})}
 		c.cur = f
 		joined := c.joined
@@ -77,7 +78,11 @@ func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
 		if joined != nil {
 			joined(c.method)
 		}
-		f.val, f.err = c.fn(ctx, f.started)
+		callCtx, cancel := context.WithCancelCause(ctx)
+		bound := time.AfterFunc(sharedCallTimeout, func() { cancel(c.timeoutCause()) })
+		f.val, f.err = c.fn(callCtx, f.started)
+		bound.Stop()
+		cancel(nil)
 		c.finish(f)
 		return f.val, f.err
 	}
