@@ -1,6 +1,8 @@
 package proxy_test
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,10 +19,12 @@ import (
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
-// A steady List is answered with the bytes built for the previous one when
-// the kubelet's answer, the store and the inventory are all unchanged. These
-// tests change one of the three at a time, leaving the other two as they
-// were, and check that clients see the change at once.
+// A steady List reuses, pod by pod, what the proxy built for the previous
+// one when the pod's part of the kubelet's answer, its store record and the
+// inventory are all unchanged, in whatever order the kubelet lists the pods.
+// These tests change one of the three at a time, leaving the other two as
+// they were, and check that clients see the change at once and that only
+// the pods that changed are built again.
 
 // steadyPod is a running pod whose spec the proxy has learned and whose
 // sandbox NRI has recorded: Lists about it need no /pods read.
@@ -157,5 +161,148 @@ func TestAListThatNeededAPodsReadIsNotReusedWhenPodsIsDown(t *testing.T) {
 	}
 	if _, err := h.v1alpha1().List(ctx(t), &v1alpha1.ListPodResourcesRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("v1alpha1 List of a pod unknown to the store with /pods down = %v, want Unavailable", err)
+	}
+}
+
+// canonical sorts an answer's pods by namespace and name and each
+// container's devices, the two orders the kubelet does not keep.
+func canonical(resp *v1.ListPodResourcesResponse) *v1.ListPodResourcesResponse {
+	out := proto.Clone(resp).(*v1.ListPodResourcesResponse)
+	slices.SortFunc(out.PodResources, func(a, b *v1.PodResources) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	})
+	for _, p := range out.PodResources {
+		for _, c := range p.Containers {
+			slices.SortStableFunc(c.Devices, func(a, b *v1.ContainerDevices) int {
+				return cmp.Compare(fmt.Sprint(a), fmt.Sprint(b))
+			})
+		}
+	}
+	return out
+}
+
+// mixedPods are pods of every shape the merge handles: devices for one of
+// two containers, a sidecar, a kubelet device beside an added one, the
+// same GPU reported by the kubelet too, no allocation at all.
+func mixedPods() []fk.Pod {
+	pods := []fk.Pod{
+		fk.NewPod("ns1", "vf", "uid-vf", fk.WithAnnotation(koordKey, gpuAndVF),
+			fk.WithSidecar("side", map[string]string{"koordinator.sh/rdma": "1"}),
+			fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"})),
+		fk.NewPod("ns1", "two", "uid-two", fk.WithAnnotation(koordKey, twoGPUs),
+			fk.WithContainer("x", map[string]string{"nvidia.com/gpu": "1"}),
+			fk.WithContainer("y", map[string]string{"nvidia.com/gpu": "1"})),
+		fk.NewPod("ns2", "dup", "uid-dup", fk.WithAnnotation(koordKey, oneGPU),
+			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}),
+			fk.WithKubeletDevices("app", "nvidia.com/gpu", 0, gpuUUID)),
+		fk.NewPod("ns2", "devs", "uid-devs", fk.WithAnnotation(koordKey, oneGPU),
+			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1", "example.com/dev": "3"}),
+			fk.WithKubeletDevices("app", "example.com/dev", 1, "dev-0", "dev-1", "dev-2"),
+			fk.WithCPUs("app", 2, 3)),
+	}
+	for i := range 12 {
+		pods = append(pods, fk.NewPod("ns3", fmt.Sprintf("plain-%d", i), fmt.Sprintf("uid-plain-%d", i), fk.WithCPUs("app", int64(i))))
+	}
+	return pods
+}
+
+func TestAListFromAShuffledKubeletAnswerEqualsTheOneFromTheOrderedAnswer(t *testing.T) {
+	h := newHarness(t)
+	h.k.SetUnknownFields(true)
+	pods := mixedPods()
+	h.k.SetPods(pods...)
+	h.list() // learns the specs
+	for i, p := range pods {
+		h.markLive(p, fmt.Sprintf("sb-%d", i))
+	}
+	v1alpha1List := func() *v1.ListPodResourcesResponse {
+		resp, err := h.v1alpha1().List(ctx(t), &v1alpha1.ListPodResourcesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same fields in v1's shape, to compare with one helper.
+		b, err := proto.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var asV1 v1.ListPodResourcesResponse
+		if err := proto.Unmarshal(b, &asV1); err != nil {
+			t.Fatal(err)
+		}
+		return &asV1
+	}
+
+	h.k.SetFixedOrder(true)
+	ordered, orderedAlpha := canonical(h.list()), canonical(v1alpha1List())
+	h.k.SetFixedOrder(false)
+	for i := range 10 {
+		got := h.list()
+		if c := canonical(got); !proto.Equal(c, ordered) {
+			t.Fatalf("List %d from a shuffled kubelet answer differs from the ordered one:\n%v\n%v", i, c, ordered)
+		}
+		if c := canonical(v1alpha1List()); !proto.Equal(c, orderedAlpha) {
+			t.Fatalf("v1alpha1 List %d from a shuffled kubelet answer differs from the ordered one:\n%v\n%v", i, c, orderedAlpha)
+		}
+		if i == 0 {
+			for _, p := range got.GetPodResources() {
+				if g := h.get(p.Namespace, p.Name); !proto.Equal(canonical(&v1.ListPodResourcesResponse{PodResources: []*v1.PodResources{g}}),
+					canonical(&v1.ListPodResourcesResponse{PodResources: []*v1.PodResources{p}})) {
+					t.Errorf("List and Get disagree for %s/%s:\nList: %v\nGet:  %v", p.Namespace, p.Name, p, g)
+				}
+			}
+		}
+	}
+	if n := h.counter("podres_proxy_list_pods_total", "answer", "reused"); n == 0 {
+		t.Errorf("no pod of a shuffled answer was reused")
+	}
+}
+
+func TestAPodChangedBetweenTwoListsIsRebuiltAndTheOthersReused(t *testing.T) {
+	h := newHarness(t)
+	var pods []fk.Pod
+	for i := range 6 {
+		gpu := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
+		pods = append(pods, fk.NewPod("default", fmt.Sprintf("trainer-%d", i), fmt.Sprintf("uid-%d", i),
+			fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu)),
+			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"})))
+	}
+	h.k.SetPods(pods...)
+	h.list()
+	for i, p := range pods {
+		h.markLive(p, fmt.Sprintf("sb-%d", i))
+	}
+	h.list()
+	count := func() (reused, rebuilt float64) {
+		return h.counter("podres_proxy_list_pods_total", "answer", "reused"), h.counter("podres_proxy_list_pods_total", "answer", "rebuilt")
+	}
+	step := func(what string, wantRebuilt float64) *v1.ListPodResourcesResponse {
+		t.Helper()
+		reused, rebuilt := count()
+		resp := h.list()
+		r2, b2 := count()
+		if b2-rebuilt != wantRebuilt || r2-reused != float64(len(pods))-wantRebuilt {
+			t.Errorf("%s: %v pods rebuilt and %v reused, want %v and %v", what, b2-rebuilt, r2-reused, wantRebuilt, float64(len(pods))-wantRebuilt)
+		}
+		return resp
+	}
+	step("nothing changed", 0)
+
+	// The kubelet's answer changes for one pod: it now has exclusive CPUs.
+	fk.WithCPUs("app", 6, 7)(&pods[3])
+	h.k.SetPods(pods...)
+	resp := step("one pod's CPUs changed", 1)
+	if cpus := findPod(resp, "default", "trainer-3").GetContainers()[0].GetCpuIds(); !slices.Equal(cpus, []int64{6, 7}) {
+		t.Errorf("changed pod's cpus = %v, want [6 7]", cpus)
+	}
+	step("nothing changed since", 0)
+
+	// The store changes for one pod: trainer-1's sandbox stops.
+	h.store.SandboxStopped(state.SourceNRI, "sb-1", "")
+	resp = step("one pod's sandbox stopped", 1)
+	for i := range pods {
+		want := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
+		if got := devicesOf(findPod(resp, "default", pods[i].Name), "app")["nvidia.com/gpu"]; !slices.Equal(got, []string{want}) {
+			t.Errorf("%s has GPUs %v, want its own %s", pods[i].Name, got, want)
+		}
 	}
 }

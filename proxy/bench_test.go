@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,35 +24,45 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
-	"github.com/podres-proxy/podres-proxy/state"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
 // The benchmark compares, against the same fake kubelet and the same pods
-// (realistic, ~5 KB of /pods JSON each, every pod with a Koordinator GPU):
+// (realistic, ~5 KB of /pods JSON each, every pod with a Koordinator GPU),
+// the kubelet listing its pods in a new order on every call as the real one
+// does (its pod manager's map):
+//   - direct:       the kubelet's List, asked directly;
+//   - passthrough:  a proxy that forwards the kubelet's answer as bytes,
+//                   never decoded: the least any proxy can do (one more hop);
+//   - same-answer:  that pass-through in front of a kubelet that itself
+//                   reports the GPUs the proxy adds, so the answer has the
+//                   same content as the proxy's: the floor for delivering
+//                   that answer (a larger answer costs the client and gRPC
+//                   more however it is made);
 //   - proxy:        podres-proxy in steady state (every pod's sandbox live
 //                   in the store, its spec known): no /pods read per call;
-//   - proxy-rebuilt: the same proxy on a node where the store changes
-//                   between every two calls, so no answer is reused;
-//   - passthrough:  a gRPC proxy that forwards List and returns the answer
-//                   untouched, written with the generated stubs as Go gRPC
-//                   proxies are (it decodes and re-encodes the answer);
-//   - passthrough-raw: one that forwards the kubelet's answer as bytes,
-//                   never decoded: the least any proxy can do;
-//   - passthrough-same-answer: the raw pass-through in front of a kubelet
-//                   that itself reports the GPUs the proxy adds, so the
-//                   answer has the same content as the proxy's: the floor
-//                   for delivering that answer (a larger answer costs the
-//                   client and gRPC more however it is made);
+//   - proxy-changed: the same proxy while one pod's part of the kubelet's
+//                   answer changes before every call (its exclusive CPUs);
 //   - koordlet:     the per-call work of koordlet's proxy: kubelet List plus
 //                   a /pods read decoded into a full corev1.PodList.
 // Run `go test -run XXX -bench BenchmarkList ./proxy`, or the report with
 // ratios side by side: `PODRES_BENCH=1 go test -run TestBenchmarkReport -v ./proxy`.
 
-var benchSizes = []int{10, 110, 250}
+var benchSizes = []int{10, 110, 250, 500}
 
-// benchRounds is how many times the report measures each configuration.
-const benchRounds = 7
+// benchRounds is how many times the report measures each configuration,
+// and benchSlice about how long each measures per round.
+const (
+	benchRounds = 21
+	benchSlice  = 80 * time.Millisecond
+)
+
+// benchClients is how many clients poll List at once in the report's
+// sharing measurement, and benchClientCalls how many Lists each makes.
+const (
+	benchClients     = 64
+	benchClientCalls = 10
+)
 
 func benchPods(n int) []fk.Pod {
 	pods := make([]fk.Pod, n)
@@ -66,14 +77,13 @@ func benchPods(n int) []fk.Pod {
 	return pods
 }
 
-// benchEnv is a fake kubelet with n pods and the three proxies in front.
+// benchEnv is a fake kubelet with n pods and the proxies in front.
 type benchEnv struct {
-	h           *harness
-	passthrough string
-	raw         string
-	sameAnswer  string
-	koordlet    string
-	podsBytes   int
+	h          *harness
+	pods       []fk.Pod
+	raw        string
+	sameAnswer string
+	koordlet   string
 }
 
 func newBenchEnv(b testing.TB, n int) *benchEnv {
@@ -87,8 +97,7 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 	for i, p := range pods {
 		h.markLive(p, fmt.Sprintf("sandbox-%d", i))
 	}
-	e := &benchEnv{h: h, podsBytes: len(h.k.PodListJSON())}
-	e.passthrough = servePassthrough(b, h.dir, h.k.Socket)
+	e := &benchEnv{h: h, pods: pods}
 	e.raw = serveBench(b, filepath.Join(h.dir, "raw.sock"), &rawPassthrough{up: dialBench(b, h.k.Socket)})
 	// A kubelet that knows the allocations itself, for the same-answer floor.
 	sameDir := filepath.Join(h.dir, "same")
@@ -105,20 +114,6 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 	e.sameAnswer = serveBench(b, filepath.Join(h.dir, "same.sock"), &rawPassthrough{up: dialBench(b, same.Socket)})
 	e.koordlet = serveKoordletStyle(b, h.dir, h.k)
 	return e
-}
-
-func servePassthrough(b testing.TB, dir, kubelet string) string {
-	up := dialBench(b, kubelet)
-	return serveBench(b, filepath.Join(dir, "passthrough.sock"), &passthrough{up: v1.NewPodResourcesListerClient(up)})
-}
-
-type passthrough struct {
-	v1.UnimplementedPodResourcesListerServer
-	up v1.PodResourcesListerClient
-}
-
-func (p *passthrough) List(ctx context.Context, req *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
-	return p.up.List(ctx, req)
 }
 
 // rawPassthrough forwards List without decoding the kubelet's answer.
@@ -262,25 +257,136 @@ func benchListWith(b *testing.B, socket string, wantPods int, before func(i int)
 	}
 }
 
-// churn changes the store between calls without changing the answer (a
-// pod the kubelet does not list starts and stops), so that every List is
-// built again: the proxy on a node where something changes all the time.
-func (e *benchEnv) churn(i int) {
-	e.h.store.ObserveSandbox(state.SourceNRI, state.Sandbox{
-		ID: "churn", UID: "churn", Namespace: "elsewhere", Name: "churn", Ready: i%2 == 0,
-	})
+// changeOne changes one pod's part of the kubelet's answer before call i
+// (its exclusive CPUs), a different pod each call, as a node where pods
+// come and go or resize does.
+func changeOne(k *fk.Kubelet, pods []fk.Pod) func(i int) {
+	return func(i int) {
+		p := pods[i%len(pods)]
+		p.CPUs = map[string][]int64{"app": {int64(i % 64)}}
+		k.AddPod(p)
+	}
+}
+
+// concurrentLists has clients List through socket at once, each calls
+// times, and returns how many kubelet calls that cost per List served.
+func concurrentLists(t testing.TB, socket string, k *fk.Kubelet, clients, calls int) float64 {
+	conns := make([]v1.PodResourcesListerClient, clients)
+	for i := range conns {
+		conns[i] = v1.NewPodResourcesListerClient(dialBench(t, socket))
+	}
+	before := k.GRPCCalls()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range calls {
+				if _, err := c.List(context.Background(), &v1.ListPodResourcesRequest{}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return float64(k.GRPCCalls()-before) / float64(clients*calls)
 }
 
 func BenchmarkList(b *testing.B) {
 	for _, n := range benchSizes {
 		e := newBenchEnv(b, n)
-		b.Run(fmt.Sprintf("pods=%d/passthrough", n), func(b *testing.B) { benchList(b, e.passthrough, n) })
-		b.Run(fmt.Sprintf("pods=%d/passthrough-raw", n), func(b *testing.B) { benchList(b, e.raw, n) })
-		b.Run(fmt.Sprintf("pods=%d/passthrough-same-answer", n), func(b *testing.B) { benchList(b, e.sameAnswer, n) })
+		b.Run(fmt.Sprintf("pods=%d/direct", n), func(b *testing.B) { benchList(b, e.h.k.Socket, n) })
+		b.Run(fmt.Sprintf("pods=%d/passthrough", n), func(b *testing.B) { benchList(b, e.raw, n) })
+		b.Run(fmt.Sprintf("pods=%d/same-answer", n), func(b *testing.B) { benchList(b, e.sameAnswer, n) })
 		b.Run(fmt.Sprintf("pods=%d/proxy", n), func(b *testing.B) { benchList(b, e.h.socket, n) })
-		b.Run(fmt.Sprintf("pods=%d/proxy-rebuilt", n), func(b *testing.B) { benchListWith(b, e.h.socket, n, e.churn) })
+		b.Run(fmt.Sprintf("pods=%d/proxy-changed", n), func(b *testing.B) { benchListWith(b, e.h.socket, n, changeOne(e.h.k, e.pods)) })
 		b.Run(fmt.Sprintf("pods=%d/koordlet", n), func(b *testing.B) { benchList(b, e.koordlet, n) })
 	}
+}
+
+// listSeries is one configuration of the report: Lists through socket,
+// with before called ahead of each (untimed).
+type listSeries struct {
+	socket string
+	before func(i int)
+}
+
+// medians are the report's figures for one pod count.
+type medians struct {
+	latency []float64   // per series, the median of every call's latency (ns)
+	rounds  [][]float64 // per round, per series, the median of that round's calls
+}
+
+// ratio is the median over rounds of a/b within each round: series measured
+// side by side, so that a slower stretch of the shared machine slows both.
+func (m medians) ratio(a, b int) float64 {
+	r := make([]float64, len(m.rounds))
+	for i, round := range m.rounds {
+		r[i] = round[a] / round[b]
+	}
+	return median(r)
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	sort.Float64s(v)
+	return v[len(v)/2]
+}
+
+// interleave measures the series in rounds, each round running every
+// series for about benchSlice in a rotated order, and times every call on
+// its own, so that a burst of load from the machine's other tenants lands
+// on a few calls of one series rather than on a whole series' figure.
+func interleave(t *testing.T, series []listSeries, wantPods, rounds int) medians {
+	clients := make([]v1.PodResourcesListerClient, len(series))
+	calls := make([]int, len(series))
+	all := make([][]float64, len(series))
+	list := func(k, i int) time.Duration {
+		if series[k].before != nil {
+			series[k].before(i)
+		}
+		start := time.Now()
+		resp, err := clients[k].List(context.Background(), &v1.ListPodResourcesRequest{})
+		d := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.PodResources) != wantPods {
+			t.Fatalf("%d pods, want %d", len(resp.PodResources), wantPods)
+		}
+		return d
+	}
+	for k, s := range series {
+		clients[k] = v1.NewPodResourcesListerClient(dialBench(t, s.socket))
+		// Warm up, and size the series' slice of a round.
+		var spent time.Duration
+		for i := range 5 {
+			spent += list(k, i)
+		}
+		calls[k] = max(3, int(benchSlice/(spent/5)))
+	}
+	m := medians{latency: make([]float64, len(series))}
+	for round := range rounds {
+		perRound := make([]float64, len(series))
+		for j := range series {
+			k := (j + round) % len(series)
+			d := make([]float64, calls[k])
+			for i := range d {
+				d[i] = float64(list(k, round*calls[k]+i))
+			}
+			perRound[k] = median(d)
+			all[k] = append(all[k], d...)
+		}
+		m.rounds = append(m.rounds, perRound)
+	}
+	for k := range series {
+		m.latency[k] = median(all[k])
+	}
+	return m
 }
 
 // TestBenchmarkReport prints the benchmark as a table with ratios, plus the
@@ -289,37 +395,34 @@ func TestBenchmarkReport(t *testing.T) {
 	if os.Getenv("PODRES_BENCH") == "" {
 		t.Skip("set PODRES_BENCH=1 to run the benchmark report")
 	}
-	var out strings.Builder
-	fmt.Fprintf(&out, "\nList latency (ns/op, median of %d interleaved rounds; realistic pods, ~5 KB of /pods JSON each)\n", benchRounds)
-	fmt.Fprintf(&out, "%6s %11s %11s %11s %11s %11s %11s %9s %9s %10s %10s %11s\n", "pods", "passthrough", "pt-raw", "same-answer", "proxy", "rebuilt", "koordlet", "proxy/pt", "proxy/raw", "proxy/same", "rebuilt/pt", "koord/proxy")
-	for _, n := range benchSizes {
-		e := newBenchEnv(t, n)
-		// Rounds interleave the five, each round in a rotated order, so that
-		// a slower stretch of a shared machine slows all of them alike
-		// instead of whichever was being measured.
-		configs := []func(b *testing.B){
-			func(b *testing.B) { benchList(b, e.passthrough, n) },
-			func(b *testing.B) { benchList(b, e.raw, n) },
-			func(b *testing.B) { benchList(b, e.sameAnswer, n) },
-			func(b *testing.B) { benchList(b, e.h.socket, n) },
-			func(b *testing.B) { benchListWith(b, e.h.socket, n, e.churn) },
-			func(b *testing.B) { benchList(b, e.koordlet, n) },
-		}
-		runs := make([][]float64, len(configs))
-		for round := range benchRounds {
-			for j := range configs {
-				k := (j + round) % len(configs)
-				r := testing.Benchmark(configs[k])
-				runs[k] = append(runs[k], float64(r.NsPerOp()))
-			}
-		}
-		med := func(k int) float64 {
-			sort.Float64s(runs[k])
-			return runs[k][len(runs[k])/2]
-		}
-		pass, raw, same, prox, rebuilt, koord := med(0), med(1), med(2), med(3), med(4), med(5)
-		fmt.Fprintf(&out, "%6d %11.0f %11.0f %11.0f %11.0f %11.0f %11.0f %8.2fx %8.2fx %9.2fx %9.2fx %10.1fx\n", n, pass, raw, same, prox, rebuilt, koord, prox/pass, prox/raw, prox/same, rebuilt/pass, koord/prox)
+	sizes, rounds, memPods := benchSizes, benchRounds, 500
+	if os.Getenv("PODRES_BENCH") == "quick" { // a smoke run of the report itself
+		sizes, rounds, memPods = []int{10}, 1, 10
 	}
+	var out strings.Builder
+	ms := func(ns float64) string { return fmt.Sprintf("%.2f ms", ns/1e6) }
+	fmt.Fprintf(&out, "\nList latency: median of every call in %d interleaved rounds of ~%v per series; ratios: median over rounds of the ratio within a round.\n", rounds, benchSlice)
+	fmt.Fprintf(&out, "Realistic pods (~5 KB of /pods JSON each, one Koordinator GPU each), listed in a new order per call as the kubelet does.\n")
+	fmt.Fprintf(&out, "| pods | direct | passthrough | same answer | proxy | proxy, 1 pod changed | koordlet-style | proxy / same | changed / same | koordlet / proxy | kubelet calls per List, %d clients |\n", benchClients)
+	fmt.Fprintf(&out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range sizes {
+		e := newBenchEnv(t, n)
+		configs := []listSeries{
+			{socket: e.h.k.Socket},
+			{socket: e.raw},
+			{socket: e.sameAnswer},
+			{socket: e.h.socket},
+			{socket: e.h.socket, before: changeOne(e.h.k, e.pods)},
+			{socket: e.koordlet},
+		}
+		med := interleave(t, configs, n, rounds)
+		const direct, pass, same, prox, changed, koord = 0, 1, 2, 3, 4, 5
+		shared := concurrentLists(t, e.h.socket, e.h.k, benchClients, benchClientCalls)
+		fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.0fx | %.3f |\n", n,
+			ms(med.latency[direct]), ms(med.latency[pass]), ms(med.latency[same]), ms(med.latency[prox]), ms(med.latency[changed]), ms(med.latency[koord]),
+			med.ratio(prox, same), med.ratio(changed, same), med.ratio(koord, prox), shared)
+	}
+	fmt.Fprintf(&out, "\n%s\n", proxyProcessMemory(t, memPods))
 
 	// Freshness costs: a new pod's Get, and 64 concurrent Gets of new pods.
 	e := newBenchEnv(t, 250)

@@ -47,9 +47,10 @@ func addV1(c *v1.ContainerResources, devs []state.Device, topo TopologyFunc) {
 			c.Devices = slices.DeleteFunc(c.Devices, func(x *v1.ContainerDevices) bool { return x.GetResourceName() == d.Resource })
 		}
 	}
+	has := idsOf(c.Devices)
 	for _, d := range devs {
 		for _, id := range d.IDs {
-			if id == "" || hasV1(c.Devices, d.Resource, id) {
+			if id == "" || has.hasOrAdd(d.Resource, id) {
 				continue
 			}
 			var nodes []int64
@@ -71,12 +72,38 @@ func addV1(c *v1.ContainerResources, devs []state.Device, topo TopologyFunc) {
 	}
 }
 
-func hasV1(devs []*v1.ContainerDevices, resource, id string) bool {
+// deviceSet is the (resource, id) pairs a container or a node already has,
+// so that adding n devices to m costs n+m, not n*m: a node with thousands
+// of VFs or MIG instances would otherwise make every answer quadratic.
+type deviceSet map[resourceID]struct{}
+
+type resourceID struct{ resource, id string }
+
+// idsOf returns the set of what devs report.
+func idsOf[D interface {
+	GetResourceName() string
+	GetDeviceIds() []string
+}](devs []D) deviceSet {
+	set := deviceSet{}
 	for _, d := range devs {
-		if d.GetResourceName() == resource && slices.Contains(d.GetDeviceIds(), id) {
-			return true
+		for _, id := range d.GetDeviceIds() {
+			set[resourceID{d.GetResourceName(), id}] = struct{}{}
 		}
 	}
+	return set
+}
+
+func (s deviceSet) has(resource, id string) bool {
+	_, ok := s[resourceID{resource, id}]
+	return ok
+}
+
+// hasOrAdd reports whether the set has the pair, adding it if not.
+func (s deviceSet) hasOrAdd(resource, id string) bool {
+	if s.has(resource, id) {
+		return true
+	}
+	s[resourceID{resource, id}] = struct{}{}
 	return false
 }
 
@@ -103,23 +130,15 @@ func addV1alpha1(c *v1alpha1.ContainerResources, devs []state.Device) {
 			c.Devices = slices.DeleteFunc(c.Devices, func(x *v1alpha1.ContainerDevices) bool { return x.GetResourceName() == d.Resource })
 		}
 	}
+	has := idsOf(c.Devices)
 	for _, d := range devs {
 		for _, id := range d.IDs {
-			if id == "" || hasV1alpha1(c.Devices, d.Resource, id) {
+			if id == "" || has.hasOrAdd(d.Resource, id) {
 				continue
 			}
 			c.Devices = append(c.Devices, &v1alpha1.ContainerDevices{ResourceName: d.Resource, DeviceIds: []string{id}})
 		}
 	}
-}
-
-func hasV1alpha1(devs []*v1alpha1.ContainerDevices, resource, id string) bool {
-	for _, d := range devs {
-		if d.GetResourceName() == resource && slices.Contains(d.GetDeviceIds(), id) {
-			return true
-		}
-	}
-	return false
 }
 
 // mergeAllocatable adds inventory devices to GetAllocatableResources, skipping
@@ -144,9 +163,9 @@ func mergeAllocatable(resp *v1.AllocatableResourcesResponse, extra []*v1.Contain
 			resp.Devices = slices.DeleteFunc(resp.Devices, func(d *v1.ContainerDevices) bool { return known[d.GetResourceName()] })
 		}
 	}
-	kubelet := resp.Devices
+	kubelet := idsOf(resp.Devices)
 	for _, d := range extra {
-		ids := slices.DeleteFunc(slices.Clone(d.GetDeviceIds()), func(id string) bool { return hasV1(kubelet, d.GetResourceName(), id) })
+		ids := slices.DeleteFunc(slices.Clone(d.GetDeviceIds()), func(id string) bool { return kubelet.has(d.GetResourceName(), id) })
 		if len(ids) == 0 {
 			continue
 		}

@@ -24,6 +24,8 @@ type Metrics struct {
 	podsReadDuration       prometheus.Histogram
 	annotationErrors       *prometheus.CounterVec
 	unattributed           prometheus.Counter
+	listPodsTotal          *prometheus.CounterVec
+	upstreamShared         *prometheus.CounterVec
 }
 
 const namespace = "podres_proxy"
@@ -79,9 +81,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:      "Pods answered while their spec was unknown and /pods unreachable: devices went to the last container the kubelet listed.",
 		}),
 	}
+	m.listPodsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "list_pods_total",
+		Help:      "Pods of List answers, by how their part of the answer was made: reused (the kubelet, the store and the inventory said the same as before) or rebuilt.",
+	}, []string{"answer"})
+	m.upstreamShared = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "upstream_shared_calls_total",
+		Help:      "Calls answered from a kubelet call shared with other clients' calls, by method; each such kubelet call counts once per caller after the first.",
+	}, []string{"method"})
 	reg.MustRegister(m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
-		m.podsReads, m.podsReadDuration, m.annotationErrors, m.unattributed)
+		m.podsReads, m.podsReadDuration, m.annotationErrors, m.unattributed, m.listPodsTotal, m.upstreamShared)
 	return m
 }
 
@@ -104,6 +116,23 @@ func (m *Metrics) AnnotationError(allocator string) {
 		return
 	}
 	m.annotationErrors.WithLabelValues(allocator).Inc()
+}
+
+// listPods counts the pods of one List answer by how they were made.
+func (m *Metrics) listPods(reused, rebuilt int) {
+	if m == nil {
+		return
+	}
+	m.listPodsTotal.WithLabelValues("reused").Add(float64(reused))
+	m.listPodsTotal.WithLabelValues("rebuilt").Add(float64(rebuilt))
+}
+
+// shared counts the callers of one shared kubelet call beyond the first.
+func (m *Metrics) shared(method string, others int) {
+	if m == nil || others <= 0 {
+		return
+	}
+	m.upstreamShared.WithLabelValues(method).Add(float64(others))
 }
 
 func (m *Metrics) upstream(method string, code codes.Code, d time.Duration) {

@@ -19,8 +19,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
@@ -73,8 +71,12 @@ type Server struct {
 	grpc     *grpc.Server
 	ready    atomic.Bool
 
-	// listV1 and listV1alpha1 keep each List method's last answer.
-	listV1, listV1alpha1 answerCache
+	// Each List method's pods, reused per pod (answers.go), and each
+	// method's shared kubelet calls (shared.go).
+	segV1, segV1alpha1 segmentCache
+	listV1             *sharedCall[[]byte]
+	listV1alpha1       *sharedCall[[]byte]
+	allocatable        *sharedCall[*v1.AllocatableResourcesResponse]
 }
 
 // New checks the configuration and prepares the server; nothing is dialled
@@ -113,6 +115,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(rateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, deps.Metrics)))
 	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
 	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
+	s.shareCalls()
 	return s, nil
 }
 
@@ -165,29 +168,34 @@ type v1Server struct {
 	s *Server
 }
 
-func (v *v1Server) List(ctx context.Context, req *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
-	arrived := time.Now()
+func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.deps.Metrics.request("v1", "List", err != nil) }()
-	out, err := v.s.answerList(ctx, "List", &v.s.listV1, func(ctx context.Context) (encoded, error) { return v.s.up.List(ctx, req) },
-		func(kubelet encoded, inv allocator.Inventory) ([]byte, bool, error) {
-			var resp v1.ListPodResourcesResponse
-			if err := decodeKubelet(kubelet, &resp); err != nil {
-				return nil, false, err
-			}
-			plans, fromStore, err := v.s.resolver.plans(ctx, keysV1(resp.GetPodResources()), arrived, inv)
-			if err != nil {
-				return nil, false, err
-			}
-			for i, pod := range resp.GetPodResources() {
-				mergeV1(pod, plans[i], v.s.deps.Topology)
-			}
-			out, err := proto.Marshal(&resp)
-			return out, fromStore, err
-		})
+	out, err := v.s.listV1.do(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return preEncoded(&v1.ListPodResourcesResponse{}, out), nil
+}
+
+// listV1 makes one shared v1 List: the kubelet's answer, then the proxy's
+// built from it, reusing what it can per pod.
+func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, error) {
+	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, err // the kubelet's codes and messages pass through
+	}
+	out, err := s.listAnswer(ctx, &s.segV1, kubelet, started, func(seg []byte, p plan) ([]byte, error) {
+		var pod v1.PodResources
+		if err := proto.Unmarshal(seg, &pod); err != nil {
+			return nil, errNotAPod(err)
+		}
+		mergeV1(&pod, p, s.deps.Topology)
+		return proto.Marshal(&pod)
+	})
+	if err != nil {
+		s.log.WithError(err).Warn("List answered with an error")
+	}
+	return out, err
 }
 
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
@@ -210,14 +218,20 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	return resp, nil
 }
 
-func (v *v1Server) GetAllocatableResources(ctx context.Context, req *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
+func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
 	defer func() { v.s.deps.Metrics.request("v1", "GetAllocatableResources", err != nil) }()
-	resp, err = v.s.up.GetAllocatableResources(ctx, req)
+	// The answer is shared by every caller of the call: gRPC only reads it.
+	return v.s.allocatable.do(ctx)
+}
+
+// allocatableAnswer makes one shared GetAllocatableResources call.
+func (s *Server) allocatableAnswer(ctx context.Context, _ time.Time) (*v1.AllocatableResourcesResponse, error) {
+	resp, err := s.up.GetAllocatableResources(ctx, &v1.AllocatableResourcesRequest{})
 	if err != nil {
 		return nil, err
 	}
-	if v.s.deps.Allocatable != nil {
-		mergeAllocatable(resp, v.s.deps.Allocatable(), v.s.deps.Allocators.ReplacedResources())
+	if s.deps.Allocatable != nil {
+		mergeAllocatable(resp, s.deps.Allocatable(), s.deps.Allocators.ReplacedResources())
 	}
 	return resp, nil
 }
@@ -229,72 +243,40 @@ type v1alpha1Server struct {
 	s *Server
 }
 
-func (v *v1alpha1Server) List(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
-	arrived := time.Now()
+func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.deps.Metrics.request("v1alpha1", "List", err != nil) }()
-	out, err := v.s.answerList(ctx, "v1alpha1 List", &v.s.listV1alpha1, func(ctx context.Context) (encoded, error) { return v.s.up.ListV1alpha1(ctx, req) },
-		func(kubelet encoded, inv allocator.Inventory) ([]byte, bool, error) {
-			var resp v1alpha1.ListPodResourcesResponse
-			if err := decodeKubelet(kubelet, &resp); err != nil {
-				return nil, false, err
-			}
-			pods := resp.GetPodResources()
-			keys := make([]state.PodKey, len(pods))
-			for i, p := range pods {
-				keys[i] = state.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
-			}
-			plans, fromStore, err := v.s.resolver.plans(ctx, keys, arrived, inv)
-			if err != nil {
-				return nil, false, err
-			}
-			for i, pod := range pods {
-				mergeV1alpha1(pod, plans[i])
-			}
-			out, err := proto.Marshal(&resp)
-			return out, fromStore, err
-		})
+	out, err := v.s.listV1alpha1.do(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return preEncoded(&v1alpha1.ListPodResourcesResponse{}, out), nil
 }
 
-// answerList answers a List: it asks the kubelet, then reuses the last
-// answer when the kubelet's bytes, the store's version and the inventory
-// snapshot are all the same as when it was built, and builds a new one
-// otherwise. Only answers built from the store alone are kept: one that
-// needed a /pods read depended on that read too.
-func (s *Server) answerList(ctx context.Context, name string, cache *answerCache,
-	call func(context.Context) (encoded, error),
-	build func(kubelet encoded, inv allocator.Inventory) (out []byte, cacheable bool, err error),
-) ([]byte, error) {
-	kubelet, err := call(ctx)
+// listV1alpha1Answer makes one shared v1alpha1 List.
+func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]byte, error) {
+	kubelet, err := s.up.ListV1alpha1(ctx, &v1alpha1.ListPodResourcesRequest{})
 	if err != nil {
-		return nil, err // the kubelet's codes and messages pass through
-	}
-	// Read before building, so that a change made while building leaves a
-	// cached answer that no longer matches.
-	version := s.deps.Store.Version()
-	inv := s.resolver.snapshot()
-	if out, ok := cache.lookup(kubelet, version, inv); ok {
-		return out, nil
-	}
-	out, cacheable, err := build(kubelet, inv)
-	if err != nil {
-		s.log.WithError(err).Warnf("%s answered with an error", name)
 		return nil, err
 	}
-	if cacheable {
-		cache.put(kubelet, version, inv, out)
+	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, func(seg []byte, p plan) ([]byte, error) {
+		var pod v1alpha1.PodResources
+		if err := proto.Unmarshal(seg, &pod); err != nil {
+			return nil, errNotAPod(err)
+		}
+		mergeV1alpha1(&pod, p)
+		return proto.Marshal(&pod)
+	})
+	if err != nil {
+		s.log.WithError(err).Warn("v1alpha1 List answered with an error")
 	}
-	return out, nil
+	return out, err
 }
 
-// decodeKubelet decodes a kubelet answer received encoded, failing as gRPC
-// would have had it decoded the answer itself.
-func decodeKubelet(kubelet encoded, m proto.Message) error {
-	if err := proto.Unmarshal(kubelet, m); err != nil {
-		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
-	}
-	return nil
+// shareCalls sets up the methods whose kubelet calls concurrent callers
+// share (shared.go). The requests of these methods have no fields, so one
+// caller's request stands for all.
+func (s *Server) shareCalls() {
+	s.listV1 = &sharedCall[[]byte]{method: "List", fn: s.listV1Answer, metrics: s.deps.Metrics}
+	s.listV1alpha1 = &sharedCall[[]byte]{method: "v1alpha1.List", fn: s.listV1alpha1Answer, metrics: s.deps.Metrics}
+	s.allocatable = &sharedCall[*v1.AllocatableResourcesResponse]{method: "GetAllocatableResources", fn: s.allocatableAnswer, metrics: s.deps.Metrics}
 }

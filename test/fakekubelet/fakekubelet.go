@@ -3,9 +3,14 @@
 // socket and /pods over HTTPS with a bearer-token check, both computed from
 // one list of corev1.Pods the way the kubelet computes them (sidecars before
 // app containers, plain init containers never listed, terminal pods left out
-// of v1 List and Get, the kubelet's exact not-found error). Tests inject the
-// faults a real kubelet cannot produce on demand: a restart of its socket,
-// /pods going down, slow answers.
+// of v1 List and Get, the kubelet's exact not-found error). Like the
+// kubelet, List names pods in a new order on every call, and a container's
+// devices too: the kubelet builds List from its pod manager's map of pods
+// (pkg/kubelet/pod/pod_manager.go, podsMapToPods) and each container's
+// devices from the device manager's maps, so no client (and no test) may
+// depend on an order. SetFixedOrder turns that off where a test needs one.
+// Tests inject the faults a real kubelet cannot produce on demand: a restart
+// of its socket, /pods going down, slow answers, a List held in flight.
 package fakekubelet
 
 import (
@@ -14,11 +19,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,6 +66,9 @@ type Kubelet struct {
 	unknown     bool
 	podsGate    chan struct{} // when set, /pods waits for it to close
 	grpcGate    chan struct{}
+	onGRPC      func(method string)
+	grpcErr     error
+	fixedOrder  bool
 	grpcSrv     *grpc.Server
 	grpcDone    chan struct{}
 
@@ -175,7 +185,36 @@ func (k *Kubelet) HoldPods() (release func()) {
 	}
 }
 
+// SetFixedOrder makes List name pods in the order they were set and
+// devices in the order they were given (true), or in a new random order on
+// every call as the kubelet does (false, the default).
+func (k *Kubelet) SetFixedOrder(fixed bool) {
+	k.mu.Lock()
+	k.fixedOrder = fixed
+	k.mu.Unlock()
+}
+
+// OnGRPC calls f with the method name ("List", "Get",
+// "GetAllocatableResources", "v1alpha1.List") each time a PodResources call
+// reaches the fake, after its answer is computed and before HoldGRPC's gate:
+// tests await it to know a call is in flight. f must not block; nil removes it.
+func (k *Kubelet) OnGRPC(f func(method string)) {
+	k.mu.Lock()
+	k.onGRPC = f
+	k.mu.Unlock()
+}
+
+// SetGRPCError makes every PodResources call that arrives from now on
+// answer err (a status error keeps its code and message); nil ends it.
+func (k *Kubelet) SetGRPCError(err error) {
+	k.mu.Lock()
+	k.grpcErr = err
+	k.mu.Unlock()
+}
+
 // HoldGRPC makes PodResources calls wait until the returned func is called.
+// A held call answers what the kubelet knew when the call arrived, however
+// long it then waits, as a List that was slow to arrive would.
 func (k *Kubelet) HoldGRPC() (release func()) {
 	gate := make(chan struct{})
 	k.mu.Lock()
@@ -282,20 +321,25 @@ func (k *Kubelet) PodListJSON() []byte {
 	return b
 }
 
-func (k *Kubelet) enterGRPC(ctx context.Context) error {
+// enterGRPC is called once a call's answer is computed: it counts the
+// call, tells OnGRPC's hook, waits at HoldGRPC's gate, and returns the error
+// SetGRPCError set when the call arrived.
+func (k *Kubelet) enterGRPC(ctx context.Context, method string) error {
 	k.grpcCalls.Add(1)
 	k.mu.Lock()
-	gate := k.grpcGate
+	gate, hook, fail := k.grpcGate, k.onGRPC, k.grpcErr
 	k.mu.Unlock()
-	if gate == nil {
-		return nil
+	if hook != nil {
+		hook(method)
 	}
-	select {
-	case <-gate:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return fail
 }
 
 func terminal(p *Pod) bool {
@@ -305,6 +349,11 @@ func terminal(p *Pod) bool {
 // v1Pod builds a pod's v1 answer the kubelet's way.
 func (k *Kubelet) v1Pod(p *Pod) *v1.PodResources {
 	out := v1Pod(p)
+	if !k.fixedOrder {
+		for _, c := range out.Containers {
+			c.Devices = shuffled(c.Devices)
+		}
+	}
 	if k.unknown {
 		out.ProtoReflect().SetUnknown(UnknownField)
 		for _, c := range out.Containers {
@@ -334,52 +383,83 @@ func v1Pod(p *Pod) *v1.PodResources {
 	return out
 }
 
+// order returns the indexes of the pods List names, in the order it names
+// them: a new random one per call, as the kubelet's map gives, unless
+// SetFixedOrder. k.mu is held.
+func (k *Kubelet) order() []int {
+	idx := make([]int, len(k.pods))
+	for i := range idx {
+		idx[i] = i
+	}
+	if !k.fixedOrder {
+		rand.Shuffle(len(idx), func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
+	}
+	return idx
+}
+
+// shuffled returns a copy of s in random order (the pods' own slices are
+// shared with the test and must not be reordered).
+func shuffled[T any](s []T) []T {
+	if len(s) < 2 {
+		return s
+	}
+	out := slices.Clone(s)
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
 type v1Server struct {
 	v1.UnimplementedPodResourcesListerServer
 	k *Kubelet
 }
 
 func (s *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
-	if err := s.k.enterGRPC(ctx); err != nil {
-		return nil, err
-	}
 	s.k.mu.Lock()
-	defer s.k.mu.Unlock()
 	resp := &v1.ListPodResourcesResponse{PodResources: []*v1.PodResources{}}
-	for i := range s.k.pods {
+	for _, i := range s.k.order() {
 		if !terminal(&s.k.pods[i]) {
 			resp.PodResources = append(resp.PodResources, s.k.v1Pod(&s.k.pods[i]))
 		}
+	}
+	s.k.mu.Unlock()
+	if err := s.k.enterGRPC(ctx, "List"); err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
 
 func (s *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1.GetPodResourcesResponse, error) {
-	if err := s.k.enterGRPC(ctx); err != nil {
-		return nil, err
-	}
 	s.k.mu.Lock()
-	defer s.k.mu.Unlock()
+	var resp *v1.GetPodResourcesResponse
 	for i := range s.k.pods {
 		p := &s.k.pods[i]
 		if p.Name == req.PodName && p.Namespace == req.PodNamespace && !terminal(p) {
-			return &v1.GetPodResourcesResponse{PodResources: s.k.v1Pod(p)}, nil
+			resp = &v1.GetPodResourcesResponse{PodResources: s.k.v1Pod(p)}
+			break
 		}
 	}
-	// The kubelet returns a plain error, which gRPC sends as code Unknown.
-	return nil, fmt.Errorf("pod %s in namespace %s not found", req.PodName, req.PodNamespace)
+	s.k.mu.Unlock()
+	if err := s.k.enterGRPC(ctx, "Get"); err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		// The kubelet returns a plain error, which gRPC sends as code Unknown.
+		return nil, fmt.Errorf("pod %s in namespace %s not found", req.PodName, req.PodNamespace)
+	}
+	return resp, nil
 }
 
 func (s *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (*v1.AllocatableResourcesResponse, error) {
-	if err := s.k.enterGRPC(ctx); err != nil {
+	s.k.mu.Lock()
+	resp := &v1.AllocatableResourcesResponse{}
+	if s.k.allocatable != nil {
+		resp = cloneAllocatable(s.k.allocatable)
+	}
+	s.k.mu.Unlock()
+	if err := s.k.enterGRPC(ctx, "GetAllocatableResources"); err != nil {
 		return nil, err
 	}
-	s.k.mu.Lock()
-	defer s.k.mu.Unlock()
-	if s.k.allocatable == nil {
-		return &v1.AllocatableResourcesResponse{}, nil
-	}
-	return cloneAllocatable(s.k.allocatable), nil
+	return resp, nil
 }
 
 type v1alpha1Server struct {
@@ -390,22 +470,27 @@ type v1alpha1Server struct {
 // List answers like the kubelet's v1alpha1: every pod it knows (terminal
 // ones too), app containers only, devices without topology.
 func (s *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (*v1alpha1.ListPodResourcesResponse, error) {
-	if err := s.k.enterGRPC(ctx); err != nil {
-		return nil, err
-	}
 	s.k.mu.Lock()
-	defer s.k.mu.Unlock()
 	resp := &v1alpha1.ListPodResourcesResponse{}
-	for _, p := range s.k.pods {
+	for _, i := range s.k.order() {
+		p := &s.k.pods[i]
 		pr := &v1alpha1.PodResources{Name: p.Name, Namespace: p.Namespace}
 		for _, c := range p.Spec.Containers {
 			cr := &v1alpha1.ContainerResources{Name: c.Name}
-			for _, d := range p.Devices[c.Name] {
+			devs := p.Devices[c.Name]
+			if !s.k.fixedOrder {
+				devs = shuffled(devs)
+			}
+			for _, d := range devs {
 				cr.Devices = append(cr.Devices, &v1alpha1.ContainerDevices{ResourceName: d.ResourceName, DeviceIds: d.DeviceIds})
 			}
 			pr.Containers = append(pr.Containers, cr)
 		}
 		resp.PodResources = append(resp.PodResources, pr)
+	}
+	s.k.mu.Unlock()
+	if err := s.k.enterGRPC(ctx, "v1alpha1.List"); err != nil {
+		return nil, err
 	}
 	return resp, nil
 }

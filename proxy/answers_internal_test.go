@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// The per-pod cache must not grow with the node's history: pods the latest
+// answer no longer lists are dropped, and what it holds stays under
+// maxSegmentCacheBytes however large the kubelet's answers get.
+
+func cachedPart(name string, size int) listPart {
+	return listPart{
+		pod:  bytes.Repeat([]byte(name[:1]), size),
+		out:  []byte("out-" + name),
+		need: true,
+		rec:  &state.Record{Name: name},
+		key:  state.PodKey{Namespace: "default", Name: name},
+	}
+}
+
+func TestTheSegmentCacheDropsPodsNoLongerListed(t *testing.T) {
+	var c segmentCache
+	c.m = map[string]*segment{}
+	c.store([]listPart{cachedPart("a", 100), cachedPart("b", 100), cachedPart("c", 100)}, nil, 1, 1)
+	if len(c.m) != 3 {
+		t.Fatalf("cache holds %d pods, want 3", len(c.m))
+	}
+	// The next answer lists only b.
+	c.m[string(bytes.Repeat([]byte("b"), 100))].seen = 2
+	c.drop(2, 1)
+	if len(c.m) != 1 {
+		t.Fatalf("after an answer listing one pod the cache holds %d, want 1", len(c.m))
+	}
+	for _, e := range c.m {
+		if e.key.Name != "b" || c.bytes != e.size() {
+			t.Errorf("cache holds %s in %d bytes, want b in %d", e.key.Name, c.bytes, e.size())
+		}
+	}
+}
+
+func TestTheSegmentCacheStaysWithinItsBound(t *testing.T) {
+	var c segmentCache
+	c.m = map[string]*segment{}
+	var parts []listPart
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		parts = append(parts, cachedPart(name, maxSegmentCacheBytes/4))
+	}
+	c.store(parts, nil, 1, 1)
+	if c.bytes > maxSegmentCacheBytes || len(c.m) >= len(parts) {
+		t.Errorf("cache holds %d pods in %d bytes, want fewer than %d pods within %d bytes", len(c.m), c.bytes, len(parts), maxSegmentCacheBytes)
+	}
+}

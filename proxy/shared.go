@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/status"
+)
+
+// sharedCallTimeout bounds a call that several callers wait for: a List's
+// kubelet call plus, for a pod being created, the /pods read it waits for
+// (itself bounded by kubeletpods.DefaultReadTimeout). Callers leave earlier
+// on their own deadlines; the call goes on for the others.
+const sharedCallTimeout = 30 * time.Second
+
+// sharedCall lets concurrent callers of one method share its work: a kubelet
+// call and what is built from it. Every caller must get an answer that
+// started after it arrived (a List asked while a pod is being created must
+// list it), so a caller never joins the call in flight, which may have
+// started before it arrived; it joins the next one, which starts when the one
+// in flight ends, together with everyone who arrived meanwhile. However many
+// clients poll at once, the kubelet sees at most one call in flight per
+// method, and most callers share one; its limit of 100 calls a second is
+// shared with every other agent on the node. kubeletpods.Reader does the
+// same for /pods reads.
+//
+// A shared call's error, the kubelet's code and message included, goes to
+// every caller that shared it. A caller's own deadline or cancellation ends
+// its wait, not a call others wait for; a call that nobody waits for any
+// more is cancelled.
+type sharedCall[T any] struct {
+	method string
+	// fn makes the call, with the time it started, which is after every
+	// caller's arrival, and a context: the caller's when it has the call to
+	// itself, the call's own (30 s) when others wait for it.
+	fn      func(ctx context.Context, started time.Time) (T, error)
+	metrics *Metrics
+	// joined, when set, is told each time a caller starts waiting: a hook
+	// for tests, which await it instead of sleeping.
+	joined func(method string)
+
+	mu   sync.Mutex
+	cur  *flight[T] // the call in flight, if any
+	next *flight[T] // the call that starts when cur ends, if anyone waits
+}
+
+// flight is one shared call and its callers.
+type flight[T any] struct {
+	started time.Time // when the call started: it saw nothing older
+	waiters int       // callers still waiting
+	callers int       // every caller that joined
+	cancel  context.CancelFunc
+	done    chan struct{}
+	val     T     // set before done is closed
+	err     error // set before done is closed
+}
+
+// do returns the result of a call that started after do was called.
+func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, status.FromContextError(err).Err()
+	}
+	c.mu.Lock()
+	if c.cur == nil {
+		// Nothing in flight: this caller makes the call itself, in its own
+		// goroutine and under its own deadline. Nobody else can join a call
+		// in flight, so nobody else depends on it; those who arrive
+		// meanwhile wait for the next, so it is bounded too, by a timer
+		// that cancels it. (Another goroutine, or a deadline sent to the
+		// kubelet with every call, made a steady List measurably slower.)
+		f := &flight[T]{started: time.Now(), callers: 1, done: make(chan struct{})}
+		c.cur = f
+		joined := c.joined
+		c.mu.Unlock()
+		if joined != nil {
+			joined(c.method)
+		}
+		callCtx, cancel := context.WithCancelCause(ctx)
+		bound := time.AfterFunc(sharedCallTimeout, func() { cancel(c.timeoutCause()) })
+		f.val, f.err = c.fn(callCtx, f.started)
+		bound.Stop()
+		cancel(nil)
+		c.finish(f)
+		return f.val, f.err
+	}
+	if c.next == nil {
+		c.next = &flight[T]{done: make(chan struct{})}
+	}
+	f := c.next
+	f.waiters++
+	f.callers++
+	joined := c.joined
+	c.mu.Unlock()
+	if joined != nil {
+		joined(c.method)
+	}
+
+	select {
+	case <-f.done:
+		return f.val, f.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	f.waiters--
+	if f.waiters == 0 && f.cancel != nil {
+		f.cancel() // nobody waits for it any more
+	}
+	c.mu.Unlock()
+	select {
+	case <-f.done: // it ended as we gave up: the answer is there
+		return f.val, f.err
+	default:
+		return zero, status.FromContextError(context.Cause(ctx)).Err()
+	}
+}
+
+// setJoined sets the joined hook.
+func (c *sharedCall[T]) setJoined(f func(method string)) {
+	c.mu.Lock()
+	c.joined = f
+	c.mu.Unlock()
+}
+
+func (c *sharedCall[T]) timeoutCause() error {
+	return fmt.Errorf("kubelet %s call took longer than %v: %w", c.method, sharedCallTimeout, context.DeadlineExceeded)
+}
+
+// startLocked makes f, a call that callers wait for, the call in flight
+// and runs it in a goroutine of its own: it must go on when one of them
+// gives up. c.mu is held.
+func (c *sharedCall[T]) startLocked(f *flight[T]) {
+	f.started = time.Now()
+	ctx, cancel := context.WithTimeoutCause(context.Background(), sharedCallTimeout, c.timeoutCause())
+	f.cancel = cancel
+	c.cur = f
+	go func() {
+		f.val, f.err = c.fn(ctx, f.started)
+		cancel()
+		c.finish(f)
+	}()
+}
+
+// finish ends the call in flight: it starts the next call if anyone waits
+// for one, then hands f's result to its callers.
+func (c *sharedCall[T]) finish(f *flight[T]) {
+	c.mu.Lock()
+	c.cur = nil
+	if next := c.next; next != nil {
+		c.next = nil
+		if next.waiters > 0 {
+			c.startLocked(next)
+		}
+	}
+	callers := f.callers
+	c.mu.Unlock()
+	close(f.done)
+	c.metrics.shared(c.method, callers-1)
+}
