@@ -23,6 +23,7 @@ type Metrics struct {
 	podsReads              *prometheus.CounterVec
 	podsReadDuration       prometheus.Histogram
 	annotationErrors       *prometheus.CounterVec
+	allocationsRefused     *prometheus.CounterVec
 	unattributed           prometheus.Counter
 }
 
@@ -73,6 +74,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:      "annotation_errors_total",
 			Help:      "Allocator annotations that could not be decoded; the pod is answered without those devices.",
 		}, []string{"allocator"}),
+		allocationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "allocations_refused_total",
+			Help:      "Decoded devices not reported because the trust rules refused them, by allocator and reason (wrong-scheduler, no-request, not-on-node: forged; unsafe-id: malformed; spec-unknown: not vetted yet). Counted when a pod's refusals change, not per query.",
+		}, []string{"allocator", "reason"}),
 		unattributed: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "devices_attributed_without_spec_total",
@@ -81,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
-		m.podsReads, m.podsReadDuration, m.annotationErrors, m.unattributed)
+		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused, m.unattributed)
 	return m
 }
 
@@ -104,6 +110,15 @@ func (m *Metrics) AnnotationError(allocator string) {
 		return
 	}
 	m.annotationErrors.WithLabelValues(allocator).Inc()
+}
+
+// AllocationRefused counts one refused device; it fits
+// allocator.GateOptions.OnRefuse.
+func (m *Metrics) AllocationRefused(allocator, reason string) {
+	if m == nil {
+		return
+	}
+	m.allocationsRefused.WithLabelValues(allocator, reason).Inc()
 }
 
 func (m *Metrics) upstream(method string, code codes.Code, d time.Duration) {
