@@ -125,7 +125,7 @@ func serveFixtures(t *testing.T, cases []allocfixture.Case) {
 // the device plugin's own that name no device, as many as each container
 // requests.
 func fixturePod(c allocfixture.Case) fakekubelet.Pod {
-	opts := []fakekubelet.PodOption{}
+	opts := []fakekubelet.PodOption{fakekubelet.WithSchedulerName(c.SchedulerName())}
 	for key, value := range c.Annotations {
 		opts = append(opts, fakekubelet.WithAnnotation(key, value))
 	}
