@@ -136,7 +136,7 @@ func printPlacement(out io.Writer, records []*state.Record, published *inventory
 				continue
 			}
 			for _, id := range d.IDs {
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, id, d.Allocator, numaOf(inv, id))
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, printableID(id), d.Allocator, numaOf(inv, id))
 			}
 		}
 	}
