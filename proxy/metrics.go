@@ -77,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		allocationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "allocations_refused_total",
-			Help:      "Decoded devices not reported because the trust rules refused them, by allocator and reason (wrong-scheduler, no-request, not-on-node: forged; unsafe-id: malformed; spec-unknown: not vetted yet). Counted when a pod's refusals change, not per query.",
+			Help:      "Decoded devices not reported because the trust rules refused them, by allocator and reason (wrong-scheduler, no-request, not-on-node, contested: forged; unsafe-id: malformed; spec-unknown: not vetted yet). Counted when a pod's refusals change, not per query.",
 		}, []string{"allocator", "reason"}),
 		unattributed: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace,

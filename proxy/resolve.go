@@ -41,6 +41,7 @@ type resolver struct {
 	allocators *allocator.Set
 	inventory  func() allocator.Inventory // nil: no translation
 	trust      *allocator.Gate            // nil: every decoded device is reported
+	holders    holdersCache               // who holds each exclusive device (proxy/trust.go)
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	cache      planCache
@@ -194,30 +195,6 @@ func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 		r.cache.put(rec, p, r.store)
 	}
 	return p
-}
-
-// vettable reports whether the record says enough to vet its devices
-// without reading /pods: its spec, with the scheduler name when a trust gate
-// is set.
-func (r *resolver) vettable(rec *state.Record) bool {
-	if r.trust == nil {
-		return rec.Spec != nil
-	}
-	return allocator.Vettable(rec.Spec)
-}
-
-// vet returns the devices of rec the trust gate believes. What it refuses is
-// recorded in the store, and logged and counted when that changed, so a
-// forger costs one warning per change, not one per query.
-func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inventory) []state.Device {
-	if r.trust == nil {
-		return devs
-	}
-	kept, refused := r.trust.Vet(rec.Spec, devs, inv)
-	if r.store.SetRefused(rec.UID, refused) {
-		r.trust.Report(state.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, refused)
-	}
-	return kept
 }
 
 // translate fills in the ids of devices the allocator named only by minor

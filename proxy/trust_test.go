@@ -253,3 +253,70 @@ func TestAPodWhoseSpecWasNeverReadIsNotBelieved(t *testing.T) {
 		t.Errorf("refused %v, want both devices refused as %s", got, allocator.ReasonSpecUnknown)
 	}
 }
+
+func TestAContestedWholeGPUStaysWithItsFirstHolder(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withNode())
+	koord := fk.WithSchedulerName("koord-scheduler")
+	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
+	// A default-scheduler copy seen first holds nothing: only a claim the
+	// other rules believe can hold a device.
+	copycat := fk.NewPod("tenant", "copycat", "uid-copycat", fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	first := fk.NewPod("ml", "first", "uid-zz-first", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	h.k.SetPods(copycat)
+	h.markLive(copycat, "sandbox-0")
+	h.list()
+	h.k.SetPods(copycat, first)
+	h.markLive(first, "sandbox-1")
+	h.list()
+	// The same GPU written on a second pod of the same scheduler (its owner
+	// edited the annotation), started later.
+	second := fk.NewPod("ml", "second", "uid-aa-second", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	h.k.SetPods(copycat, first, second)
+	h.markLive(second, "sandbox-2")
+
+	owners, err := clients.DCGMDeviceToPod(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (clients.GPUOwner{Namespace: "ml", Pod: "first", Container: "train"}); owners[gpuUUID] != want {
+		t.Errorf("DCGM labels the GPU with %+v, want its first holder %+v", owners[gpuUUID], want)
+	}
+	for _, p := range []fk.Pod{second, copycat} {
+		cdi, err := clients.KataCDIDevices(ctx(t), h.socket, p.Namespace, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cdi) != 0 {
+			t.Errorf("Kata would cold-plug %v into %s, whose GPU another pod holds", cdi, p.Name)
+		}
+	}
+	free, _, err := clients.NFDFreePerNUMA(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := free[clients.NUMAKey{Resource: "nvidia.com/gpu", NUMA: 0}]; got != 0 {
+		t.Errorf("NFD counts %d free GPUs on NUMA 0, want 0: one GPU, used once", got)
+	}
+	if got := refusedReasons(h, "uid-aa-second"); !slices.Equal(got, []string{allocator.ReasonContested}) {
+		t.Errorf("second claimant refused %v, want [%s]", got, allocator.ReasonContested)
+	}
+}
+
+func TestASharedGPUIsShownOnEverySharer(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withNode())
+	half := `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory-ratio":"50"},"id":"` + gpuUUID + `"}]}`
+	var pods []fk.Pod
+	for _, name := range []string{"a", "b"} {
+		pods = append(pods, fk.NewPod("ml", name, "uid-"+name, fk.WithSchedulerName("koord-scheduler"), fk.WithAnnotation(koordKey, half),
+			fk.WithContainer("infer", map[string]string{"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"})))
+	}
+	h.k.SetPods(pods...)
+	for _, p := range pods {
+		h.markLive(p, "sandbox-"+p.Name)
+	}
+	for _, p := range pods {
+		if got := devicesOf(h.get(p.Namespace, p.Name), "infer")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
+			t.Errorf("sharer %s shows %v, want its share of %s", p.Name, got, gpuUUID)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -39,6 +40,9 @@ const (
 	// UUID, a PCI address, a CDI-safe name), such as "all" or one with
 	// control characters. Class malformed.
 	ReasonUnsafeID = "unsafe-id"
+	// ReasonContested: an exclusive device (a whole GPU, a VF, an RDMA PF
+	// without VFs, an FPGA) another live pod held first. Class forged.
+	ReasonContested = "contested"
 	// ReasonSpecUnknown: the pod's spec (its scheduler and requests) was
 	// never read, so nothing about the allocation can be checked. Class
 	// unvetted.
@@ -283,6 +287,129 @@ func inventoryType(dev state.Device) string {
 		return inventory.TypeGPU
 	}
 	return ""
+}
+
+// Exclusive reports whether a device can be one pod's only: a Koordinator
+// allocation of a whole device (a whole GPU, a VF, an RDMA PF without VFs,
+// an FPGA). Shared GPUs (a fractional gpu-core, HAMi and Volcano vGPU,
+// Volcano gpushare) are shared by design and never contested.
+func Exclusive(dev state.Device) bool {
+	return dev.Allocator == KoordinatorName && !dev.Shared
+}
+
+// Holders says which pod holds each exclusive device id of the node. Build
+// it with Gate.Holders; it is immutable.
+type Holders struct {
+	byID map[string]claim
+}
+
+// claim is one pod's claim on an exclusive id.
+type claim struct {
+	uid   string
+	since time.Time
+	live  bool
+}
+
+// before reports whether c holds the device rather than o: the claim
+// learned first (Record.Sources.Annotations.At), then a running sandbox
+// before a pending pod, then the smaller UID, so that every query and every
+// restart picks the same pod.
+func (c claim) before(o claim) bool {
+	if !c.since.Equal(o.since) {
+		return c.since.Before(o.since)
+	}
+	if c.live != o.live {
+		return c.live
+	}
+	return c.uid < o.uid
+}
+
+// Holders decides, from every record of the node, which pod holds each
+// exclusive device id: among the running or pending pods whose claim Vet
+// believes, the one whose allocation annotations were learned first. That
+// time is the sandbox's start when NRI or CRI reported the pod first, else
+// its first sighting in /pods; it is persisted with the record, so a daemon
+// restart keeps the holder, and an annotation edited later is learned anew,
+// which makes the editor the later claimant. inv translates and checks ids as
+// for the pod's own answer.
+func (g *Gate) Holders(records []*state.Record, inv Inventory) *Holders {
+	h := &Holders{byID: map[string]claim{}}
+	for _, r := range records {
+		if !claimant(r) {
+			continue
+		}
+		c := claim{uid: r.UID, since: r.Sources.Annotations.At, live: r.Live()}
+		devs, _ := Translate(r.Devices, inv)
+		kept, _ := g.Vet(r.Spec, devs, inv)
+		for _, d := range kept {
+			if !Exclusive(d) {
+				continue
+			}
+			for _, id := range d.IDs {
+				k := claimKey(id)
+				if cur, ok := h.byID[k]; !ok || c.before(cur) {
+					h.byID[k] = c
+				}
+			}
+		}
+	}
+	return h
+}
+
+// claimant reports whether a record's devices can hold a device: a running
+// or pending pod the kubelet does not consider finished, with annotations.
+func claimant(r *state.Record) bool {
+	if r.Sources.Annotations == nil || len(r.Devices) == 0 {
+		return false
+	}
+	if r.KubeletPhase == "Succeeded" || r.KubeletPhase == "Failed" {
+		return false
+	}
+	return r.State == state.PhaseReady || r.State == state.PhasePending
+}
+
+// claimKey compares ids as the inventory does: case-insensitively.
+func claimKey(id string) string { return strings.ToLower(id) }
+
+// Contest refuses the exclusive devices of rec (devices: what Vet kept of
+// them) of which another pod holds some id: a later claimant gets none of
+// the device. A nil h contests nothing. devices is never modified.
+func (g *Gate) Contest(rec *state.Record, devices []state.Device, h *Holders) (kept []state.Device, refused []state.Refused) {
+	if h == nil {
+		return devices, nil
+	}
+	var drop []bool
+	for i, d := range devices {
+		if !Exclusive(d) {
+			continue
+		}
+		for _, id := range d.IDs {
+			holder, ok := h.byID[claimKey(id)]
+			if !ok || holder.uid == rec.UID {
+				continue
+			}
+			if drop == nil {
+				drop = make([]bool, len(devices))
+			}
+			drop[i] = true
+			refused = append(refused, state.Refused{
+				Allocator: d.Allocator, Resource: d.Resource, IDs: slices.Clone(d.IDs),
+				Reason: ReasonContested, Class: ReasonClass(ReasonContested),
+				Detail: fmt.Sprintf("id %s is held by pod uid %s, which claimed it first (%s)",
+					strconv.Quote(id), holder.uid, holder.since.UTC().Format(time.RFC3339Nano)),
+			})
+			break
+		}
+	}
+	if drop == nil {
+		return devices, nil
+	}
+	for i, d := range devices {
+		if !drop[i] {
+			kept = append(kept, d)
+		}
+	}
+	return kept, refused
 }
 
 // Report logs a warning per refused device, naming the pod and the reason,

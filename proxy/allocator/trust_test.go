@@ -1,10 +1,12 @@
 package allocator_test
 
 import (
+	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/sirupsen/logrus"
@@ -154,6 +156,167 @@ func FuzzGateVet(f *testing.F) {
 				}
 				if withInventory && strings.HasPrefix(resource, "nvidia.com/") && !strings.HasPrefix(strings.ToUpper(id), "MIG-") && !strings.EqualFold(id, gpu) {
 					t.Errorf("kept GPU %q, not on the node", id)
+				}
+			}
+		}
+	})
+}
+
+// koordPod is a record of a koord-scheduler pod requesting a whole GPU (or
+// half of one) with its allocation annotation, as the store keeps it.
+func koordGPU(id string, core string) map[string]string {
+	return map[string]string{allocator.KoordinatorAnnotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"` + core + `"},"id":"` + id + `"}]}`}
+}
+
+func koordSpec(core string) *state.PodSpec {
+	return &state.PodSpec{SchedulerName: "koord-scheduler", Containers: []state.ContainerSpec{{
+		Name: "app", Kind: state.KindApp, Requests: map[string]string{"koordinator.sh/gpu-core": core}}}}
+}
+
+// TestTheFirstHolderKeepsAWholeGPUAcrossARestart: two running pods name
+// one whole GPU (one edited its annotation); the pod whose allocation was
+// learned first keeps it, before and after the daemon restarts on its state
+// directory, whatever order the records come in.
+func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
+	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+	dir := t.TempDir()
+	set := quietSet(t)
+	gate := allocator.NewGate(set, allocator.GateOptions{})
+	clock := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	opts := state.Options{Decoder: set, Now: func() time.Time { return clock }, Log: logrus.New()}
+	store, err := state.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "zz-first" sorts last by UID, so that only the time can make it the
+	// holder.
+	for _, p := range []struct{ uid, name string }{{"zz-first", "first"}, {"aa-second", "second"}} {
+		store.ObserveKubeletPods([]state.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
+		store.ObserveSandbox(state.SourceNRI, state.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
+		clock = clock.Add(time.Second)
+	}
+	check := func(when string, records []*state.Record) {
+		t.Helper()
+		holders := gate.Holders(records, nil)
+		shown := map[string][]string{}
+		for _, r := range records {
+			kept, _ := gate.Vet(r.Spec, r.Devices, nil)
+			kept, refused := gate.Contest(r, kept, holders)
+			for _, d := range kept {
+				shown[r.Name] = append(shown[r.Name], d.IDs...)
+			}
+			if r.Name == "second" && (len(refused) != 1 || refused[0].Reason != allocator.ReasonContested || refused[0].Class != allocator.ClassForged) {
+				t.Errorf("%s: the later claimant's refusal is %+v, want contested (forged)", when, refused)
+			}
+		}
+		if !slices.Equal(shown["first"], []string{gpu}) || len(shown["second"]) != 0 {
+			t.Errorf("%s: shown %v, want the GPU on the first holder only", when, shown)
+		}
+	}
+	records := store.Records()
+	check("running", records)
+	slices.Reverse(records)
+	check("records in the other order", records)
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	clock = clock.Add(time.Hour)
+	store, err = state.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	check("after a restart", store.Records())
+}
+
+// TestASharedGPUStaysShared: two pods each given half of one GPU both
+// show it; a whole-GPU claim is contested, a share is not.
+func TestASharedGPUStaysShared(t *testing.T) {
+	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+	set := quietSet(t)
+	gate := allocator.NewGate(set, allocator.GateOptions{})
+	at := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	var records []*state.Record
+	for i, uid := range []string{"uid-a", "uid-b"} {
+		devs, errs := set.Decode(state.PodRef{UID: uid}, koordGPU(gpu, "50"))
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		records = append(records, &state.Record{UID: uid, Name: uid, State: state.PhaseReady, Spec: koordSpec("50"), Devices: devs,
+			Sources: state.Sources{Annotations: &state.Seen{Source: state.SourceNRI, At: at.Add(time.Duration(i) * time.Second)}}})
+	}
+	holders := gate.Holders(records, nil)
+	for _, r := range records {
+		kept, refused := gate.Contest(r, r.Devices, holders)
+		if len(kept) != 1 || len(refused) != 0 {
+			t.Errorf("%s: sharer of a GPU keeps %+v, refused %+v; want its share", r.UID, kept, refused)
+		}
+	}
+}
+
+// FuzzNoExclusiveDeviceTwice builds a node of pods (scheduler, requests,
+// whole or shared claims on a few devices, lifecycle, when each was
+// learned) from the fuzzer's bytes and answers every pod as the proxy does:
+// it never panics, and no exclusive id is shown on two pods.
+func FuzzNoExclusiveDeviceTwice(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11})
+	f.Add([]byte{0xff, 0x00, 0xff, 0x00, 0x80, 0x40, 0x20, 0x10, 0x08})
+	ids := []string{"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc", "0000:01:00.2", "0000:01:00.3", "all"}
+	set := quietSet(f)
+	gate := allocator.NewGate(set, allocator.GateOptions{})
+	node := inventory.NewSnapshot([]inventory.Device{
+		{Type: inventory.TypeGPU, ID: ids[0], Healthy: true},
+		{Type: inventory.TypeRDMA, ID: "0000:01:00.0", BusID: "0000:01:00.0", Healthy: true, VFs: []inventory.VF{{BusID: ids[2]}}},
+	})
+	at := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var records []*state.Record
+		for i := 0; i+1 < len(b) && len(records) < 16; i += 2 {
+			x, y := b[i], b[i+1]
+			uid := fmt.Sprintf("uid-%02d", len(records))
+			scheduler := "koord-scheduler"
+			if x&1 != 0 {
+				scheduler = "default-scheduler"
+			}
+			phase := []state.Phase{state.PhaseReady, state.PhasePending, state.PhaseStopped, state.PhaseReady}[x>>1&3]
+			id := ids[int(x>>3)%len(ids)]
+			shared := y&1 != 0
+			typ, resource, request := "gpu", "nvidia.com/gpu", "koordinator.sh/gpu-core"
+			if strings.HasPrefix(id, "0000:") {
+				typ, resource, request = "rdma", "koordinator.sh/rdma", "koordinator.sh/rdma"
+			}
+			spec := &state.PodSpec{SchedulerName: scheduler, Containers: []state.ContainerSpec{{Name: "app", Kind: state.KindApp}}}
+			if y&2 != 0 {
+				spec.Containers[0].Requests = map[string]string{request: "100"}
+			}
+			dev := state.Device{Allocator: allocator.KoordinatorName, Type: typ, Resource: resource, IDs: []string{id}, Shared: shared}
+			r := &state.Record{UID: uid, Namespace: "ns", Name: uid, State: phase, Spec: spec, Devices: []state.Device{dev},
+				Sources: state.Sources{Annotations: &state.Seen{Source: state.SourceKubelet, At: at.Add(time.Duration(y>>2%4) * time.Second)}}}
+			if phase == state.PhaseReady {
+				r.SandboxID = "sb-" + uid
+				r.Sources.Sandbox = &state.Seen{Source: state.SourceNRI, At: at}
+			}
+			records = append(records, r)
+		}
+		holders := gate.Holders(records, node)
+		shownBy := map[string]string{}
+		for _, r := range records {
+			kept, _ := gate.Vet(r.Spec, r.Devices, node)
+			kept, _ = gate.Contest(r, kept, holders)
+			if r.State == state.PhaseStopped {
+				continue // never answered: a stopped pod is read again
+			}
+			for _, d := range kept {
+				if !allocator.Exclusive(d) {
+					continue
+				}
+				for _, id := range d.IDs {
+					if other, dup := shownBy[strings.ToLower(id)]; dup {
+						t.Fatalf("exclusive %s shown on %s and %s", id, other, r.UID)
+					}
+					shownBy[strings.ToLower(id)] = r.UID
 				}
 			}
 		}
