@@ -55,6 +55,8 @@ type harness struct {
 	qps       float64
 	burst     int
 	noKubelet bool
+	trusting  bool                  // withTrust: the proxy vets devices
+	trustOpts allocator.GateOptions // withTrust's scheduler names
 	stopped   chan struct{}
 	cancel    context.CancelFunc
 }
@@ -63,6 +65,12 @@ type option func(*harness)
 
 func withRateLimit(qps float64, burst int) option {
 	return func(h *harness) { h.qps, h.burst = qps, burst }
+}
+
+// withTrust makes the proxy vet devices as serve does, with these
+// scheduler names per allocator (nil: the defaults).
+func withTrust(names map[string][]string) option {
+	return func(h *harness) { h.trusting, h.trustOpts.SchedulerNames = true, names }
 }
 
 // withoutKubelet starts the proxy while the kubelet's socket does not exist.
@@ -121,6 +129,11 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		t.Fatal(err)
 	}
 	set := allocator.NewSet(log, metrics.AnnotationError, decoders...)
+	var gate *allocator.Gate
+	if h.trusting {
+		h.trustOpts.Log, h.trustOpts.OnRefuse = log, metrics.AllocationRefused
+		gate = allocator.NewGate(set, h.trustOpts)
+	}
 	h.store = state.New(state.Options{Decoder: set})
 	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})
 	if err != nil {
@@ -133,7 +146,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		RateLimitQPS:   h.qps,
 		RateLimitBurst: h.burst,
 		Log:            log,
-	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv})
+	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv, Trust: gate})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ type Metrics struct {
 	podsReads              *prometheus.CounterVec
 	podsReadDuration       prometheus.Histogram
 	annotationErrors       *prometheus.CounterVec
+	allocationsRefused     *prometheus.CounterVec
 	unattributed           prometheus.Counter
 	listPodsTotal          *prometheus.CounterVec
 	upstreamShared         *prometheus.CounterVec
@@ -75,6 +76,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:      "annotation_errors_total",
 			Help:      "Allocator annotations that could not be decoded; the pod is answered without those devices.",
 		}, []string{"allocator"}),
+		allocationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "allocations_refused_total",
+			Help:      "Decoded devices not reported because the trust rules refused them, by allocator and reason (wrong-scheduler, no-request, not-on-node, contested: forged; unsafe-id: malformed; spec-unknown: not vetted yet). Counted when a pod's refusals change, not per query.",
+		}, []string{"allocator", "reason"}),
 		unattributed: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "devices_attributed_without_spec_total",
@@ -93,7 +99,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"method"})
 	reg.MustRegister(m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
-		m.podsReads, m.podsReadDuration, m.annotationErrors, m.unattributed, m.listPodsTotal, m.upstreamShared)
+		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused, m.unattributed,
+		m.listPodsTotal, m.upstreamShared)
 	return m
 }
 
@@ -133,6 +140,15 @@ func (m *Metrics) shared(method string, others int) {
 		return
 	}
 	m.upstreamShared.WithLabelValues(method).Add(float64(others))
+}
+
+// AllocationRefused counts one refused device; it fits
+// allocator.GateOptions.OnRefuse.
+func (m *Metrics) AllocationRefused(allocator, reason string) {
+	if m == nil {
+		return
+	}
+	m.allocationsRefused.WithLabelValues(allocator, reason).Inc()
 }
 
 func (m *Metrics) upstream(method string, code codes.Code, d time.Duration) {

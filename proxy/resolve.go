@@ -40,6 +40,8 @@ type resolver struct {
 	pods       *kubeletpods.Reader // nil: no /pods source, every read fails
 	allocators *allocator.Set
 	inventory  func() allocator.Inventory // nil: no translation
+	trust      *allocator.Gate            // nil: every decoded device is reported
+	holders    holdersCache               // who holds each exclusive device (proxy/trust.go)
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	cache      planCache
@@ -107,7 +109,7 @@ func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.
 	var need []int
 	for i, k := range keys {
 		rec, ok := r.store.Live(k)
-		if ok && (len(rec.Devices) == 0 || rec.Spec != nil) {
+		if ok && (len(rec.Devices) == 0 || r.vettable(rec)) {
 			plans[i] = r.planFor(rec, inv)
 			continue
 		}
@@ -124,6 +126,12 @@ func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.
 				return nil, false, status.Errorf(codes.Unavailable,
 					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
 					keys[i].Name, keys[i].Namespace, err)
+			}
+			if r.trust != nil {
+				// Its spec is unknown, so its allocation cannot be vetted:
+				// planFor refuses it, visibly, rather than guess.
+				plans[i] = r.planFor(rec, inv)
+				continue
 			}
 			plans[i] = plan{toLast: r.translate(rec, inv)}
 			if r.metrics != nil {
@@ -171,15 +179,19 @@ func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 		return p
 	}
 	devs := r.translate(rec, inv)
+	cacheable := &devs[0] == &rec.Devices[0]
+	devs = r.vet(rec, devs, inv)
 	var p plan
-	if a, ok := r.allocators.Assign(rec.Spec, devs); ok {
+	if len(devs) == 0 {
+		p = plan{}
+	} else if a, ok := r.allocators.Assign(rec.Spec, devs); ok {
 		p = plan{assign: a}
 	} else {
 		p = plan{toLast: devs}
 	}
 	// A plan that needed the inventory can change when the inventory does;
 	// those (pods from older schedulers) are recomputed every time.
-	if &devs[0] == &rec.Devices[0] {
+	if cacheable {
 		r.cache.put(rec, p, r.store)
 	}
 	return p

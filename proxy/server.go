@@ -58,7 +58,11 @@ type Deps struct {
 	// Inventory returns the current inventory, to translate devices the
 	// allocator named by minor or index into ids; nil translates nothing.
 	Inventory func() allocator.Inventory
-	Metrics   *Metrics
+	// Trust decides which decoded devices are reported (see
+	// proxy/allocator/trust.go); serve always sets it. Nil reports every
+	// decoded device, for tests of attribution alone.
+	Trust   *allocator.Gate
+	Metrics *Metrics
 }
 
 // Server is the PodResources proxy.
@@ -106,6 +110,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			pods:       deps.Pods,
 			allocators: deps.Allocators,
 			inventory:  deps.Inventory,
+			trust:      deps.Trust,
 			metrics:    deps.Metrics,
 			log:        log,
 		},

@@ -92,7 +92,12 @@ type ContainerSpec struct {
 // NRI does not carry it, so it is learned from the kubelet's /pods once per
 // pod UID; it does not change during a pod's life.
 type PodSpec struct {
-	Containers []ContainerSpec `json:"containers"`
+	// SchedulerName is the pod's spec.schedulerName. An allocator's
+	// annotation is believed only on a pod its scheduler placed (see
+	// proxy/allocator/trust.go); empty in records written before it was
+	// kept, which are read from /pods again before they are believed.
+	SchedulerName string          `json:"schedulerName,omitempty"`
+	Containers    []ContainerSpec `json:"containers"`
 }
 
 // Device is one allocated device decoded from a scheduler's annotation.
@@ -139,6 +144,20 @@ type Device struct {
 	// RequestsAsCount strategy: koordinator.sh/rdma: 1 is one VF, not 1% of
 	// a NIC); attribution reads the containers' requests the same way.
 	CountsRequests bool `json:"countsRequests,omitempty"`
+}
+
+// Refused is a decoded device that was not reported, and why. Reason is
+// one of the trust rules' reasons (a metric label too); Class tells an
+// operator whether the annotation looks forged ("forged": it names a device
+// the pod has no right to) or broken ("malformed": an id no device can
+// have), or the pod could not be checked yet ("unvetted").
+type Refused struct {
+	Allocator string   `json:"allocator"`
+	Resource  string   `json:"resource"`
+	IDs       []string `json:"ids"`
+	Reason    string   `json:"reason"`
+	Class     string   `json:"class"`
+	Detail    string   `json:"detail,omitempty"`
 }
 
 // ContainerScope names the containers of a PodSpec that a per-container
@@ -192,6 +211,10 @@ type Record struct {
 	// DecodeErrors says why an allocator annotation was not understood; the
 	// pod is then answered without those devices.
 	DecodeErrors []string `json:"decodeErrors,omitempty"`
+	// Refused are the decoded devices the proxy does not report, and why
+	// (the trust rules in proxy/allocator/trust.go), as of the last answer
+	// computed for the pod: Devices minus what consumers were shown.
+	Refused []Refused `json:"refused,omitempty"`
 	// Sources says where and when each fact was last learned.
 	Sources Sources `json:"sources"`
 	// UpdatedAt is when the record last changed.

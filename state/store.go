@@ -456,7 +456,7 @@ func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
 // built: a nil and an empty list or map are the same (a spec read back from
 // its file has no empty maps).
 func sameSpec(a, b *PodSpec) bool {
-	return slices.EqualFunc(a.Containers, b.Containers, func(x, y ContainerSpec) bool {
+	return a.SchedulerName == b.SchedulerName && slices.EqualFunc(a.Containers, b.Containers, func(x, y ContainerSpec) bool {
 		return x.Name == y.Name && x.Kind == y.Kind && maps.Equal(x.Requests, y.Requests)
 	})
 }
@@ -520,6 +520,26 @@ func (s *Store) decode(r *Record, ann map[string]string) ([]Device, []string) {
 		msgs = append(msgs, err.Error())
 	}
 	return devs, msgs
+}
+
+// SetRefused records which of a pod's decoded devices the proxy refused to
+// report (nil: none), for `inspect` and for the record file. It reports
+// whether that changed the record, so that a caller logs and counts each
+// refusal once, not once per query. An unknown uid changes nothing.
+func (s *Store) SetRefused(uid string, refused []Refused) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.byUID[uid]
+	if !ok || sameOrEmpty(r.Refused, refused) {
+		return false
+	}
+	changed := false
+	s.update(uid, func(r *Record) bool {
+		r.Refused = slices.Clone(refused)
+		changed = true
+		return true
+	})
+	return changed
 }
 
 // Prune deletes removed records whose grace period is over and returns how

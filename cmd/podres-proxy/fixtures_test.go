@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,27 +27,41 @@ import (
 // allocator's device plugin gives the kubelet ids of its own (HAMi), the
 // fake kubelet reports such ids for every container requesting the
 // resource, and none of them may be left in the answer. Fixtures that
-// share a device inventory share one serve.
+// share a device inventory share one serve, as long as none of them names
+// a device another one does: each fixture is one scheduling run, and two
+// pods of one node holding one whole device is what the proxy refuses
+// (the later claimant gets none of it).
 func TestServeReportsWhatTheSchedulersWrote(t *testing.T) {
 	cases, err := allocfixture.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := map[string][]allocfixture.Case{} // inventory JSON -> cases
-	var keys []string
+	type group struct {
+		inventory string
+		ids       map[string]bool
+		cases     []allocfixture.Case
+	}
+	var groups []*group
 	for _, c := range cases {
 		b, err := json.Marshal(c.Inventory)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, seen := groups[string(b)]; !seen {
-			keys = append(keys, string(b))
+		i := slices.IndexFunc(groups, func(g *group) bool {
+			return g.inventory == string(b) && !slices.ContainsFunc(c.Allocated, func(e allocfixture.Entry) bool { return g.ids[strings.ToLower(e.ID)] })
+		})
+		if i < 0 {
+			groups = append(groups, &group{inventory: string(b), ids: map[string]bool{}})
+			i = len(groups) - 1
 		}
-		groups[string(b)] = append(groups[string(b)], c)
+		for _, e := range c.Allocated {
+			groups[i].ids[strings.ToLower(e.ID)] = true
+		}
+		groups[i].cases = append(groups[i].cases, c)
 	}
-	for g, key := range keys {
-		t.Run(fmt.Sprintf("inventory-%d", g), func(t *testing.T) {
-			serveFixtures(t, groups[key])
+	for n, g := range groups {
+		t.Run(fmt.Sprintf("node-%d", n), func(t *testing.T) {
+			serveFixtures(t, g.cases)
 		})
 	}
 }
@@ -125,7 +140,7 @@ func serveFixtures(t *testing.T, cases []allocfixture.Case) {
 // the device plugin's own that name no device, as many as each container
 // requests.
 func fixturePod(c allocfixture.Case) fakekubelet.Pod {
-	opts := []fakekubelet.PodOption{}
+	opts := []fakekubelet.PodOption{fakekubelet.WithSchedulerName(c.SchedulerName())}
 	for key, value := range c.Annotations {
 		opts = append(opts, fakekubelet.WithAnnotation(key, value))
 	}

@@ -136,7 +136,7 @@ func printPlacement(out io.Writer, records []*state.Record, published *inventory
 				continue
 			}
 			for _, id := range d.IDs {
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, id, d.Allocator, numaOf(inv, id))
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, printableID(id), d.Allocator, numaOf(inv, id))
 			}
 		}
 	}
@@ -192,14 +192,17 @@ func optInt(p *int64) string {
 func printRecords(out io.Writer, records []*state.Record, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(w, "NAMESPACE\tNAME\tUID\tSTATE\tSANDBOX\tCONTAINERS\tDEVICES\tERRORS\tSOURCES\tUPDATED")
-	var withErrors []*state.Record
+	var withErrors, withRefused []*state.Record
 	for _, r := range records {
 		if len(r.DecodeErrors) > 0 {
 			withErrors = append(withErrors, r)
 		}
+		if len(r.Refused) > 0 {
+			withRefused = append(withRefused, r)
+		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
 			orNone(r.Namespace), orNone(r.Name), r.UID, r.State, orNone(shortID(r.SandboxID)),
-			containersColumn(r.Containers), devicesColumn(r.Devices), len(r.DecodeErrors),
+			containersColumn(r.Containers), devicesColumn(r.Devices, r.Refused), len(r.DecodeErrors),
 			sourcesColumn(r.Sources), age(now, r.UpdatedAt))
 	}
 	if err := w.Flush(); err != nil {
@@ -213,7 +216,32 @@ func printRecords(out io.Writer, records []*state.Record, now time.Time) error {
 			}
 		}
 	}
+	if len(withRefused) > 0 {
+		fmt.Fprintln(out, "\nAllocations refused (not reported to consumers; forged: the pod has no right to the device, malformed: no device has that id):")
+		for _, r := range withRefused {
+			for _, x := range r.Refused {
+				ids := make([]string, len(x.IDs))
+				for i, id := range x.IDs {
+					ids[i] = printableID(id)
+				}
+				fmt.Fprintf(out, "  %s/%s (uid %s): %s %s=%s: %s (%s): %s\n", r.Namespace, r.Name, r.UID,
+					x.Allocator, x.Resource, orNone(strings.Join(ids, ",")), x.Reason, x.Class, x.Detail)
+			}
+		}
+	}
 	return nil
+}
+
+// printableID returns an id as it is when it is plain printable ASCII
+// without spaces or commas, else quoted: ids come from annotations any
+// tenant writes, and a terminal must not interpret them.
+func printableID(id string) string {
+	for _, c := range id {
+		if c <= ' ' || c > '~' || c == ',' || c == '"' {
+			return strconv.Quote(id)
+		}
+	}
+	return id
 }
 
 func orNone(s string) string {
@@ -244,14 +272,21 @@ func containersColumn(cs []state.Container) string {
 }
 
 // devicesColumn shows each device as resource=id(allocator), so that a pod
-// whose annotations several allocators read says which one gave what.
-func devicesColumn(ds []state.Device) string {
+// whose annotations several allocators read says which one gave what, and
+// marks the devices the trust rules refused with [refused].
+func devicesColumn(ds []state.Device, refused []state.Refused) string {
 	var parts []string
 	for _, d := range ds {
+		isRefused := slices.ContainsFunc(refused, func(x state.Refused) bool {
+			return x.Allocator == d.Allocator && x.Resource == d.Resource && slices.Equal(x.IDs, d.IDs)
+		})
 		for _, id := range deviceIDs(d) {
-			part := d.Resource + "=" + id
+			part := d.Resource + "=" + printableID(id)
 			if d.Allocator != "" {
 				part += "(" + d.Allocator + ")"
+			}
+			if isRefused {
+				part += "[refused]"
 			}
 			parts = append(parts, part)
 		}

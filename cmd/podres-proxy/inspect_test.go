@@ -223,7 +223,7 @@ func TestDevicesWithoutIDsShowWhatTheAllocatorNamed(t *testing.T) {
 		{Resource: "nvidia.com/gpu", Minor: &minor},
 		{Resource: "nvidia.com/gpu", Index: &index},
 		{Resource: "example.com/fpga"},
-	})
+	}, nil)
 	if want := "nvidia.com/gpu=minor:3,nvidia.com/gpu=index:1,example.com/fpga=?"; got != want {
 		t.Errorf("devicesColumn = %q, want %q", got, want)
 	}

@@ -57,6 +57,7 @@ type serveConfig struct {
 	allocators, hamiResources               string
 	hamiLegacyIndexing                      bool
 	maxDevicesPerPod                        int
+	schedulerNames                          map[string]*string // flag value per scheduler family
 	nodeName                                string
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
@@ -93,6 +94,12 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
 	fs.BoolVar(&c.hamiLegacyIndexing, "hami-legacy-indexing", false, "deprecated, no effect: HAMi's lists are read as its device plugin reads them (the k-th non-empty entry for the k-th container requesting the vendor's resource), right for every HAMi version")
 	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
+	c.schedulerNames = map[string]*string{}
+	for _, family := range schedulerFamilies {
+		def := allocator.DefaultSchedulerNames()[family.allocators[0]]
+		c.schedulerNames[family.flag] = fs.String(family.flag+"-scheduler-names", strings.Join(def, ","),
+			"comma-separated spec.schedulerName values of the pods whose "+family.annotations+" annotations are believed; add default-scheduler where "+family.name+" runs as the default scheduler")
+	}
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
 	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
@@ -117,9 +124,45 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	}
 }
 
+// schedulerFamilies are the --<flag>-scheduler-names flags: which
+// allocators' annotations each scheduler writes (Volcano's two device plugins
+// run in one scheduler).
+var schedulerFamilies = []struct {
+	flag, name, annotations string
+	allocators              []string
+}{
+	{"koordinator", "Koordinator", "Koordinator", []string{allocator.KoordinatorName}},
+	{"hami", "HAMi", "HAMi", []string{allocator.HAMiName}},
+	{"volcano", "Volcano", "Volcano vGPU and gpushare", []string{allocator.VolcanoVGPUName, allocator.VolcanoGPUShareName}},
+}
+
+// trustedSchedulers returns the scheduler names per allocator the flags
+// give, for allocator.GateOptions.
+func (c *serveConfig) trustedSchedulers() (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, family := range schedulerFamilies {
+		var names []string
+		for _, n := range strings.Split(*c.schedulerNames[family.flag], ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("--%s-scheduler-names is empty: name the scheduler(s) whose pods' %s annotations are believed", family.flag, family.annotations)
+		}
+		for _, a := range family.allocators {
+			out[a] = names
+		}
+	}
+	return out, nil
+}
+
 // complete fills defaults that depend on the environment and checks the
 // combination of flags.
 func (c *serveConfig) complete() error {
+	if _, err := c.trustedSchedulers(); err != nil {
+		return usageError{err}
+	}
 	if c.maxDevicesPerPod <= 0 {
 		return usageError{fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod)}
 	}
@@ -181,6 +224,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if c.hamiLegacyIndexing {
 		log.Warn("--hami-legacy-indexing is deprecated and has no effect: every HAMi version's list is read the same way")
 	}
+	schedulers, err := c.trustedSchedulers()
+	if err != nil {
+		return usageError{err}
+	}
+	trust := allocator.NewGate(allocators, allocator.GateOptions{SchedulerNames: schedulers, Log: log, OnRefuse: metrics.AllocationRefused})
 	inv, err := c.inventory(log)
 	if err != nil {
 		return fmt.Errorf("device inventory: %w", err)
@@ -228,6 +276,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Topology:    inv.Topology,
 		Allocatable: func() []*podresourcesv1.ContainerDevices { return inv.Allocatable(names) },
 		Inventory:   func() allocator.Inventory { return inv.Snapshot() },
+		Trust:       trust,
 	})
 	if err != nil {
 		return err

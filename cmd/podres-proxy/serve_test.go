@@ -100,6 +100,7 @@ func TestServeAnswersQueryAndInspect(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	k := fakekubelet.Start(t, dir)
 	k.SetPods(fakekubelet.NewPod("ml", "trainer", "uid-1",
+		fakekubelet.WithSchedulerName("koord-scheduler"),
 		fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
 			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpuUUID+`"}]}`),
 		fakekubelet.WithSidecar("logs", nil),
@@ -193,6 +194,7 @@ func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
 		{"serve", "--state-dir", "/x", "extra"},
 		{"serve", "--rate-limit-qps", "-1", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--max-devices-per-pod", "0", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
+		{"serve", "--koordinator-scheduler-names", " , ", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve"}, // neither --kubelet-pods-url nor NODE_IP
 	} {
 		var errOut bytes.Buffer
@@ -276,8 +278,10 @@ func TestServeKeepsServingWhenTheDeviceObjectIsForbidden(t *testing.T) {
 	}
 	k := fakekubelet.Start(t, dir)
 	k.SetPods(fakekubelet.NewPod("ml", "trainer", "uid-1",
+		fakekubelet.WithSchedulerName("koord-scheduler"),
 		fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
-			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpuUUID+`"}]}`)))
+			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpuUUID+`"}]}`),
+		fakekubelet.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100"})))
 
 	srv := startServe(t, k, dir, "--device-cr", "--node-name", "node-1", "--api-server", api.URL,
 		"--api-token-file", tokenFile, "--api-ca-file", caFile, "--sysfs-root", "")
@@ -313,10 +317,12 @@ func TestServeRefusesAPodOverTheDeviceLimit(t *testing.T) {
 	k := fakekubelet.Start(t, dir)
 	k.SetPods(
 		fakekubelet.NewPod("ml", "greedy", "uid-1",
+			fakekubelet.WithSchedulerName("koord-scheduler"),
 			fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
 				`{"gpu":[{"minor":0,"id":"`+gpuUUID+`"},{"minor":1,"id":"`+gpu2+`"}]}`),
 			fakekubelet.WithContainer("train", map[string]string{"nvidia.com/gpu": "2"})),
 		fakekubelet.NewPod("ml", "modest", "uid-2",
+			fakekubelet.WithSchedulerName("koord-scheduler"),
 			fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated", `{"gpu":[{"minor":0,"id":"`+gpuUUID+`"}]}`),
 			fakekubelet.WithContainer("train", map[string]string{"nvidia.com/gpu": "1"})))
 	srv := startServe(t, k, dir, "--max-devices-per-pod", "1", "--sysfs-root", "", "--device-cr=false")

@@ -43,6 +43,7 @@ func twoNUMAKubelet(t *testing.T, dir string) *fakekubelet.Kubelet {
 	})
 	k.SetPods(
 		fakekubelet.NewPod("ml", "trainer", "uid-trainer",
+			fakekubelet.WithSchedulerName("koord-scheduler"),
 			fakekubelet.WithAnnotation(koordAnnotation, koordGPUAndVF(inventorytest.GPU0, inventorytest.RDMAVF0)),
 			fakekubelet.WithSidecar("logs", nil),
 			fakekubelet.WithContainer("train", map[string]string{

@@ -210,4 +210,17 @@
 //     a share is handed out like the others.
 //
 // Each container's devices keep the order of the input.
+//
+// # Trust
+//
+// Decoding believes nothing: any tenant can write any annotation on its own
+// pod. Whether a decoded device is reported is decided in trust.go alone:
+// Gate.Vet keeps a device only on a pod its allocator's scheduler placed
+// (spec.schedulerName), that requests what the device provides, whose ids
+// have their resource's shape and, where the inventory knows the type, are
+// this node's; Gate.Holders and Gate.Contest show an exclusive device
+// (Koordinator's whole GPU, VF, PF, FPGA) on the pod that claimed it first
+// only. Refusals carry a reason and a class (forged, malformed, unvetted)
+// for the log, the metric and the record. The proxy applies the gate where
+// a pod's devices are answered, after Translate and before Assign.
 package allocator

@@ -136,6 +136,9 @@ func (inv *Inventory) Devices() []Device { return inv.Snapshot().Devices() }
 // Lookup asks the current snapshot; see Snapshot.Lookup.
 func (inv *Inventory) Lookup(id string) (Device, bool) { return inv.Snapshot().Lookup(id) }
 
+// HasType asks the current snapshot; see Snapshot.HasType.
+func (inv *Inventory) HasType(typ string) bool { return inv.Snapshot().HasType(typ) }
+
 // ByMinor asks the current snapshot; see Snapshot.ByMinor.
 func (inv *Inventory) ByMinor(typ string, minor int64) (Device, bool) {
 	return inv.Snapshot().ByMinor(typ, minor)

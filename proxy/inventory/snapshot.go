@@ -125,6 +125,18 @@ func (s *Snapshot) ByMinor(typ string, minor int64) (Device, bool) {
 	return s.devices[i], true
 }
 
+// HasType reports whether the snapshot knows any device of the type, that
+// is whether a source looks for that type on this node at all: an
+// allocation naming a device of a type the inventory covers but not listed
+// is not this node's. False on a nil snapshot.
+func (s *Snapshot) HasType(typ string) bool {
+	if s == nil {
+		return false
+	}
+	_, found := slices.BinarySearchFunc(s.devices, typ, func(d Device, t string) int { return cmp.Compare(d.Type, t) })
+	return found
+}
+
 // ByIndex finds a device of the given type by its vendor index: Volcano's
 // gpushare annotation names GPUs by nvidia-smi index.
 func (s *Snapshot) ByIndex(typ string, index int64) (Device, bool) {

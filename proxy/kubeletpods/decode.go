@@ -51,6 +51,10 @@ type pod struct {
 		Annotations       map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
+		// SchedulerName says which scheduler placed the pod: the
+		// allocation annotations of a scheduler are believed only on its
+		// own pods.
+		SchedulerName  string      `json:"schedulerName"`
 		InitContainers []container `json:"initContainers"`
 		Containers     []container `json:"containers"`
 	} `json:"spec"`
@@ -138,7 +142,7 @@ func (list *podList) kubeletPods() ([]state.KubeletPod, error) {
 			Name:        p.Metadata.Name,
 			Phase:       p.Status.Phase,
 			Annotations: p.Metadata.Annotations,
-			Spec:        state.PodSpec{Containers: specs},
+			Spec:        state.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs},
 		}
 	}
 	return pods, nil

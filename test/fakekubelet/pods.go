@@ -21,10 +21,12 @@ var (
 type PodOption func(*Pod)
 
 // NewPod builds a running pod. Without a container option it gets one app
-// container named "app".
+// container named "app". Its spec.schedulerName is default-scheduler, as
+// the API server defaults it, unless WithSchedulerName says otherwise.
 func NewPod(namespace, name, uid string, opts ...PodOption) Pod {
 	p := Pod{Pod: corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(uid), Annotations: map[string]string{}},
+		Spec:       corev1.PodSpec{SchedulerName: corev1.DefaultSchedulerName},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}}
 	for _, o := range opts {
@@ -37,6 +39,13 @@ func NewPod(namespace, name, uid string, opts ...PodOption) Pod {
 		p.makeRealistic()
 	}
 	return p
+}
+
+// WithSchedulerName sets spec.schedulerName: the scheduler that placed the
+// pod (koord-scheduler, hami-scheduler, volcano), whose annotations the
+// proxy believes only on its own pods.
+func WithSchedulerName(name string) PodOption {
+	return func(p *Pod) { p.Spec.SchedulerName = name }
 }
 
 // WithAnnotation sets an annotation.

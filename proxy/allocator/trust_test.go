@@ -1,0 +1,324 @@
+package allocator_test
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+func quietSet(t testing.TB) *allocator.Set {
+	t.Helper()
+	decoders, err := allocator.NewDecoders(allocator.Names(), allocator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	return allocator.NewSet(log, nil, decoders...)
+}
+
+// TestTheGateBelievesEverySchedulersOwnAllocation runs every fixture, an
+// allocation its scheduler's own code wrote, through the gate on the pod its
+// scheduler placed: nothing is refused. The same annotation on a pod of
+// default-scheduler (a copy) gives nothing.
+func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
+	cases, err := allocfixture.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := quietSet(t)
+	gate := allocator.NewGate(set, allocator.GateOptions{Log: logrus.New()})
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			devices, _ := set.Decode(state.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
+			inv := fixtureInventory(c)
+			devices, _ = allocator.Translate(devices, inv)
+			spec := c.Spec()
+			spec.SchedulerName = c.SchedulerName()
+			kept, refused := gate.Vet(spec, devices, inv)
+			if len(refused) > 0 || len(kept) != len(devices) {
+				t.Errorf("%s: the scheduler's own allocation refused: %+v", c.File, refused)
+			}
+			spec.SchedulerName = "default-scheduler"
+			kept, refused = gate.Vet(spec, devices, inv)
+			if len(kept) != 0 || len(refused) != len(devices) {
+				t.Errorf("%s: a default-scheduler pod with the annotation keeps %+v", c.File, kept)
+			}
+			for _, r := range refused {
+				if r.Reason != allocator.ReasonWrongScheduler || r.Class != allocator.ClassForged {
+					t.Errorf("%s: refused as %s (%s), want %s (forged)", c.File, r.Reason, r.Class, allocator.ReasonWrongScheduler)
+				}
+			}
+		})
+	}
+}
+
+func TestGateIDShapes(t *testing.T) {
+	gate := allocator.NewGate(quietSet(t), allocator.GateOptions{})
+	spec := &state.PodSpec{SchedulerName: "koord-scheduler", Containers: []state.ContainerSpec{{
+		Name: "app", Kind: state.KindApp,
+		Requests: map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "100", "koordinator.sh/fpga": "100"},
+	}}}
+	for _, tc := range []struct {
+		typ, resource, id string
+		ok                bool
+	}{
+		{"gpu", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", true},
+		{"gpu", "nvidia.com/gpu", "gpu-8c25ea37-2909-6e62-b7bf-e2fcadebea8d", true},
+		{"gpu", "nvidia.com/gpu", "MIG-5c4b8f1e-3a2d-4c7e-8f90-1a2b3c4d5e6f", true},
+		{"gpu", "nvidia.com/gpu", "MIG-GPU-5c4b8f1e-3a2d-4c7e-8f90-1a2b3c4d5e6f/1/0", true},
+		{"gpu", "nvidia.com/gpu", "all", false},
+		{"gpu", "nvidia.com/gpu", "ALL", false},
+		{"gpu", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a\n", false},
+		{"gpu", "nvidia.com/gpu", "0", false}, // an index: CDI's nvidia.com/gpu=0 is another GPU
+		{"gpu", "nvidia.com/gpu", "../../dev/mem", false},
+		{"rdma", "koordinator.sh/rdma", "0000:1f:00.2", true},
+		{"rdma", "koordinator.sh/rdma", "0000:1F:00.0", true},
+		{"rdma", "koordinator.sh/rdma", "10000:01:00.1", true},
+		{"rdma", "koordinator.sh/rdma", "mlx5_0", false},
+		{"rdma", "koordinator.sh/rdma", "all", false},
+		{"fpga", "koordinator.sh/fpga", "0000:3b:00.0", true},
+		{"fpga", "koordinator.sh/fpga", "fpga-0", true},
+		{"fpga", "koordinator.sh/fpga", "all", false},
+		{"fpga", "koordinator.sh/fpga", "a b", false},
+		{"fpga", "koordinator.sh/fpga", "x\x00", false},
+		{"fpga", "koordinator.sh/fpga", "a=b", false},
+		{"fpga", "koordinator.sh/fpga", strings.Repeat("a", 129), false},
+	} {
+		dev := state.Device{Allocator: allocator.KoordinatorName, Type: tc.typ, Resource: tc.resource, IDs: []string{tc.id}}
+		kept, refused := gate.Vet(spec, []state.Device{dev}, nil)
+		if got := len(kept) == 1; got != tc.ok {
+			t.Errorf("%s %q: believed %v, want %v (refused %+v)", tc.resource, tc.id, got, tc.ok, refused)
+		}
+		if !tc.ok && (len(refused) != 1 || refused[0].Reason != allocator.ReasonUnsafeID || refused[0].Class != allocator.ClassMalformed) {
+			t.Errorf("%s %q: refused %+v, want unsafe-id (malformed)", tc.resource, tc.id, refused)
+		}
+	}
+}
+
+// FuzzGateVet vets arbitrary devices (an allocator, a type, a resource and
+// ids, as an annotation could make the decoders produce) on arbitrary pods
+// (a scheduler name, one container's request) against an inventory that
+// knows GPUs or not: it never panics, every device is either kept or
+// refused, and a kept device has a scheduler that writes its allocator's
+// annotation, a request, and only ids a consumer can take safely.
+func FuzzGateVet(f *testing.F) {
+	f.Add("koord-scheduler", "koordinator.sh/gpu-core", "100", allocator.KoordinatorName, "gpu", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", true)
+	f.Add("default-scheduler", "koordinator.sh/gpu-core", "100", allocator.KoordinatorName, "gpu", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", true)
+	f.Add("koord-scheduler", "", "", allocator.KoordinatorName, "rdma", "koordinator.sh/rdma", "0000:01:00.2", false)
+	f.Add("hami-scheduler", "nvidia.com/gpu", "1", allocator.HAMiName, "NVIDIA", "nvidia.com/gpu", "all", true)
+	f.Add("volcano", "volcano.sh/vgpu-number", "1", allocator.VolcanoVGPUName, "NVIDIA", "nvidia.com/gpu", "GPU-\x1b[2J", false)
+	f.Add("koord-scheduler", "koordinator.sh/fpga", "100", allocator.KoordinatorName, "fpga", "koordinator.sh/fpga", "0000:3b:00.0,fpga-1", false)
+	f.Add("", "", "", "unknown", "", "", "", false)
+	gpu := "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+	nodeWithGPU := inventory.NewSnapshot([]inventory.Device{{Type: inventory.TypeGPU, ID: gpu, Healthy: true}})
+	gate := allocator.NewGate(quietSet(f), allocator.GateOptions{})
+	f.Fuzz(func(t *testing.T, scheduler, reqKey, reqValue, alloc, typ, resource, ids string, withInventory bool) {
+		spec := &state.PodSpec{SchedulerName: scheduler, Containers: []state.ContainerSpec{{Name: "app", Kind: state.KindApp}}}
+		if reqKey != "" {
+			spec.Containers[0].Requests = map[string]string{reqKey: reqValue}
+		}
+		var devices []state.Device
+		for _, group := range strings.Split(ids, ";") {
+			devices = append(devices, state.Device{Allocator: alloc, Type: typ, Resource: resource, IDs: strings.Split(group, ",")})
+		}
+		var inv allocator.Inventory
+		if withInventory {
+			inv = nodeWithGPU
+		}
+		kept, refused := gate.Vet(spec, devices, inv)
+		if len(kept)+len(refused) != len(devices) {
+			t.Fatalf("%d devices became %d kept and %d refused", len(devices), len(kept), len(refused))
+		}
+		for _, r := range refused {
+			if r.Class != allocator.ReasonClass(r.Reason) || r.Reason == "" {
+				t.Errorf("refusal without a reason or with the wrong class: %+v", r)
+			}
+		}
+		if len(kept) > 0 && !slices.Contains(gate.SchedulerNames(alloc), scheduler) {
+			t.Errorf("kept %+v on a pod of %q, not a scheduler of %s", kept, scheduler, alloc)
+		}
+		for _, d := range kept {
+			for _, id := range d.IDs {
+				if strings.EqualFold(id, "all") || id == "" || strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0 || len(id) > 128 {
+					t.Errorf("kept an unsafe id %q", id)
+				}
+				if withInventory && strings.HasPrefix(resource, "nvidia.com/") && !strings.HasPrefix(strings.ToUpper(id), "MIG-") && !strings.EqualFold(id, gpu) {
+					t.Errorf("kept GPU %q, not on the node", id)
+				}
+			}
+		}
+	})
+}
+
+// koordPod is a record of a koord-scheduler pod requesting a whole GPU (or
+// half of one) with its allocation annotation, as the store keeps it.
+func koordGPU(id string, core string) map[string]string {
+	return map[string]string{allocator.KoordinatorAnnotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"` + core + `"},"id":"` + id + `"}]}`}
+}
+
+func koordSpec(core string) *state.PodSpec {
+	return &state.PodSpec{SchedulerName: "koord-scheduler", Containers: []state.ContainerSpec{{
+		Name: "app", Kind: state.KindApp, Requests: map[string]string{"koordinator.sh/gpu-core": core}}}}
+}
+
+// TestTheFirstHolderKeepsAWholeGPUAcrossARestart: two running pods name
+// one whole GPU (one edited its annotation); the pod whose allocation was
+// learned first keeps it, before and after the daemon restarts on its state
+// directory, whatever order the records come in.
+func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
+	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+	dir := t.TempDir()
+	set := quietSet(t)
+	gate := allocator.NewGate(set, allocator.GateOptions{})
+	clock := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	opts := state.Options{Decoder: set, Now: func() time.Time { return clock }, Log: logrus.New()}
+	store, err := state.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "zz-first" sorts last by UID, so that only the time can make it the
+	// holder.
+	for _, p := range []struct{ uid, name string }{{"zz-first", "first"}, {"aa-second", "second"}} {
+		store.ObserveKubeletPods([]state.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
+		store.ObserveSandbox(state.SourceNRI, state.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
+		clock = clock.Add(time.Second)
+	}
+	check := func(when string, records []*state.Record) {
+		t.Helper()
+		holders := gate.Holders(records, nil)
+		shown := map[string][]string{}
+		for _, r := range records {
+			kept, _ := gate.Vet(r.Spec, r.Devices, nil)
+			kept, refused := gate.Contest(r, kept, holders)
+			for _, d := range kept {
+				shown[r.Name] = append(shown[r.Name], d.IDs...)
+			}
+			if r.Name == "second" && (len(refused) != 1 || refused[0].Reason != allocator.ReasonContested || refused[0].Class != allocator.ClassForged) {
+				t.Errorf("%s: the later claimant's refusal is %+v, want contested (forged)", when, refused)
+			}
+		}
+		if !slices.Equal(shown["first"], []string{gpu}) || len(shown["second"]) != 0 {
+			t.Errorf("%s: shown %v, want the GPU on the first holder only", when, shown)
+		}
+	}
+	records := store.Records()
+	check("running", records)
+	slices.Reverse(records)
+	check("records in the other order", records)
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	clock = clock.Add(time.Hour)
+	store, err = state.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	check("after a restart", store.Records())
+}
+
+// TestASharedGPUStaysShared: two pods each given half of one GPU both
+// show it; a whole-GPU claim is contested, a share is not.
+func TestASharedGPUStaysShared(t *testing.T) {
+	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+	set := quietSet(t)
+	gate := allocator.NewGate(set, allocator.GateOptions{})
+	at := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	var records []*state.Record
+	for i, uid := range []string{"uid-a", "uid-b"} {
+		devs, errs := set.Decode(state.PodRef{UID: uid}, koordGPU(gpu, "50"))
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		records = append(records, &state.Record{UID: uid, Name: uid, State: state.PhaseReady, Spec: koordSpec("50"), Devices: devs,
+			Sources: state.Sources{Annotations: &state.Seen{Source: state.SourceNRI, At: at.Add(time.Duration(i) * time.Second)}}})
+	}
+	holders := gate.Holders(records, nil)
+	for _, r := range records {
+		kept, refused := gate.Contest(r, r.Devices, holders)
+		if len(kept) != 1 || len(refused) != 0 {
+			t.Errorf("%s: sharer of a GPU keeps %+v, refused %+v; want its share", r.UID, kept, refused)
+		}
+	}
+}
+
+// FuzzNoExclusiveDeviceTwice builds a node of pods (scheduler, requests,
+// whole or shared claims on a few devices, lifecycle, when each was
+// learned) from the fuzzer's bytes and answers every pod as the proxy does:
+// it never panics, and no exclusive id is shown on two pods.
+func FuzzNoExclusiveDeviceTwice(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11})
+	f.Add([]byte{0xff, 0x00, 0xff, 0x00, 0x80, 0x40, 0x20, 0x10, 0x08})
+	ids := []string{"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc", "0000:01:00.2", "0000:01:00.3", "all"}
+	set := quietSet(f)
+	gate := allocator.NewGate(set, allocator.GateOptions{})
+	node := inventory.NewSnapshot([]inventory.Device{
+		{Type: inventory.TypeGPU, ID: ids[0], Healthy: true},
+		{Type: inventory.TypeRDMA, ID: "0000:01:00.0", BusID: "0000:01:00.0", Healthy: true, VFs: []inventory.VF{{BusID: ids[2]}}},
+	})
+	at := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var records []*state.Record
+		for i := 0; i+1 < len(b) && len(records) < 16; i += 2 {
+			x, y := b[i], b[i+1]
+			uid := fmt.Sprintf("uid-%02d", len(records))
+			scheduler := "koord-scheduler"
+			if x&1 != 0 {
+				scheduler = "default-scheduler"
+			}
+			phase := []state.Phase{state.PhaseReady, state.PhasePending, state.PhaseStopped, state.PhaseReady}[x>>1&3]
+			id := ids[int(x>>3)%len(ids)]
+			shared := y&1 != 0
+			typ, resource, request := "gpu", "nvidia.com/gpu", "koordinator.sh/gpu-core"
+			if strings.HasPrefix(id, "0000:") {
+				typ, resource, request = "rdma", "koordinator.sh/rdma", "koordinator.sh/rdma"
+			}
+			spec := &state.PodSpec{SchedulerName: scheduler, Containers: []state.ContainerSpec{{Name: "app", Kind: state.KindApp}}}
+			if y&2 != 0 {
+				spec.Containers[0].Requests = map[string]string{request: "100"}
+			}
+			dev := state.Device{Allocator: allocator.KoordinatorName, Type: typ, Resource: resource, IDs: []string{id}, Shared: shared}
+			r := &state.Record{UID: uid, Namespace: "ns", Name: uid, State: phase, Spec: spec, Devices: []state.Device{dev},
+				Sources: state.Sources{Annotations: &state.Seen{Source: state.SourceKubelet, At: at.Add(time.Duration(y>>2%4) * time.Second)}}}
+			if phase == state.PhaseReady {
+				r.SandboxID = "sb-" + uid
+				r.Sources.Sandbox = &state.Seen{Source: state.SourceNRI, At: at}
+			}
+			records = append(records, r)
+		}
+		holders := gate.Holders(records, node)
+		shownBy := map[string]string{}
+		for _, r := range records {
+			kept, _ := gate.Vet(r.Spec, r.Devices, node)
+			kept, _ = gate.Contest(r, kept, holders)
+			if r.State == state.PhaseStopped {
+				continue // never answered: a stopped pod is read again
+			}
+			for _, d := range kept {
+				if !allocator.Exclusive(d) {
+					continue
+				}
+				for _, id := range d.IDs {
+					if other, dup := shownBy[strings.ToLower(id)]; dup {
+						t.Fatalf("exclusive %s shown on %s and %s", id, other, r.UID)
+					}
+					shownBy[strings.ToLower(id)] = r.UID
+				}
+			}
+		}
+	})
+}

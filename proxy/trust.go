@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"sync"
+
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// The resolver's side of the trust rules (proxy/allocator/trust.go decides):
+// which records can be vetted without a /pods read, and applying the gate to
+// a pod's devices with what it needs from the store.
+
+// vettable reports whether the record says enough to vet its devices
+// without reading /pods: its spec, with the scheduler name when a trust gate
+// is set.
+func (r *resolver) vettable(rec *state.Record) bool {
+	if r.trust == nil {
+		return rec.Spec != nil
+	}
+	return allocator.Vettable(rec.Spec)
+}
+
+// vet returns the devices of rec the trust gate believes: those Vet keeps,
+// less the exclusive ones another pod holds. What it refuses is recorded in
+// the store, and logged and counted when that changed, so a forger costs one
+// warning per change, not one per query.
+func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inventory) []state.Device {
+	if r.trust == nil {
+		return devs
+	}
+	kept, refused := r.trust.Vet(rec.Spec, devs, inv)
+	if hasExclusive(kept) {
+		var contested []state.Refused
+		kept, contested = r.trust.Contest(rec, kept, r.holders.get(r.store, r.trust, inv))
+		refused = append(refused, contested...)
+	}
+	if r.store.SetRefused(rec.UID, refused) {
+		r.trust.Report(state.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, refused)
+	}
+	return kept
+}
+
+func hasExclusive(devs []state.Device) bool {
+	for _, d := range devs {
+		if allocator.Exclusive(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdersCache keeps the holders of exclusive devices computed for one
+// store version: deciding them vets every record of the node, which only a
+// change to some record can change (a changed inventory is seen at the next
+// change of the store).
+type holdersCache struct {
+	mu      sync.Mutex
+	version uint64
+	h       *allocator.Holders
+}
+
+func (c *holdersCache) get(store *state.Store, gate *allocator.Gate, inv allocator.Inventory) *allocator.Holders {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v := store.Version(); c.h == nil || c.version != v {
+		c.h, c.version = gate.Holders(store.Records(), inv), v
+	}
+	return c.h
+}

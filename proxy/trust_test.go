@@ -1,0 +1,322 @@
+package proxy_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/test/clients"
+	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+)
+
+// These tests are a tenant's attempts to get another pod's devices by
+// writing an allocator's annotation on its own pod, answered the way the
+// consumers that move hardware ask.
+
+// nodeDevices is a node with the GPUs and the RDMA NIC the tests' annotations
+// name, as the inventory finds them.
+func nodeDevices() []inventory.Device {
+	zero, one := int64(0), int64(1)
+	return []inventory.Device{
+		{Type: inventory.TypeGPU, ID: gpuUUID, Minor: &zero, NUMANode: &zero, Healthy: true, Source: inventory.SourceFile},
+		{Type: inventory.TypeGPU, ID: gpuUUID2, Minor: &one, NUMANode: &one, Healthy: true, Source: inventory.SourceFile},
+		{Type: inventory.TypeRDMA, ID: pfAddr, BusID: pfAddr, Minor: &zero, NUMANode: &zero, Healthy: true, Source: inventory.SourceFile,
+			VFs: []inventory.VF{{BusID: vfAddr}}},
+	}
+}
+
+func withNode() option {
+	snap := inventory.NewSnapshot(nodeDevices())
+	return func(h *harness) {
+		withInventory(nodeDevices()...)(h)
+		h.alloc = func() []*v1.ContainerDevices { return snap.Allocatable(inventory.DefaultResourceNames()) }
+	}
+}
+
+// refusedReasons returns the reasons the store recorded for a pod's refused
+// devices, sorted.
+func refusedReasons(h *harness, uid string) []string {
+	rec, ok := h.store.Get(uid)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, r := range rec.Refused {
+		out = append(out, r.Reason)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestForgedAnnotationsGetNothingAndTheVictimKeepsItsDevices(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withNode())
+	victim := fk.NewPod("ml", "victim", "uid-victim", fk.WithSchedulerName("koord-scheduler"),
+		fk.WithAnnotation(koordKey, gpuAndVF),
+		fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "1"}))
+	forgers := []fk.Pod{
+		// A copy of the victim's annotation on a default-scheduler pod
+		// asking for nothing.
+		fk.NewPod("tenant", "copycat", "uid-copycat", fk.WithAnnotation(koordKey, gpuAndVF)),
+		// The same, asking for the resources: default-scheduler never
+		// allocated them, so the request is only a quota charge.
+		fk.NewPod("tenant", "asker", "uid-asker", fk.WithAnnotation(koordKey, gpuAndVF),
+			fk.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "1"})),
+		// Placed by koord-scheduler (any pod may name it), asking for
+		// nothing: koord-scheduler allocated nothing and left the
+		// tenant's annotation alone.
+		fk.NewPod("tenant", "koord-freeloader", "uid-freeloader", fk.WithSchedulerName("koord-scheduler"),
+			fk.WithAnnotation(koordKey, gpuAndVF)),
+	}
+	h.k.SetPods(append([]fk.Pod{victim}, forgers...)...)
+
+	for _, f := range forgers {
+		ids, err := clients.MultusDeviceIDs(ctx(t), h.socket, f.Namespace, f.Name, "koordinator.sh/rdma")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) != 0 {
+			t.Errorf("Multus would move VF %v into forger %s", ids, f.Name)
+		}
+		cdi, err := clients.KataCDIDevices(ctx(t), h.socket, f.Namespace, f.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cdi) != 0 {
+			t.Errorf("Kata would cold-plug %v into forger %s", cdi, f.Name)
+		}
+	}
+	ids, err := clients.MultusDeviceIDs(ctx(t), h.socket, "ml", "victim", "koordinator.sh/rdma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, []string{vfAddr}) {
+		t.Errorf("Multus hands the victim %v, want its VF %s", ids, vfAddr)
+	}
+
+	owners, err := clients.DCGMDeviceToPod(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (clients.GPUOwner{Namespace: "ml", Pod: "victim", Container: "train"}); owners[gpuUUID] != want {
+		t.Errorf("DCGM labels the victim's GPU with %+v, want %+v", owners[gpuUUID], want)
+	}
+
+	free, unknown, err := clients.NFDFreePerNUMA(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unknown) > 0 {
+		t.Errorf("NFD finds ids it does not know: %v", unknown)
+	}
+	for key, want := range map[clients.NUMAKey]int{
+		{Resource: "nvidia.com/gpu", NUMA: 0}: 0, // the victim's
+		{Resource: "nvidia.com/gpu", NUMA: 1}: 1, // nobody's
+	} {
+		if free[key] != want {
+			t.Errorf("NFD counts %d free %s on NUMA %d, want %d (a forger must not use the victim's GPU twice)", free[key], key.Resource, key.NUMA, want)
+		}
+	}
+
+	// Each refusal is recorded, counted once per device whatever the
+	// number of queries, and logged with the pod and the reason.
+	for uid, want := range map[string][]string{
+		"uid-copycat":    {allocator.ReasonWrongScheduler, allocator.ReasonWrongScheduler},
+		"uid-asker":      {allocator.ReasonWrongScheduler, allocator.ReasonWrongScheduler},
+		"uid-freeloader": {allocator.ReasonNoRequest, allocator.ReasonNoRequest},
+		"uid-victim":     nil,
+	} {
+		if got := refusedReasons(h, uid); !slices.Equal(got, want) {
+			t.Errorf("%s: refused %v, want %v", uid, got, want)
+		}
+	}
+	for reason, want := range map[string]float64{allocator.ReasonWrongScheduler: 4, allocator.ReasonNoRequest: 2} {
+		if got := h.counter("podres_proxy_allocations_refused_total", "allocator", "koordinator", "reason", reason); got != want {
+			t.Errorf("podres_proxy_allocations_refused_total{reason=%q} = %v, want %v", reason, got, want)
+		}
+	}
+	logged := map[string]bool{}
+	for _, e := range h.logs.AllEntries() {
+		if e.Data["reason"] != nil {
+			logged[e.Data["pod"].(string)+" "+e.Data["reason"].(string)] = true
+		}
+	}
+	for _, want := range []string{"tenant/copycat wrong-scheduler", "tenant/asker wrong-scheduler", "tenant/koord-freeloader no-request"} {
+		if !logged[want] {
+			t.Errorf("no warning for %s; logged %v", want, logged)
+		}
+	}
+}
+
+func TestSchedulerNamesAreConfigurable(t *testing.T) {
+	// Koordinator runs as the default scheduler: its pods say
+	// default-scheduler, and koord-scheduler is not in use.
+	h := newHarness(t, withTrust(map[string][]string{allocator.KoordinatorName: {"default-scheduler"}}), withNode())
+	h.k.SetPods(
+		fk.NewPod("ml", "train", "uid-1", fk.WithAnnotation(koordKey, oneGPU),
+			fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})),
+		fk.NewPod("ml", "other", "uid-2", fk.WithSchedulerName("koord-scheduler"), fk.WithAnnotation(koordKey, oneGPU),
+			fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})))
+	if got := devicesOf(h.get("ml", "train"), "train")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
+		t.Errorf("default-scheduler pod with --koordinator-scheduler-names=default-scheduler shows %v, want %s", got, gpuUUID)
+	}
+	if got := devicesOf(h.get("ml", "other"), "train")["nvidia.com/gpu"]; len(got) != 0 {
+		t.Errorf("koord-scheduler pod shows %v although only default-scheduler is trusted", got)
+	}
+}
+
+func TestUnsafeAndForeignIDsAreRefused(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withNode())
+	const notHere = "GPU-00000000-1111-4222-8333-444455556666"
+	gpu := func(id string) string {
+		return `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"` + id + `"}]}`
+	}
+	requests := fk.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100"})
+	koord := fk.WithSchedulerName("koord-scheduler")
+	h.k.SetPods(
+		fk.NewPod("t", "all", "uid-all", koord, requests, fk.WithAnnotation(koordKey, gpu("all"))),
+		fk.NewPod("t", "escape", "uid-escape", koord, requests, fk.WithAnnotation(koordKey, gpu(`GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a\u001b[2J`))),
+		fk.NewPod("t", "elsewhere", "uid-elsewhere", koord, requests, fk.WithAnnotation(koordKey, gpu(notHere))),
+		fk.NewPod("t", "rdma-all", "uid-rdma-all", koord, fk.WithAnnotation(koordKey,
+			`{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"`+pfAddr+`","extension":{"vfs":[{"minor":-1,"busID":"all"}]}}]}`),
+			fk.WithContainer("app", map[string]string{"koordinator.sh/rdma": "1"})),
+		fk.NewPod("hami", "all", "uid-hami-all", fk.WithSchedulerName("hami-scheduler"),
+			fk.WithAnnotation("hami.io/vgpu-devices-allocated", "all,NVIDIA,1000,100:;"),
+			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"})),
+		fk.NewPod("t", "good", "uid-good", koord, requests, fk.WithAnnotation(koordKey, gpu(gpuUUID))),
+	)
+	for _, p := range []struct{ ns, name string }{{"t", "all"}, {"t", "escape"}, {"t", "elsewhere"}, {"t", "rdma-all"}, {"hami", "all"}} {
+		cdi, err := clients.KataCDIDevices(ctx(t), h.socket, p.ns, p.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cdi) != 0 {
+			t.Errorf("Kata would cold-plug %q into %s/%s", cdi, p.ns, p.name)
+		}
+	}
+	cdi, err := clients.KataCDIDevices(ctx(t), h.socket, "t", "good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cdi, []string{"nvidia.com/gpu=" + gpuUUID}) {
+		t.Errorf("the well-formed pod gets %q, want its GPU", cdi)
+	}
+	for uid, want := range map[string]string{
+		"uid-all": allocator.ReasonUnsafeID, "uid-escape": allocator.ReasonUnsafeID, "uid-rdma-all": allocator.ReasonUnsafeID,
+		"uid-hami-all": allocator.ReasonUnsafeID, "uid-elsewhere": allocator.ReasonNotOnNode,
+	} {
+		rec, _ := h.store.Get(uid)
+		if rec == nil || len(rec.Refused) != 1 || rec.Refused[0].Reason != want {
+			t.Errorf("%s: refused %+v, want one device refused as %s", uid, refusedOf(rec), want)
+			continue
+		}
+		if class := rec.Refused[0].Class; class != allocator.ReasonClass(want) {
+			t.Errorf("%s: class %q, want %q", uid, class, allocator.ReasonClass(want))
+		}
+		if strings.ContainsRune(rec.Refused[0].Detail, '\x1b') {
+			t.Errorf("%s: the detail carries the id's raw escape: %q", uid, rec.Refused[0].Detail)
+		}
+	}
+	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", "koordinator", "reason", allocator.ReasonNotOnNode); got != 1 {
+		t.Errorf("not-on-node refusals counted %v, want 1", got)
+	}
+}
+
+func refusedOf(rec *state.Record) []state.Refused {
+	if rec == nil {
+		return nil
+	}
+	return rec.Refused
+}
+
+func TestAPodWhoseSpecWasNeverReadIsNotBelieved(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withNode())
+	// NRI reported the sandbox with a copied annotation, and /pods has been
+	// down since: nothing says which scheduler placed the pod or what it
+	// requests.
+	p := fk.NewPod("tenant", "copycat", "uid-copycat", fk.WithAnnotation(koordKey, gpuAndVF))
+	h.k.SetPods(p)
+	h.k.SetPodsDown(true)
+	h.markLive(p, "sandbox-1")
+	owners, err := clients.DCGMDeviceToPod(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner, ok := owners[gpuUUID]; ok {
+		t.Errorf("DCGM labels %s with %+v, a pod that was never vetted", gpuUUID, owner)
+	}
+	if got := refusedReasons(h, "uid-copycat"); !slices.Equal(got, []string{allocator.ReasonSpecUnknown, allocator.ReasonSpecUnknown}) {
+		t.Errorf("refused %v, want both devices refused as %s", got, allocator.ReasonSpecUnknown)
+	}
+}
+
+func TestAContestedWholeGPUStaysWithItsFirstHolder(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withNode())
+	koord := fk.WithSchedulerName("koord-scheduler")
+	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
+	// A default-scheduler copy seen first holds nothing: only a claim the
+	// other rules believe can hold a device.
+	copycat := fk.NewPod("tenant", "copycat", "uid-copycat", fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	first := fk.NewPod("ml", "first", "uid-zz-first", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	h.k.SetPods(copycat)
+	h.markLive(copycat, "sandbox-0")
+	h.list()
+	h.k.SetPods(copycat, first)
+	h.markLive(first, "sandbox-1")
+	h.list()
+	// The same GPU written on a second pod of the same scheduler (its owner
+	// edited the annotation), started later.
+	second := fk.NewPod("ml", "second", "uid-aa-second", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	h.k.SetPods(copycat, first, second)
+	h.markLive(second, "sandbox-2")
+
+	owners, err := clients.DCGMDeviceToPod(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (clients.GPUOwner{Namespace: "ml", Pod: "first", Container: "train"}); owners[gpuUUID] != want {
+		t.Errorf("DCGM labels the GPU with %+v, want its first holder %+v", owners[gpuUUID], want)
+	}
+	for _, p := range []fk.Pod{second, copycat} {
+		cdi, err := clients.KataCDIDevices(ctx(t), h.socket, p.Namespace, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cdi) != 0 {
+			t.Errorf("Kata would cold-plug %v into %s, whose GPU another pod holds", cdi, p.Name)
+		}
+	}
+	free, _, err := clients.NFDFreePerNUMA(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := free[clients.NUMAKey{Resource: "nvidia.com/gpu", NUMA: 0}]; got != 0 {
+		t.Errorf("NFD counts %d free GPUs on NUMA 0, want 0: one GPU, used once", got)
+	}
+	if got := refusedReasons(h, "uid-aa-second"); !slices.Equal(got, []string{allocator.ReasonContested}) {
+		t.Errorf("second claimant refused %v, want [%s]", got, allocator.ReasonContested)
+	}
+}
+
+func TestASharedGPUIsShownOnEverySharer(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withNode())
+	half := `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory-ratio":"50"},"id":"` + gpuUUID + `"}]}`
+	var pods []fk.Pod
+	for _, name := range []string{"a", "b"} {
+		pods = append(pods, fk.NewPod("ml", name, "uid-"+name, fk.WithSchedulerName("koord-scheduler"), fk.WithAnnotation(koordKey, half),
+			fk.WithContainer("infer", map[string]string{"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"})))
+	}
+	h.k.SetPods(pods...)
+	for _, p := range pods {
+		h.markLive(p, "sandbox-"+p.Name)
+	}
+	for _, p := range pods {
+		if got := devicesOf(h.get(p.Namespace, p.Name), "infer")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
+			t.Errorf("sharer %s shows %v, want its share of %s", p.Name, got, gpuUUID)
+		}
+	}
+}
