@@ -277,6 +277,12 @@ type storeRecord struct {
 		Resource string   `json:"resource"`
 		IDs      []string `json:"ids"`
 	} `json:"devices"`
+	Refused []struct {
+		Resource string   `json:"resource"`
+		IDs      []string `json:"ids"`
+		Reason   string   `json:"reason"`
+		Class    string   `json:"class"`
+	} `json:"refused"`
 	Sources struct {
 		Sandbox *struct {
 			Source string    `json:"source"`

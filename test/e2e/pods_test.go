@@ -71,6 +71,11 @@ var (
 	// HAMi-style device plugin to its sidecar and to its app container, and
 	// HAMi's annotation names the real GPUs, which must replace them.
 	hamiPod = newHAMiPod()
+	// forgerPod copies gpuPod's allocation and requests a GPU like it, but
+	// no device scheduler placed it (default-scheduler): it must get
+	// nothing, and gpuPod keeps its GPU.
+	forgerPod = newTestPod("forger", gpuAllocation(gpuUUID), appContainers("app"), nil, map[string]corev1.ResourceList{"app": limits(gpuResource, "1")}).
+			scheduledBy(corev1.DefaultSchedulerName)
 )
 
 func init() {
@@ -81,11 +86,12 @@ func init() {
 	devPluginPod.want = devices{"app": {gpuResource: {devGPUUUID}}}
 	latePod.want = devices{"app": {gpuResource: {lateGPUUUID}}}
 	hamiPod.want = devices{"monitor": {hamiResource: {hamiSidecarGPU}}, "app": {hamiResource: {hamiAppGPU}}}
+	forgerPod.want = devices{}
 }
 
 // basePods start before the tests and run throughout.
 func basePods() []testPod {
-	return []testPod{gpuPod, rdmaPod, sidecarPod, plainPod, devPluginPod, hamiPod}
+	return []testPod{gpuPod, rdmaPod, sidecarPod, plainPod, devPluginPod, hamiPod, forgerPod}
 }
 
 // needsPluginDevices tells whether the kubelet must allocate devices of
@@ -109,6 +115,13 @@ func newHAMiPod() testPod {
 	p.pod.Annotations = map[string]string{
 		hamiAnnotation: fmt.Sprintf(";%s,NVIDIA,3000,30:;%s,NVIDIA,3000,30:;", hamiSidecarGPU, hamiAppGPU),
 	}
+	return p.scheduledBy("hami-scheduler")
+}
+
+// scheduledBy sets the pod's spec.schedulerName: podres-proxy believes an
+// allocation only on a pod its allocator's scheduler placed.
+func (p testPod) scheduledBy(scheduler string) testPod {
+	p.pod.Spec.SchedulerName = scheduler
 	return p
 }
 
@@ -150,6 +163,7 @@ func newTestPod(name, allocation string, apps, sidecars []string, res map[string
 	}
 	if allocation != "" {
 		pod.Annotations = map[string]string{koordAnnotation: allocation}
+		pod.Spec.SchedulerName = "koord-scheduler"
 	}
 	for _, s := range sidecars {
 		c := container(s)

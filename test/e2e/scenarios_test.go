@@ -167,6 +167,52 @@ func checkRecord(recs []storeRecord, p testPod, source string) error {
 	return nil
 }
 
+func TestAForgedAllocationGetsNothingAndInspectSaysWhy(t *testing.T) {
+	// forgerPod carries a copy of gpuPod's allocation and requests a GPU,
+	// but default-scheduler placed it. Multus, DCGM and Kata must not see
+	// gpuPod's GPU on it, gpuPod keeps it, and the store says why.
+	requireProxy(t)
+	ensurePods(t)
+	if err := refused(forgerPod); err != nil {
+		t.Skipf("the kubelet did not run %s: %v", forgerPod.fullName(), err)
+	}
+	poll(t, 30*time.Second, "inspect shows the forger's copy refused as wrong-scheduler", func() error {
+		recs, err := inspect()
+		if err != nil {
+			return err
+		}
+		rs := findRecords(recs, podNamespace, forgerPod.fullName())
+		if len(rs) != 1 {
+			return fmt.Errorf("%d records of %s", len(rs), forgerPod.fullName())
+		}
+		for _, r := range rs[0].Refused {
+			if r.Reason == "wrong-scheduler" && r.Class == "forged" && slices.Contains(r.IDs, gpuUUID) {
+				return nil
+			}
+		}
+		return fmt.Errorf("record of %s refuses %+v, want %s refused as wrong-scheduler (forged)", forgerPod.fullName(), rs[0].Refused, gpuUUID)
+	})
+	resp, err := list(h.proxySocket, multus)
+	if err != nil {
+		t.Fatalf("List on the proxy: %v", err)
+	}
+	if pr := findPod(resp, podNamespace, forgerPod.fullName()); pr == nil {
+		t.Errorf("the proxy's List has no %s", forgerPod.fullName())
+	} else if d := devicesOf(pr); len(d) != 0 {
+		t.Errorf("List gives the forger %s devices %v, want none", forgerPod.fullName(), d)
+	}
+	if got := devicesOf(findPod(resp, podNamespace, gpuPod.fullName())); !got.equal(gpuPod.want) {
+		t.Errorf("List gives %s %v, want %v: the victim must keep its GPU", gpuPod.fullName(), got, gpuPod.want)
+	}
+	g, err := get(h.proxySocket, podNamespace, forgerPod.fullName())
+	if err != nil {
+		t.Fatalf("Get of %s: %v", forgerPod.fullName(), err)
+	}
+	if d := devicesOf(g.GetPodResources()); len(d) != 0 {
+		t.Errorf("Get (Kata, nri-plugins) gives the forger devices %v, want none", d)
+	}
+}
+
 func TestDCGMListShowsTheGPUOnTheRequestingContainer(t *testing.T) {
 	requireProxy(t)
 	ensurePods(t)
