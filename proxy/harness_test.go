@@ -55,6 +55,8 @@ type harness struct {
 	qps       float64
 	burst     int
 	noKubelet bool
+	maxConns  int
+	reqTime   time.Duration
 	stopped   chan struct{}
 	cancel    context.CancelFunc
 }
@@ -64,6 +66,12 @@ type option func(*harness)
 func withRateLimit(qps float64, burst int) option {
 	return func(h *harness) { h.qps, h.burst = qps, burst }
 }
+
+// withMaxConnections caps the proxy's client connections.
+func withMaxConnections(n int) option { return func(h *harness) { h.maxConns = n } }
+
+// withRequestTimeout sets the deadline the proxy gives every call.
+func withRequestTimeout(d time.Duration) option { return func(h *harness) { h.reqTime = d } }
 
 // withoutKubelet starts the proxy while the kubelet's socket does not exist.
 func withoutKubelet() option { return func(h *harness) { h.noKubelet = true } }
@@ -132,6 +140,8 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		KubeletSocket:  h.k.Socket,
 		RateLimitQPS:   h.qps,
 		RateLimitBurst: h.burst,
+		MaxConnections: h.maxConns,
+		RequestTimeout: h.reqTime,
 		Log:            log,
 	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv})
 	if err != nil {

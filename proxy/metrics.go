@@ -24,6 +24,7 @@ type Metrics struct {
 	podsReadDuration       prometheus.Histogram
 	annotationErrors       *prometheus.CounterVec
 	unattributed           prometheus.Counter
+	connectionsRejected    prometheus.Counter
 }
 
 const namespace = "podres_proxy"
@@ -78,8 +79,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:      "devices_attributed_without_spec_total",
 			Help:      "Pods answered while their spec was unknown and /pods unreachable: devices went to the last container the kubelet listed.",
 		}),
+		connectionsRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "connections_rejected_total",
+			Help:      "Client connections closed at once because the connection cap was reached.",
+		}),
 	}
-	reg.MustRegister(m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
+	reg.MustRegister(m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
 		m.podsReads, m.podsReadDuration, m.annotationErrors, m.unattributed)
 	return m
@@ -104,6 +110,14 @@ func (m *Metrics) AnnotationError(allocator string) {
 		return
 	}
 	m.annotationErrors.WithLabelValues(allocator).Inc()
+}
+
+// connectionRejected counts a connection refused by the connection cap.
+func (m *Metrics) connectionRejected() {
+	if m == nil {
+		return
+	}
+	m.connectionsRejected.Inc()
 }
 
 func (m *Metrics) upstream(method string, code codes.Code, d time.Duration) {
