@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -29,7 +30,11 @@ func TestOversizedRequestIsRefusedBeforeTheKubelet(t *testing.T) {
 	name := strings.Repeat("x", 1<<20)
 	_, err := h.v1().Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: name})
 	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("Get with a 1 MiB pod name: got %v, want ResourceExhausted", err)
+		msg := status.Convert(err).Message()
+		if len(msg) > 120 {
+			msg = fmt.Sprintf("%s... (%d bytes)", msg[:120], len(msg))
+		}
+		t.Fatalf("Get with a 1 MiB pod name: got %v %q, want ResourceExhausted", status.Code(err), msg)
 	}
 	if n := h.k.GRPCCalls(); n != 0 {
 		t.Errorf("the oversized request reached the kubelet (%d calls)", n)
