@@ -433,6 +433,12 @@ func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
 				r.KubeletPhase = p.Phase
 				changed = true
 			}
+			if p.Terminal() {
+				// The /pods decoder keeps no spec or annotations of a
+				// finished pod (see kubeletpods): keep what was seen while
+				// it ran.
+				return changed
+			}
 			if r.Spec == nil || !sameSpec(r.Spec, &p.Spec) {
 				spec := p.Spec
 				r.Spec = &spec
