@@ -175,6 +175,12 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 
 	c.http = &http.Client{
+		// Never follow a redirect: the kubelet does not send one, and
+		// following it would carry the bearer token wherever it points,
+		// plain http included.
+		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return fmt.Errorf("redirected to %s: not followed (the kubelet's /pods never redirects; the token stays here)", req.URL.Redacted())
+		},
 		Transport: &http.Transport{
 			// The kubelet is on this node: an HTTP(S)_PROXY set for the
 			// daemon's other traffic must not carry the kubelet's.
