@@ -26,20 +26,12 @@ var events = func() api.EventMask {
 	return m
 }()
 
-// maxUpdateWait bounds how long a handler waits for the store to take its
-// update. Store updates take microseconds; waiting a little means that when
-// a handler returns, the store normally already shows the event. Waiting
-// longer would delay pods on the whole node (the runtime serializes NRI
-// calls) and risk the runtime's request timeout, which drops the plugin.
-const maxUpdateWait = 50 * time.Millisecond
-
 // plugin handles NRI requests: every handler turns its event into a store
 // update and returns nil.
 type plugin struct {
 	store   *state.Store
 	log     logrus.FieldLogger
 	metrics Metrics
-	updates updateQueue
 	// onSynced is called, in its own goroutine, after a Synchronize.
 	onSynced func()
 
@@ -208,24 +200,15 @@ func (p *plugin) observeContainer(ctx context.Context, event string, pod *api.Po
 	p.update(ctx, event, func() { p.store.ObserveContainer(state.SourceNRI, c) })
 }
 
-// update queues a store update and waits until it is applied, but no longer
-// than maxUpdateWait or half of what is left of the request's deadline.
-func (p *plugin) update(ctx context.Context, event string, apply func()) {
+// update applies a store update inline, as nri-plugins' handlers do. The
+// store decodes annotations before it takes its lock and holds the lock
+// only to swap records in, so an update takes microseconds even while a
+// hostile pod's annotation is decoded elsewhere; only the event's own pod
+// is decoded here. The runtime serializes NRI calls, so updates stay in
+// the runtime's order.
+func (p *plugin) update(_ context.Context, event string, apply func()) {
 	start := time.Now()
-	done := p.updates.add(apply)
-	wait := maxUpdateWait
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)/2)
-	}
-	timer := time.NewTimer(wait)
-	select {
-	case <-done:
-	case <-timer.C:
-		p.metrics.StoreBusy(event)
-		p.log.WithField("event", event).Warnf("State store busy for %s; the update stays queued", wait)
-	case <-ctx.Done():
-	}
-	timer.Stop()
+	apply()
 	p.metrics.Event(event, time.Since(start))
 }
 
