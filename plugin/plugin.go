@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -38,6 +39,10 @@ type plugin struct {
 	mu     sync.Mutex
 	conn   uint64 // counts connections, so a late update from an old one is recognized
 	synced bool   // a Synchronize was applied on connection conn
+	// configured is closed when the runtime configures connection conn;
+	// abandoned makes Configure fail once Run has given the connection up.
+	configured chan struct{}
+	abandoned  bool
 }
 
 func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics, onSynced func()) *plugin {
@@ -48,6 +53,16 @@ func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics, on
 // string is only non-empty for a pre-launched plugin whose runtime has a
 // drop-in file for it; the plugin takes its configuration from flags.
 func (p *plugin) Configure(_ context.Context, config, runtime, version string) (stub.EventMask, error) {
+	p.mu.Lock()
+	abandoned := p.abandoned
+	if !abandoned && p.configured != nil {
+		close(p.configured)
+		p.configured = nil
+	}
+	p.mu.Unlock()
+	if abandoned {
+		return 0, errAbandoned
+	}
 	log := p.log.WithFields(logrus.Fields{"runtime": runtime, "runtimeVersion": version})
 	if config != "" {
 		log.Warn("Ignoring the NRI configuration the runtime passed; podres-proxy is configured by flags")
@@ -212,11 +227,25 @@ func (p *plugin) update(_ context.Context, event string, apply func()) {
 	p.metrics.Event(event, time.Since(start))
 }
 
+// errAbandoned fails the Configure of a connection Run gave up on.
+var errAbandoned = errors.New("the NRI connection was given up: no configuration in time")
+
 // connecting starts a new connection: nothing is synchronized on it yet.
-func (p *plugin) connecting() {
+// The channel it returns is closed when the runtime configures it.
+func (p *plugin) connecting() <-chan struct{} {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.conn++
 	p.synced = false
+	p.abandoned = false
+	p.configured = make(chan struct{})
+	return p.configured
+}
+
+// abandon makes the current connection's Configure fail from now on.
+func (p *plugin) abandon() {
+	p.mu.Lock()
+	p.abandoned = true
 	p.mu.Unlock()
 }
 

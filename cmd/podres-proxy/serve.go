@@ -298,12 +298,29 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 
 	<-ctx.Done()
-	wg.Wait()
+	stopped := make(chan struct{})
+	go func() { wg.Wait(); close(stopped) }()
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-stopped:
+	case <-grace.C:
+		// Leave the stragglers: the deferred Close still flushes the
+		// store, which is what a restart needs.
+		log.Errorf("some parts did not stop within %s; exiting without them", shutdownGrace)
+	}
+	errsMu.Lock()
+	defer errsMu.Unlock()
 	if len(errs) == 0 {
 		log.Info("stopped")
 	}
 	return errors.Join(errs...)
 }
+
+// shutdownGrace bounds the wait for the parts to stop after SIGTERM, so
+// that the state store is flushed well within the pod's termination grace
+// period (30 s by default) even if a part hangs.
+const shutdownGrace = 15 * time.Second
 
 // inventory builds the device inventory from the configured sources.
 func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, error) {
