@@ -203,7 +203,7 @@ func (peerCredentials) Info() credentials.ProtocolInfo {
 }
 func (p peerCredentials) Clone() credentials.TransportCredentials { return p }
 
-//lint:ignore SA1019 part of the TransportCredentials interface.
+// OverrideServerName is part of TransportCredentials; nothing to override.
 func (peerCredentials) OverrideServerName(string) error { return nil }
 
 // clientKey names the caller of ctx for the rate limit; calls whose peer is

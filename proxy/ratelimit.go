@@ -32,8 +32,9 @@ const activeWindow = 10 * time.Second
 // starves every other client. Here each client (a process, see peerCred)
 // has a bucket of its own whose rate is an equal share of the limit among
 // the clients active lately, with the full burst; and every call also
-// takes a token from one bucket with the kubelet's own numbers, so that the
-// proxy never calls the kubelet faster than the kubelet's limit. A flooding
+// takes a token from one bucket with the kubelet's own numbers (waiting up
+// to maxGlobalWait for it), so that the proxy never calls the kubelet
+// faster than the kubelet's limit. A flooding
 // client thus gets its share and no more, and a polite one keeps finding
 // tokens in both buckets.
 type fairLimiter struct {
@@ -69,8 +70,16 @@ func newFairLimiter(qps float64, burst int, now func() time.Time) *fairLimiter {
 	}
 }
 
-// allow reports whether client may make a call now.
-func (f *fairLimiter) allow(client string) bool {
+// maxGlobalWait bounds how long a call within its client's share waits for
+// a token of the shared bucket. A client that flooded alone may have
+// emptied it just before another arrived; a token comes back within
+// 1/qps, and waiting for it beats refusing the newcomer's first call.
+const maxGlobalWait = 50 * time.Millisecond
+
+// allow reports whether client may make a call, and after how long: a call
+// within its client's share waits briefly for a token of the shared bucket
+// rather than being refused.
+func (f *fairLimiter) allow(client string) (bool, time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
@@ -96,7 +105,19 @@ func (f *fairLimiter) allow(client string) bool {
 	}
 	// The client's own bucket first: a call it refuses must not cost the
 	// other clients a token of the shared one.
-	return c.lim.AllowN(now, 1) && f.global.AllowN(now, 1)
+	if !c.lim.AllowN(now, 1) {
+		return false, 0
+	}
+	r := f.global.ReserveN(now, 1)
+	if !r.OK() {
+		return false, 0
+	}
+	d := r.DelayFrom(now)
+	if d > maxGlobalWait {
+		r.CancelAt(now)
+		return false, 0
+	}
+	return true, d
 }
 
 // rateLimit returns an interceptor that rejects calls beyond a client's
@@ -110,11 +131,21 @@ func rateLimit(qps float64, burst int, m *Metrics, now func() time.Time) grpc.Un
 	}
 	l := newFairLimiter(qps, burst, now)
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if !l.allow(clientKey(ctx)) {
+		ok, wait := l.allow(clientKey(ctx))
+		if !ok {
 			if m != nil {
 				m.rateLimited.Inc()
 			}
 			return nil, errRateLimited
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
 		}
 		return h(ctx, req)
 	}
