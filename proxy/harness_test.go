@@ -57,6 +57,7 @@ type harness struct {
 	noKubelet bool
 	maxConns  int
 	reqTime   time.Duration
+	idle      time.Duration
 	stopped   chan struct{}
 	cancel    context.CancelFunc
 }
@@ -72,6 +73,9 @@ func withMaxConnections(n int) option { return func(h *harness) { h.maxConns = n
 
 // withRequestTimeout sets the deadline the proxy gives every call.
 func withRequestTimeout(d time.Duration) option { return func(h *harness) { h.reqTime = d } }
+
+// withIdleTimeout sets after how long the proxy closes an idle connection.
+func withIdleTimeout(d time.Duration) option { return func(h *harness) { h.idle = d } }
 
 // withoutKubelet starts the proxy while the kubelet's socket does not exist.
 func withoutKubelet() option { return func(h *harness) { h.noKubelet = true } }
@@ -142,6 +146,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		RateLimitBurst: h.burst,
 		MaxConnections: h.maxConns,
 		RequestTimeout: h.reqTime,
+		IdleTimeout:    h.idle,
 		Log:            log,
 	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -166,5 +167,26 @@ func TestClientThatStopsReadingHoldsOnlyAFewCalls(t *testing.T) {
 	if len(answered) > proxy.MaxStreamsPerConnection {
 		t.Fatalf("a client that reads nothing had %d calls taken on at once, want at most %d (%d refused)",
 			len(answered), proxy.MaxStreamsPerConnection, len(refused))
+	}
+}
+
+func TestIdleConnectionsAreClosedByTheServer(t *testing.T) {
+	h := newHarness(t, withIdleTimeout(100*time.Millisecond))
+	c := h.conn()
+	if _, err := v1.NewPodResourcesListerClient(c).List(ctx(t), &v1.ListPodResourcesRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// The server's GOAWAY makes the client's connection leave READY; the
+	// client itself never goes idle sooner than its own 30 min default.
+	wait, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	for s := c.GetState(); s == connectivity.Ready; s = c.GetState() {
+		if !c.WaitForStateChange(wait, s) {
+			t.Fatal("an idle connection was never closed by the server")
+		}
+	}
+	// The next call reconnects transparently.
+	if _, err := v1.NewPodResourcesListerClient(c).List(ctx(t), &v1.ListPodResourcesRequest{}); err != nil {
+		t.Fatalf("List after the idle close: %v", err)
 	}
 }
