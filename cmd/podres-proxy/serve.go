@@ -202,6 +202,8 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		CAFile:      c.caFile,
 		InsecureTLS: c.insecureTLS,
 		Timeout:     c.podsTimeout,
+		// Only the allocators' annotations: a /pods read keeps little.
+		KeepAnnotation: allocators.Relevant,
 	})
 	if err != nil {
 		return fmt.Errorf("kubelet /pods client: %w", err)

@@ -92,6 +92,10 @@ type Config struct {
 	// only the reads: the answer is never held whole). 0 means twice
 	// GOMEMLIMIT when it is set (at least 64 MiB), else DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// KeepAnnotation says which pod annotations a read keeps (the
+	// allocators' own); nil keeps them all. Others, such as kubectl's
+	// last-applied-configuration, are dropped as each pod is decoded.
+	KeepAnnotation func(key string) bool
 	// Log receives the warnings about the configuration; nil means
 	// logrus's standard logger.
 	Log logrus.FieldLogger
@@ -107,6 +111,7 @@ type Client struct {
 	timeout  time.Duration
 	maxBody  int64
 	maxKept  int64
+	keep     func(string) bool
 	http     *http.Client
 }
 
@@ -141,6 +146,7 @@ func NewClient(cfg Config) (*Client, error) {
 		timeout:  cmp.Or(cfg.Timeout, DefaultTimeout),
 		maxBody:  cmp.Or(cfg.MaxBodyBytes, defaultMaxBody(memoryLimit())),
 		maxKept:  defaultMaxKept(memoryLimit()),
+		keep:     cfg.KeepAnnotation,
 		roots:    "the system roots",
 	}
 
@@ -246,7 +252,7 @@ func (c *Client) pods(ctx context.Context) ([]state.KubeletPod, error) {
 	}
 
 	body := &limitedBody{r: resp.Body, left: c.maxBody}
-	pods, err := decodePodsFrom(body, c.maxKept)
+	pods, err := decodePodsFrom(body, c.maxKept, c.keep)
 	if body.over {
 		return nil, fmt.Errorf("answer is larger than the limit of %d bytes", c.maxBody)
 	}

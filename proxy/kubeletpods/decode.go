@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -82,24 +83,25 @@ func DecodePods(data []byte) ([]state.KubeletPod, error) { return decodePods(dat
 // fast paths, and a strange answer from the kubelet must cost one failed
 // read, not the node daemon.
 func decodePods(data []byte) (pods []state.KubeletPod, err error) {
-	return decodePodsFrom(bytes.NewReader(data), 0)
+	return decodePodsFrom(bytes.NewReader(data), 0, nil)
 }
 
 // decodePodsFrom is decodePods reading the answer as a stream: see
-// decodePodStream. maxKept bounds what it keeps; 0 means no bound.
-func decodePodsFrom(r io.Reader, maxKept int64) (pods []state.KubeletPod, err error) {
+// decodePodStream. maxKept bounds what it keeps; 0 means no bound. keep,
+// when set, says which annotations to keep; nil keeps them all.
+func decodePodsFrom(r io.Reader, maxKept int64, keep func(string) bool) (pods []state.KubeletPod, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			pods, err = nil, fmt.Errorf("decode kubelet pods: decoder panicked: %v", p)
 		}
 	}()
-	return decodePodStream(r, maxKept)
+	return decodePodStream(r, maxKept, keep)
 }
 
 // decodePodList is decodePods without the recover, so that fuzzing finds
 // panics instead of hiding them.
 func decodePodList(data []byte) ([]state.KubeletPod, error) {
-	return decodePodStream(bytes.NewReader(data), 0)
+	return decodePodStream(bytes.NewReader(data), 0, nil)
 }
 
 // errTooMuchKept is the error of an answer whose live pods keep more than
@@ -113,9 +115,10 @@ var errTooMuchKept = errors.New("the pods' annotations and container resources a
 // the daemon's memory. Finished pods (Succeeded, Failed) keep only their
 // identity and phase, which Snapshot.Lookup needs to prefer a live pod of
 // the same name; their annotations and containers are dropped as soon as
-// the pod is decoded. maxKept > 0 bounds the bytes of annotations and
-// container resources kept for the other pods.
-func decodePodStream(r io.Reader, maxKept int64) ([]state.KubeletPod, error) {
+// the pod is decoded. Of the other pods' annotations only those keep
+// accepts are kept (all when keep is nil). maxKept > 0 bounds the bytes of
+// annotations and container resources kept.
+func decodePodStream(r io.Reader, maxKept int64, keep func(string) bool) ([]state.KubeletPod, error) {
 	dec := json.NewDecoder(r)
 	if err := expectDelim(dec, '{'); err != nil {
 		return nil, err
@@ -135,7 +138,7 @@ func decodePodStream(r io.Reader, maxKept int64) ([]state.KubeletPod, error) {
 		case "kind":
 			err = dec.Decode(&list.Kind)
 		case "items":
-			err = decodeItems(dec, &list, maxKept, &kept)
+			err = decodeItems(dec, &list, maxKept, &kept, keep)
 		default:
 			var skip json.RawMessage // apiVersion and metadata: a few bytes
 			err = dec.Decode(&skip)
@@ -157,7 +160,7 @@ func decodePodStream(r io.Reader, maxKept int64) ([]state.KubeletPod, error) {
 }
 
 // decodeItems decodes the items array (or null) one pod at a time.
-func decodeItems(dec *json.Decoder, list *podList, maxKept int64, kept *int64) error {
+func decodeItems(dec *json.Decoder, list *podList, maxKept int64, kept *int64, keep func(string) bool) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -176,7 +179,12 @@ func decodeItems(dec *json.Decoder, list *podList, maxKept int64, kept *int64) e
 		if p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" {
 			p.Metadata.Annotations = nil
 			p.Spec.InitContainers, p.Spec.Containers = nil, nil
-		} else if maxKept > 0 {
+		} else if keep != nil {
+			// kubectl's last-applied-configuration and the like: only the
+			// allocators' annotations are needed.
+			maps.DeleteFunc(p.Metadata.Annotations, func(k, _ string) bool { return !keep(k) })
+		}
+		if maxKept > 0 {
 			if *kept += p.size(); *kept > maxKept {
 				return errTooMuchKept
 			}

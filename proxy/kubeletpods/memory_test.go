@@ -140,11 +140,11 @@ func vmHWM() int64 {
 
 func TestLivePodsKeepingMoreThanTheLimitFailTheReadClearly(t *testing.T) {
 	body := hugeFinishedPods(0, 0, 50)
-	_, err := decodePodsFrom(bytes.NewReader(body), 1000)
+	_, err := decodePodsFrom(bytes.NewReader(body), 1000, nil)
 	if err == nil || !strings.Contains(err.Error(), "larger than the limit") {
 		t.Fatalf("50 live pods against a limit of 1000 kept bytes: got %v, want a clear error", err)
 	}
-	pods, err := decodePodsFrom(bytes.NewReader(body), 1<<20)
+	pods, err := decodePodsFrom(bytes.NewReader(body), 1<<20, nil)
 	if err != nil || len(pods) != 50 {
 		t.Fatalf("within the limit: %d pods, %v", len(pods), err)
 	}
@@ -162,5 +162,19 @@ func TestFinishedPodsKeepOnlyTheirIdentityAndPhase(t *testing.T) {
 		if !p.Terminal() && len(p.Spec.Containers) != 1 {
 			t.Errorf("live pod %s lost its containers", p.Name)
 		}
+	}
+}
+
+func TestOnlyTheAnnotationsAskedForAreKept(t *testing.T) {
+	body := []byte(`{"kind":"PodList","items":[{"metadata":{"name":"a","namespace":"d","uid":"u","annotations":` +
+		`{"scheduling.koordinator.sh/device-allocated":"{}","kubectl.kubernetes.io/last-applied-configuration":"` +
+		strings.Repeat("x", 4096) + `"}},"status":{"phase":"Running"}}]}`)
+	keep := func(k string) bool { return strings.HasPrefix(k, "scheduling.koordinator.sh/") }
+	pods, err := decodePodsFrom(bytes.NewReader(body), 1024, keep)
+	if err != nil {
+		t.Fatalf("a 4 KiB annotation nobody needs counted against a limit of 1 KiB: %v", err)
+	}
+	if len(pods) != 1 || len(pods[0].Annotations) != 1 || pods[0].Annotations["scheduling.koordinator.sh/device-allocated"] != "{}" {
+		t.Fatalf("annotations kept: %v", pods[0].Annotations)
 	}
 }
