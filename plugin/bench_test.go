@@ -136,7 +136,6 @@ func benchmarkEvents(b *testing.B, onDisk bool, interval time.Duration) {
 
 	p.metrics.mu.Lock()
 	handler := slices.Clone(p.metrics.took)
-	busy := len(p.metrics.busy)
 	p.metrics.mu.Unlock()
 	mu.Lock()
 	dur := slices.Clone(durable)
@@ -148,9 +147,6 @@ func benchmarkEvents(b *testing.B, onDisk bool, interval time.Duration) {
 	if onDisk {
 		b.ReportMetric(percentile(dur, 50).Seconds()*1e3, "durable-p50-ms")
 		b.ReportMetric(percentile(dur, 99).Seconds()*1e3, "durable-p99-ms")
-	}
-	if busy != 0 {
-		b.Logf("events of %d types found the store busy", busy)
 	}
 }
 

@@ -12,11 +12,10 @@
 // full [state.Store.Reconcile].
 //
 // The plugin is an observer and never fails or delays a pod. Handlers always
-// return nil. They hand the store update to a queue that applies updates one
-// at a time in the order the runtime sent them, and wait for it at most 50ms
-// (less under a short request timeout): if the store is busy the handler
-// returns anyway and the update is applied later, in order, so the runtime
-// never times the plugin out. Persistence is the store's business and
+// return nil. They update the store inline, in the order the runtime sent
+// the events: the store decodes annotations outside its lock and holds the
+// lock only to swap records in (microseconds), so no other pod's event or
+// query can make a handler wait. Persistence is the store's business and
 // asynchronous.
 //
 // [Plugin.Run] keeps the plugin connected: when the runtime restarts, it

@@ -279,7 +279,6 @@ type testMetrics struct {
 	mu              sync.Mutex
 	events          map[string]int
 	took            []time.Duration
-	busy            map[string]int
 	disconnects     int
 	reconnects      int
 	reconciles      int
@@ -287,19 +286,13 @@ type testMetrics struct {
 }
 
 func newTestMetrics() *testMetrics {
-	return &testMetrics{events: map[string]int{}, busy: map[string]int{}}
+	return &testMetrics{events: map[string]int{}}
 }
 
 func (m *testMetrics) Event(name string, took time.Duration) {
 	m.mu.Lock()
 	m.events[name]++
 	m.took = append(m.took, took)
-	m.mu.Unlock()
-}
-
-func (m *testMetrics) StoreBusy(name string) {
-	m.mu.Lock()
-	m.busy[name]++
 	m.mu.Unlock()
 }
 

@@ -11,9 +11,6 @@ type Metrics interface {
 	// (RunPodSandbox, ..., RemoveContainer, Synchronize), and how long the
 	// handler took.
 	Event(name string, took time.Duration)
-	// StoreBusy counts a request whose handler returned before the store
-	// had taken its update; the update is applied later, in order.
-	StoreBusy(name string)
 	// Connected reports whether the plugin is registered with the runtime
 	// (it got Synchronize) or has lost the connection.
 	Connected(up bool)
@@ -28,7 +25,6 @@ type Metrics interface {
 type NoMetrics struct{}
 
 func (NoMetrics) Event(string, time.Duration)     {}
-func (NoMetrics) StoreBusy(string)                {}
 func (NoMetrics) Connected(bool)                  {}
 func (NoMetrics) Reconnect()                      {}
 func (NoMetrics) Reconciled(time.Duration, error) {}

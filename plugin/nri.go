@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -21,6 +23,13 @@ const (
 	DefaultIndex      = "90"
 	DefaultMinBackoff = 500 * time.Millisecond
 	DefaultMaxBackoff = 30 * time.Second
+	// DefaultConfigureTimeout bounds the time from dialling the runtime to
+	// its Configure. Runtimes register a plugin within 5 s (their
+	// registration timeout) and configure it at once.
+	DefaultConfigureTimeout = 15 * time.Second
+	// abandonWait bounds how long Run waits for an abandoned stub to give
+	// up, so that shutdown never waits on a stub that hangs.
+	abandonWait = 2 * time.Second
 )
 
 // Options configure a Plugin. Zero values mean the defaults.
@@ -39,6 +48,11 @@ type Options struct {
 	Log logrus.FieldLogger
 	// MinBackoff and MaxBackoff bound the wait between connection attempts.
 	MinBackoff, MaxBackoff time.Duration
+	// ConfigureTimeout bounds registration and configuration: a runtime
+	// that has not configured the plugin this long after it connected
+	// (it died right after RegisterPlugin, say) is given up on and dialled
+	// again. 0 means DefaultConfigureTimeout.
+	ConfigureTimeout time.Duration
 	// Metrics receives counters; nil discards them.
 	Metrics Metrics
 	// OnSynchronized, when set, is called after each Synchronize has been
@@ -89,6 +103,9 @@ func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*P
 	if opts.Metrics == nil {
 		opts.Metrics = NoMetrics{}
 	}
+	if opts.ConfigureTimeout <= 0 {
+		opts.ConfigureTimeout = DefaultConfigureTimeout
+	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		return nil, fmt.Errorf("creating NRI plugin: max backoff %s is below min backoff %s", opts.MaxBackoff, opts.MinBackoff)
 	}
@@ -106,7 +123,7 @@ func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*P
 	}
 	// Build one stub now so that whatever it rejects is reported here,
 	// not at the first connection.
-	if _, err := p.newStub(); err != nil {
+	if _, _, err := p.newStub(); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -133,12 +150,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 		if attempt > 0 {
 			p.opts.Metrics.Reconnect()
 		}
-		s, err := p.newStub()
+		s, conn, err := p.newStub()
 		if err != nil {
 			return err // New built one with the same options, so this is unexpected
 		}
-		p.handlers.connecting()
-		err = s.Run(ctx)
+		err = p.runStub(ctx, s, conn, p.handlers.connecting())
 		wasSynced := p.handlers.disconnected()
 		p.opts.Metrics.Connected(false)
 		if ctx.Err() != nil {
@@ -172,11 +188,104 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 }
 
+// runStub runs one stub until its connection ends or ctx is done, bounding
+// its registration and configuration.
+//
+// The nri v0.12.5 stub waits for Configure with no timeout, holding its
+// lock, while the handler of a lost connection waits for that lock: when
+// the runtime dies right after RegisterPlugin, the stub's Run never
+// returns and ignores ctx. So the stub runs in a goroutine; if it is not
+// configured within ConfigureTimeout, or ctx ends first, the connection is
+// abandoned: its Configure is made to fail (the stub's own Configure is
+// called with the handler refusing), which makes the stub's Start return
+// and close the connection. Run then dials a new stub. Configure is called
+// only once the stub has sent RegisterPlugin on conn, and after taking
+// conn's lock, which orders it after everything Start did before sending.
+func (p *Plugin) runStub(ctx context.Context, s stub.Stub, conn *trackedDial, configured <-chan struct{}) error {
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	timer := time.NewTimer(p.opts.ConfigureTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-configured:
+		return <-done // the stub stops on its own when ctx ends
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	select {
+	case <-configured: // just now: the stub runs normally
+		return <-done
+	default:
+	}
+	p.handlers.abandon()
+	if c, ok := s.(configurer); ok && conn.sent() {
+		// Unblocks a Start waiting for Configure. Its reply goes nowhere.
+		go c.Configure(context.Background(), &api.ConfigureRequest{})
+	}
+	bound := time.NewTimer(abandonWait)
+	defer bound.Stop()
+	select {
+	case err := <-done:
+		if ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("not configured by the runtime within %s: connection given up (%v)", p.opts.ConfigureTimeout, err)
+	case <-bound.C:
+		// Never seen with nri v0.12.5; the stub's goroutine is left.
+		p.opts.Log.Errorf("An NRI stub given up on did not stop within %s; leaving it", abandonWait)
+		return fmt.Errorf("not configured by the runtime within %s: connection given up", p.opts.ConfigureTimeout)
+	}
+}
+
+// configurer is the nri stub's own Configure request handler, which runtimes
+// call through ttrpc; runStub calls it to unblock a stub it gives up on.
+type configurer interface {
+	Configure(context.Context, *api.ConfigureRequest) (*api.ConfigureResponse, error)
+}
+
+// trackedDial dials the runtime for one stub and records whether the stub
+// has written to the connection yet (RegisterPlugin is its first write).
+type trackedDial struct {
+	mu      sync.Mutex
+	written bool
+}
+
+func (d *trackedDial) dial(path string) (net.Conn, error) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	return &trackedConn{Conn: c, d: d}, nil
+}
+
+func (d *trackedDial) sent() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.written
+}
+
+type trackedConn struct {
+	net.Conn
+	d *trackedDial
+}
+
+func (c *trackedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.d.mu.Lock()
+	c.d.written = true
+	c.d.mu.Unlock()
+	return n, err
+}
+
 // newStub returns a stub for one connection. Each connection gets a new
 // stub: a stub whose registration failed keeps its dead connection and
 // would never redial.
-func (p *Plugin) newStub() (stub.Stub, error) {
+func (p *Plugin) newStub() (stub.Stub, *trackedDial, error) {
+	conn := &trackedDial{}
 	opts := []stub.Option{
+		stub.WithDialer(conn.dial),
 		stub.WithLogger(nriLogger{p.opts.Log.WithField("component", "nri-stub")}),
 		stub.WithSocketPath(p.opts.Socket),
 		stub.WithOnClose(p.handlers.onClose),
@@ -195,9 +304,9 @@ func (p *Plugin) newStub() (stub.Stub, error) {
 	}
 	s, err := stub.New(p.handlers, append(opts, p.stubOptions...)...)
 	if err != nil {
-		return nil, fmt.Errorf("creating NRI plugin stub: %w", err)
+		return nil, nil, fmt.Errorf("creating NRI plugin stub: %w", err)
 	}
-	return s, nil
+	return s, conn, nil
 }
 
 // nriLogger routes the NRI stub's messages to the plugin's logger. The stub

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -26,26 +27,22 @@ var events = func() api.EventMask {
 	return m
 }()
 
-// maxUpdateWait bounds how long a handler waits for the store to take its
-// update. Store updates take microseconds; waiting a little means that when
-// a handler returns, the store normally already shows the event. Waiting
-// longer would delay pods on the whole node (the runtime serializes NRI
-// calls) and risk the runtime's request timeout, which drops the plugin.
-const maxUpdateWait = 50 * time.Millisecond
-
 // plugin handles NRI requests: every handler turns its event into a store
 // update and returns nil.
 type plugin struct {
 	store   *state.Store
 	log     logrus.FieldLogger
 	metrics Metrics
-	updates updateQueue
 	// onSynced is called, in its own goroutine, after a Synchronize.
 	onSynced func()
 
 	mu     sync.Mutex
 	conn   uint64 // counts connections, so a late update from an old one is recognized
 	synced bool   // a Synchronize was applied on connection conn
+	// configured is closed when the runtime configures connection conn;
+	// abandoned makes Configure fail once Run has given the connection up.
+	configured chan struct{}
+	abandoned  bool
 }
 
 func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics, onSynced func()) *plugin {
@@ -56,6 +53,16 @@ func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics, on
 // string is only non-empty for a pre-launched plugin whose runtime has a
 // drop-in file for it; the plugin takes its configuration from flags.
 func (p *plugin) Configure(_ context.Context, config, runtime, version string) (stub.EventMask, error) {
+	p.mu.Lock()
+	abandoned := p.abandoned
+	if !abandoned && p.configured != nil {
+		close(p.configured)
+		p.configured = nil
+	}
+	p.mu.Unlock()
+	if abandoned {
+		return 0, errAbandoned
+	}
 	log := p.log.WithFields(logrus.Fields{"runtime": runtime, "runtimeVersion": version})
 	if config != "" {
 		log.Warn("Ignoring the NRI configuration the runtime passed; podres-proxy is configured by flags")
@@ -208,32 +215,37 @@ func (p *plugin) observeContainer(ctx context.Context, event string, pod *api.Po
 	p.update(ctx, event, func() { p.store.ObserveContainer(state.SourceNRI, c) })
 }
 
-// update queues a store update and waits until it is applied, but no longer
-// than maxUpdateWait or half of what is left of the request's deadline.
-func (p *plugin) update(ctx context.Context, event string, apply func()) {
+// update applies a store update inline, as nri-plugins' handlers do. The
+// store decodes annotations before it takes its lock and holds the lock
+// only to swap records in, so an update takes microseconds even while a
+// hostile pod's annotation is decoded elsewhere; only the event's own pod
+// is decoded here. The runtime serializes NRI calls, so updates stay in
+// the runtime's order.
+func (p *plugin) update(_ context.Context, event string, apply func()) {
 	start := time.Now()
-	done := p.updates.add(apply)
-	wait := maxUpdateWait
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)/2)
-	}
-	timer := time.NewTimer(wait)
-	select {
-	case <-done:
-	case <-timer.C:
-		p.metrics.StoreBusy(event)
-		p.log.WithField("event", event).Warnf("State store busy for %s; the update stays queued", wait)
-	case <-ctx.Done():
-	}
-	timer.Stop()
+	apply()
 	p.metrics.Event(event, time.Since(start))
 }
 
+// errAbandoned fails the Configure of a connection Run gave up on.
+var errAbandoned = errors.New("the NRI connection was given up: no configuration in time")
+
 // connecting starts a new connection: nothing is synchronized on it yet.
-func (p *plugin) connecting() {
+// The channel it returns is closed when the runtime configures it.
+func (p *plugin) connecting() <-chan struct{} {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.conn++
 	p.synced = false
+	p.abandoned = false
+	p.configured = make(chan struct{})
+	return p.configured
+}
+
+// abandon makes the current connection's Configure fail from now on.
+func (p *plugin) abandon() {
+	p.mu.Lock()
+	p.abandoned = true
 	p.mu.Unlock()
 }
 

@@ -57,6 +57,9 @@ type harness struct {
 	noKubelet bool
 	trusting  bool                  // withTrust: the proxy vets devices
 	trustOpts allocator.GateOptions // withTrust's scheduler names
+	maxConns  int
+	reqTime   time.Duration
+	idle      time.Duration
 	stopped   chan struct{}
 	cancel    context.CancelFunc
 }
@@ -72,6 +75,15 @@ func withRateLimit(qps float64, burst int) option {
 func withTrust(names map[string][]string) option {
 	return func(h *harness) { h.trusting, h.trustOpts.SchedulerNames = true, names }
 }
+
+// withMaxConnections caps the proxy's client connections.
+func withMaxConnections(n int) option { return func(h *harness) { h.maxConns = n } }
+
+// withRequestTimeout sets the deadline the proxy gives every call.
+func withRequestTimeout(d time.Duration) option { return func(h *harness) { h.reqTime = d } }
+
+// withIdleTimeout sets after how long the proxy closes an idle connection.
+func withIdleTimeout(d time.Duration) option { return func(h *harness) { h.idle = d } }
 
 // withoutKubelet starts the proxy while the kubelet's socket does not exist.
 func withoutKubelet() option { return func(h *harness) { h.noKubelet = true } }
@@ -145,6 +157,9 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		KubeletSocket:  h.k.Socket,
 		RateLimitQPS:   h.qps,
 		RateLimitBurst: h.burst,
+		MaxConnections: h.maxConns,
+		RequestTimeout: h.reqTime,
+		IdleTimeout:    h.idle,
 		Log:            log,
 	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv, Trust: gate})
 	if err != nil {

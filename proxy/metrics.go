@@ -27,6 +27,7 @@ type Metrics struct {
 	unattributed           prometheus.Counter
 	listPodsTotal          *prometheus.CounterVec
 	upstreamShared         *prometheus.CounterVec
+	connectionsRejected    prometheus.Counter
 }
 
 const namespace = "podres_proxy"
@@ -86,6 +87,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:      "devices_attributed_without_spec_total",
 			Help:      "Pods answered while their spec was unknown and /pods unreachable: devices went to the last container the kubelet listed.",
 		}),
+		connectionsRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "connections_rejected_total",
+			Help:      "Client connections closed at once because the connection cap was reached.",
+		}),
 	}
 	m.listPodsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace,
@@ -97,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name:      "upstream_shared_calls_total",
 		Help:      "Calls answered from a kubelet call shared with other clients' calls, by method; each such kubelet call counts once per caller after the first.",
 	}, []string{"method"})
-	reg.MustRegister(m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
+	reg.MustRegister(m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
 		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused, m.unattributed,
 		m.listPodsTotal, m.upstreamShared)
@@ -149,6 +155,14 @@ func (m *Metrics) AllocationRefused(allocator, reason string) {
 		return
 	}
 	m.allocationsRefused.WithLabelValues(allocator, reason).Inc()
+}
+
+// connectionRejected counts a connection refused by the connection cap.
+func (m *Metrics) connectionRejected() {
+	if m == nil {
+		return
+	}
+	m.connectionsRejected.Inc()
 }
 
 func (m *Metrics) upstream(method string, code codes.Code, d time.Duration) {

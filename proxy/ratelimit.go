@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -10,7 +12,7 @@ import (
 )
 
 // The kubelet's PodResources rate limit: one token bucket for the whole
-// endpoint, shared by every client, method and API version.
+// endpoint, every method and API version.
 const (
 	DefaultRateLimitQPS   = 100
 	DefaultRateLimitBurst = 10
@@ -20,24 +22,130 @@ const (
 // with errors.Is (same code and message) behave the same behind the proxy.
 var errRateLimited = status.Error(codes.ResourceExhausted, "rejected by rate limit")
 
-// rateLimit returns an interceptor that rejects calls beyond qps (with burst)
-// before they reach a handler or the kubelet. qps <= 0 disables it.
-func rateLimit(qps float64, burst int, m *Metrics) grpc.UnaryServerInterceptor {
+// activeWindow is how long a client counts as active after its last call:
+// the rate is shared among the clients active in the last activeWindow.
+const activeWindow = 10 * time.Second
+
+// fairLimiter is the kubelet's rate limit shared fairly between clients.
+//
+// The kubelet has one bucket for everyone, so behind it one client's flood
+// starves every other client. Here each client (a process, see peerCred)
+// has a bucket of its own whose rate is an equal share of the limit among
+// the clients active lately, with the full burst; and every call also
+// takes a token from one bucket with the kubelet's own numbers (waiting up
+// to maxGlobalWait for it), so that the proxy never calls the kubelet
+// faster than the kubelet's limit. A flooding
+// client thus gets its share and no more, and a polite one keeps finding
+// tokens in both buckets.
+type fairLimiter struct {
+	qps   float64
+	burst int
+	now   func() time.Time
+
+	mu        sync.Mutex
+	global    *rate.Limiter
+	clients   map[string]*clientBucket
+	share     rate.Limit // the per-client rate for len(clients)
+	lastPrune time.Time
+}
+
+type clientBucket struct {
+	lim  *rate.Limiter
+	seen time.Time
+}
+
+func newFairLimiter(qps float64, burst int, now func() time.Time) *fairLimiter {
+	if burst < 1 {
+		burst = 1
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &fairLimiter{
+		qps:     qps,
+		burst:   burst,
+		now:     now,
+		global:  rate.NewLimiter(rate.Limit(qps), burst),
+		clients: make(map[string]*clientBucket),
+	}
+}
+
+// maxGlobalWait bounds how long a call within its client's share waits for
+// a token of the shared bucket. A client that flooded alone may have
+// emptied it just before another arrived; a token comes back within
+// 1/qps, and waiting for it beats refusing the newcomer's first call.
+const maxGlobalWait = 50 * time.Millisecond
+
+// allow reports whether client may make a call, and after how long: a call
+// within its client's share waits briefly for a token of the shared bucket
+// rather than being refused.
+func (f *fairLimiter) allow(client string) (bool, time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	if now.Sub(f.lastPrune) >= time.Second {
+		f.lastPrune = now
+		for k, c := range f.clients {
+			if now.Sub(c.seen) > activeWindow {
+				delete(f.clients, k)
+			}
+		}
+	}
+	c, ok := f.clients[client]
+	if !ok {
+		c = &clientBucket{lim: rate.NewLimiter(f.share, f.burst)}
+		f.clients[client] = c
+	}
+	c.seen = now
+	if share := rate.Limit(f.qps / float64(len(f.clients))); share != f.share {
+		f.share = share
+		for _, b := range f.clients {
+			b.lim.SetLimitAt(now, share)
+		}
+	}
+	// The client's own bucket first: a call it refuses must not cost the
+	// other clients a token of the shared one.
+	if !c.lim.AllowN(now, 1) {
+		return false, 0
+	}
+	r := f.global.ReserveN(now, 1)
+	if !r.OK() {
+		return false, 0
+	}
+	d := r.DelayFrom(now)
+	if d > maxGlobalWait {
+		r.CancelAt(now)
+		return false, 0
+	}
+	return true, d
+}
+
+// rateLimit returns an interceptor that rejects calls beyond a client's
+// fair share of qps (with burst) before they reach a handler or the
+// kubelet. qps <= 0 disables it. now is the clock; nil means time.Now.
+func rateLimit(qps float64, burst int, m *Metrics, now func() time.Time) grpc.UnaryServerInterceptor {
 	if qps <= 0 {
 		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(ctx, req)
 		}
 	}
-	if burst < 1 {
-		burst = 1
-	}
-	l := rate.NewLimiter(rate.Limit(qps), burst)
+	l := newFairLimiter(qps, burst, now)
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if !l.Allow() {
+		ok, wait := l.allow(clientKey(ctx))
+		if !ok {
 			if m != nil {
 				m.rateLimited.Inc()
 			}
 			return nil, errRateLimited
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
 		}
 		return h(ctx, req)
 	}

@@ -11,6 +11,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,7 +41,16 @@ type Config struct {
 	// QPS <= 0 disables it.
 	RateLimitQPS   float64
 	RateLimitBurst int
-	Log            logrus.FieldLogger
+	// MaxConnections caps open client connections; 0 means
+	// DefaultMaxConnections.
+	MaxConnections int
+	// RequestTimeout bounds every call without a sooner deadline of its
+	// own, and every kubelet call; 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// IdleTimeout closes connections without calls for this long; 0 means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	Log         logrus.FieldLogger
 }
 
 // Deps are the providers the server composes answers from.
@@ -96,7 +106,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
-	up, err := newUpstream(cfg.KubeletSocket, cfg.MaxMessageSize, deps.Metrics)
+	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
+	if cfg.MaxConnections < 0 || cfg.RequestTimeout < 0 || cfg.IdleTimeout < 0 {
+		return nil, fmt.Errorf("proxy: negative limit (connections %d, request timeout %v, idle timeout %v)",
+			cfg.MaxConnections, cfg.RequestTimeout, cfg.IdleTimeout)
+	}
+	up, err := newUpstream(cfg.KubeletSocket, cfg.MaxMessageSize, cfg.RequestTimeout, deps.Metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -115,9 +132,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			log:        log,
 		},
 	}
-	// Like the kubelet: the rate limit is the only server option, so
-	// message sizes and everything else keep gRPC's defaults.
-	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(rateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, deps.Metrics)))
+	// Unlike the kubelet, which trusts its clients, every resource a client
+	// can hold is bounded (see limits.go).
+	s.grpc = grpc.NewServer(serverOptions(cfg, rateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, deps.Metrics, nil))...)
 	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
 	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
 	s.shareCalls()
@@ -135,7 +152,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
 	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(l) }()
+	go func() {
+		errc <- s.grpc.Serve(newLimitListener(l, s.cfg.MaxConnections, s.deps.Metrics.connectionRejected))
+	}()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
 	select {

@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -409,13 +410,18 @@ func TestConcurrentGetsOfNewPodsShareReads(t *testing.T) {
 		pods = append(pods, fk.NewPod("default", fmt.Sprintf("p%d", i), fmt.Sprintf("uid-%d", i), fk.WithAnnotation(koordKey, oneGPU)))
 	}
 	h.k.SetPods(pods...)
-	c := h.v1()
+	// Eight clients of eight calls each: one connection carries at most
+	// proxy.MaxStreamsPerConnection calls at once.
+	var clients []v1.PodResourcesListerClient
+	for range 64 / proxy.MaxStreamsPerConnection {
+		clients = append(clients, h.v1())
+	}
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := c.Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: fmt.Sprintf("p%d", i)})
+			resp, err := clients[i%len(clients)].Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: fmt.Sprintf("p%d", i)})
 			if err != nil {
 				t.Error(err)
 				return

@@ -27,6 +27,7 @@ type upstream struct {
 	conn    *grpc.ClientConn
 	v1      v1.PodResourcesListerClient
 	metrics *Metrics
+	timeout time.Duration // bounds calls whose context has no sooner deadline
 }
 
 // SocketTarget turns a socket path or a unix:// URL into a gRPC target.
@@ -45,7 +46,7 @@ func SocketTarget(socket string) (string, error) {
 	}
 }
 
-func newUpstream(socket string, maxMsg int, m *Metrics) (*upstream, error) {
+func newUpstream(socket string, maxMsg int, timeout time.Duration, m *Metrics) (*upstream, error) {
 	target, err := SocketTarget(socket)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet socket: %w", err)
@@ -71,10 +72,20 @@ func newUpstream(socket string, maxMsg int, m *Metrics) (*upstream, error) {
 		conn:    conn,
 		v1:      v1.NewPodResourcesListerClient(conn),
 		metrics: m,
+		timeout: timeout,
 	}, nil
 }
 
 func (u *upstream) Close() error { return u.conn.Close() }
+
+// bound gives a kubelet call a deadline when ctx has none sooner: a kubelet
+// that accepts a call and never answers must not hold a handler forever.
+func (u *upstream) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if u.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, u.timeout)
+}
 
 // observe records an upstream call's latency and passes its error through
 // untouched: the kubelet's own codes and messages are part of the API.
@@ -85,6 +96,8 @@ func (u *upstream) observe(method string, start time.Time, err error) error {
 
 // List returns the kubelet's v1 List answer still encoded (see rawCodec).
 func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (encoded, error) {
+	ctx, cancel := u.bound(ctx)
+	defer cancel()
 	start := time.Now()
 	var resp encoded
 	err := u.conn.Invoke(ctx, v1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(rawCodec{}))
@@ -92,12 +105,16 @@ func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (e
 }
 
 func (u *upstream) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1.GetPodResourcesResponse, error) {
+	ctx, cancel := u.bound(ctx)
+	defer cancel()
 	start := time.Now()
 	resp, err := u.v1.Get(ctx, req)
 	return resp, u.observe("Get", start, err)
 }
 
 func (u *upstream) GetAllocatableResources(ctx context.Context, req *v1.AllocatableResourcesRequest) (*v1.AllocatableResourcesResponse, error) {
+	ctx, cancel := u.bound(ctx)
+	defer cancel()
 	start := time.Now()
 	resp, err := u.v1.GetAllocatableResources(ctx, req)
 	return resp, u.observe("GetAllocatableResources", start, err)
@@ -105,6 +122,8 @@ func (u *upstream) GetAllocatableResources(ctx context.Context, req *v1.Allocata
 
 // ListV1alpha1 returns the kubelet's v1alpha1 List answer still encoded.
 func (u *upstream) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (encoded, error) {
+	ctx, cancel := u.bound(ctx)
+	defer cancel()
 	start := time.Now()
 	var resp encoded
 	err := u.conn.Invoke(ctx, v1alpha1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(rawCodec{}))

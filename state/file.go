@@ -169,6 +169,9 @@ func (e *FileError) Unwrap() error { return e.Err }
 // directory yet has no records. Records come sorted by namespace, name, uid.
 func ReadDir(dir string) ([]*Record, []error) {
 	podsDir := filepath.Join(dir, podsDirName)
+	if err := checkDirNoFollow(podsDir); err != nil {
+		return nil, []error{fmt.Errorf("read state directory %s: %w", dir, err)}
+	}
 	entries, err := os.ReadDir(podsDir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -186,7 +189,7 @@ func ReadDir(dir string) ([]*Record, []error) {
 			continue
 		}
 		path := filepath.Join(podsDir, name)
-		data, err := os.ReadFile(path)
+		data, err := readFileNoFollow(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // pruned since the directory was listed
 		}

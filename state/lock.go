@@ -31,11 +31,23 @@ func (e *inUseError) Is(target error) bool { return target == ErrInUse }
 // dies, so a crash never leaves a stale lock behind. The file then holds our
 // pid for the error another writer gets. The returned file keeps the lock
 // until it is closed.
-func lockDir(dir string) (*os.File, error) {
+//
+// The pid only feeds that error message, so failing to write it (a full
+// disk: the kubelet and the runtime start on one too) is reported to warn,
+// never fatal. The lock file is never followed through a symbolic link: a
+// link planted there would make root truncate its target.
+func lockDir(dir string, warn func(error)) (*os.File, error) {
 	path := filepath.Join(dir, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o640)
 	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			err = fmt.Errorf("%s %w: move it away", path, errSymlink)
+		}
 		return nil, fmt.Errorf("open lock file of state directory %s: %w", dir, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("lock file %s is not a regular file: move it away", path)
 	}
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
@@ -50,19 +62,24 @@ func lockDir(dir string) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("lock state directory %s: %w", dir, err)
 	}
-	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
-	if err = f.Truncate(0); err == nil {
-		_, err = f.WriteAt(pid, 0)
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write pid into lock file %s: %w", path, err)
+	if err := writePID(f, []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil && warn != nil {
+		warn(fmt.Errorf("write pid into lock file %s (only another writer's error message needs it): %w", path, err))
 	}
 	return f, nil
 }
 
+// writePID replaces the lock file's content with pid; tests replace it to
+// inject a full disk.
+var writePID = func(f *os.File, pid []byte) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt(pid, 0)
+	return err
+}
+
 func readPID(path string) string {
-	b, err := os.ReadFile(path)
+	b, err := readFileNoFollow(path)
 	if err != nil {
 		return "unknown"
 	}

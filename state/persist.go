@@ -54,13 +54,20 @@ func open(dir string, opts Options, tune func(*persister)) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	lock, err := lockDir(dir)
+	log := s.opts.Log.WithField("stateDir", dir)
+	lock, err := lockDir(dir, func(err error) { log.WithError(err).Warn("starting without the pid in the lock file") })
 	if err != nil {
 		return nil, err
 	}
+	for _, sub := range []string{podsDirName, corruptDirName} {
+		if err := checkDirNoFollow(filepath.Join(dir, sub)); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("state directory: %w", err)
+		}
+	}
 	p := &persister{
 		store:         s,
-		log:           s.opts.Log.WithField("stateDir", dir),
+		log:           log,
 		podsDir:       filepath.Join(dir, podsDirName),
 		corruptDir:    filepath.Join(dir, corruptDirName),
 		lock:          lock,
@@ -102,7 +109,7 @@ func open(dir string, opts Options, tune func(*persister)) (*Store, error) {
 
 // mkdirDurable creates a directory and makes its entry in the parent durable.
 func mkdirDurable(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
+	if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
 		return nil
 	}
 	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -581,7 +588,7 @@ func (p *persister) load() ([]string, error) {
 			p.log.WithField("file", path).Debug("ignoring a file that is not a pod record")
 			continue
 		}
-		data, err := os.ReadFile(path)
+		data, err := readFileNoFollow(path)
 		var r *Record
 		if err == nil {
 			r, err = loadRecordFile(name, data)
@@ -604,7 +611,11 @@ func (p *persister) setAside(path, name string, why error) {
 	p.corrupt++
 	p.mu.Unlock()
 	log := p.log.WithField("file", path).WithField("reason", why.Error())
-	if err := os.MkdirAll(p.corruptDir, 0o750); err != nil {
+	err := checkDirNoFollow(p.corruptDir)
+	if err == nil {
+		err = os.MkdirAll(p.corruptDir, 0o750)
+	}
+	if err != nil {
 		log.WithError(err).Error("cannot load a pod record file and cannot set it aside")
 		return
 	}

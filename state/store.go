@@ -82,6 +82,14 @@ type Store struct {
 
 	// p persists the records; nil for an in-memory store.
 	p *persister
+
+	// pre holds the annotations decoded for the call that holds mu; nil
+	// otherwise. Set and read with mu held.
+	pre predecoded
+
+	// decodedUnderLock counts decodings done with mu held (see
+	// predecode), for tests.
+	decodedUnderLock int
 }
 
 // New returns an in-memory store.
@@ -187,9 +195,22 @@ func SortRecords(rs []*Record) {
 // ObserveSandbox records a sandbox the runtime reported (NRI RunPodSandbox,
 // Synchronize, CRI ListPodSandbox). It creates the record if the UID is new.
 func (s *Store) ObserveSandbox(src Source, sb Sandbox) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	pre := predecoded{}
+	s.predecode(pre, PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
+	s.lock(pre)
+	defer s.unlock()
 	s.observeSandbox(src, sb)
+}
+
+// lock takes the write lock with pre, the annotations decoded for this call.
+func (s *Store) lock(pre predecoded) {
+	s.mu.Lock()
+	s.pre = pre
+}
+
+func (s *Store) unlock() {
+	s.pre = nil
+	s.mu.Unlock()
 }
 
 func (s *Store) observeSandbox(src Source, sb Sandbox) {
@@ -333,8 +354,12 @@ func (s *Store) ContainerRemoved(src Source, sandboxID, containerID string) {
 // exited ones). A record whose sandbox or containers changed after asOf is
 // newer than the snapshot and keeps what it knows.
 func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, containers []RuntimeContainer, exitedListed bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	pre := predecoded{}
+	for _, sb := range sandboxes {
+		s.predecode(pre, PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
+	}
+	s.lock(pre)
+	defer s.unlock()
 	// Decide which records are newer than the snapshot before applying any
 	// of it: what the snapshot itself changes below is stamped now, which is
 	// after asOf too, and must not make the rest of the snapshot skip them.
@@ -407,8 +432,14 @@ func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, conta
 // pending pods that /pods no longer lists are removed. Sandbox state is left
 // to the runtime sources.
 func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	pre := predecoded{}
+	for i := range pods {
+		if p := &pods[i]; p.UID != "" && !p.Terminal() {
+			s.predecode(pre, PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
+		}
+	}
+	s.lock(pre)
+	defer s.unlock()
 	now := s.opts.Now()
 	seen := make(map[string]bool, len(pods))
 	for i := range pods {
@@ -432,6 +463,12 @@ func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
 			if r.KubeletPhase != p.Phase {
 				r.KubeletPhase = p.Phase
 				changed = true
+			}
+			if p.Terminal() {
+				// The /pods decoder keeps no spec or annotations of a
+				// finished pod (see kubeletpods): keep what was seen while
+				// it ran.
+				return changed
 			}
 			if r.Spec == nil || !sameSpec(r.Spec, &p.Spec) {
 				spec := p.Spec
@@ -469,20 +506,21 @@ func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now
 	if s.opts.Decoder == nil {
 		return false
 	}
-	var rel map[string]string
-	for k, v := range all {
-		if s.opts.Decoder.Relevant(k) {
-			if rel == nil {
-				rel = map[string]string{}
-			}
-			rel[k] = v
-		}
-	}
+	rel := s.relevant(all)
 	if !force && r.Sources.Annotations != nil && maps.Equal(rel, r.Annotations) {
 		return false
 	}
 	r.Annotations = rel
-	r.Devices, r.DecodeErrors = s.decode(r, rel)
+	if d, ok := s.pre.lookup(rel); ok {
+		r.Devices, r.DecodeErrors = d.devs, d.errs
+	} else if len(rel) == 0 {
+		r.Devices, r.DecodeErrors = nil, nil
+	} else {
+		// Not decoded beforehand: adopt at Open, or annotations that
+		// changed between predecode's look and the lock.
+		s.decodedUnderLock++
+		r.Devices, r.DecodeErrors = s.decode(r, rel)
+	}
 	r.Sources.Annotations = &Seen{Source: src, At: now}
 	return true
 }
@@ -511,10 +549,14 @@ func sameOrEmpty[T any](a, b []T) bool {
 }
 
 func (s *Store) decode(r *Record, ann map[string]string) ([]Device, []string) {
+	return s.decodeRef(PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, ann)
+}
+
+func (s *Store) decodeRef(ref PodRef, ann map[string]string) ([]Device, []string) {
 	if len(ann) == 0 {
 		return nil, nil
 	}
-	devs, errs := s.opts.Decoder.Decode(PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, ann)
+	devs, errs := s.opts.Decoder.Decode(ref, ann)
 	var msgs []string
 	for _, err := range errs {
 		msgs = append(msgs, err.Error())

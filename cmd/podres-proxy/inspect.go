@@ -45,6 +45,10 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkOutput(*output); err != nil {
 		return err
 	}
+	stderr = terminalWriter{stderr}
+	if *output != "json" {
+		stdout = terminalWriter{stdout}
+	}
 	if *showInventory {
 		if len(pods) > 0 {
 			return usageError{fmt.Errorf("--inventory prints the whole node inventory; it takes no NAMESPACE/NAME (the pods' devices are shown without --inventory)")}

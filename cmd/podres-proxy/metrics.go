@@ -12,7 +12,6 @@ import (
 // reconciler) with Prometheus collectors.
 type pluginMetrics struct {
 	events            *prometheus.HistogramVec
-	storeBusy         *prometheus.CounterVec
 	connected         prometheus.Gauge
 	reconnects        prometheus.Counter
 	reconciles        *prometheus.CounterVec
@@ -25,10 +24,6 @@ func newPluginMetrics(reg prometheus.Registerer) *pluginMetrics {
 			Namespace: "podres_proxy", Subsystem: "nri", Name: "event_duration_seconds",
 			Help:    "NRI requests handled, by event, and how long the handler took (the runtime waits for it).",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .005, .025, .1},
-		}, []string{"event"}),
-		storeBusy: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "podres_proxy", Subsystem: "nri", Name: "store_busy_total",
-			Help: "NRI requests answered before the state store took their update (applied later, in order).",
 		}, []string{"event"}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "podres_proxy", Subsystem: "nri", Name: "connected",
@@ -48,14 +43,13 @@ func newPluginMetrics(reg prometheus.Registerer) *pluginMetrics {
 			Buckets: prometheus.DefBuckets,
 		}),
 	}
-	reg.MustRegister(m.events, m.storeBusy, m.connected, m.reconnects, m.reconciles, m.reconcileDuration)
+	reg.MustRegister(m.events, m.connected, m.reconnects, m.reconciles, m.reconcileDuration)
 	return m
 }
 
 func (m *pluginMetrics) Event(name string, took time.Duration) {
 	m.events.WithLabelValues(name).Observe(took.Seconds())
 }
-func (m *pluginMetrics) StoreBusy(name string) { m.storeBusy.WithLabelValues(name).Inc() }
 func (m *pluginMetrics) Connected(up bool) {
 	if up {
 		m.connected.Set(1)

@@ -51,6 +51,10 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkOutput(*output); err != nil {
 		return err
 	}
+	stderr = terminalWriter{stderr}
+	if *output != "json" {
+		stdout = terminalWriter{stdout}
+	}
 	if len(ops) == 0 {
 		return usageError{fmt.Errorf("missing operation: list, get NAMESPACE/NAME or allocatable")}
 	}

@@ -51,6 +51,8 @@ type serveConfig struct {
 	criInterval                             time.Duration
 	metricsAddr                             string
 	qps                                     float64
+	maxConns                                int
+	requestTimeout                          time.Duration
 	burst                                   int
 	logLevel                                string
 	gpuResource, rdmaResource, fpgaResource string
@@ -86,6 +88,8 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics, /healthz and /readyz; empty disables")
 	fs.Float64Var(&c.qps, "rate-limit-qps", proxy.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
 	fs.IntVar(&c.burst, "rate-limit-burst", proxy.DefaultRateLimitBurst, "burst of the rate limit")
+	fs.IntVar(&c.maxConns, "max-connections", proxy.DefaultMaxConnections, "client connections served at once; more are closed at once")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", proxy.DefaultRequestTimeout, "deadline of a call whose client set none sooner, /pods read and kubelet call included")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.gpuResource, "gpu-resource-name", allocator.DefaultGPUResource, "resource name allocated GPUs (and the inventory's GPUs) are reported as; DCGM exporter expects nvidia.com/gpu")
 	fs.StringVar(&c.rdmaResource, "rdma-resource-name", allocator.DefaultRDMAResource, "resource name allocated RDMA devices (and the inventory's NICs and VFs) are reported as; Multus matches it with the NetworkAttachmentDefinition's resourceName")
@@ -181,6 +185,9 @@ func (c *serveConfig) complete() error {
 	if c.qps < 0 || c.burst < 0 {
 		return usageError{errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative")}
 	}
+	if c.maxConns < 1 || c.requestTimeout <= 0 {
+		return usageError{errors.New("--max-connections and --request-timeout must be positive")}
+	}
 	return nil
 }
 
@@ -252,6 +259,8 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		CAFile:      c.caFile,
 		InsecureTLS: c.insecureTLS,
 		Timeout:     c.podsTimeout,
+		// Only the allocators' annotations: a /pods read keeps little.
+		KeepAnnotation: allocators.Relevant,
 	})
 	if err != nil {
 		return fmt.Errorf("kubelet /pods client: %w", err)
@@ -267,6 +276,8 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		KubeletSocket:  c.kubeletSocket,
 		RateLimitQPS:   c.qps,
 		RateLimitBurst: c.burst,
+		MaxConnections: c.maxConns,
+		RequestTimeout: c.requestTimeout,
 		Log:            log,
 	}, proxy.Deps{
 		Store:       store,
@@ -347,12 +358,29 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 
 	<-ctx.Done()
-	wg.Wait()
+	stopped := make(chan struct{})
+	go func() { wg.Wait(); close(stopped) }()
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-stopped:
+	case <-grace.C:
+		// Leave the stragglers: the deferred Close still flushes the
+		// store, which is what a restart needs.
+		log.Errorf("some parts did not stop within %s; exiting without them", shutdownGrace)
+	}
+	errsMu.Lock()
+	defer errsMu.Unlock()
 	if len(errs) == 0 {
 		log.Info("stopped")
 	}
 	return errors.Join(errs...)
 }
+
+// shutdownGrace bounds the wait for the parts to stop after SIGTERM, so
+// that the state store is flushed well within the pod's termination grace
+// period (30 s by default) even if a part hangs.
+const shutdownGrace = 15 * time.Second
 
 // inventory builds the device inventory from the configured sources.
 func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, error) {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"regexp"
+	"syscall"
 	"time"
 )
 
@@ -78,8 +79,17 @@ func (f *FileSource) Load(ctx context.Context) ([]Device, error) {
 }
 
 func readLimited(path string, limit int64) ([]byte, error) {
-	file, err := os.Open(path)
+	return readLimitedFlags(path, limit, 0)
+}
+
+// readLimitedFlags is readLimited opening path with flags added to
+// O_RDONLY.
+func readLimitedFlags(path string, limit int64, flags int) ([]byte, error) {
+	file, err := os.OpenFile(path, os.O_RDONLY|flags, 0)
 	if err != nil {
+		if errors.Is(err, syscall.ELOOP) && flags&syscall.O_NOFOLLOW != 0 {
+			return nil, fmt.Errorf("%s is a symbolic link, which podres-proxy does not follow in its state directory", path)
+		}
 		return nil, err
 	}
 	defer file.Close()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
@@ -45,9 +46,10 @@ func (p *Published) Snapshot() *Snapshot { return NewSnapshot(p.Devices) }
 
 // ReadPublished reads a published file. It takes no lock: the file is
 // replaced by a rename, so it is always complete. A file of another version
-// is an error, not a guess.
+// is an error, not a guess. It lives in the state directory, so a symbolic
+// link planted there is not followed (inspect and query run as root).
 func ReadPublished(path string) (*Published, error) {
-	data, err := readLimited(path, maxFileSize)
+	data, err := readLimitedFlags(path, maxFileSize, syscall.O_NOFOLLOW|syscall.O_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}

@@ -242,3 +242,18 @@ func mustReadPublished(t *testing.T, path string) *Published {
 	}
 	return p
 }
+
+func TestReadPublishedDoesNotFollowASymlink(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(t.TempDir(), "elsewhere.json")
+	if err := WritePublished(real, &Published{Version: PublishedVersion}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, PublishedFileName)
+	if err := os.Symlink(real, path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPublished(path); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("ReadPublished of a planted symlink: got %v, want an error naming the link", err)
+	}
+}

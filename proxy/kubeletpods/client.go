@@ -1,7 +1,6 @@
 package kubeletpods
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -9,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,9 +27,46 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultTimeout      = 5 * time.Second
-	DefaultMaxBodyBytes = 64 << 20
+	DefaultTimeout = 5 * time.Second
+	// DefaultMaxBodyBytes bounds the answer when the Go memory limit
+	// (GOMEMLIMIT) is not set. The answer is decoded as a stream, so its
+	// size costs time, not memory: the bound stops an endless answer. The
+	// kubelet lists finished pods until they are deleted, so /pods can be
+	// far larger than the pods that matter.
+	DefaultMaxBodyBytes = 256 << 20
+	// defaultMaxKept bounds what the decoder keeps of the live pods when
+	// GOMEMLIMIT is not set: their allocator annotations and container
+	// resources (110 pods with the API's 256 KiB of annotations each fit).
+	defaultMaxKeptBytes = 32 << 20
 )
+
+// memoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT, which the
+// DaemonSet sets under the container's limit), or 0 when none is set.
+func memoryLimit() int64 {
+	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
+		return l
+	}
+	return 0
+}
+
+// defaultMaxBody fits the body limit to the memory limit: twice it (the
+// body streams through a buffer of about one pod), at least 64 MiB.
+func defaultMaxBody(memLimit int64) int64 {
+	if memLimit == 0 {
+		return DefaultMaxBodyBytes
+	}
+	return max(2*memLimit, 64<<20)
+}
+
+// defaultMaxKept lets what one read keeps take a quarter of the memory
+// limit: a reader's snapshot and the store's records of it both live while
+// the next read decodes.
+func defaultMaxKept(memLimit int64) int64 {
+	if memLimit == 0 {
+		return defaultMaxKeptBytes
+	}
+	return memLimit / 4
+}
 
 // Config says how to reach the kubelet's /pods endpoint.
 type Config struct {
@@ -50,9 +88,14 @@ type Config struct {
 	// Timeout bounds one read, connection included; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
-	// MaxBodyBytes bounds the answer; a larger one fails the read. 0 means
-	// DefaultMaxBodyBytes.
+	// MaxBodyBytes bounds the answer; a larger one fails the read (and
+	// only the reads: the answer is never held whole). 0 means twice
+	// GOMEMLIMIT when it is set (at least 64 MiB), else DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// KeepAnnotation says which pod annotations a read keeps (the
+	// allocators' own); nil keeps them all. Others, such as kubectl's
+	// last-applied-configuration, are dropped as each pod is decoded.
+	KeepAnnotation func(key string) bool
 	// Log receives the warnings about the configuration; nil means
 	// logrus's standard logger.
 	Log logrus.FieldLogger
@@ -67,6 +110,8 @@ type Client struct {
 	roots    string     // what verified the server, for errors
 	timeout  time.Duration
 	maxBody  int64
+	maxKept  int64
+	keep     func(string) bool
 	http     *http.Client
 }
 
@@ -99,7 +144,9 @@ func NewClient(cfg Config) (*Client, error) {
 		url:      u.String(),
 		redacted: u.Redacted(),
 		timeout:  cmp.Or(cfg.Timeout, DefaultTimeout),
-		maxBody:  cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxBody:  cmp.Or(cfg.MaxBodyBytes, defaultMaxBody(memoryLimit())),
+		maxKept:  defaultMaxKept(memoryLimit()),
+		keep:     cfg.KeepAnnotation,
 		roots:    "the system roots",
 	}
 
@@ -134,6 +181,12 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 
 	c.http = &http.Client{
+		// Never follow a redirect: the kubelet does not send one, and
+		// following it would carry the bearer token wherever it points,
+		// plain http included.
+		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return fmt.Errorf("redirected to %s: not followed (the kubelet's /pods never redirects; the token stays here)", req.URL.Redacted())
+		},
 		Transport: &http.Transport{
 			// The kubelet is on this node: an HTTP(S)_PROXY set for the
 			// daemon's other traffic must not carry the kubelet's.
@@ -198,23 +251,54 @@ func (c *Client) pods(ctx context.Context) ([]state.KubeletPod, error) {
 		return nil, fmt.Errorf("answer of %d bytes is larger than the limit of %d bytes", resp.ContentLength, c.maxBody)
 	}
 
-	buf := getBuffer()
-	defer putBuffer(buf)
-	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
-	}
-	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, c.maxBody+1)); err != nil {
-		return nil, fmt.Errorf("read answer: %w", c.explain(ctx, err))
-	}
-	if int64(buf.Len()) > c.maxBody {
+	body := &limitedBody{r: resp.Body, left: c.maxBody}
+	pods, err := decodePodsFrom(body, c.maxKept, c.keep)
+	if body.over {
 		return nil, fmt.Errorf("answer is larger than the limit of %d bytes", c.maxBody)
 	}
-	pods, err := decodePods(buf.Bytes())
 	if err != nil {
-		return nil, fmt.Errorf("%d bytes of %s: %w", buf.Len(), cmp.Or(resp.Header.Get("Content-Type"), "no Content-Type"), err)
+		if body.err != nil && !errors.Is(body.err, io.EOF) {
+			return nil, fmt.Errorf("read answer: %w", c.explain(ctx, body.err))
+		}
+		return nil, fmt.Errorf("%d bytes of %s: %w", c.maxBody-body.left, cmp.Or(resp.Header.Get("Content-Type"), "no Content-Type"), err)
 	}
 	return pods, nil
 }
+
+// limitedBody reads an answer up to a limit and remembers why it stopped,
+// so that an answer cut by the limit or by the connection is not reported
+// as malformed JSON.
+type limitedBody struct {
+	r    io.Reader
+	left int64
+	over bool  // the answer went past the limit
+	err  error // the first read error, io.EOF at the end
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells a body of exactly the limit from a longer one.
+		var one [1]byte
+		if n, _ := b.r.Read(one[:]); n > 0 {
+			b.over = true
+			b.err = errTooLarge
+			return 0, errTooLarge
+		}
+		b.err = io.EOF
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+var errTooLarge = errors.New("answer larger than the limit")
 
 // explain makes a transport error say what happened in a few words: the
 // request's URL is already in the caller's message, a timeout names the
@@ -275,23 +359,6 @@ func (t *tokenFile) get() (string, error) {
 	}
 	t.stamp, t.token = stamp, token
 	return token, nil
-}
-
-// Answers are read into pooled buffers: reads are serial and similar in
-// size, so one buffer usually serves them all. The decoder copies what it
-// keeps. Buffers that grew past maxPooledBuffer are left to the collector.
-const maxPooledBuffer = 16 << 20
-
-var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func getBuffer() *bytes.Buffer { return buffers.Get().(*bytes.Buffer) }
-
-func putBuffer(b *bytes.Buffer) {
-	if b.Cap() > maxPooledBuffer {
-		return
-	}
-	b.Reset()
-	buffers.Put(b)
 }
 
 // printable returns the start of an error body fit for one log line.

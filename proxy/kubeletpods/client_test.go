@@ -387,3 +387,20 @@ func TestClientPodsIsAFetchForTheReader(t *testing.T) {
 		t.Errorf("Lookup = %v, %v; want podstest's pod 1", p, ok)
 	}
 }
+
+func TestTheTokenNeverFollowsARedirectToPlainHTTP(t *testing.T) {
+	plain := newFakeKubelet(t, false) // where a hostile redirect points
+	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, plain.URL+"/pods", http.StatusFound)
+	}))
+	defer secure.Close()
+	ca := tlstest.WriteCert(t, filepath.Join(t.TempDir(), "ca.crt"), secure.Certificate().Raw)
+	c := newTestClient(t, Config{URL: secure.URL + "/pods", TokenFile: writeToken(t, "s3cret"), CAFile: ca})
+	_, err := c.Pods(context.Background())
+	assertErrorSays(t, err, "redirected", "not followed")
+	plain.mu.Lock()
+	defer plain.mu.Unlock()
+	for _, r := range plain.requests {
+		t.Errorf("the redirect was followed over plain http, Authorization %q", r.Header.Get("Authorization"))
+	}
+}

@@ -1,8 +1,12 @@
 package kubeletpods
 
 import (
+	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -83,22 +87,146 @@ func DecodePods(data []byte) ([]state.KubeletPod, error) { return decodePods(dat
 // fast paths, and a strange answer from the kubelet must cost one failed
 // read, not the node daemon.
 func decodePods(data []byte) (pods []state.KubeletPod, err error) {
+	return decodePodsFrom(bytes.NewReader(data), 0, nil)
+}
+
+// decodePodsFrom is decodePods reading the answer as a stream: see
+// decodePodStream. maxKept bounds what it keeps; 0 means no bound. keep,
+// when set, says which annotations to keep; nil keeps them all.
+func decodePodsFrom(r io.Reader, maxKept int64, keep func(string) bool) (pods []state.KubeletPod, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			pods, err = nil, fmt.Errorf("decode kubelet pods: decoder panicked: %v", p)
 		}
 	}()
-	return decodePodList(data)
+	return decodePodStream(r, maxKept, keep)
 }
 
 // decodePodList is decodePods without the recover, so that fuzzing finds
 // panics instead of hiding them.
 func decodePodList(data []byte) ([]state.KubeletPod, error) {
+	return decodePodStream(bytes.NewReader(data), 0, nil)
+}
+
+// errTooMuchKept is the error of an answer whose live pods keep more than
+// the decoder may hold.
+var errTooMuchKept = errors.New("the pods' annotations and container resources are larger than the limit")
+
+// decodePodStream decodes a /pods answer one pod at a time, so that memory
+// holds one pod's JSON (in the decoder's buffer) and what is kept of the
+// pods before it, never the whole answer: a /pods of tens of MiB (finished
+// pods with large environments stay listed until deleted) must not take
+// the daemon's memory. Finished pods (Succeeded, Failed) keep only their
+// identity and phase, which Snapshot.Lookup needs to prefer a live pod of
+// the same name; their annotations and containers are dropped as soon as
+// the pod is decoded. Of the other pods' annotations only those keep
+// accepts are kept (all when keep is nil). maxKept > 0 bounds the bytes of
+// annotations and container resources kept.
+func decodePodStream(r io.Reader, maxKept int64, keep func(string) bool) ([]state.KubeletPod, error) {
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, err
+	}
 	var list podList
-	if err := json.Unmarshal(data, &list); err != nil {
-		return nil, fmt.Errorf("decode kubelet pods: %w", err)
+	var kept int64
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("decode kubelet pods: %w", err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil, fmt.Errorf("decode kubelet pods: unexpected %v for a key", tok)
+		}
+		switch key {
+		case "kind":
+			err = dec.Decode(&list.Kind)
+		case "items":
+			err = decodeItems(dec, &list, maxKept, &kept, keep)
+		default:
+			var skip json.RawMessage // apiVersion and metadata: a few bytes
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			if errors.Is(err, errTooMuchKept) {
+				return nil, fmt.Errorf("decode kubelet pods: %w (%d bytes)", err, maxKept)
+			}
+			return nil, fmt.Errorf("decode kubelet pods: %s: %w", key, err)
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return nil, err
+	}
+	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("decode kubelet pods: data after the answer (%v, %v)", tok, err)
 	}
 	return list.kubeletPods()
+}
+
+// decodeItems decodes the items array (or null) one pod at a time.
+func decodeItems(dec *json.Decoder, list *podList, maxKept int64, kept *int64, keep func(string) bool) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok == nil {
+		return nil // null: no pods
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return fmt.Errorf("want an array, got %v", tok)
+	}
+	for dec.More() {
+		var p pod
+		if err := dec.Decode(&p); err != nil {
+			return fmt.Errorf("item %d: %w", len(list.Items), err)
+		}
+		if p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" {
+			p.Metadata.Annotations = nil
+			p.Spec.InitContainers, p.Spec.Containers = nil, nil
+		} else if keep != nil {
+			// kubectl's last-applied-configuration and the like: only the
+			// allocators' annotations are needed.
+			maps.DeleteFunc(p.Metadata.Annotations, func(k, _ string) bool { return !keep(k) })
+		}
+		if maxKept > 0 {
+			if *kept += p.size(); *kept > maxKept {
+				return errTooMuchKept
+			}
+		}
+		list.Items = append(list.Items, p)
+	}
+	_, err = dec.Token() // ]
+	return err
+}
+
+// size is about the bytes p keeps, to bound what an answer keeps.
+func (p *pod) size() int64 {
+	n := int64(len(p.Metadata.UID) + len(p.Metadata.Namespace) + len(p.Metadata.Name) + len(p.Metadata.CreationTimestamp))
+	for k, v := range p.Metadata.Annotations {
+		n += int64(len(k) + len(v))
+	}
+	for _, cs := range [][]container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			n += int64(len(cs[i].Name))
+			for _, m := range []map[string]string{cs[i].Resources.Limits, cs[i].Resources.Requests} {
+				for k, v := range m {
+					n += int64(len(k) + len(v))
+				}
+			}
+		}
+	}
+	return n
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("decode kubelet pods: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("decode kubelet pods: want %q, got %v", want, tok)
+	}
+	return nil
 }
 
 // kubeletPods checks the decoded list and turns it into KubeletPods. It

@@ -49,10 +49,14 @@ type Reader struct {
 // read is one call of fetch and the callers waiting for it.
 type read struct {
 	started time.Time // zero until it starts
-	waiters int       // callers waiting; a next read nobody waits for is dropped
-	done    chan struct{}
-	snap    *Snapshot // set before done is closed, on success
-	err     error     // set before done is closed, on failure
+	// deadline is when the first caller to wait for this read has waited
+	// a whole timeout: a read that starts late (after a read that hung)
+	// gets only what is left of that, so no caller waits for two.
+	deadline time.Time
+	waiters  int // callers waiting; a next read nobody waits for is dropped
+	done     chan struct{}
+	snap     *Snapshot // set before done is closed, on success
+	err      error     // set before done is closed, on failure
 }
 
 // NewReader returns a Reader that reads with fetch.
@@ -99,7 +103,7 @@ func (r *Reader) ReadAfter(ctx context.Context, t time.Time) (*Snapshot, error) 
 		rd = r.cur
 	default:
 		if r.next == nil {
-			r.next = &read{done: make(chan struct{})}
+			r.next = &read{done: make(chan struct{}), deadline: r.now().Add(r.timeout)}
 		}
 		rd = r.next
 	}
@@ -132,10 +136,22 @@ func (r *Reader) startLocked(rd *read) {
 // run does one read and hands its result to its waiters, then starts the
 // next read if anyone waits for one.
 func (r *Reader) run(rd *read) {
-	ctx, cancel := context.WithTimeoutCause(context.Background(), r.timeout,
-		fmt.Errorf("kubelet pods read took longer than %v: %w", r.timeout, context.DeadlineExceeded))
-	pods, err := r.fetch(ctx)
-	cancel()
+	timeout, cause := r.timeout, fmt.Errorf("kubelet pods read took longer than %v: %w", r.timeout, context.DeadlineExceeded)
+	if !rd.deadline.IsZero() {
+		if left := rd.deadline.Sub(rd.started); left < timeout {
+			timeout = left
+			cause = fmt.Errorf("kubelet pods read: no answer within %v, after waiting for an earlier read: %w", r.timeout, context.DeadlineExceeded)
+		}
+	}
+	var pods []state.KubeletPod
+	var err error
+	if timeout <= 0 {
+		err = cause
+	} else {
+		ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, cause)
+		pods, err = r.fetch(ctx)
+		cancel()
+	}
 	if r.onRead != nil {
 		r.onRead(r.now().Sub(rd.started), err)
 	}

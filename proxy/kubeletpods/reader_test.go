@@ -502,3 +502,30 @@ func TestLookupOfAPodNotListedFindsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A caller that arrives while a read hangs waits for the next read; when
+// that one hangs too, the caller must still wait no more than one timeout
+// in all, not the rest of the first read plus a whole second one.
+func TestCallerBehindAHungReadWaitsAtMostOneTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeFetch{}
+		const timeout = 3 * time.Second
+		r := NewReader(f.fetch, ReaderOptions{Timeout: timeout})
+		first := make(chan error, 1)
+		go func() {
+			_, err := r.ReadAfter(t.Context(), time.Now())
+			first <- err
+		}()
+		synctest.Wait() // the first read is in flight, and hangs
+		time.Sleep(time.Second)
+		arrived := time.Now()
+		_, err := r.ReadAfter(t.Context(), arrived)
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("caller behind a hung read: got %v, want a timeout", err)
+		}
+		if waited := time.Since(arrived); waited > timeout {
+			t.Errorf("caller behind a hung read waited %v, want at most the timeout of %v", waited, timeout)
+		}
+		<-first
+	})
+}

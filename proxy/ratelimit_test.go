@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func fromProcess(pid int32) context.Context {
+	return peer.NewContext(context.Background(), &peer.Peer{
+		Addr:     &net.UnixAddr{Net: "unix"},
+		AuthInfo: peerCred{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}, pid: pid, ok: true},
+	})
+}
+
+func TestOneClientsFloodDoesNotStarveAnother(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock.now)
+	ok := func(context.Context, any) (any, error) { return nil, nil }
+	call := func(ctx context.Context) bool {
+		_, err := limit(ctx, nil, &grpc.UnaryServerInfo{}, ok)
+		if err != nil && status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("unexpected error %v", err)
+		}
+		return err == nil
+	}
+	flooder, polite := fromProcess(100), fromProcess(200)
+	var allowed, politeOK, politeCalls int
+	// Ten seconds in 10 ms steps: the flooder calls 20 times a step (2,000
+	// a second), a Multus-like client once every 100 ms.
+	for step := range 1000 {
+		for range 20 {
+			if call(flooder) {
+				allowed++
+			}
+		}
+		if step%10 == 0 {
+			politeCalls++
+			if call(polite) {
+				allowed++
+				politeOK++
+			}
+		}
+		clock.advance(10 * time.Millisecond)
+	}
+	if rate := float64(politeOK) / float64(politeCalls); rate < 0.99 {
+		t.Errorf("the polite client succeeded in %.1f%% of its %d calls while another flooded, want >= 99%%", 100*rate, politeCalls)
+	}
+	// Never more than the kubelet's own limit: 100/s for 10 s, plus the burst.
+	if max := DefaultRateLimitQPS*10 + DefaultRateLimitBurst; allowed > max {
+		t.Errorf("%d calls let through in 10 s, more than the kubelet's limit allows (%d)", allowed, max)
+	}
+}
+
+func TestPeerCredentialsNameTheCallingProcess(t *testing.T) {
+	dir, err := os.MkdirTemp("", "prp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "s.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make(chan string, 1)
+	srv := grpc.NewServer(grpc.Creds(peerCredentials{}), grpc.UnaryInterceptor(
+		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			keys <- clientKey(ctx)
+			return h(ctx, req)
+		}))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(newLimitListener(l, 4, nil))
+	defer srv.Stop()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	want := peerCred{uid: int32(os.Getuid()), pid: int32(os.Getpid()), ok: true}.key()
+	if got := <-keys; got != want {
+		t.Fatalf("client key %q, want %q", got, want)
+	}
+}
