@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // untar unpacks the tarball at file into a new directory.
@@ -65,7 +66,8 @@ func writeImage(t *testing.T, args ...string) string {
 
 func TestImageHoldsTheBinaryUnderItsNameWithItsConfig(t *testing.T) {
 	out := writeImage(t, "-name", "registry.k8s.io/pause:3.10.1", "-path", "/pause", "-entrypoint", "/pause", "-cmd", "", "-arch", "arm64")
-	p, err := layout.FromPath(untar(t, out))
+	dir := untar(t, out)
+	p, err := layout.FromPath(dir)
 	if err != nil {
 		t.Fatalf("not an OCI layout: %v", err)
 	}
@@ -106,12 +108,19 @@ func TestImageHoldsTheBinaryUnderItsNameWithItsConfig(t *testing.T) {
 	if err != nil || len(layers) != 1 {
 		t.Fatalf("layers: %v, %v", len(layers), err)
 	}
-	rc, err := layers[0].Uncompressed()
+	// Read the blob as containerd does: the bytes stored under the layer's
+	// digest, as its declared media type says (an uncompressed tar).
+	mt, _ := layers[0].MediaType()
+	if mt != types.OCIUncompressedLayer {
+		t.Fatalf("layer media type %s, want %s", mt, types.OCIUncompressedLayer)
+	}
+	digest, _ := layers[0].Digest()
+	blob, err := os.Open(filepath.Join(dir, "blobs", digest.Algorithm, digest.Hex))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
+	defer blob.Close()
+	tr := tar.NewReader(blob)
 	h, err := tr.Next()
 	if err != nil {
 		t.Fatal(err)
