@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"google.golang.org/grpc"
 	"strings"
 	"testing"
 
@@ -84,6 +85,9 @@ func TestConcurrentListsShareOneKubeletCallThatStartedAfterTheyArrived(t *testin
 	const n = 8
 	later := make(chan listResult, n)
 	for range n {
+		// Each its own client, as polling agents are: one connection
+		// carries at most a few calls at once (the server's stream limit).
+		c := h.v1()
 		go func() {
 			resp, err := c.List(ctx(t), &v1.ListPodResourcesRequest{})
 			later <- listResult{resp, err}
@@ -172,17 +176,22 @@ func TestConcurrentV1alpha1ListsAndAllocatableShareKubeletCalls(t *testing.T) {
 	h.k.SetPods(fk.NewPod("default", "web", "uid-1"))
 	h.k.SetAllocatable(&v1.AllocatableResourcesResponse{CpuIds: []int64{0, 1}})
 	e := watch(t, h)
-	conn := h.conn()
+	// Nine clients, each on its own connection (one connection carries at
+	// most a few calls at once: the server's stream limit).
+	conns := make(chan *grpc.ClientConn, 18)
+	for range cap(conns) {
+		conns <- h.conn()
+	}
 	for _, m := range []struct {
 		method string
 		call   func() error
 	}{
 		{"v1alpha1.List", func() error {
-			_, err := v1alpha1.NewPodResourcesListerClient(conn).List(ctx(t), &v1alpha1.ListPodResourcesRequest{})
+			_, err := v1alpha1.NewPodResourcesListerClient(<-conns).List(ctx(t), &v1alpha1.ListPodResourcesRequest{})
 			return err
 		}},
 		{"GetAllocatableResources", func() error {
-			resp, err := v1.NewPodResourcesListerClient(conn).GetAllocatableResources(ctx(t), &v1.AllocatableResourcesRequest{})
+			resp, err := v1.NewPodResourcesListerClient(<-conns).GetAllocatableResources(ctx(t), &v1.AllocatableResourcesRequest{})
 			if err == nil && len(resp.GetCpuIds()) != 2 {
 				err = fmt.Errorf("allocatable cpus %v, want the kubelet's [0 1]", resp.GetCpuIds())
 			}
