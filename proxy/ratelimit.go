@@ -29,18 +29,24 @@ const activeWindow = 10 * time.Second
 // fairLimiter is the kubelet's rate limit shared fairly between clients.
 //
 // The kubelet has one bucket for everyone, so behind it one client's flood
-// starves every other client. Here each client (a process, see peerCred)
-// has a bucket of its own whose rate is an equal share of the limit among
-// the clients active lately, with the full burst; and every call also
-// takes a token from one bucket with the kubelet's own numbers (waiting up
-// to maxGlobalWait for it), so that the proxy never calls the kubelet
-// faster than the kubelet's limit. A flooding
-// client thus gets its share and no more, and a polite one keeps finding
-// tokens in both buckets.
+// starves every other client. Here every call takes a token from one bucket
+// with the kubelet's own numbers, so the proxy never lets calls through
+// faster than the kubelet would; and each client (a process, see peerCred)
+// also has a bucket of its own whose rate is an equal share of the limit
+// among the clients active lately, with the full burst. That bucket does
+// not limit a client by itself, which would make a lone client slower
+// than the kubelet lets it be whenever short-lived clients (a Kata shim per
+// pod, a CLI) came by: it says whether the client is within its share. A
+// call within its share may take any token of the shared bucket, waiting up
+// to maxGlobalWait for one; a call beyond its share only takes a token while
+// the shared bucket holds more than reserve. A flooding client thus keeps
+// the bucket at the reserve, and a polite one keeps finding tokens there;
+// with nobody else calling, the flooder still gets the kubelet's rate.
 type fairLimiter struct {
-	qps   float64
-	burst int
-	now   func() time.Time
+	qps     float64
+	burst   int
+	reserve float64 // tokens of the shared bucket left to clients within their share
+	now     func() time.Time
 
 	mu        sync.Mutex
 	global    *rate.Limiter
@@ -64,6 +70,7 @@ func newFairLimiter(qps float64, burst int, now func() time.Time) *fairLimiter {
 	return &fairLimiter{
 		qps:     qps,
 		burst:   burst,
+		reserve: float64(burst) / 2,
 		now:     now,
 		global:  rate.NewLimiter(rate.Limit(qps), burst),
 		clients: make(map[string]*clientBucket),
@@ -103,10 +110,13 @@ func (f *fairLimiter) allow(client string) (bool, time.Duration) {
 			b.lim.SetLimitAt(now, share)
 		}
 	}
-	// The client's own bucket first: a call it refuses must not cost the
-	// other clients a token of the shared one.
 	if !c.lim.AllowN(now, 1) {
-		return false, 0
+		// Beyond its share: only from what the reserve leaves over, and
+		// never by waiting.
+		if f.global.TokensAt(now) < f.reserve+1 || !f.global.AllowN(now, 1) {
+			return false, 0
+		}
+		return true, 0
 	}
 	r := f.global.ReserveN(now, 1)
 	if !r.OK() {

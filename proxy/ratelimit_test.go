@@ -70,6 +70,34 @@ func TestOneClientsFloodDoesNotStarveAnother(t *testing.T) {
 	}
 }
 
+func TestALoneClientGetsTheKubeletsRateAfterShortLivedClientsCameBy(t *testing.T) {
+	// Twenty one-call clients (a Kata shim per new pod, a CLI) were active a
+	// moment ago; now one client calls 90 times a second, under the
+	// kubelet's 100/s. The kubelet would refuse none of its calls, and with
+	// nobody else calling, the proxy must not either.
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock.now)
+	ok := func(context.Context, any) (any, error) { return nil, nil }
+	for pid := range int32(20) {
+		if _, err := limit(fromProcess(1000+pid), nil, &grpc.UnaryServerInfo{}, ok); err != nil {
+			t.Fatalf("a one-call client was refused: %v", err)
+		}
+		clock.advance(5 * time.Millisecond)
+	}
+	clock.advance(time.Second) // the shared bucket is full again
+	lone := fromProcess(42)
+	refused := 0
+	for range 270 { // three seconds at 90/s
+		if _, err := limit(lone, nil, &grpc.UnaryServerInfo{}, ok); err != nil {
+			refused++
+		}
+		clock.advance(time.Second / 90)
+	}
+	if refused != 0 {
+		t.Errorf("%d of 270 calls at 90/s refused; the kubelet's limit (100/s) refuses none", refused)
+	}
+}
+
 func TestPeerCredentialsNameTheCallingProcess(t *testing.T) {
 	dir, err := os.MkdirTemp("", "prp-")
 	if err != nil {

@@ -173,6 +173,9 @@ func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Sn
 // planFor attributes a record's devices to its containers.
 func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 	if len(rec.Devices) == 0 {
+		if len(rec.Edited) > 0 {
+			r.vet(rec, nil, inv) // no devices, but the edit is refused and shown
+		}
 		return plan{}
 	}
 	if p, ok := r.cache.get(rec); ok {

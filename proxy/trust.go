@@ -30,6 +30,14 @@ func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inv
 		return devs
 	}
 	kept, refused := r.trust.Vet(rec.Spec, devs, inv)
+	for _, key := range rec.Edited {
+		refused = append(refused, state.Refused{
+			Allocator: r.allocators.AllocatorOf(key),
+			Reason:    allocator.ReasonEdited,
+			Class:     allocator.ReasonClass(allocator.ReasonEdited),
+			Detail:    key + " was changed in the API after the pod's sandbox started; the value the sandbox started with is kept",
+		})
+	}
 	if hasExclusive(kept) {
 		var contested []state.Refused
 		kept, contested = r.trust.Contest(rec, kept, r.holders.get(r.store, r.trust, inv))

@@ -320,3 +320,61 @@ func TestASharedGPUIsShownOnEverySharer(t *testing.T) {
 		}
 	}
 }
+
+func TestAnAnnotationEditedOnARunningPodChangesNothingAndIsCounted(t *testing.T) {
+	// kubectl annotate --overwrite on a running pod: the API's copy now
+	// names another GPU, the runtime's (NRI) still the one the sandbox
+	// started with. The answer must stay, not follow the edit or flip
+	// between the two as /pods reads and runtime events alternate.
+	h := newHarness(t, withTrust(nil), withNode())
+	koord := fk.WithSchedulerName("koord-scheduler")
+	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
+	p := fk.NewPod("ml", "trainer", "uid-trainer", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	h.k.SetPods(p)
+	h.list()
+	h.markLive(p, "sandbox-1")
+
+	gpus := func() []string {
+		t.Helper()
+		owners, err := clients.DCGMDeviceToPod(ctx(t), h.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for id, o := range owners {
+			if o.Pod == "trainer" {
+				out = append(out, id)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := gpus(); !slices.Equal(got, []string{gpuUUID}) {
+		t.Fatalf("before the edit the pod shows %v, want [%s]", got, gpuUUID)
+	}
+
+	edited := fk.NewPod("ml", "trainer", "uid-trainer", koord,
+		fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)), wholeGPU)
+	// A new pod's Get makes the proxy read /pods, which now has the edit.
+	newcomer := fk.NewPod("ml", "newcomer", "uid-newcomer")
+	h.k.SetPods(edited, newcomer)
+	reads := h.counter("podres_proxy_kubelet_pods_reads_total", "result", "ok")
+	if _, err := clients.KataCDIDevices(ctx(t), h.socket, "ml", "newcomer"); err != nil {
+		t.Fatal(err)
+	}
+	if h.counter("podres_proxy_kubelet_pods_reads_total", "result", "ok") == reads {
+		t.Fatal("the newcomer's Get did not read /pods: the test would show nothing")
+	}
+	for range 2 { // and again after the runtime confirms its copy
+		if got := gpus(); !slices.Equal(got, []string{gpuUUID}) {
+			t.Errorf("after the edit the pod shows %v, want still [%s]", got, gpuUUID)
+		}
+		h.markLive(p, "sandbox-1")
+	}
+	if got := refusedReasons(h, "uid-trainer"); !slices.Equal(got, []string{allocator.ReasonEdited}) {
+		t.Errorf("refused %v, want [%s]", got, allocator.ReasonEdited)
+	}
+	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", allocator.KoordinatorName, "reason", allocator.ReasonEdited); got != 1 {
+		t.Errorf("allocations_refused_total{koordinator,edited} = %v, want 1", got)
+	}
+}

@@ -215,6 +215,11 @@ type Record struct {
 	// (the trust rules in proxy/allocator/trust.go), as of the last answer
 	// computed for the pod: Devices minus what consumers were shown.
 	Refused []Refused `json:"refused,omitempty"`
+	// Edited are the allocation annotation keys whose value in the API
+	// (the last /pods read) differs from the one the runtime started the
+	// sandbox with, or that the API no longer has. The runtime's value is
+	// kept: an allocation is fixed when the sandbox starts.
+	Edited []string `json:"edited,omitempty"`
 	// Sources says where and when each fact was last learned.
 	Sources Sources `json:"sources"`
 	// UpdatedAt is when the record last changed.

@@ -476,6 +476,25 @@ func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
 				r.Sources.Spec = &Seen{Source: SourceKubelet, At: now}
 				changed = true
 			}
+			if seen := r.Sources.Annotations; seen != nil && seen.Source != SourceKubelet && s.opts.Decoder != nil {
+				// The runtime's copy (NRI, CRI) is the allocation the sandbox
+				// started with, and it stays: an edit in the API changes
+				// nothing, and is recorded. A key the runtime's copy did not
+				// have is taken only when the sandbox started with an
+				// allocation (HAMi's device plugin writes its MIG instances
+				// after the sandbox started), keeping the copy's source and
+				// time, which say since when the pod holds its devices; a pod
+				// that started with none gets none later.
+				fixed, edited := fixAnnotations(r.Annotations, s.relevant(p.Annotations))
+				if s.setAnnotations(r, fixed, seen.Source, seen.At, false) {
+					changed = true
+				}
+				if !slices.Equal(r.Edited, edited) {
+					r.Edited = edited
+					changed = true
+				}
+				return changed
+			}
 			if s.setAnnotations(r, p.Annotations, SourceKubelet, now, false) {
 				changed = true
 			}
@@ -487,6 +506,34 @@ func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
 			s.setPhase(SourceKubelet, uid, PhaseRemoved)
 		}
 	}
+}
+
+// fixAnnotations returns the allocation annotations of a pod whose sandbox
+// started with runtime, given what the API says now: runtime's values, plus
+// the keys only the API has when runtime had any; and, sorted, the keys
+// whose API value differs from runtime's, that the API dropped, or that it
+// added to a pod that started with none.
+func fixAnnotations(runtime, api map[string]string) (fixed map[string]string, edited []string) {
+	fixed = maps.Clone(runtime)
+	if fixed == nil {
+		fixed = map[string]string{}
+	}
+	for k, v := range api {
+		old, ok := runtime[k]
+		switch {
+		case !ok && len(runtime) > 0:
+			fixed[k] = v
+		case !ok || old != v:
+			edited = append(edited, k)
+		}
+	}
+	for k := range runtime {
+		if _, ok := api[k]; !ok {
+			edited = append(edited, k)
+		}
+	}
+	slices.Sort(edited)
+	return fixed, edited
 }
 
 // sameSpec compares pod specs the way they mean, not the way they were
@@ -508,6 +555,13 @@ func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now
 	}
 	rel := s.relevant(all)
 	if !force && r.Sources.Annotations != nil && maps.Equal(rel, r.Annotations) {
+		if seen := r.Sources.Annotations; seen.Source == SourceKubelet && src != SourceKubelet {
+			// The runtime started the sandbox with what /pods said: from
+			// now on the runtime's copy is the allocation, fixed (see
+			// ObserveKubeletPods), held since it was first seen.
+			r.Sources.Annotations = &Seen{Source: src, At: seen.At}
+			return true
+		}
 		return false
 	}
 	r.Annotations = rel

@@ -3,6 +3,7 @@ package state
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -340,8 +341,10 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 		t.Error("unchanged annotations were recorded as learned again")
 	}
 
-	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running",
-		Annotations: map[string]string{"alloc/gpu": "GPU-2", "alloc/fpga": "bad"}}})
+	// A new sandbox of the pod, started with other annotations (the
+	// runtime's copy is the allocation; an API edit alone changes nothing:
+	// TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted).
+	s.ObserveSandbox(SourceCRI, readySandbox("u1", "ns", "a", "sb2", map[string]string{"alloc/gpu": "GPU-2", "alloc/fpga": "bad"}))
 	if dec.Calls() != 2 {
 		t.Errorf("decoder called %d times after a change, want 2", dec.Calls())
 	}
@@ -352,8 +355,8 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 	if len(r.DecodeErrors) != 1 {
 		t.Errorf("decode errors %v, want the fpga one", r.DecodeErrors)
 	}
-	if r.Sources.Annotations.Source != SourceKubelet {
-		t.Errorf("annotation source %q, want kubelet", r.Sources.Annotations.Source)
+	if r.Sources.Annotations.Source != SourceCRI {
+		t.Errorf("annotation source %q, want cri", r.Sources.Annotations.Source)
 	}
 }
 
@@ -452,4 +455,56 @@ func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
 			t.Fatalf("pruned %d records, want 1", n)
 		}
 	})
+}
+
+func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.T) {
+	spec := PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp}}}
+	apiSays := func(s *Store, uid, name string, ann map[string]string) {
+		s.ObserveKubeletPods([]KubeletPod{{UID: uid, Namespace: "ns", Name: name, Phase: "Running", Annotations: ann, Spec: spec}})
+	}
+	ids := func(r *Record) map[string]string {
+		out := map[string]string{}
+		for _, d := range r.Devices {
+			out[d.Type] = strings.Join(d.IDs, ",")
+		}
+		return out
+	}
+	s := New(Options{Decoder: &fakeDecoder{}, Now: newFakeClock().Now})
+
+	// /pods first (CNI ADD), then the runtime starts the sandbox with the
+	// same annotations: the runtime's copy is now the allocation, held since
+	// it was first seen.
+	apiSays(s, "u1", "web-0", map[string]string{"alloc/gpu": "GPU-1"})
+	firstSeen := mustGet(t, s, "u1").Sources.Annotations.At
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
+	if r := mustGet(t, s, "u1"); r.Sources.Annotations.Source != SourceNRI || !r.Sources.Annotations.At.Equal(firstSeen) {
+		t.Fatalf("annotations source %+v, want nri since %v", r.Sources.Annotations, firstSeen)
+	}
+
+	// An edit, a late key (a MIG annotation written after the start) and a
+	// removal, in that order.
+	apiSays(s, "u1", "web-0", map[string]string{"alloc/gpu": "GPU-2", "alloc/mig": "MIG-1"})
+	r := mustGet(t, s, "u1")
+	if got, want := ids(r), map[string]string{"gpu": "GPU-1", "mig": "MIG-1"}; !maps.Equal(got, want) {
+		t.Errorf("after an edit and a late key: devices %v, want %v", got, want)
+	}
+	if !slices.Equal(r.Edited, []string{"alloc/gpu"}) {
+		t.Errorf("edited %v, want [alloc/gpu]", r.Edited)
+	}
+	apiSays(s, "u1", "web-0", map[string]string{"alloc/mig": "MIG-1"})
+	if r := mustGet(t, s, "u1"); ids(r)["gpu"] != "GPU-1" || !slices.Equal(r.Edited, []string{"alloc/gpu"}) {
+		t.Errorf("after a removal: devices %v edited %v, want GPU-1 kept and the removal recorded", ids(r), r.Edited)
+	}
+	// The API agrees again: nothing is edited any more.
+	apiSays(s, "u1", "web-0", map[string]string{"alloc/gpu": "GPU-1", "alloc/mig": "MIG-1"})
+	if r := mustGet(t, s, "u1"); len(r.Edited) != 0 {
+		t.Errorf("edited %v once the API agrees, want none", r.Edited)
+	}
+
+	// A pod whose sandbox started with no allocation gets none later.
+	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "plain-0", "sb2", nil))
+	apiSays(s, "u2", "plain-0", map[string]string{"alloc/gpu": "GPU-3"})
+	if r := mustGet(t, s, "u2"); len(r.Devices) != 0 || !slices.Equal(r.Edited, []string{"alloc/gpu"}) {
+		t.Errorf("an allocation added after the start: devices %v edited %v, want none and [alloc/gpu]", ids(r), r.Edited)
+	}
 }

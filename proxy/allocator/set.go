@@ -93,6 +93,17 @@ func (s *Set) Relevant(key string) bool {
 	return false
 }
 
+// AllocatorOf returns the name of the first decoder that reads the
+// annotation key, "" when none does.
+func (s *Set) AllocatorOf(key string) string {
+	for _, d := range s.decoders {
+		if d.Relevant(key) {
+			return d.Name()
+		}
+	}
+	return ""
+}
+
 // Decode implements state.Decoder: it runs every decoder and returns the
 // devices they trust, in decoder order. For each annotation a decoder could
 // not (fully) understand it logs a warning naming the pod and the allocator,

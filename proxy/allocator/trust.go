@@ -43,6 +43,11 @@ const (
 	// ReasonContested: an exclusive device (a whole GPU, a VF, an RDMA PF
 	// without VFs, an FPGA) another live pod held first. Class forged.
 	ReasonContested = "contested"
+	// ReasonEdited: an allocation annotation was changed (or removed) in
+	// the API after the pod's sandbox started; the value the runtime
+	// started the sandbox with is kept, so the edit is refused. Class
+	// forged.
+	ReasonEdited = "edited"
 	// ReasonSpecUnknown: the pod's spec (its scheduler and requests) was
 	// never read, so nothing about the allocation can be checked. Class
 	// unvetted.
