@@ -438,9 +438,15 @@ func TestBenchmarkReport(t *testing.T) {
 		e.h.k.AddPod(p)
 	}
 	before = e.h.k.PodsReads()
-	c := e.h.v1()
+	// Eight clients of eight Gets each: one connection carries at most
+	// MaxStreamsPerConnection calls at once.
+	clients := make([]v1.PodResourcesListerClient, 8)
+	for i := range clients {
+		clients[i] = e.h.v1()
+	}
 	var wg sync.WaitGroup
 	for i := range 64 {
+		c := clients[i%len(clients)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -21,10 +21,11 @@ import (
 // hostile) could pile up memory or goroutines.
 const (
 	// DefaultMaxConnections bounds open client connections. A node has a
-	// handful of PodResources clients (Multus, DCGM exporter, NFD, RTE,
-	// nri-plugins), each with one connection; an idle connection costs
-	// about 18 KiB, so 64 cost about 1 MiB.
-	DefaultMaxConnections = 64
+	// handful of long-lived PodResources clients (Multus, DCGM exporter,
+	// NFD, RTE, nri-plugins), and during a burst of pod starts one short
+	// connection per starting pod (a Kata shim's Get); an idle connection
+	// costs about 18 KiB, so 128 cost about 2.3 MiB.
+	DefaultMaxConnections = 128
 	// MaxStreamsPerConnection bounds the calls one connection has in
 	// flight. An answer a client does not read (HTTP/2 window 0) stays in
 	// memory until the connection ends; without this bound a client that
