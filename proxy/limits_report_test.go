@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods/podstest"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -93,7 +93,7 @@ func TestLimitsReport(t *testing.T) {
 	}
 
 	// Peak RSS while reading 44 MiB of /pods.
-	body := finishedPodsBody(35, 1300<<10, 3)
+	body := podstest.FinishedPodsJSON(35, 1300<<10, 3)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(body)
@@ -162,27 +162,6 @@ func hostilePod(n int) fk.Pod {
 	ann := `{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:0f:00.0","extension":{"vfs":[` + vfs.String() + `]}}]}`
 	return fk.NewPod("tenant", "hostile", "uid-hostile", fk.WithAnnotation(koordKey, ann),
 		fk.WithContainer("app", map[string]string{"koordinator.sh/rdma": "1"}), fk.Realistic())
-}
-
-// finishedPodsBody is a /pods answer of n finished pods with an environment
-// value of valueBytes each, and live pods.
-func finishedPodsBody(n, valueBytes, live int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[`)
-	value := strings.Repeat("x", valueBytes)
-	for i := range n + live {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		phase, env := "Succeeded", value
-		if i >= n {
-			phase, env = "Running", "small"
-		}
-		fmt.Fprintf(&b, `{"metadata":{"name":"p%d","namespace":"default","uid":"uid-%d","creationTimestamp":"2026-01-01T00:00:00Z"},`+
-			`"spec":{"containers":[{"name":"app","image":"busybox","env":[{"name":"BIG","value":"%s"}]}]},"status":{"phase":"%s"}}`, i, i, env, phase)
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
 }
 
 func lastLine(b []byte) string {

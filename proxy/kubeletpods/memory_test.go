@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods/podstest"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,30 +19,6 @@ import (
 // The DaemonSet's GOMEMLIMIT (deploy/base), under its 128 MiB memory limit.
 const daemonSetMemLimit = "100MiB"
 
-// hugeFinishedPods returns a /pods answer of n finished pods, each with an
-// environment value of valueBytes (valid objects, as a Job leaves them),
-// and live pods with a GPU annotation each.
-func hugeFinishedPods(n, valueBytes, live int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[`)
-	value := strings.Repeat("x", valueBytes)
-	for i := range n + live {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		phase, env, ann := "Succeeded", value, `{}`
-		if i >= n {
-			phase, env = "Running", "small"
-			ann = `{"scheduling.koordinator.sh/device-allocated":"{\"gpu\":[{\"minor\":0,\"id\":\"GPU-` + strconv.Itoa(i) + `\"}]}"}`
-		}
-		fmt.Fprintf(&b, `{"metadata":{"name":"p%d","namespace":"default","uid":"uid-%d","creationTimestamp":"2026-01-01T00:00:%02dZ","annotations":%s},`+
-			`"spec":{"containers":[{"name":"app","image":"busybox","env":[{"name":"BIG","value":"%s"}],"resources":{"limits":{"nvidia.com/gpu":"1"}}}]},`+
-			`"status":{"phase":"%s"}}`, i, i, i%60, ann, env, phase)
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
-}
-
 // TestReadingFortyFourMiBOfFinishedPodsStaysWithinMemory reads a /pods of
 // 35 finished pods of about 1.25 MiB each (44 MiB) in a child process with
 // the DaemonSet's GOMEMLIMIT and checks the child's peak RSS (VmHWM): the
@@ -54,7 +31,7 @@ func TestReadingFortyFourMiBOfFinishedPodsStaysWithinMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds 44 MiB and runs a child process")
 	}
-	body := hugeFinishedPods(35, 1300<<10, 3)
+	body := podstest.FinishedPodsJSON(35, 1300<<10, 3)
 	if len(body) < 44<<20 {
 		t.Fatalf("answer is %d bytes, want at least 44 MiB", len(body))
 	}
@@ -139,7 +116,7 @@ func vmHWM() int64 {
 }
 
 func TestLivePodsKeepingMoreThanTheLimitFailTheReadClearly(t *testing.T) {
-	body := hugeFinishedPods(0, 0, 50)
+	body := podstest.FinishedPodsJSON(0, 0, 50)
 	_, err := decodePodsFrom(bytes.NewReader(body), 1000, nil)
 	if err == nil || !strings.Contains(err.Error(), "larger than the limit") {
 		t.Fatalf("50 live pods against a limit of 1000 kept bytes: got %v, want a clear error", err)
@@ -151,7 +128,7 @@ func TestLivePodsKeepingMoreThanTheLimitFailTheReadClearly(t *testing.T) {
 }
 
 func TestFinishedPodsKeepOnlyTheirIdentityAndPhase(t *testing.T) {
-	pods, err := DecodePods(hugeFinishedPods(2, 10, 1))
+	pods, err := DecodePods(podstest.FinishedPodsJSON(2, 10, 1))
 	if err != nil {
 		t.Fatal(err)
 	}

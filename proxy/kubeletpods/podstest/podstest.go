@@ -11,8 +11,11 @@
 package podstest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -293,3 +296,29 @@ func managedFields(ts metav1.Time) []metav1.ManagedFieldsEntry {
 func shortID(i int) string { return fmt.Sprintf("%05x", 0x7a000+i) }
 
 func ptr[T any](v T) *T { return &v }
+
+// FinishedPodsJSON returns a /pods answer of n finished pods (Succeeded),
+// each with an environment value of valueBytes (valid objects, as a Job
+// leaves them: they stay in /pods and count against no quota), and then
+// live pods that request a GPU and carry a Koordinator allocation each:
+// what the /pods memory bound is tested with.
+func FinishedPodsJSON(n, valueBytes, live int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[`)
+	value := strings.Repeat("x", valueBytes)
+	for i := range n + live {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		phase, env, ann := "Succeeded", value, `{}`
+		if i >= n {
+			phase, env = "Running", "small"
+			ann = `{"scheduling.koordinator.sh/device-allocated":"{\"gpu\":[{\"minor\":0,\"id\":\"GPU-` + strconv.Itoa(i) + `\"}]}"}`
+		}
+		fmt.Fprintf(&b, `{"metadata":{"name":"p%d","namespace":"default","uid":"uid-%d","creationTimestamp":"2026-01-01T00:00:%02dZ","annotations":%s},`+
+			`"spec":{"containers":[{"name":"app","image":"busybox","env":[{"name":"BIG","value":"%s"}],"resources":{"limits":{"nvidia.com/gpu":"1"}}}]},`+
+			`"status":{"phase":"%s"}}`, i, i, i%60, ann, env, phase)
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
+}
