@@ -22,7 +22,7 @@ func (r *resolver) vettable(rec *state.Record) bool {
 }
 
 // vet returns the devices of rec the trust gate believes: those Vet keeps,
-// less the exclusive ones another pod holds. What it refuses is recorded in
+// less those that conflict with another pod's earlier claim (Gate.Contest). What it refuses is recorded in
 // the store, and logged and counted when that changed, so a forger costs one
 // warning per change, not one per query.
 func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inventory) []state.Device {
@@ -38,7 +38,7 @@ func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inv
 			Detail:    key + " was changed in the API after the pod's sandbox started; the value the sandbox started with is kept",
 		})
 	}
-	if hasExclusive(kept) {
+	if len(kept) > 0 {
 		var contested []state.Refused
 		kept, contested = r.trust.Contest(rec, kept, r.holders.get(r.store, r.trust, inv))
 		refused = append(refused, contested...)
@@ -47,15 +47,6 @@ func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inv
 		r.trust.Report(state.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, refused)
 	}
 	return kept
-}
-
-func hasExclusive(devs []state.Device) bool {
-	for _, d := range devs {
-		if allocator.Exclusive(d) {
-			return true
-		}
-	}
-	return false
 }
 
 // holdersCache keeps the holders of exclusive devices computed for one

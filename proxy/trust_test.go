@@ -378,3 +378,45 @@ func TestAnAnnotationEditedOnARunningPodChangesNothingAndIsCounted(t *testing.T)
 		t.Errorf("allocations_refused_total{koordinator,edited} = %v, want 1", got)
 	}
 }
+
+func TestWholeAndSharedClaimsOnOneGPUKeepTheFirstClaim(t *testing.T) {
+	// One GPU is claimed whole by one pod and as a share by another. The
+	// claim learned first stands: a sharer never rides on a GPU another pod
+	// holds whole, and nobody takes whole a GPU that others share.
+	half := `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory-ratio":"50"},"id":"` + gpuUUID + `"}]}`
+	koord := fk.WithSchedulerName("koord-scheduler")
+	whole := func(name string) fk.Pod {
+		return fk.NewPod("ml", name, "uid-"+name, koord, fk.WithAnnotation(koordKey, oneGPU),
+			fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"}))
+	}
+	share := func(name string) fk.Pod {
+		return fk.NewPod("ml", name, "uid-"+name, koord, fk.WithAnnotation(koordKey, half),
+			fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}))
+	}
+	for _, c := range []struct {
+		name          string
+		first, second fk.Pod
+	}{
+		{"whole first, then a share", whole("holder"), share("rider")},
+		{"a share first, then whole", share("sharer"), whole("taker")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, withTrust(nil), withNode())
+			h.k.SetPods(c.first)
+			h.list()
+			h.markLive(c.first, "sandbox-1")
+			h.k.SetPods(c.first, c.second)
+			h.list()
+			h.markLive(c.second, "sandbox-2")
+			if got := devicesOf(h.get("ml", c.first.Name), "train")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
+				t.Errorf("first claimant %s shows %v, want %s", c.first.Name, got, gpuUUID)
+			}
+			if got := devicesOf(h.get("ml", c.second.Name), "train")["nvidia.com/gpu"]; len(got) != 0 {
+				t.Errorf("later claimant %s shows %v, want nothing", c.second.Name, got)
+			}
+			if got := refusedReasons(h, "uid-"+c.second.Name); !slices.Equal(got, []string{allocator.ReasonContested}) {
+				t.Errorf("later claimant refused %v, want [%s]", got, allocator.ReasonContested)
+			}
+		})
+	}
+}

@@ -308,11 +308,12 @@ type Holders struct {
 	byID map[string]claim
 }
 
-// claim is one pod's claim on an exclusive id.
+// claim is one pod's claim on an id: the earliest claim on an id holds it.
 type claim struct {
-	uid   string
-	since time.Time
-	live  bool
+	uid       string
+	since     time.Time
+	live      bool
+	exclusive bool // the pod claims the whole device, not a share of it
 }
 
 // before reports whether c holds the device rather than o: the claim
@@ -330,8 +331,10 @@ func (c claim) before(o claim) bool {
 }
 
 // Holders decides, from every record of the node, which pod holds each
-// exclusive device id: among the running or pending pods whose claim Vet
-// believes, the one whose allocation annotations were learned first. That
+// device id: among the running or pending pods whose claim Vet believes,
+// the one whose allocation annotations were learned first, and whether it
+// holds the device whole (then it is the only pod shown with it) or a share
+// (then other sharers are shown too, and no pod may take it whole). That
 // time is the sandbox's start when NRI or CRI reported the pod first, else
 // its first sighting in /pods; it is persisted with the record, so a daemon
 // restart keeps the holder, and an annotation edited later is learned anew,
@@ -343,13 +346,10 @@ func (g *Gate) Holders(records []*state.Record, inv Inventory) *Holders {
 		if !claimant(r) {
 			continue
 		}
-		c := claim{uid: r.UID, since: r.Sources.Annotations.At, live: r.Live()}
 		devs, _ := Translate(r.Devices, inv)
 		kept, _ := g.Vet(r.Spec, devs, inv)
 		for _, d := range kept {
-			if !Exclusive(d) {
-				continue
-			}
+			c := claim{uid: r.UID, since: r.Sources.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}
 			for _, id := range d.IDs {
 				k := claimKey(id)
 				if cur, ok := h.byID[k]; !ok || c.before(cur) {
@@ -359,6 +359,13 @@ func (g *Gate) Holders(records []*state.Record, inv Inventory) *Holders {
 		}
 	}
 	return h
+}
+
+func (c claim) kind() string {
+	if c.exclusive {
+		return "whole"
+	}
+	return "a share"
 }
 
 // claimant reports whether a record's devices can hold a device: a running
@@ -376,21 +383,22 @@ func claimant(r *state.Record) bool {
 // claimKey compares ids as the inventory does: case-insensitively.
 func claimKey(id string) string { return strings.ToLower(id) }
 
-// Contest refuses the exclusive devices of rec (devices: what Vet kept of
-// them) of which another pod holds some id: a later claimant gets none of
-// the device. A nil h contests nothing. devices is never modified.
+// Contest refuses the devices of rec (devices: what Vet kept of them) that
+// conflict with another pod's earlier claim on one of their ids: a whole
+// device when another pod claimed it first, whole or a share of it; a share
+// when another pod holds the device whole. Sharers of a device shared first
+// stay shared. A later claimant thus gets none of a device an exclusive
+// holder has, and nobody takes whole a GPU others share.
 func (g *Gate) Contest(rec *state.Record, devices []state.Device, h *Holders) (kept []state.Device, refused []state.Refused) {
 	if h == nil {
 		return devices, nil
 	}
 	var drop []bool
 	for i, d := range devices {
-		if !Exclusive(d) {
-			continue
-		}
+		exclusive := Exclusive(d)
 		for _, id := range d.IDs {
 			holder, ok := h.byID[claimKey(id)]
-			if !ok || holder.uid == rec.UID {
+			if !ok || holder.uid == rec.UID || (!exclusive && !holder.exclusive) {
 				continue
 			}
 			if drop == nil {
@@ -400,8 +408,8 @@ func (g *Gate) Contest(rec *state.Record, devices []state.Device, h *Holders) (k
 			refused = append(refused, state.Refused{
 				Allocator: d.Allocator, Resource: d.Resource, IDs: slices.Clone(d.IDs),
 				Reason: ReasonContested, Class: ReasonClass(ReasonContested),
-				Detail: fmt.Sprintf("id %s is held by pod uid %s, which claimed it first (%s)",
-					strconv.Quote(id), holder.uid, holder.since.UTC().Format(time.RFC3339Nano)),
+				Detail: fmt.Sprintf("id %s is held by pod uid %s, which claimed it first (%s, %s)",
+					strconv.Quote(id), holder.uid, holder.since.UTC().Format(time.RFC3339Nano), holder.kind()),
 			})
 			break
 		}
