@@ -1,10 +1,12 @@
 package state
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -112,5 +114,38 @@ func TestStartsOnAFullDiskWithoutThePIDInTheLockFile(t *testing.T) {
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if _, ok := s.Get("u1"); !ok {
 		t.Error("the store took no change")
+	}
+}
+
+func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t *testing.T) {
+	// A new node whose disk is full: the records' directory cannot be
+	// created. The daemon must start and keep what it learns, and write it
+	// all once there is room, as the kubelet and containerd start anyway.
+	dir := t.TempDir()
+	var mu sync.Mutex
+	full := true
+	s := openTest(t, dir, Options{}, func(p *persister) {
+		p.fault = func(op, _ string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if full && op == "mkdir" {
+				return syscall.ENOSPC
+			}
+			return nil
+		}
+	})
+	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
+		t.Fatalf("Flush on a full disk: %v, want ENOSPC", err)
+	}
+	if _, ok := s.Live(PodKey{Namespace: "ns", Name: "a"}); !ok {
+		t.Fatal("the pod learned on a full disk is not known")
+	}
+	mu.Lock()
+	full = false
+	mu.Unlock()
+	flush(t, s)
+	if got := readRecordFile(t, dir, "u1"); got.SandboxID != "sb1" {
+		t.Errorf("record written once there was room: sandbox %q, want sb1", got.SandboxID)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -88,12 +89,18 @@ func open(dir string, opts Options, tune func(*persister)) (*Store, error) {
 	if tune != nil {
 		tune(p)
 	}
-	if err := mkdirDurable(p.podsDir); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("create state directory: %w", err)
-	}
-	redecoded, err := p.load()
-	if err != nil {
+	var redecoded []string
+	if err := p.ensurePodsDir(); err != nil {
+		if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+			lock.Close()
+			return nil, fmt.Errorf("create state directory: %w", err)
+		}
+		// A full disk: a new state directory has no records to load, and
+		// the persister creates it before its first write, retrying as
+		// writes are retried. The kubelet and containerd start on a full
+		// disk too.
+		log.WithError(err).Warn("no room to create the records' directory: serving from memory, records are written once there is room")
+	} else if redecoded, err = p.load(); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -492,6 +499,12 @@ func minTime(a, b time.Time) time.Time {
 // error (or nil) per uid.
 func (p *persister) writeAll(uids []string) []error {
 	errs := make([]error, len(uids))
+	if err := p.ensurePodsDir(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
 	workers := min(len(uids), maxParallelWrites)
 	if workers <= 1 {
 		for i, uid := range uids {
@@ -543,6 +556,19 @@ func (p *persister) persist(uid string) error {
 // durable is the batch's.
 func (p *persister) writeAtomic(path string, data []byte) error {
 	return atomicfile.Write(path, data, 0o640, func(op string) error { return p.inject(op, path) })
+}
+
+// ensurePodsDir creates the records' directory when it is missing: on a
+// full disk it may not have been possible at start, and a directory an
+// operator removed comes back.
+func (p *persister) ensurePodsDir() error {
+	if err := p.inject("mkdir", p.podsDir); err != nil {
+		return fmt.Errorf("create %s: %w", p.podsDir, err)
+	}
+	if err := mkdirDurable(p.podsDir); err != nil {
+		return fmt.Errorf("create %s: %w", p.podsDir, err)
+	}
+	return nil
 }
 
 func (p *persister) syncPodsDir() error {
