@@ -40,8 +40,10 @@ import (
 //     steady List does not even look records up. When all three match, the
 //     cached output is spliced in as is. This holds because a pod's devices
 //     depend on nothing but its own record, its part of the kubelet's answer
-//     and the inventory; whatever makes them depend on another pod must
-//     change that pod's record too.
+//     and the inventory, with one exception: the trust gate weighs a pod's
+//     devices against other pods' claims (Gate.Contest), so with the gate
+//     on, a pod with devices is reused only while the store's version has
+//     not moved at all (segment.withOthers).
 //   - Otherwise that pod alone is decoded, given its devices (the same merge
 //     Get uses, so List and Get agree) and encoded. Its output is cached only
 //     when its devices came from the store: one that needed a /pods read
@@ -91,6 +93,10 @@ type segment struct {
 	out     []byte              // the proxy's segment; nil: the kubelet's, unchanged
 	seen    uint64              // the last answer that listed it
 	inLen   int                 // the length of the kubelet's segment, its key
+	// withOthers: the trust gate weighed its devices against other pods'
+	// claims (Gate.Contest), so it depends on every record, not only its
+	// own, and is valid only at the store version it was built at.
+	withOthers bool
 }
 
 // size is what an entry counts against maxSegmentCacheBytes.
@@ -150,7 +156,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 		if e := cache.m[string(p.pod)]; e != nil && sameInventory(e.inv, inv) {
 			e.seen = gen
 			p.key = e.key
-			if e.checked != version {
+			if e.checked != version && !e.withOthers {
 				// The store changed since: is this still the pod's record?
 				if rec, ok := s.deps.Store.Live(e.key); ok && rec == e.rec {
 					e.checked = version
@@ -182,7 +188,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 			}
 		}
 		rec, ok := s.deps.Store.Live(p.key)
-		if !ok || (len(rec.Devices) > 0 && rec.Spec == nil) {
+		if !ok || (len(rec.Devices) > 0 && !s.resolver.vettable(rec)) {
 			read = append(read, i)
 			continue
 		}
@@ -212,7 +218,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 
 	out := spliceList(parts)
 	if cacheable && pods > reused {
-		cache.store(parts, inv, version, gen)
+		cache.store(parts, inv, version, gen, s.resolver.trust != nil)
 	}
 	cache.drop(gen, pods)
 	return out, nil
@@ -230,7 +236,7 @@ func (p *listPart) rebuild(rebuild rebuildFunc, pl plan) (err error) {
 }
 
 // store caches the rebuilt pods that came from the store alone.
-func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version, gen uint64) {
+func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version, gen uint64, trust bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range parts {
@@ -238,7 +244,8 @@ func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version,
 		if !p.need || p.rec == nil {
 			continue
 		}
-		e := &segment{key: p.key, rec: p.rec, checked: version, inv: inv, seen: gen, inLen: len(p.pod)}
+		e := &segment{key: p.key, rec: p.rec, checked: version, inv: inv, seen: gen, inLen: len(p.pod),
+			withOthers: trust && len(p.rec.Devices) > 0}
 		if !p.same {
 			e.out = p.out
 		}

@@ -24,7 +24,7 @@ func cachedPart(name string, size int) listPart {
 func TestTheSegmentCacheDropsPodsNoLongerListed(t *testing.T) {
 	var c segmentCache
 	c.m = map[string]*segment{}
-	c.store([]listPart{cachedPart("a", 100), cachedPart("b", 100), cachedPart("c", 100)}, nil, 1, 1)
+	c.store([]listPart{cachedPart("a", 100), cachedPart("b", 100), cachedPart("c", 100)}, nil, 1, 1, false)
 	if len(c.m) != 3 {
 		t.Fatalf("cache holds %d pods, want 3", len(c.m))
 	}
@@ -48,7 +48,7 @@ func TestTheSegmentCacheStaysWithinItsBound(t *testing.T) {
 	for _, name := range []string{"a", "b", "c", "d", "e"} {
 		parts = append(parts, cachedPart(name, maxSegmentCacheBytes/4))
 	}
-	c.store(parts, nil, 1, 1)
+	c.store(parts, nil, 1, 1, false)
 	if c.bytes > maxSegmentCacheBytes || len(c.m) >= len(parts) {
 		t.Errorf("cache holds %d pods in %d bytes, want fewer than %d pods within %d bytes", len(c.m), c.bytes, len(parts), maxSegmentCacheBytes)
 	}

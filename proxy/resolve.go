@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,21 +57,26 @@ type planCache struct {
 	m  map[string]cachedPlan // by pod UID
 }
 
+// A plan is valid for the record, the inventory snapshot and, when the
+// trust gate contested its devices against other pods' claims, the holders
+// it was decided with (they change with any pod's record).
 type cachedPlan struct {
-	rec  *state.Record
-	plan plan
+	rec     *state.Record
+	inv     allocator.Inventory
+	holders *allocator.Holders
+	plan    plan
 }
 
-func (c *planCache) get(rec *state.Record) (plan, bool) {
+func (c *planCache) get(rec *state.Record, inv allocator.Inventory, holders *allocator.Holders) (plan, bool) {
 	c.mu.RLock()
 	e, ok := c.m[rec.UID]
 	c.mu.RUnlock()
-	return e.plan, ok && e.rec == rec
+	return e.plan, ok && e.rec == rec && e.holders == holders && sameInventory(e.inv, inv)
 }
 
 // put stores a plan, first dropping the entries of records the store has
 // replaced or pruned once the cache has grown past twice the store's size.
-func (c *planCache) put(rec *state.Record, p plan, store *state.Store) {
+func (c *planCache) put(rec *state.Record, inv allocator.Inventory, holders *allocator.Holders, p plan, store *state.Store) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -83,7 +89,7 @@ func (c *planCache) put(rec *state.Record, p plan, store *state.Store) {
 			}
 		}
 	}
-	c.m[rec.UID] = cachedPlan{rec: rec, plan: p}
+	c.m[rec.UID] = cachedPlan{rec: rec, inv: inv, holders: holders, plan: p}
 }
 
 // errNoPodsSource is returned when a read is needed but none is configured.
@@ -174,16 +180,20 @@ func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Sn
 func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 	if len(rec.Devices) == 0 {
 		if len(rec.Edited) > 0 {
-			r.vet(rec, nil, inv) // no devices, but the edit is refused and shown
+			r.vet(rec, nil, inv, nil) // no devices, but the edit is refused and shown
 		}
 		return plan{}
 	}
-	if p, ok := r.cache.get(rec); ok {
+	var holders *allocator.Holders
+	if r.trust != nil {
+		holders = r.holders.get(r.store, r.trust, inv)
+	}
+	if p, ok := r.cache.get(rec, inv, holders); ok {
 		return p
 	}
 	devs := r.translate(rec, inv)
 	cacheable := &devs[0] == &rec.Devices[0]
-	devs = r.vet(rec, devs, inv)
+	devs = withoutRefusedIDs(devs, r.vet(rec, devs, inv, holders))
 	var p plan
 	if len(devs) == 0 {
 		p = plan{}
@@ -195,9 +205,41 @@ func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 	// A plan that needed the inventory can change when the inventory does;
 	// those (pods from older schedulers) are recomputed every time.
 	if cacheable {
-		r.cache.put(rec, p, r.store)
+		r.cache.put(rec, inv, holders, p, r.store)
 	}
 	return p
+}
+
+// withoutRefusedIDs returns kept, plus each refused device whose ids
+// replace what the kubelet reported for its resource (HAMi, Volcano vGPU),
+// with no ids: the kubelet's ids of that resource are the device plugin's
+// own, naming no real device (Kata cannot resolve them, NFD and RTE find
+// them nowhere in GetAllocatableResources), so they are dropped from the
+// container the allocation was for, whether or not it is believed.
+func withoutRefusedIDs(all, kept []state.Device) []state.Device {
+	if len(kept) == len(all) {
+		return kept
+	}
+	out := kept
+	for _, d := range all {
+		if !d.Replace || slices.ContainsFunc(kept, func(k state.Device) bool { return sameDevice(k, d) }) {
+			continue
+		}
+		d.IDs = nil
+		out = append(slices.Clip(out), d)
+	}
+	return out
+}
+
+// sameDevice reports whether two decoded devices are one (Vet and Contest
+// return the devices they keep unchanged).
+func sameDevice(a, b state.Device) bool {
+	return a.Allocator == b.Allocator && a.Resource == b.Resource && slices.Equal(a.IDs, b.IDs) &&
+		ptrEqual(a.ContainerIndex, b.ContainerIndex)
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	return a == b || (a != nil && b != nil && *a == *b)
 }
 
 // translate fills in the ids of devices the allocator named only by minor

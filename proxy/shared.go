@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -82,6 +84,7 @@ func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
 		bound := time.AfterFunc(sharedCallTimeout, func() { cancel(c.timeoutCause()) })
 		f.val, f.err = c.fn(callCtx, f.started)
 		bound.Stop()
+		f.err = c.timedOut(callCtx, f.err)
 		cancel(nil)
 		c.finish(f)
 		return f.val, f.err
@@ -122,6 +125,15 @@ func (c *sharedCall[T]) setJoined(f func(method string)) {
 	c.mu.Lock()
 	c.joined = f
 	c.mu.Unlock()
+}
+
+// timedOut turns the error of a call its timer cancelled into the
+// DeadlineExceeded it is (the timer cancels, so gRPC reports Canceled).
+func (c *sharedCall[T]) timedOut(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, context.Cause(ctx).Error())
+	}
+	return err
 }
 
 func (c *sharedCall[T]) timeoutCause() error {

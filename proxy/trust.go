@@ -25,7 +25,7 @@ func (r *resolver) vettable(rec *state.Record) bool {
 // less those that conflict with another pod's earlier claim (Gate.Contest). What it refuses is recorded in
 // the store, and logged and counted when that changed, so a forger costs one
 // warning per change, not one per query.
-func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inventory) []state.Device {
+func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inventory, holders *allocator.Holders) []state.Device {
 	if r.trust == nil {
 		return devs
 	}
@@ -40,7 +40,7 @@ func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inv
 	}
 	if len(kept) > 0 {
 		var contested []state.Refused
-		kept, contested = r.trust.Contest(rec, kept, r.holders.get(r.store, r.trust, inv))
+		kept, contested = r.trust.Contest(rec, kept, holders)
 		refused = append(refused, contested...)
 	}
 	if r.store.SetRefused(rec.UID, refused) {
@@ -49,21 +49,23 @@ func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inv
 	return kept
 }
 
-// holdersCache keeps the holders of exclusive devices computed for one
-// store version: deciding them vets every record of the node, which only a
-// change to some record can change (a changed inventory is seen at the next
-// change of the store).
+// holdersCache keeps the holders of devices computed for one store version
+// and inventory snapshot: deciding them vets every record of the node, which
+// only a change to some record or to the inventory can change. A new value
+// is a new pointer, which is how the plans and answer segments decided
+// with the old one know they are stale.
 type holdersCache struct {
 	mu      sync.Mutex
 	version uint64
+	inv     allocator.Inventory
 	h       *allocator.Holders
 }
 
 func (c *holdersCache) get(store *state.Store, gate *allocator.Gate, inv allocator.Inventory) *allocator.Holders {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v := store.Version(); c.h == nil || c.version != v {
-		c.h, c.version = gate.Holders(store.Records(), inv), v
+	if v := store.Version(); c.h == nil || c.version != v || !sameInventory(c.inv, inv) {
+		c.h, c.version, c.inv = gate.Holders(store.Records(), inv), v, inv
 	}
 	return c.h
 }

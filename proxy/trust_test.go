@@ -420,3 +420,23 @@ func TestWholeAndSharedClaimsOnOneGPUKeepTheFirstClaim(t *testing.T) {
 		})
 	}
 }
+
+func TestARefusedHAMiAllocationLeavesNoFakeIDOfTheDevicePlugin(t *testing.T) {
+	// HAMi's device plugin gives the kubelet ids that name no GPU; its
+	// allocation's ids replace them. When the allocation is refused, the
+	// fake ids must not reach consumers either: Kata cannot resolve them
+	// and NFD finds them nowhere in GetAllocatableResources.
+	h := newHarness(t, withTrust(nil), withNode())
+	h.k.SetPods(fk.NewPod("tenant", "vgpu", "uid-vgpu",
+		fk.WithAnnotation(hamiKey, gpuUUID+",NVIDIA,3000,30:;"),
+		fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"}),
+		fk.WithKubeletDevices("main", "nvidia.com/gpu", -1, hamiFakeID))) // default-scheduler: forged
+	for call, pod := range map[string]*v1.PodResources{"List": findPod(h.list(), "tenant", "vgpu"), "Get": h.get("tenant", "vgpu")} {
+		if ids := devicesOf(pod, "main")["nvidia.com/gpu"]; len(ids) != 0 {
+			t.Errorf("%s: main's nvidia.com/gpu = %v, want none: neither the refused GPU nor the device plugin's fake id", call, ids)
+		}
+	}
+	if got := refusedReasons(h, "uid-vgpu"); !slices.Equal(got, []string{allocator.ReasonWrongScheduler}) {
+		t.Errorf("refused %v, want [%s]", got, allocator.ReasonWrongScheduler)
+	}
+}

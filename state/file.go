@@ -67,10 +67,13 @@ func encodeRecord(r *Record) ([]byte, error) {
 
 // readableOlderVersion is the one older schema version read as the current
 // one: version 2 only added fields (countsRequests, the requesting-all
-// scope) whose absence means what version 1 meant, so a version-1 file is a
-// version-2 file, and an upgrade keeps every record (what it learned, and
-// when) instead of setting them aside. Such a record is written back as the
-// current version at its next change.
+// scope, refused, edited, the spec's schedulerName), so a version-1 file
+// decodes as a version-2 file and an upgrade keeps every record (what it
+// learned, and when) instead of setting them aside. The one absence that
+// means something is the spec's schedulerName: without it the trust gate
+// cannot vet the pod, so its spec is read from /pods again before its
+// devices are answered (resolver.vettable). Such a record is written back
+// as the current version at its next change.
 const readableOlderVersion = 1
 
 // decodeRecord reads a record file's content. It accepts only what this
