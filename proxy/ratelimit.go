@@ -39,9 +39,10 @@ const activeWindow = 10 * time.Second
 // pod, a CLI) came by: it says whether the client is within its share. A
 // call within its share may take any token of the shared bucket, waiting up
 // to maxGlobalWait for one; a call beyond its share only takes a token while
-// the shared bucket holds more than reserve. A flooding client thus keeps
-// the bucket at the reserve, and a polite one keeps finding tokens there;
-// with nobody else calling, the flooder still gets the kubelet's rate.
+// the shared bucket holds more than reserve, and only while another client
+// called within contendWindow. A flooding client thus keeps the bucket at
+// the reserve, and a polite one keeps finding tokens there; a client that
+// calls alone, in bursts or not, is limited exactly as the kubelet would.
 type fairLimiter struct {
 	qps     float64
 	burst   int
@@ -111,9 +112,14 @@ func (f *fairLimiter) allow(client string) (bool, time.Duration) {
 		}
 	}
 	if !c.lim.AllowN(now, 1) {
-		// Beyond its share: only from what the reserve leaves over, and
-		// never by waiting.
-		if f.global.TokensAt(now) < f.reserve+1 || !f.global.AllowN(now, 1) {
+		// Beyond its share: while another client is calling too, only from
+		// what the reserve leaves over, and never by waiting; alone, as the
+		// kubelet would.
+		reserve := 0.0
+		if f.othersCalledSince(c, now.Add(-contendWindow)) {
+			reserve = f.reserve
+		}
+		if f.global.TokensAt(now) < reserve+1 || !f.global.AllowN(now, 1) {
 			return false, 0
 		}
 		return true, 0
@@ -128,6 +134,22 @@ func (f *fairLimiter) allow(client string) (bool, time.Duration) {
 		return false, 0
 	}
 	return true, d
+}
+
+// contendWindow is how recently another client must have called for a
+// client beyond its share to leave it the reserve.
+const contendWindow = time.Second
+
+// othersCalledSince reports whether a client other than c called at or
+// after t. The clients are the few processes that called in the last
+// activeWindow. f.mu is held.
+func (f *fairLimiter) othersCalledSince(c *clientBucket, t time.Time) bool {
+	for _, o := range f.clients {
+		if o != c && !o.seen.Before(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // rateLimit returns an interceptor that rejects calls beyond a client's

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -95,6 +96,34 @@ func TestALoneClientGetsTheKubeletsRateAfterShortLivedClientsCameBy(t *testing.T
 	}
 	if refused != 0 {
 		t.Errorf("%d of 270 calls at 90/s refused; the kubelet's limit (100/s) refuses none", refused)
+	}
+}
+
+func TestALoneClientInBurstsIsNeverRefusedWhereTheKubeletWouldAllow(t *testing.T) {
+	// The e2e suite's process calls in bursts (a List, a Get per pod, a
+	// v1alpha1 List) while other clients came by seconds ago. Calling alone,
+	// it must never be refused where the kubelet's own limiter allows.
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock.now)
+	kubelet := rate.NewLimiter(DefaultRateLimitQPS, DefaultRateLimitBurst)
+	ok := func(context.Context, any) (any, error) { return nil, nil }
+	for pid := range int32(5) { // short-lived clients, a few seconds ago
+		if _, err := limit(fromProcess(1000+pid), nil, &grpc.UnaryServerInfo{}, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubelet.AllowN(clock.now(), 5)
+	clock.advance(2 * time.Second)
+	lone := fromProcess(42)
+	for burst := range 20 {
+		for call := range 4 + burst%9 { // 4 to 12 calls at once
+			kubeletAllows := kubelet.AllowN(clock.now(), 1)
+			_, err := limit(lone, nil, &grpc.UnaryServerInfo{}, ok)
+			if kubeletAllows && err != nil {
+				t.Fatalf("burst %d, call %d: refused (%v) where the kubelet allows", burst, call, err)
+			}
+		}
+		clock.advance(time.Duration(20+burst*7%60) * time.Millisecond)
 	}
 }
 
