@@ -27,17 +27,24 @@ func listedGPUsOf(h *harness, name string) []string {
 	return devicesOf(findPod(h.list(), "ml", name), "train")["nvidia.com/gpu"]
 }
 
-func TestWhenAWholeGPUsHolderLeavesTheNextClaimantGetsIt(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withNode())
+// twoClaimsOfOneWholeGPU starts two koord-scheduler pods that each claim
+// the same whole GPU, first then second.
+func twoClaimsOfOneWholeGPU(h *harness) (first, second fk.Pod) {
 	koord := fk.WithSchedulerName("koord-scheduler")
 	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
-	first := fk.NewPod("ml", "first", "uid-zz-first", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
-	second := fk.NewPod("ml", "second", "uid-aa-second", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	first = fk.NewPod("ml", "first", "uid-zz-first", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	second = fk.NewPod("ml", "second", "uid-aa-second", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
 	h.k.SetPods(first)
 	h.markLive(first, "sandbox-1")
 	h.list()
 	h.k.SetPods(first, second)
 	h.markLive(second, "sandbox-2")
+	return first, second
+}
+
+func TestWhenAWholeGPUsHolderLeavesTheNextClaimantGetsIt(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withNode())
+	_, second := twoClaimsOfOneWholeGPU(h)
 	if got := listedGPUsOf(h, "second"); len(got) != 0 {
 		t.Fatalf("second shows %v while first holds the GPU", got)
 	}
@@ -57,15 +64,7 @@ func TestAWholeGPUIsNeverShownOnTwoPodsWhenItsFirstHolderComesBack(t *testing.T)
 	// A node reboot: both sandboxes stop, the later claimant starts first
 	// and alone holds the GPU; then the first holder starts again.
 	h := newHarness(t, withTrust(nil), withNode())
-	koord := fk.WithSchedulerName("koord-scheduler")
-	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
-	first := fk.NewPod("ml", "first", "uid-zz-first", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
-	second := fk.NewPod("ml", "second", "uid-aa-second", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
-	h.k.SetPods(first)
-	h.markLive(first, "sandbox-1")
-	h.list()
-	h.k.SetPods(first, second)
-	h.markLive(second, "sandbox-2")
+	first, second := twoClaimsOfOneWholeGPU(h)
 	h.store.SandboxStopped(state.SourceNRI, "sandbox-1", "uid-zz-first")
 	h.store.SandboxStopped(state.SourceNRI, "sandbox-2", "uid-aa-second")
 	h.markLive(second, "sandbox-2b")
