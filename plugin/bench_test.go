@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -30,7 +31,7 @@ func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {
 	ctr := k8sCtr(pod, "app", api.ContainerState_CONTAINER_RUNNING)
 	rt.mustSend(t, "RunPodSandbox", pod, nil)
 	rt.mustSend(t, "PostStartContainer", pod, ctr)
-	waitStore(t, store, "container running", func() bool { return ctrState(store, pod.Uid, ctr.Id) == state.ContainerRunning })
+	waitStore(t, store, "container running", func() bool { return ctrState(store, pod.Uid, ctr.Id) == model.ContainerRunning })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := store.Flush(ctx); err != nil {
@@ -46,7 +47,7 @@ func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Close()
-	if got := ctrState(again, pod.Uid, ctr.Id); got != state.ContainerRunning || phase(again, pod.Uid) != state.PhaseReady {
+	if got := ctrState(again, pod.Uid, ctr.Id); got != model.ContainerRunning || phase(again, pod.Uid) != state.PhaseReady {
 		t.Errorf("after reopening: pod %q, container %q; want ready, running:\n%s", phase(again, pod.Uid), got, dump(again))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -170,7 +171,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 		return fmt.Errorf("listing containers from CRI at %s: %w", r.target, err)
 	}
 
-	sandboxes := make([]state.Sandbox, 0, len(pods.GetItems()))
+	sandboxes := make([]model.Sandbox, 0, len(pods.GetItems()))
 	k8s := make(map[string]bool, len(pods.GetItems()))
 	for _, pod := range pods.GetItems() {
 		md := pod.GetMetadata()
@@ -178,7 +179,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 			continue // not a Kubernetes pod
 		}
 		k8s[pod.GetId()] = true
-		sandboxes = append(sandboxes, state.Sandbox{
+		sandboxes = append(sandboxes, model.Sandbox{
 			ID:          pod.GetId(),
 			UID:         md.GetUid(),
 			Namespace:   md.GetNamespace(),
@@ -187,12 +188,12 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 			Ready:       pod.GetState() == criv1.PodSandboxState_SANDBOX_READY,
 		})
 	}
-	containers := make([]state.RuntimeContainer, 0, len(ctrs.GetContainers()))
+	containers := make([]model.RuntimeContainer, 0, len(ctrs.GetContainers()))
 	for _, ctr := range ctrs.GetContainers() {
 		if ctr.GetId() == "" || !k8s[ctr.GetPodSandboxId()] {
 			continue
 		}
-		containers = append(containers, state.RuntimeContainer{
+		containers = append(containers, model.RuntimeContainer{
 			ID:        ctr.GetId(),
 			SandboxID: ctr.GetPodSandboxId(),
 			Name:      ctr.GetMetadata().GetName(),
@@ -207,15 +208,15 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 }
 
 // criContainerState maps a CRI container state.
-func criContainerState(s criv1.ContainerState) state.ContainerState {
+func criContainerState(s criv1.ContainerState) model.ContainerState {
 	switch s {
 	case criv1.ContainerState_CONTAINER_CREATED:
-		return state.ContainerCreated
+		return model.ContainerCreated
 	case criv1.ContainerState_CONTAINER_RUNNING:
-		return state.ContainerRunning
+		return model.ContainerRunning
 	case criv1.ContainerState_CONTAINER_EXITED:
-		return state.ContainerStopped
+		return model.ContainerStopped
 	default:
-		return state.ContainerUnknown
+		return model.ContainerUnknown
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -44,8 +45,8 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 	gone := k8sPod("gone")
 	store.ObserveSandbox(state.SourceNRI, sandbox(gone, true))
 	ready := criPod("ready", criv1.PodSandboxState_SANDBOX_READY)
-	store.ObserveSandbox(state.SourceNRI, state.Sandbox{ID: ready.Id, UID: ready.Metadata.Uid, Namespace: "default", Name: "ready", Ready: true})
-	store.ObserveContainer(state.SourceNRI, state.RuntimeContainer{ID: ready.Id + "-gone", SandboxID: ready.Id, Name: "gone", State: state.ContainerRunning})
+	store.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: ready.Id, UID: ready.Metadata.Uid, Namespace: "default", Name: "ready", Ready: true})
+	store.ObserveContainer(state.SourceNRI, model.RuntimeContainer{ID: ready.Id + "-gone", SandboxID: ready.Id, Name: "gone", State: model.ContainerRunning})
 
 	notReady := criPod("notready", criv1.PodSandboxState_SANDBOX_NOTREADY)
 	plain := &criv1.PodSandbox{Id: "sb-plain", Metadata: &criv1.PodSandboxMetadata{Name: "plain"}} // no uid: not Kubernetes'
@@ -75,10 +76,10 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 			t.Errorf("pod %s: phase %q, want %q", uid, got, want)
 		}
 	}
-	for name, want := range map[string]state.ContainerState{
-		"created": state.ContainerCreated, "running": state.ContainerRunning,
-		"exited": state.ContainerStopped, "unknown": state.ContainerUnknown,
-		"gone": state.ContainerRemoved, // CRI lists exited containers: one not listed is gone
+	for name, want := range map[string]model.ContainerState{
+		"created": model.ContainerCreated, "running": model.ContainerRunning,
+		"exited": model.ContainerStopped, "unknown": model.ContainerUnknown,
+		"gone": model.ContainerRemoved, // CRI lists exited containers: one not listed is gone
 	} {
 		if got := ctrState(store, "uid-ready", ready.Id+"-"+name); got != want {
 			t.Errorf("container %s: state %q, want %q", name, got, want)
@@ -115,7 +116,7 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	rt.mustSend(t, "RunPodSandbox", pod, nil)
 	rt.mustSend(t, "PostCreateContainer", pod, ctr)
 	rt.mustSend(t, "PostStartContainer", pod, ctr)
-	waitStore(t, store, "container running", func() bool { return ctrState(store, pod.Uid, ctr.Id) == state.ContainerRunning })
+	waitStore(t, store, "container running", func() bool { return ctrState(store, pod.Uid, ctr.Id) == model.ContainerRunning })
 
 	// The pod is stopped without NRI events.
 	cri := &fakeCRI{}
@@ -133,7 +134,7 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	if got := phase(store, pod.Uid); got != state.PhaseStopped {
 		t.Errorf("pod stopped without events: phase %q after reconcile, want stopped", got)
 	}
-	if got := ctrState(store, pod.Uid, ctr.Id); got != state.ContainerStopped {
+	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
 		t.Errorf("container exited without events: state %q after reconcile, want stopped", got)
 	}
 

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -85,7 +86,7 @@ func phase(s *state.Store, uid string) state.Phase {
 }
 
 // ctrState returns the state of a container, "" when the store has none.
-func ctrState(s *state.Store, uid, id string) state.ContainerState {
+func ctrState(s *state.Store, uid, id string) model.ContainerState {
 	r, ok := s.Get(uid)
 	if !ok {
 		return ""
@@ -113,14 +114,14 @@ func newTestDecoder() *testDecoder {
 
 func (d *testDecoder) Relevant(key string) bool { return strings.HasPrefix(key, "example.com/") }
 
-func (d *testDecoder) Decode(_ state.PodRef, ann map[string]string) ([]state.Device, []error) {
+func (d *testDecoder) Decode(_ model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	if _, ok := ann["example.com/hold"]; ok {
 		d.once.Do(func() { close(d.held) })
 		<-d.release
 	}
-	var devs []state.Device
+	var devs []model.Device
 	for k, v := range ann {
-		devs = append(devs, state.Device{Allocator: "test", Resource: k, IDs: []string{v}})
+		devs = append(devs, model.Device{Allocator: "test", Resource: k, IDs: []string{v}})
 	}
 	return devs, nil
 }

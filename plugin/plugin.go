@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -82,12 +83,12 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 	p.metrics.Connected(true)
 	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs)}).Info("Synchronizing with the runtime")
 
-	containers := make([]state.RuntimeContainer, 0, len(ctrs))
+	containers := make([]model.RuntimeContainer, 0, len(ctrs))
 	for _, ctr := range ctrs {
 		if ctr.GetId() == "" {
 			continue
 		}
-		containers = append(containers, state.RuntimeContainer{
+		containers = append(containers, model.RuntimeContainer{
 			ID:        ctr.GetId(),
 			SandboxID: ctr.GetPodSandboxId(),
 			Name:      ctr.GetName(),
@@ -95,7 +96,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 		})
 	}
 	p.update(ctx, "Synchronize", func() {
-		sandboxes := make([]state.Sandbox, 0, len(pods))
+		sandboxes := make([]model.Sandbox, 0, len(pods))
 		for _, pod := range pods {
 			if pod.GetId() == "" {
 				continue
@@ -121,7 +122,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 // the store already knows as stopped stays stopped, the others are taken as
 // ready. One that stopped while the plugin was disconnected is corrected by
 // the CRI reconciler, which sees sandbox states.
-func (p *plugin) syncedSandbox(pod *api.PodSandbox) state.Sandbox {
+func (p *plugin) syncedSandbox(pod *api.PodSandbox) model.Sandbox {
 	sb := sandbox(pod, true)
 	if r, ok := p.store.Get(sb.UID); ok && r.SandboxID == sb.ID && r.State == state.PhaseStopped {
 		sb.Ready = false
@@ -169,13 +170,13 @@ func (p *plugin) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) erro
 
 // PostCreateContainer records a container the runtime created.
 func (p *plugin) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	p.observeContainer(ctx, "PostCreateContainer", pod, ctr, state.ContainerCreated)
+	p.observeContainer(ctx, "PostCreateContainer", pod, ctr, model.ContainerCreated)
 	return nil
 }
 
 // PostStartContainer records a container the runtime started.
 func (p *plugin) PostStartContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	p.observeContainer(ctx, "PostStartContainer", pod, ctr, state.ContainerRunning)
+	p.observeContainer(ctx, "PostStartContainer", pod, ctr, model.ContainerRunning)
 	return nil
 }
 
@@ -184,21 +185,21 @@ func (p *plugin) PostStartContainer(ctx context.Context, pod *api.PodSandbox, ct
 // The state comes from the event, not from the container, which containerd
 // reports as unknown once it has exited.
 func (p *plugin) StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
-	p.observeContainer(ctx, "StopContainer", pod, ctr, state.ContainerStopped)
+	p.observeContainer(ctx, "StopContainer", pod, ctr, model.ContainerStopped)
 	return nil, nil
 }
 
 // RemoveContainer records a container that is gone.
 func (p *plugin) RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	p.observeContainer(ctx, "RemoveContainer", pod, ctr, state.ContainerRemoved)
+	p.observeContainer(ctx, "RemoveContainer", pod, ctr, model.ContainerRemoved)
 	return nil
 }
 
 // observeContainer records a container event. Containers unknown to the
 // store (containerd sends Stop and Remove for containers whose creation
 // failed) are ignored by the store.
-func (p *plugin) observeContainer(ctx context.Context, event string, pod *api.PodSandbox, ctr *api.Container, st state.ContainerState) {
-	c := state.RuntimeContainer{
+func (p *plugin) observeContainer(ctx context.Context, event string, pod *api.PodSandbox, ctr *api.Container, st model.ContainerState) {
+	c := model.RuntimeContainer{
 		ID:        ctr.GetId(),
 		SandboxID: ctr.GetPodSandboxId(),
 		Name:      ctr.GetName(),
@@ -274,8 +275,8 @@ func (p *plugin) onClose() {
 }
 
 // sandbox maps an NRI pod. pod may be nil.
-func sandbox(pod *api.PodSandbox, ready bool) state.Sandbox {
-	return state.Sandbox{
+func sandbox(pod *api.PodSandbox, ready bool) model.Sandbox {
+	return model.Sandbox{
 		ID:          pod.GetId(),
 		UID:         pod.GetUid(),
 		Namespace:   pod.GetNamespace(),
@@ -287,16 +288,16 @@ func sandbox(pod *api.PodSandbox, ready bool) state.Sandbox {
 
 // containerState maps the state NRI lists a container in. Synchronize lists
 // only created and running containers; a paused container is still there.
-func containerState(s api.ContainerState) state.ContainerState {
+func containerState(s api.ContainerState) model.ContainerState {
 	switch s {
 	case api.ContainerState_CONTAINER_CREATED:
-		return state.ContainerCreated
+		return model.ContainerCreated
 	case api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_PAUSED:
-		return state.ContainerRunning
+		return model.ContainerRunning
 	case api.ContainerState_CONTAINER_STOPPED:
-		return state.ContainerStopped
+		return model.ContainerStopped
 	default:
-		return state.ContainerUnknown
+		return model.ContainerUnknown
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -83,11 +84,11 @@ func TestHandlersTolerateNilAndSparseArguments(t *testing.T) {
 	ctr := k8sCtr(pod, "app", api.ContainerState_CONTAINER_CREATED)
 	p.RunPodSandbox(ctx, pod)
 	p.PostCreateContainer(ctx, &api.PodSandbox{Id: pod.Id}, &api.Container{Id: ctr.Id, Name: "app"})
-	if got := ctrState(store, pod.Uid, ctr.Id); got != state.ContainerCreated {
+	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerCreated {
 		t.Errorf("container created under a pod with only its id: state %q, want created", got)
 	}
 	p.StopContainer(ctx, nil, &api.Container{Id: ctr.Id, PodSandboxId: pod.Id})
-	if got := ctrState(store, pod.Uid, ctr.Id); got != state.ContainerStopped {
+	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
 		t.Errorf("container stopped with a nil pod: state %q, want stopped", got)
 	}
 	p.StopPodSandbox(ctx, &api.PodSandbox{Id: pod.Id})
@@ -123,7 +124,7 @@ func TestStopContainerRecordsStoppedWhateverStateTheEventCarries(t *testing.T) {
 	p.PostStartContainer(ctx, pod, k8sCtr(pod, "app", api.ContainerState_CONTAINER_RUNNING))
 	// containerd 2.3+ reports an exited container as UNKNOWN.
 	p.StopContainer(ctx, pod, k8sCtr(pod, "app", api.ContainerState_CONTAINER_UNKNOWN))
-	if got := ctrState(store, pod.Uid, pod.Id+"-app"); got != state.ContainerStopped {
+	if got := ctrState(store, pod.Uid, pod.Id+"-app"); got != model.ContainerStopped {
 		t.Errorf("state after StopContainer = %q, want stopped", got)
 	}
 }
@@ -165,8 +166,8 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 		store.ObserveSandbox(state.SourceNRI, sandbox(pod, true))
 	}
 	store.SandboxStopped(state.SourceNRI, stopped.Id, stopped.Uid)
-	store.ObserveContainer(state.SourceNRI, state.RuntimeContainer{
-		ID: a.Id + "-exited", SandboxID: a.Id, Name: "exited", State: state.ContainerRunning,
+	store.ObserveContainer(state.SourceNRI, model.RuntimeContainer{
+		ID: a.Id + "-exited", SandboxID: a.Id, Name: "exited", State: model.ContainerRunning,
 	})
 
 	b := k8sPod("b")
@@ -191,12 +192,12 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 	}
 	for _, c := range []struct {
 		uid, id string
-		want    state.ContainerState
+		want    model.ContainerState
 	}{
-		{a.Uid, a.Id + "-app", state.ContainerRunning},
-		{a.Uid, a.Id + "-sidecar", state.ContainerCreated},
-		{a.Uid, a.Id + "-exited", state.ContainerStopped}, // Synchronize leaves exited containers out
-		{b.Uid, b.Id + "-app", state.ContainerRunning},
+		{a.Uid, a.Id + "-app", model.ContainerRunning},
+		{a.Uid, a.Id + "-sidecar", model.ContainerCreated},
+		{a.Uid, a.Id + "-exited", model.ContainerStopped}, // Synchronize leaves exited containers out
+		{b.Uid, b.Id + "-app", model.ContainerRunning},
 	} {
 		if got := ctrState(store, c.uid, c.id); got != c.want {
 			t.Errorf("container %s: state %q, want %q", c.id, got, c.want)
@@ -227,7 +228,7 @@ func TestLifecycleEventsReachTheStoreInOrder(t *testing.T) {
 	hasPhase := func(want state.Phase) func() bool {
 		return func() bool { return phase(store, pod.Uid) == want }
 	}
-	hasCtr := func(want state.ContainerState) func() bool {
+	hasCtr := func(want model.ContainerState) func() bool {
 		return func() bool { return ctrState(store, pod.Uid, ctr.Id) == want }
 	}
 	for _, step := range []struct {
@@ -240,10 +241,10 @@ func TestLifecycleEventsReachTheStoreInOrder(t *testing.T) {
 			r, ok := store.Get(pod.Uid)
 			return ok && r.Live() && r.Annotations["example.com/gpu"] == "GPU-web"
 		}},
-		{"PostCreateContainer", ctr, "container created", hasCtr(state.ContainerCreated)},
-		{"PostStartContainer", ctr, "container running", hasCtr(state.ContainerRunning)},
-		{"StopContainer", ctr, "container stopped", hasCtr(state.ContainerStopped)},
-		{"RemoveContainer", ctr, "container removed", hasCtr(state.ContainerRemoved)},
+		{"PostCreateContainer", ctr, "container created", hasCtr(model.ContainerCreated)},
+		{"PostStartContainer", ctr, "container running", hasCtr(model.ContainerRunning)},
+		{"StopContainer", ctr, "container stopped", hasCtr(model.ContainerStopped)},
+		{"RemoveContainer", ctr, "container removed", hasCtr(model.ContainerRemoved)},
 		{"StopPodSandbox", nil, "pod stopped", hasPhase(state.PhaseStopped)},
 		{"RemovePodSandbox", nil, "pod removed", hasPhase(state.PhaseRemoved)},
 	} {
@@ -334,7 +335,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	observed := make(chan struct{})
 	go func() {
 		defer close(observed)
-		store.ObserveKubeletPods([]state.KubeletPod{{
+		store.ObserveKubeletPods([]model.KubeletPod{{
 			UID: "uid-holder", Namespace: "default", Name: "holder", Phase: "Running",
 			Annotations: map[string]string{"example.com/hold": "1"},
 		}})
@@ -363,7 +364,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	go func() { looked <- [2]string{string(phase(store, pod.Uid)), string(ctrState(store, pod.Uid, ctr.Id))} }()
 	select {
 	case got := <-looked:
-		if got != [2]string{string(state.PhaseReady), string(state.ContainerRunning)} {
+		if got != [2]string{string(state.PhaseReady), string(model.ContainerRunning)} {
 			t.Fatalf("while another pod's annotation was decoded: pod %q, container %q; want ready, running", got[0], got[1])
 		}
 	case <-time.After(hangGuard):
@@ -380,7 +381,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	}
 	// Still registered: the next event reaches the store.
 	rt.mustSend(t, "StopContainer", pod, ctr)
-	if got := ctrState(store, pod.Uid, ctr.Id); got != state.ContainerStopped {
+	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
 		t.Errorf("a later event: container %q, want stopped", got)
 	}
 	if got := rt.stats.pluginCount(); got != 1 {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -86,7 +87,7 @@ type segmentCache struct {
 
 // segment is a pod's output and what it was built from.
 type segment struct {
-	key     state.PodKey
+	key     model.PodKey
 	rec     *state.Record       // the live record the output was built from
 	checked uint64              // a store version at which rec was still the pod's live record
 	inv     allocator.Inventory // the inventory snapshot it was built with
@@ -116,7 +117,7 @@ type listPart struct {
 	need  bool   // the pod must be rebuilt
 	same  bool   // out is the kubelet's segment: nothing was added
 	rec   *state.Record
-	key   state.PodKey
+	key   model.PodKey
 }
 
 // listAnswer builds the proxy's List answer from the kubelet's encoded one
@@ -198,7 +199,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 		}
 	}
 	if len(read) > 0 {
-		keys := make([]state.PodKey, len(read))
+		keys := make([]model.PodKey, len(read))
 		for j, i := range read {
 			keys[j] = parts[i].key
 		}
@@ -304,8 +305,8 @@ func splitList(parts []listPart, b []byte) ([]listPart, error) {
 }
 
 // podKey reads a pod segment's namespace and name.
-func podKey(seg []byte) (state.PodKey, error) {
-	var k state.PodKey
+func podKey(seg []byte) (model.PodKey, error) {
+	var k model.PodKey
 	for len(seg) > 0 {
 		num, typ, n := protowire.ConsumeTag(seg)
 		if n < 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -17,7 +18,7 @@ func cachedPart(name string, size int) listPart {
 		out:  []byte("out-" + name),
 		need: true,
 		rec:  &state.Record{Name: name},
-		key:  state.PodKey{Namespace: "default", Name: name},
+		key:  model.PodKey{Namespace: "default", Name: name},
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
@@ -160,7 +161,7 @@ func TestBenchProxyProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range benchPods(n) {
-		store.ObserveSandbox(state.SourceNRI, state.Sandbox{
+		store.ObserveSandbox(state.SourceNRI, model.Sandbox{
 			ID: fmt.Sprintf("sandbox-%d", i), UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 			Annotations: p.Annotations, Ready: true,
 		})

@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
@@ -248,7 +249,7 @@ func (h *harness) get(ns, name string) *v1.PodResources {
 
 // markLive records the pod's sandbox as NRI would at RunPodSandbox.
 func (h *harness) markLive(p fakekubelet.Pod, sandboxID string) {
-	h.store.ObserveSandbox(state.SourceNRI, state.Sandbox{
+	h.store.ObserveSandbox(state.SourceNRI, model.Sandbox{
 		ID: sandboxID, UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 		Annotations: p.Annotations, Ready: true,
 	})

@@ -6,7 +6,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // TopologyFunc returns the NUMA nodes of a device id, nil when unknown.
@@ -39,7 +39,7 @@ func mergeV1(pod *v1.PodResources, p plan, topo TopologyFunc) {
 // resource is not added again; a Replace device first drops what the
 // kubelet reported for its resource (HAMi's device plugin reports ids that
 // name no real device).
-func addV1(c *v1.ContainerResources, devs []state.Device, topo TopologyFunc) {
+func addV1(c *v1.ContainerResources, devs []model.Device, topo TopologyFunc) {
 	// Drop what the kubelet reported for replaced resources first, so that
 	// no device added below (by any allocator) is dropped with it.
 	for _, d := range devs {
@@ -124,7 +124,7 @@ func mergeV1alpha1(pod *v1alpha1.PodResources, p plan) {
 	}
 }
 
-func addV1alpha1(c *v1alpha1.ContainerResources, devs []state.Device) {
+func addV1alpha1(c *v1alpha1.ContainerResources, devs []model.Device) {
 	for _, d := range devs {
 		if d.Replace {
 			c.Devices = slices.DeleteFunc(c.Devices, func(x *v1alpha1.ContainerDevices) bool { return x.GetResourceName() == d.Resource })

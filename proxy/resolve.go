@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -24,7 +25,7 @@ type plan struct {
 	// toLast holds devices of a pod whose spec was never seen while /pods is
 	// unreachable: they go to the last container the kubelet lists, which
 	// is always an app container (sidecars come first), never a sidecar.
-	toLast []state.Device
+	toLast []model.Device
 }
 
 func (p plan) empty() bool { return len(p.assign) == 0 && len(p.toLast) == 0 }
@@ -110,7 +111,7 @@ func (r *resolver) snapshot() allocator.Inventory {
 // is unknown to the store and /pods cannot be read: an answer silently
 // missing that pod's devices is worse than an error, since Multus would
 // configure the pod's network without its VF and Antrea caches empty answers.
-func (r *resolver) plans(ctx context.Context, keys []state.PodKey, arrived time.Time, inv allocator.Inventory) (plans []plan, fromStore bool, err error) {
+func (r *resolver) plans(ctx context.Context, keys []model.PodKey, arrived time.Time, inv allocator.Inventory) (plans []plan, fromStore bool, err error) {
 	plans = make([]plan, len(keys))
 	var need []int
 	for i, k := range keys {
@@ -216,13 +217,13 @@ func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 // own, naming no real device (Kata cannot resolve them, NFD and RTE find
 // them nowhere in GetAllocatableResources), so they are dropped from the
 // container the allocation was for, whether or not it is believed.
-func withoutRefusedIDs(all, kept []state.Device) []state.Device {
+func withoutRefusedIDs(all, kept []model.Device) []model.Device {
 	if len(kept) == len(all) {
 		return kept
 	}
 	out := kept
 	for _, d := range all {
-		if !d.Replace || slices.ContainsFunc(kept, func(k state.Device) bool { return sameDevice(k, d) }) {
+		if !d.Replace || slices.ContainsFunc(kept, func(k model.Device) bool { return sameDevice(k, d) }) {
 			continue
 		}
 		d.IDs = nil
@@ -233,7 +234,7 @@ func withoutRefusedIDs(all, kept []state.Device) []state.Device {
 
 // sameDevice reports whether two decoded devices are one (Vet and Contest
 // return the devices they keep unchanged).
-func sameDevice(a, b state.Device) bool {
+func sameDevice(a, b model.Device) bool {
 	return a.Allocator == b.Allocator && a.Resource == b.Resource && slices.Equal(a.IDs, b.IDs) &&
 		ptrEqual(a.ContainerIndex, b.ContainerIndex)
 }
@@ -247,7 +248,7 @@ func ptrEqual[T comparable](a, b *T) bool {
 // it cannot find stay empty and are left out of the answer; that is logged
 // at debug level, since it repeats on every query until the inventory
 // knows the device.
-func (r *resolver) translate(rec *state.Record, inv allocator.Inventory) []state.Device {
+func (r *resolver) translate(rec *state.Record, inv allocator.Inventory) []model.Device {
 	devs, problems := allocator.Translate(rec.Devices, inv)
 	if len(problems) > 0 && r.log != nil {
 		r.log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
@@ -260,7 +261,7 @@ func (r *resolver) translate(rec *state.Record, inv allocator.Inventory) []state
 // become pending records with their spec and decoded allocations, which is
 // what lets a pod first learned from NRI cost one /pods read, once.
 func RecordingFetch(read kubeletpods.Fetch, store *state.Store) kubeletpods.Fetch {
-	return func(ctx context.Context) ([]state.KubeletPod, error) {
+	return func(ctx context.Context) ([]model.KubeletPod, error) {
 		pods, err := read(ctx)
 		if err != nil {
 			return nil, err

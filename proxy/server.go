@@ -24,6 +24,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -178,10 +179,10 @@ func (s *Server) Serve(ctx context.Context) error {
 // Ready reports whether the socket is being served.
 func (s *Server) Ready() bool { return s.ready.Load() }
 
-func keysV1(pods []*v1.PodResources) []state.PodKey {
-	keys := make([]state.PodKey, len(pods))
+func keysV1(pods []*v1.PodResources) []model.PodKey {
+	keys := make([]model.PodKey, len(pods))
 	for i, p := range pods {
-		keys[i] = state.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
+		keys[i] = model.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
 	}
 	return keys
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"sync"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -25,13 +26,13 @@ func (r *resolver) vettable(rec *state.Record) bool {
 // less those that conflict with another pod's earlier claim (Gate.Contest). What it refuses is recorded in
 // the store, and logged and counted when that changed, so a forger costs one
 // warning per change, not one per query.
-func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inventory, holders *allocator.Holders) []state.Device {
+func (r *resolver) vet(rec *state.Record, devs []model.Device, inv allocator.Inventory, holders *allocator.Holders) []model.Device {
 	if r.trust == nil {
 		return devs
 	}
 	kept, refused := r.trust.Vet(rec.Spec, devs, inv)
 	for _, key := range rec.Edited {
-		refused = append(refused, state.Refused{
+		refused = append(refused, model.Refused{
 			Allocator: r.allocators.AllocatorOf(key),
 			Reason:    allocator.ReasonEdited,
 			Class:     allocator.ReasonClass(allocator.ReasonEdited),
@@ -39,12 +40,12 @@ func (r *resolver) vet(rec *state.Record, devs []state.Device, inv allocator.Inv
 		})
 	}
 	if len(kept) > 0 {
-		var contested []state.Refused
+		var contested []model.Refused
 		kept, contested = r.trust.Contest(rec, kept, holders)
 		refused = append(refused, contested...)
 	}
 	if r.store.SetRefused(rec.UID, refused) {
-		r.trust.Report(state.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, refused)
+		r.trust.Report(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, refused)
 	}
 	return kept
 }

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -226,7 +227,7 @@ func TestUnsafeAndForeignIDsAreRefused(t *testing.T) {
 	}
 }
 
-func refusedOf(rec *state.Record) []state.Refused {
+func refusedOf(rec *state.Record) []model.Refused {
 	if rec == nil {
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // BenchmarkEventToDurable measures, on the real file system, the time from
@@ -53,12 +55,12 @@ func BenchmarkEventToDurable(b *testing.B) {
 
 			b.ResetTimer()
 			for n := range b.N {
-				state := ContainerRunning
+				state := model.ContainerRunning
 				if n%2 == 1 {
-					state = ContainerStopped
+					state = model.ContainerStopped
 				}
 				for i := range burst {
-					s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
+					s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
 				}
 				for range burst {
 					<-durable

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // The tests below need a second process: a writer that is killed, or one
@@ -86,11 +88,11 @@ func crashWriter(s *Store, tag string, flushed *atomic.Bool, sayBusy bool) {
 	flushed.Store(true)
 	fmt.Printf("flushed %d\n", flushedBeforeKill)
 	for i := 0; ; i++ {
-		state := ContainerRunning
+		state := model.ContainerRunning
 		if i/flushedBeforeKill%2 == 1 {
-			state = ContainerStopped
+			state = model.ContainerStopped
 		}
-		s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
+		s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
 		if sayBusy && i == 100*flushedBeforeKill {
 			fmt.Println("busy")
 		}

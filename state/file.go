@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // The layout of a state directory (docs/state-format.md describes it for
@@ -56,7 +57,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 		c.Containers = []Container{}
 	}
 	if c.Devices == nil {
-		c.Devices = []Device{}
+		c.Devices = []model.Device{}
 	}
 	b, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
@@ -120,7 +121,7 @@ func validate(r *Record) error {
 	}
 	for _, c := range r.Containers {
 		switch c.State {
-		case ContainerCreated, ContainerRunning, ContainerStopped, ContainerRemoved, ContainerUnknown:
+		case model.ContainerCreated, model.ContainerRunning, model.ContainerStopped, model.ContainerRemoved, model.ContainerUnknown:
 		default:
 			return fmt.Errorf("container %q: unknown state %q", c.Name, c.State)
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 func sampleRecord() *Record {
@@ -14,13 +16,13 @@ func sampleRecord() *Record {
 		SchemaVersion: SchemaVersion, UID: "0b5d8e3a-1c2f-4b7e-9a6d-2f1e3c4b5a69",
 		Namespace: "ml", Name: "trainer-0", SandboxID: "4f1c0d2e9b8a", State: PhaseReady,
 		KubeletPhase: "Running",
-		Containers:   []Container{{Name: "main", ID: "c0ffee", State: ContainerRunning}},
-		Spec: &PodSpec{Containers: []ContainerSpec{
-			{Name: "init", Kind: KindInit},
-			{Name: "main", Kind: KindApp, Requests: map[string]string{"nvidia.com/gpu": "1"}},
+		Containers:   []Container{{Name: "main", ID: "c0ffee", State: model.ContainerRunning}},
+		Spec: &model.PodSpec{Containers: []model.ContainerSpec{
+			{Name: "init", Kind: model.KindInit},
+			{Name: "main", Kind: model.KindApp, Requests: map[string]string{"nvidia.com/gpu": "1"}},
 		}},
 		Annotations: map[string]string{"scheduling.koordinator.sh/device-allocated": `{"gpu":[{"minor":3}]}`},
-		Devices: []Device{{Allocator: "koordinator", Type: "gpu", Resource: "nvidia.com/gpu",
+		Devices: []model.Device{{Allocator: "koordinator", Type: "gpu", Resource: "nvidia.com/gpu",
 			IDs: []string{"GPU-1"}, Minor: &minor, ContainerIndex: &idx}},
 		DecodeErrors: []string{"rdma: unexpected end of JSON input"},
 		Sources: Sources{

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -46,11 +48,11 @@ type fakeDecoder struct {
 
 func (d *fakeDecoder) Relevant(key string) bool { return strings.HasPrefix(key, "alloc/") }
 
-func (d *fakeDecoder) Decode(_ PodRef, ann map[string]string) ([]Device, []error) {
+func (d *fakeDecoder) Decode(_ model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	d.mu.Lock()
 	d.calls++
 	d.mu.Unlock()
-	var devs []Device
+	var devs []model.Device
 	var errs []error
 	for k, v := range ann {
 		typ := strings.TrimPrefix(k, "alloc/")
@@ -62,7 +64,7 @@ func (d *fakeDecoder) Decode(_ PodRef, ann map[string]string) ([]Device, []error
 		if prefix == "" {
 			prefix = "example.com"
 		}
-		devs = append(devs, Device{Allocator: "fake", Type: typ, Resource: prefix + "/" + typ, IDs: strings.Split(v, ",")})
+		devs = append(devs, model.Device{Allocator: "fake", Type: typ, Resource: prefix + "/" + typ, IDs: strings.Split(v, ",")})
 	}
 	return devs, errs
 }
@@ -109,8 +111,8 @@ func newCapturedLog() (*logrus.Logger, *capturedLog) {
 	return l, c
 }
 
-func readySandbox(uid, ns, name, id string, ann map[string]string) Sandbox {
-	return Sandbox{ID: id, UID: uid, Namespace: ns, Name: name, Annotations: ann, Ready: true}
+func readySandbox(uid, ns, name, id string, ann map[string]string) model.Sandbox {
+	return model.Sandbox{ID: id, UID: uid, Namespace: ns, Name: name, Annotations: ann, Ready: true}
 }
 
 func mustGet(t *testing.T, s *Store, uid string) *Record {
@@ -122,8 +124,8 @@ func mustGet(t *testing.T, s *Store, uid string) *Record {
 	return r
 }
 
-func containerStates(r *Record) map[string]ContainerState {
-	m := map[string]ContainerState{}
+func containerStates(r *Record) map[string]model.ContainerState {
+	m := map[string]model.ContainerState{}
 	for _, c := range r.Containers {
 		m[c.ID] = c.State
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // plantSymlink makes name in dir a symbolic link to a file outside dir
@@ -138,7 +140,7 @@ func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t
 	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
 		t.Fatalf("Flush on a full disk: %v, want ENOSPC", err)
 	}
-	if _, ok := s.Live(PodKey{Namespace: "ns", Name: "a"}); !ok {
+	if _, ok := s.Live(model.PodKey{Namespace: "ns", Name: "a"}); !ok {
 		t.Fatal("the pod learned on a full disk is not known")
 	}
 	mu.Lock()

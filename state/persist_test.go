@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // openTest opens a store on dir with fast retries and closes it when the
@@ -89,11 +91,11 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	dec := &fakeDecoder{}
 	clock := newFakeClock()
 	s := openTest(t, dir, Options{Decoder: dec, Now: clock.Now}, nil)
-	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1"},
-		Spec:        PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp, Requests: map[string]string{"example.com/gpu": "1"}}}}}})
+		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{"example.com/gpu": "1"}}}}}})
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
-	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "web-1", "sb2", nil))
 	flush(t, s)
 	want := encodedRecords(t, s.Records())
@@ -546,11 +548,11 @@ func TestReadDirNeverSeesAHalfWrittenFileWhileTheWriterRuns(t *testing.T) {
 			default:
 			}
 			i := n % 20
-			state := ContainerRunning
+			state := model.ContainerRunning
 			if n/20%2 == 1 {
-				state = ContainerStopped
+				state = model.ContainerStopped
 			}
-			s.ObserveContainer(SourceNRI, RuntimeContainer{ID: fmt.Sprintf("c%d", i), SandboxID: fmt.Sprintf("sb%02d", i), Name: "app", State: state})
+			s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: fmt.Sprintf("c%d", i), SandboxID: fmt.Sprintf("sb%02d", i), Name: "app", State: state})
 			if n%50 == 0 {
 				s.Flush(context.Background())
 			}

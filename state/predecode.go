@@ -3,6 +3,8 @@ package state
 import (
 	"hash/maphash"
 	"slices"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // Decoding an allocator annotation can take a while (a hostile pod may
@@ -18,7 +20,7 @@ import (
 // decoded is one decoding's result.
 type decoded struct {
 	rel  map[string]string
-	devs []Device
+	devs []model.Device
 	errs []string
 }
 
@@ -61,7 +63,7 @@ func (s *Store) relevant(all map[string]string) map[string]string {
 
 // predecode decodes the relevant annotations of each pod, without the
 // store's lock; ref names the pod in the decoder's errors.
-func (s *Store) predecode(pre predecoded, ref PodRef, all map[string]string) {
+func (s *Store) predecode(pre predecoded, ref model.PodRef, all map[string]string) {
 	if s.opts.Decoder == nil {
 		return
 	}

@@ -3,6 +3,8 @@ package state
 import (
 	"testing"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // slowDecoder is a decoder whose every Decode waits until released, as a
@@ -13,7 +15,7 @@ type slowDecoder struct {
 	release chan struct{}
 }
 
-func (d *slowDecoder) Decode(ref PodRef, ann map[string]string) ([]Device, []error) {
+func (d *slowDecoder) Decode(ref model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	d.entered <- struct{}{}
 	<-d.release
 	return d.fakeDecoder.Decode(ref, ann)
@@ -35,11 +37,11 @@ func TestDecodingDoesNotHoldTheStoresLock(t *testing.T) {
 			s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "big", "sb1", map[string]string{"alloc/gpu": "G1"}))
 		}},
 		{"ObserveKubeletPods", func() {
-			s.ObserveKubeletPods([]KubeletPod{{UID: "u2", Namespace: "ns", Name: "new", Phase: "Pending",
+			s.ObserveKubeletPods([]model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "new", Phase: "Pending",
 				Annotations: map[string]string{"alloc/gpu": "G2"}}})
 		}},
 		{"Reconcile", func() {
-			s.Reconcile(SourceCRI, time.Now(), []Sandbox{
+			s.Reconcile(SourceCRI, time.Now(), []model.Sandbox{
 				readySandbox("u3", "ns", "cri", "sb3", map[string]string{"alloc/gpu": "G3"}),
 				readySandbox("u-other", "ns", "other", "sb0", nil),
 				readySandbox("u1", "ns", "big", "sb1", map[string]string{"alloc/gpu": "G1"}),
@@ -52,7 +54,7 @@ func TestDecodingDoesNotHoldTheStoresLock(t *testing.T) {
 		<-dec.entered // decoding now
 		read := make(chan bool)
 		go func() {
-			_, ok := s.Live(PodKey{Namespace: "ns", Name: "other"})
+			_, ok := s.Live(model.PodKey{Namespace: "ns", Name: "other"})
 			read <- ok
 		}()
 		select {

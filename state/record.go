@@ -1,6 +1,10 @@
 package state
 
-import "time"
+import (
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
+)
 
 // SchemaVersion is the version of the on-disk record format. It is written
 // into every file and changes only when the format changes incompatibly; a
@@ -49,139 +53,12 @@ type Sources struct {
 	Containers  *Seen `json:"containers,omitempty"`  // runtime containers
 }
 
-// ContainerState is a runtime container's state.
-type ContainerState string
-
-const (
-	ContainerCreated ContainerState = "created"
-	ContainerRunning ContainerState = "running"
-	ContainerStopped ContainerState = "stopped"
-	ContainerRemoved ContainerState = "removed"
-	ContainerUnknown ContainerState = "unknown"
-)
-
 // Container is a runtime container of the pod, as NRI or CRI reported it.
 type Container struct {
-	Name  string         `json:"name"`
-	ID    string         `json:"id"`
-	State ContainerState `json:"state"`
+	Name  string               `json:"name"`
+	ID    string               `json:"id"`
+	State model.ContainerState `json:"state"`
 }
-
-// ContainerKind says how the kubelet treats a container in PodResources:
-// sidecars (restartable init containers) are listed before app containers,
-// plain init containers are never listed, v1alpha1 lists app containers only.
-type ContainerKind string
-
-const (
-	KindInit    ContainerKind = "init"
-	KindSidecar ContainerKind = "sidecar"
-	KindApp     ContainerKind = "app"
-)
-
-// ContainerSpec is what the pod spec says about one container: its kind and
-// the extended resources it requests (limits where set, else requests; cpu,
-// memory, ephemeral-storage and hugepages are left out).
-type ContainerSpec struct {
-	Name     string            `json:"name"`
-	Kind     ContainerKind     `json:"kind"`
-	Requests map[string]string `json:"requests,omitempty"`
-}
-
-// PodSpec is the part of a pod spec that device attribution needs, in spec
-// order: init containers (plain and sidecar) first, then app containers.
-// NRI does not carry it, so it is learned from the kubelet's /pods once per
-// pod UID; it does not change during a pod's life.
-type PodSpec struct {
-	// SchedulerName is the pod's spec.schedulerName. An allocator's
-	// annotation is believed only on a pod its scheduler placed (see
-	// proxy/allocator/trust.go); empty in records written before it was
-	// kept, which are read from /pods again before they are believed.
-	SchedulerName string          `json:"schedulerName,omitempty"`
-	Containers    []ContainerSpec `json:"containers"`
-}
-
-// Device is one allocated device decoded from a scheduler's annotation.
-type Device struct {
-	// Allocator is the decoder that produced it ("koordinator", "hami"...).
-	Allocator string `json:"allocator"`
-	// Type is the allocator's own device type ("gpu", "rdma", "fpga").
-	Type string `json:"type,omitempty"`
-	// Resource is the PodResources resource_name the device is reported as.
-	Resource string `json:"resource"`
-	// IDs are the device ids reported for this device: a GPU UUID, the VF
-	// PCI addresses of an RDMA allocation, or the PF address when there are
-	// no VFs. Each becomes one ContainerDevices entry. Empty when the
-	// allocator named the device only by Minor and no inventory translated it.
-	IDs []string `json:"ids"`
-	// Minor is the device minor when the allocator gave one.
-	Minor *int64 `json:"minor,omitempty"`
-	// Shared is true when only a share of the device was allocated (for
-	// example koordinator.sh/gpu-core: 50); every container that requests a
-	// share of it gets it.
-	Shared bool `json:"shared,omitempty"`
-	// ContainerIndex is set by allocators that allocate per container (HAMi,
-	// Volcano vGPU): the position in the allocator's own container list, or
-	// with ScopeRequestingAll the rank among its non-empty entries. Nil
-	// means the allocation is pod-level and attribution follows the pod spec.
-	ContainerIndex *int `json:"containerIndex,omitempty"`
-	// ContainerScope says which containers of the pod spec the allocator's
-	// list covers, that is what ContainerIndex counts; empty is ScopeAll.
-	ContainerScope ContainerScope `json:"containerScope,omitempty"`
-	// ContainerCount is the length of the allocator's container list (with
-	// ScopeRequestingAll, its non-empty entries), 0 when unknown. For
-	// ScopeAll, ScopeApp and ScopeRequesting, when it disagrees with the
-	// scope's size, the scope whose size it matches is used instead.
-	ContainerCount int `json:"containerCount,omitempty"`
-	// Index is the vendor's enumeration index (nvidia-smi index) when the
-	// allocator named the device by it (Volcano gpushare); like Minor, it is
-	// translated to an id through the node's device inventory.
-	Index *int64 `json:"index,omitempty"`
-	// Replace means the ids replace what the kubelet itself reported for
-	// Resource in that container instead of being appended to it.
-	Replace bool `json:"replace,omitempty"`
-	// CountsRequests means the allocator counted the pod's requests for this
-	// device in devices, not in its usual unit (Koordinator's
-	// RequestsAsCount strategy: koordinator.sh/rdma: 1 is one VF, not 1% of
-	// a NIC); attribution reads the containers' requests the same way.
-	CountsRequests bool `json:"countsRequests,omitempty"`
-}
-
-// Refused is a decoded device that was not reported, and why. Reason is
-// one of the trust rules' reasons (a metric label too); Class tells an
-// operator whether the annotation looks forged ("forged": it names a device
-// the pod has no right to) or broken ("malformed": an id no device can
-// have), or the pod could not be checked yet ("unvetted").
-type Refused struct {
-	Allocator string   `json:"allocator"`
-	Resource  string   `json:"resource"`
-	IDs       []string `json:"ids"`
-	Reason    string   `json:"reason"`
-	Class     string   `json:"class"`
-	Detail    string   `json:"detail,omitempty"`
-}
-
-// ContainerScope names the containers of a PodSpec that a per-container
-// allocator's list covers, in PodSpec order.
-type ContainerScope string
-
-const (
-	// ScopeAll: every container, init and sidecar containers first (HAMi
-	// since its PR #1650, as schema-1 records read it; no decoder writes it
-	// any more).
-	ScopeAll ContainerScope = ""
-	// ScopeApp: the app containers only (HAMi before that; likewise).
-	ScopeApp ContainerScope = "app"
-	// ScopeRequesting: the app containers that request the device, as the
-	// allocator's decoder judges requests (Volcano vGPU).
-	ScopeRequesting ContainerScope = "requesting"
-	// ScopeRequestingAll: every container that requests the device, init
-	// and sidecar containers first, as the allocator's decoder judges
-	// requests; ContainerIndex then counts the allocator's non-empty entries
-	// (HAMi, whose device plugin hands its k-th non-empty entry to the k-th
-	// container asking for the vendor's resource, whatever the list's
-	// padding).
-	ScopeRequestingAll ContainerScope = "requesting-all"
-)
 
 // Record is everything the node knows about one pod, keyed by UID. A Record
 // returned by the Store is shared and must not be modified.
@@ -203,18 +80,18 @@ type Record struct {
 	// Containers are the runtime containers of the current sandbox.
 	Containers []Container `json:"containers"`
 	// Spec is nil until a /pods read has seen the pod.
-	Spec *PodSpec `json:"spec,omitempty"`
+	Spec *model.PodSpec `json:"spec,omitempty"`
 	// Annotations holds only the annotations some allocator decodes.
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// Devices are what the allocators decoded from Annotations.
-	Devices []Device `json:"devices"`
+	Devices []model.Device `json:"devices"`
 	// DecodeErrors says why an allocator annotation was not understood; the
 	// pod is then answered without those devices.
 	DecodeErrors []string `json:"decodeErrors,omitempty"`
 	// Refused are the decoded devices the proxy does not report, and why
 	// (the trust rules in proxy/allocator/trust.go), as of the last answer
 	// computed for the pod: Devices minus what consumers were shown.
-	Refused []Refused `json:"refused,omitempty"`
+	Refused []model.Refused `json:"refused,omitempty"`
 	// Edited are the allocation annotation keys whose value in the API
 	// (the last /pods read) differs from the one the runtime started the
 	// sandbox with, or that the API no longer has. The runtime's value is
@@ -230,7 +107,7 @@ type Record struct {
 }
 
 // Key is the namespace and name a PodResources answer identifies pods by.
-func (r *Record) Key() PodKey { return PodKey{Namespace: r.Namespace, Name: r.Name} }
+func (r *Record) Key() model.PodKey { return model.PodKey{Namespace: r.Namespace, Name: r.Name} }
 
 // Live reports whether the record is a running sandbox the runtime told us
 // about. Only live records may answer a query without a fresh /pods read:
@@ -243,52 +120,3 @@ func (r *Record) Live() bool {
 	src := r.Sources.Sandbox.Source
 	return src == SourceNRI || src == SourceCRI
 }
-
-// PodKey identifies a pod the way PodResources does.
-type PodKey struct {
-	Namespace string
-	Name      string
-}
-
-func (k PodKey) String() string { return k.Namespace + "/" + k.Name }
-
-// PodRef names a pod in logs and errors.
-type PodRef struct {
-	UID       string
-	Namespace string
-	Name      string
-}
-
-func (p PodRef) String() string { return p.Namespace + "/" + p.Name + " (uid " + p.UID + ")" }
-
-// Sandbox is what the runtime reports about a pod sandbox, through NRI or CRI.
-type Sandbox struct {
-	ID          string
-	UID         string
-	Namespace   string
-	Name        string
-	Annotations map[string]string
-	// Ready is false for a sandbox the runtime lists as not ready (stopped).
-	Ready bool
-}
-
-// RuntimeContainer is what the runtime reports about a container.
-type RuntimeContainer struct {
-	ID        string
-	SandboxID string
-	Name      string
-	State     ContainerState
-}
-
-// KubeletPod is what a /pods read says about one pod.
-type KubeletPod struct {
-	UID         string
-	Namespace   string
-	Name        string
-	Phase       string // Pending, Running, Succeeded, Failed, Unknown
-	Annotations map[string]string
-	Spec        PodSpec
-}
-
-// Terminal reports whether the kubelet considers the pod finished.
-func (p *KubeletPod) Terminal() bool { return p.Phase == "Succeeded" || p.Phase == "Failed" }

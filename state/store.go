@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // Decoder turns a pod's annotations into devices. The proxy's allocator set
@@ -34,7 +36,7 @@ type Decoder interface {
 	// Decode returns the devices the annotations allocate. Errors describe
 	// annotations that could not be understood; the devices of the others
 	// are still returned.
-	Decode(pod PodRef, annotations map[string]string) ([]Device, []error)
+	Decode(pod model.PodRef, annotations map[string]string) ([]model.Device, []error)
 }
 
 // Options configure a Store.
@@ -68,8 +70,8 @@ type Store struct {
 
 	mu        sync.RWMutex
 	byUID     map[string]*Record
-	byKey     map[PodKey][]string // uids, usually one
-	bySandbox map[string]string   // sandbox id -> uid
+	byKey     map[model.PodKey][]string // uids, usually one
+	bySandbox map[string]string         // sandbox id -> uid
 
 	// version counts changes to the records: it moves whenever a record is
 	// installed or deleted, so that readers can tell, without comparing
@@ -107,7 +109,7 @@ func New(opts Options) *Store {
 	return &Store{
 		opts:      opts,
 		byUID:     map[string]*Record{},
-		byKey:     map[PodKey][]string{},
+		byKey:     map[model.PodKey][]string{},
 		bySandbox: map[string]string{},
 		dirty:     func(string) {},
 	}
@@ -125,7 +127,7 @@ func (s *Store) Get(uid string) (*Record, bool) {
 // CRI) of a pod name. It returns false when there is none, or when two live
 // sandboxes share the name (a pod being recreated): the caller must then ask
 // the kubelet which one is current.
-func (s *Store) Live(key PodKey) (*Record, bool) {
+func (s *Store) Live(key model.PodKey) (*Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var live *Record
@@ -143,7 +145,7 @@ func (s *Store) Live(key PodKey) (*Record, bool) {
 }
 
 // ByName returns every record of a pod name, newest update first.
-func (s *Store) ByName(key PodKey) []*Record {
+func (s *Store) ByName(key model.PodKey) []*Record {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]*Record, 0, len(s.byKey[key]))
@@ -194,9 +196,9 @@ func SortRecords(rs []*Record) {
 
 // ObserveSandbox records a sandbox the runtime reported (NRI RunPodSandbox,
 // Synchronize, CRI ListPodSandbox). It creates the record if the UID is new.
-func (s *Store) ObserveSandbox(src Source, sb Sandbox) {
+func (s *Store) ObserveSandbox(src Source, sb model.Sandbox) {
 	pre := predecoded{}
-	s.predecode(pre, PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
+	s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	s.lock(pre)
 	defer s.unlock()
 	s.observeSandbox(src, sb)
@@ -213,7 +215,7 @@ func (s *Store) unlock() {
 	s.mu.Unlock()
 }
 
-func (s *Store) observeSandbox(src Source, sb Sandbox) {
+func (s *Store) observeSandbox(src Source, sb model.Sandbox) {
 	uid := sb.UID
 	if uid == "" {
 		uid = s.bySandbox[sb.ID]
@@ -295,7 +297,7 @@ func (s *Store) setPhase(src Source, uid string, phase Phase) {
 		if phase == PhaseRemoved {
 			r.RemovedAt = &now
 			for i := range r.Containers {
-				r.Containers[i].State = ContainerRemoved
+				r.Containers[i].State = model.ContainerRemoved
 			}
 		}
 		return true
@@ -303,13 +305,13 @@ func (s *Store) setPhase(src Source, uid string, phase Phase) {
 }
 
 // ObserveContainer records a container the runtime reported.
-func (s *Store) ObserveContainer(src Source, c RuntimeContainer) {
+func (s *Store) ObserveContainer(src Source, c model.RuntimeContainer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.observeContainer(src, c)
 }
 
-func (s *Store) observeContainer(src Source, c RuntimeContainer) {
+func (s *Store) observeContainer(src Source, c model.RuntimeContainer) {
 	uid, ok := s.bySandbox[c.SandboxID]
 	if !ok || c.ID == "" {
 		return
@@ -320,15 +322,15 @@ func (s *Store) observeContainer(src Source, c RuntimeContainer) {
 			return false
 		}
 		i := slices.IndexFunc(r.Containers, func(x Container) bool { return x.ID == c.ID })
-		if i < 0 && c.State == ContainerRemoved {
+		if i < 0 && c.State == model.ContainerRemoved {
 			return false // removal of a container we never knew: nothing to record
 		}
 		if i < 0 {
 			r.Containers = append(r.Containers, Container{Name: c.Name, ID: c.ID, State: c.State})
 		} else {
 			old := r.Containers[i]
-			if old.State == c.State || old.State == ContainerRemoved ||
-				(c.State == ContainerUnknown && old.State == ContainerStopped) {
+			if old.State == c.State || old.State == model.ContainerRemoved ||
+				(c.State == model.ContainerUnknown && old.State == model.ContainerStopped) {
 				return false
 			}
 			r.Containers[i].State = c.State
@@ -343,7 +345,7 @@ func (s *Store) observeContainer(src Source, c RuntimeContainer) {
 
 // ContainerRemoved records that a container is gone.
 func (s *Store) ContainerRemoved(src Source, sandboxID, containerID string) {
-	s.ObserveContainer(src, RuntimeContainer{ID: containerID, SandboxID: sandboxID, State: ContainerRemoved})
+	s.ObserveContainer(src, model.RuntimeContainer{ID: containerID, SandboxID: sandboxID, State: model.ContainerRemoved})
 }
 
 // Reconcile applies a full snapshot of the runtime (NRI Synchronize, CRI
@@ -353,10 +355,10 @@ func (s *Store) ContainerRemoved(src Source, sandboxID, containerID string) {
 // (NRI leaves exited containers out) and removed when it is true (CRI lists
 // exited ones). A record whose sandbox or containers changed after asOf is
 // newer than the snapshot and keeps what it knows.
-func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, containers []RuntimeContainer, exitedListed bool) {
+func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []model.Sandbox, containers []model.RuntimeContainer, exitedListed bool) {
 	pre := predecoded{}
 	for _, sb := range sandboxes {
-		s.predecode(pre, PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
+		s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	}
 	s.lock(pre)
 	defer s.unlock()
@@ -395,9 +397,9 @@ func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, conta
 		s.observeContainer(src, c)
 	}
 	now := s.opts.Now()
-	gone := ContainerStopped
+	gone := model.ContainerStopped
 	if exitedListed {
-		gone = ContainerRemoved
+		gone = model.ContainerRemoved
 	}
 	for uid, r := range s.byUID {
 		if r.SandboxID == "" || r.State == PhaseRemoved || sandboxNewer[uid] {
@@ -413,7 +415,7 @@ func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, conta
 		s.update(uid, func(r *Record) bool {
 			changed := false
 			for i, c := range r.Containers {
-				if ctrs[c.ID] || c.State == ContainerRemoved || c.State == gone {
+				if ctrs[c.ID] || c.State == model.ContainerRemoved || c.State == gone {
 					continue
 				}
 				r.Containers[i].State = gone
@@ -431,11 +433,11 @@ func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []Sandbox, conta
 // allocator annotations. Pods new to the store are recorded as pending;
 // pending pods that /pods no longer lists are removed. Sandbox state is left
 // to the runtime sources.
-func (s *Store) ObserveKubeletPods(pods []KubeletPod) {
+func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 	pre := predecoded{}
 	for i := range pods {
 		if p := &pods[i]; p.UID != "" && !p.Terminal() {
-			s.predecode(pre, PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
+			s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
 		}
 	}
 	s.lock(pre)
@@ -539,8 +541,8 @@ func fixAnnotations(runtime, api map[string]string) (fixed map[string]string, ed
 // sameSpec compares pod specs the way they mean, not the way they were
 // built: a nil and an empty list or map are the same (a spec read back from
 // its file has no empty maps).
-func sameSpec(a, b *PodSpec) bool {
-	return a.SchedulerName == b.SchedulerName && slices.EqualFunc(a.Containers, b.Containers, func(x, y ContainerSpec) bool {
+func sameSpec(a, b *model.PodSpec) bool {
+	return a.SchedulerName == b.SchedulerName && slices.EqualFunc(a.Containers, b.Containers, func(x, y model.ContainerSpec) bool {
 		return x.Name == y.Name && x.Kind == y.Kind && maps.Equal(x.Requests, y.Requests)
 	})
 }
@@ -602,11 +604,11 @@ func sameOrEmpty[T any](a, b []T) bool {
 	return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b)
 }
 
-func (s *Store) decode(r *Record, ann map[string]string) ([]Device, []string) {
-	return s.decodeRef(PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, ann)
+func (s *Store) decode(r *Record, ann map[string]string) ([]model.Device, []string) {
+	return s.decodeRef(model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, ann)
 }
 
-func (s *Store) decodeRef(ref PodRef, ann map[string]string) ([]Device, []string) {
+func (s *Store) decodeRef(ref model.PodRef, ann map[string]string) ([]model.Device, []string) {
 	if len(ann) == 0 {
 		return nil, nil
 	}
@@ -622,7 +624,7 @@ func (s *Store) decodeRef(ref PodRef, ann map[string]string) ([]Device, []string
 // report (nil: none), for `inspect` and for the record file. It reports
 // whether that changed the record, so that a caller logs and counts each
 // refusal once, not once per query. An unknown uid changes nothing.
-func (s *Store) SetRefused(uid string, refused []Refused) bool {
+func (s *Store) SetRefused(uid string, refused []model.Refused) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.byUID[uid]
@@ -716,7 +718,7 @@ func (s *Store) delete(uid string) {
 	s.dirty(uid)
 }
 
-func (s *Store) unindexKey(k PodKey, uid string) {
+func (s *Store) unindexKey(k model.PodKey, uid string) {
 	uids := slices.DeleteFunc(s.byKey[k], func(u string) bool { return u == uid })
 	if len(uids) == 0 {
 		delete(s.byKey, k)

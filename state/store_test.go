@@ -6,17 +6,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
-var pod = PodKey{Namespace: "ns", Name: "web-0"}
+var pod = model.PodKey{Namespace: "ns", Name: "web-0"}
 
 func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
 	dec := &fakeDecoder{}
 	s := New(Options{Decoder: dec, Now: newFakeClock().Now})
-	s.ObserveKubeletPods([]KubeletPod{{
+	s.ObserveKubeletPods([]model.KubeletPod{{
 		UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1", "other": "x"},
-		Spec:        PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp}}},
+		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}},
 	}})
 	r := mustGet(t, s, "u1")
 	if r.State != PhasePending || r.Spec == nil || r.KubeletPhase != "Pending" {
@@ -60,7 +62,7 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Now: clock.Now})
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
-	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	if _, ok := s.Live(pod); !ok {
 		t.Fatal("a running sandbox is not Live")
 	}
@@ -82,7 +84,7 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 	if r.RemovedAt == nil || !r.RemovedAt.Equal(removedAt) {
 		t.Errorf("removedAt %v, want %v", r.RemovedAt, removedAt)
 	}
-	if got := containerStates(r)["c1"]; got != ContainerRemoved {
+	if got := containerStates(r)["c1"]; got != model.ContainerRemoved {
 		t.Errorf("container of a removed sandbox is %q, want removed", got)
 	}
 }
@@ -108,7 +110,7 @@ func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
 func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
 	s := New(Options{Now: newFakeClock().Now})
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
-	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	// The pod's sandbox is recreated (same uid, new sandbox).
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb2", nil))
 	r := mustGet(t, s, "u1")
@@ -117,7 +119,7 @@ func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
 	}
 	s.SandboxStopped(SourceNRI, "sb1", "u1")
 	s.SandboxRemoved(SourceNRI, "sb1", "u1")
-	s.ObserveSandbox(SourceCRI, Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "web-0", Ready: false})
+	s.ObserveSandbox(SourceCRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "web-0", Ready: false})
 	if r, ok := s.Live(pod); !ok || r.SandboxID != "sb2" {
 		t.Fatalf("events about the old sandbox changed the current one: Live = %+v, %v", r, ok)
 	}
@@ -137,15 +139,15 @@ func TestReconcileWithAnOlderSnapshotDoesNotUndoNewerEvents(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Now: clock.Now})
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	asOf := clock.Advance(time.Second) // the CRI reconciler takes its snapshot...
-	snapshot := []Sandbox{{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: true}}
-	snapCtrs := []RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning}}
+	snapshot := []model.Sandbox{{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: true}}
+	snapCtrs := []model.RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning}}
 
 	clock.Advance(time.Second) // ...then events arrive before it is applied:
 	s.SandboxStopped(SourceNRI, "sb1", "")
 	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
-	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c2", SandboxID: "sb2", Name: "app", State: ContainerRunning})
+	s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c2", SandboxID: "sb2", Name: "app", State: model.ContainerRunning})
 
 	clock.Advance(time.Second)
 	s.Reconcile(SourceCRI, asOf, snapshot, snapCtrs, true)
@@ -154,7 +156,7 @@ func TestReconcileWithAnOlderSnapshotDoesNotUndoNewerEvents(t *testing.T) {
 		t.Errorf("sandbox stopped after the snapshot is %q after Reconcile, want stopped", r.State)
 	}
 	r := mustGet(t, s, "u2")
-	if r.State != PhaseReady || containerStates(r)["c2"] != ContainerRunning {
+	if r.State != PhaseReady || containerStates(r)["c2"] != model.ContainerRunning {
 		t.Errorf("sandbox created after the snapshot: state %q containers %v; want ready and running", r.State, r.Containers)
 	}
 }
@@ -164,9 +166,9 @@ func TestReconcileRemovesSandboxesItDoesNotList(t *testing.T) {
 	s := New(Options{Now: clock.Now})
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
-	s.ObserveKubeletPods([]KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
 	asOf := clock.Advance(time.Second)
-	s.Reconcile(SourceNRI, asOf, []Sandbox{readySandbox("u2", "ns", "b", "sb2", nil)}, nil, false)
+	s.Reconcile(SourceNRI, asOf, []model.Sandbox{readySandbox("u2", "ns", "b", "sb2", nil)}, nil, false)
 
 	if r := mustGet(t, s, "u1"); r.State != PhaseRemoved || r.Sources.Sandbox.Source != SourceNRI {
 		t.Errorf("unlisted sandbox: state %q source %v, want removed by nri", r.State, r.Sources.Sandbox)
@@ -185,10 +187,10 @@ func TestReconcileLearnsSandboxesAndContainersItDidNotKnow(t *testing.T) {
 	s := New(Options{Now: clock.Now, Decoder: dec})
 	asOf := clock.Now()
 	s.Reconcile(SourceCRI, asOf,
-		[]Sandbox{readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"})},
-		[]RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning}}, true)
+		[]model.Sandbox{readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"})},
+		[]model.RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning}}, true)
 	r, ok := s.Live(pod)
-	if !ok || r.Sources.Sandbox.Source != SourceCRI || containerStates(r)["c1"] != ContainerRunning || len(r.Devices) != 1 {
+	if !ok || r.Sources.Sandbox.Source != SourceCRI || containerStates(r)["c1"] != model.ContainerRunning || len(r.Devices) != 1 {
 		t.Fatalf("after a CRI reconcile of an unknown pod: Live = %+v, %v", r, ok)
 	}
 }
@@ -198,30 +200,30 @@ func TestReconcileMarksUnlistedContainersByWhatTheSnapshotLeavesOut(t *testing.T
 		name         string
 		src          Source
 		exitedListed bool
-		want         ContainerState
+		want         model.ContainerState
 	}{
 		// NRI's Synchronize leaves exited containers out: not listed means stopped.
-		{"nri", SourceNRI, false, ContainerStopped},
+		{"nri", SourceNRI, false, model.ContainerStopped},
 		// CRI lists exited containers: not listed means removed.
-		{"cri", SourceCRI, true, ContainerRemoved},
+		{"cri", SourceCRI, true, model.ContainerRemoved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := newFakeClock()
 			s := New(Options{Now: clock.Now})
 			s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 			for _, id := range []string{"c1", "c2", "c3"} {
-				s.ObserveContainer(SourceNRI, RuntimeContainer{ID: id, SandboxID: "sb1", Name: id, State: ContainerRunning})
+				s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: id, SandboxID: "sb1", Name: id, State: model.ContainerRunning})
 			}
 			asOf := clock.Advance(time.Second)
 			clock.Advance(time.Second)
 			// c1 is listed and changed state, c2 is listed unchanged, c3 is not
 			// listed: the change to c1 must not make the snapshot skip c3.
-			s.Reconcile(tc.src, asOf, []Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, []RuntimeContainer{
-				{ID: "c1", SandboxID: "sb1", Name: "c1", State: ContainerStopped},
-				{ID: "c2", SandboxID: "sb1", Name: "c2", State: ContainerRunning},
+			s.Reconcile(tc.src, asOf, []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, []model.RuntimeContainer{
+				{ID: "c1", SandboxID: "sb1", Name: "c1", State: model.ContainerStopped},
+				{ID: "c2", SandboxID: "sb1", Name: "c2", State: model.ContainerRunning},
 			}, tc.exitedListed)
 			got := containerStates(mustGet(t, s, "u1"))
-			want := map[string]ContainerState{"c1": ContainerStopped, "c2": ContainerRunning, "c3": tc.want}
+			want := map[string]model.ContainerState{"c1": model.ContainerStopped, "c2": model.ContainerRunning, "c3": tc.want}
 			if !maps.Equal(got, want) {
 				t.Errorf("containers %v, want %v", got, want)
 			}
@@ -232,14 +234,14 @@ func TestReconcileMarksUnlistedContainersByWhatTheSnapshotLeavesOut(t *testing.T
 func TestReconcileOfANewSandboxStillMarksItsUnlistedContainers(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Now: clock.Now})
-	s.ObserveSandbox(SourceNRI, Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: false})
-	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerRunning})
+	s.ObserveSandbox(SourceNRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: false})
+	s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	asOf := clock.Advance(time.Second)
 	clock.Advance(time.Second)
 	// The snapshot changes the sandbox (stopped -> ready) and omits c1.
-	s.Reconcile(SourceCRI, asOf, []Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+	s.Reconcile(SourceCRI, asOf, []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
 	r := mustGet(t, s, "u1")
-	if r.State != PhaseReady || containerStates(r)["c1"] != ContainerRemoved {
+	if r.State != PhaseReady || containerStates(r)["c1"] != model.ContainerRemoved {
 		t.Errorf("state %q containers %v; want ready with c1 removed", r.State, r.Containers)
 	}
 }
@@ -247,14 +249,14 @@ func TestReconcileOfANewSandboxStillMarksItsUnlistedContainers(t *testing.T) {
 func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
 	s := New(Options{Now: newFakeClock().Now})
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	s.ObserveContainer(SourceNRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: ContainerStopped})
-	s.ObserveContainer(SourceCRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", State: ContainerUnknown})
-	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != ContainerStopped {
+	s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerStopped})
+	s.ObserveContainer(SourceCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerUnknown})
+	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != model.ContainerStopped {
 		t.Errorf("stopped container became %q on an unknown report", got)
 	}
 	s.ContainerRemoved(SourceNRI, "sb1", "c1")
-	s.ObserveContainer(SourceCRI, RuntimeContainer{ID: "c1", SandboxID: "sb1", State: ContainerRunning})
-	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != ContainerRemoved {
+	s.ObserveContainer(SourceCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerRunning})
+	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != model.ContainerRemoved {
 		t.Errorf("removed container came back as %q", got)
 	}
 }
@@ -262,13 +264,13 @@ func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
 func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Now: clock.Now})
-	s.ObserveKubeletPods([]KubeletPod{
+	s.ObserveKubeletPods([]model.KubeletPod{
 		{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"},
 		{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"},
 	})
 	s.ObserveSandbox(SourceNRI, readySandbox("running", "ns", "c", "sb", nil))
 	clock.Advance(time.Second)
-	s.ObserveKubeletPods([]KubeletPod{{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"}})
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"}})
 
 	if r := mustGet(t, s, "gone"); r.State != PhaseRemoved || r.RemovedAt == nil {
 		t.Errorf("pending pod missing from /pods: state %q removedAt %v, want removed", r.State, r.RemovedAt)
@@ -282,7 +284,7 @@ func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 
 	// A read that started before the pod appeared left it out; the next one
 	// lists it again: it is pending again, not left to be pruned.
-	s.ObserveKubeletPods([]KubeletPod{{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"}})
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"}})
 	if r := mustGet(t, s, "gone"); r.State != PhasePending || r.RemovedAt != nil {
 		t.Errorf("pod listed again: state %q removedAt %v, want pending", r.State, r.RemovedAt)
 	}
@@ -312,7 +314,7 @@ func TestPruneDeletesRemovedRecordsOnlyAfterTheGracePeriod(t *testing.T) {
 	if _, ok := s.Get("u2"); !ok {
 		t.Error("a ready record was pruned")
 	}
-	if len(s.ByName(PodKey{Namespace: "ns", Name: "a"})) != 0 {
+	if len(s.ByName(model.PodKey{Namespace: "ns", Name: "a"})) != 0 {
 		t.Error("pruned record still indexed by name")
 	}
 	if !slices.Equal(dirty, []string{"u1"}) {
@@ -333,7 +335,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 	// The same allocator annotations from every source, and a change to an
 	// irrelevant one, cost no decode and no change.
 	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1", "unrelated": "2"}))
-	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running", Annotations: ann}})
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running", Annotations: ann}})
 	if dec.Calls() != 1 {
 		t.Errorf("decoder called %d times for unchanged annotations, want 1", dec.Calls())
 	}
@@ -365,12 +367,12 @@ func TestSpecReadBackFromDiskIsNotAChange(t *testing.T) {
 	var writes int
 	s.dirty = func(string) { writes++ }
 	// What a file gives back: no empty maps.
-	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
-		Spec: PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp}}}}})
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
+		Spec: model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}}})
 	writes = 0
 	// What a /pods decoder may build: an empty requests map.
-	s.ObserveKubeletPods([]KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
-		Spec: PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp, Requests: map[string]string{}}}}}})
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
+		Spec: model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{}}}}}})
 	if writes != 0 {
 		t.Errorf("an equal spec was recorded as a change (%d writes)", writes)
 	}
@@ -390,7 +392,7 @@ func TestRecordsAndByNameAreSorted(t *testing.T) {
 	if want := []string{"u3", "u1", "u2"}; !slices.Equal(uids, want) {
 		t.Errorf("Records order %v, want %v", uids, want)
 	}
-	if got := s.ByName(PodKey{Namespace: "ns", Name: "b"}); len(got) != 2 || got[0].UID != "u1" {
+	if got := s.ByName(model.PodKey{Namespace: "ns", Name: "b"}); len(got) != 2 || got[0].UID != "u1" {
 		t.Errorf("ByName not newest first: %v", got)
 	}
 }
@@ -408,7 +410,7 @@ func TestAReconcileThatAgreesChangesNothing(t *testing.T) {
 	dirty = nil
 
 	asOf := clock.Advance(time.Second)
-	s.Reconcile(SourceCRI, asOf, []Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+	s.Reconcile(SourceCRI, asOf, []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
 
 	after := mustGet(t, s, "u1")
 	if after != before || len(dirty) != 0 {
@@ -421,7 +423,7 @@ func TestAReconcileThatAgreesChangesNothing(t *testing.T) {
 	clock.Advance(time.Second)
 	stopped := readySandbox("u1", "ns", "a", "sb1", nil)
 	stopped.Ready = false
-	s.Reconcile(SourceCRI, clock.Now(), []Sandbox{stopped}, nil, true)
+	s.Reconcile(SourceCRI, clock.Now(), []model.Sandbox{stopped}, nil, true)
 	if r := mustGet(t, s, "u1"); r.State != PhaseStopped || r.Sources.Sandbox.Source != SourceCRI {
 		t.Errorf("after CRI saw it stop: state %q source %s, want stopped by cri", r.State, r.Sources.Sandbox.Source)
 	}
@@ -445,7 +447,7 @@ func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
 	step("a new sandbox", true, func() { s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil)) })
 	step("the same sandbox again", false, func() { s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil)) })
 	step("an agreeing reconcile", false, func() {
-		s.Reconcile(SourceCRI, clock.Advance(time.Second), []Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+		s.Reconcile(SourceCRI, clock.Advance(time.Second), []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
 	})
 	step("the sandbox stopped", true, func() { s.SandboxStopped(SourceNRI, "sb1", "u1") })
 	step("the sandbox removed", true, func() { s.SandboxRemoved(SourceNRI, "sb1", "u1") })
@@ -458,9 +460,9 @@ func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
 }
 
 func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.T) {
-	spec := PodSpec{Containers: []ContainerSpec{{Name: "app", Kind: KindApp}}}
+	spec := model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}
 	apiSays := func(s *Store, uid, name string, ann map[string]string) {
-		s.ObserveKubeletPods([]KubeletPod{{UID: uid, Namespace: "ns", Name: name, Phase: "Running", Annotations: ann, Spec: spec}})
+		s.ObserveKubeletPods([]model.KubeletPod{{UID: uid, Namespace: "ns", Name: name, Phase: "Running", Annotations: ann, Spec: spec}})
 	}
 	ids := func(r *Record) map[string]string {
 		out := map[string]string{}

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -55,7 +56,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return printInventory(stdout, *dir, *output, time.Now())
 	}
-	var filter *state.PodKey
+	var filter *model.PodKey
 	switch len(pods) {
 	case 0:
 	case 1:
@@ -63,7 +64,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 			return usageError{fmt.Errorf("want NAMESPACE/NAME, got %q", pods[0])}
 		}
-		filter = &state.PodKey{Namespace: ns, Name: name}
+		filter = &model.PodKey{Namespace: ns, Name: name}
 	default:
 		return usageError{fmt.Errorf("want at most one NAMESPACE/NAME, got %q", strings.Join(pods, " "))}
 	}
@@ -278,10 +279,10 @@ func containersColumn(cs []state.Container) string {
 // devicesColumn shows each device as resource=id(allocator), so that a pod
 // whose annotations several allocators read says which one gave what, and
 // marks the devices the trust rules refused with [refused].
-func devicesColumn(ds []state.Device, refused []state.Refused) string {
+func devicesColumn(ds []model.Device, refused []model.Refused) string {
 	var parts []string
 	for _, d := range ds {
-		isRefused := slices.ContainsFunc(refused, func(x state.Refused) bool {
+		isRefused := slices.ContainsFunc(refused, func(x model.Refused) bool {
 			return x.Allocator == d.Allocator && x.Resource == d.Resource && slices.Equal(x.IDs, d.IDs)
 		})
 		for _, id := range deviceIDs(d) {
@@ -300,7 +301,7 @@ func devicesColumn(ds []state.Device, refused []state.Refused) string {
 
 // deviceIDs returns a device's ids, or what the allocator named when it gave
 // no id (minor:N, index:N, or ? when nothing).
-func deviceIDs(d state.Device) []string {
+func deviceIDs(d model.Device) []string {
 	if len(d.IDs) > 0 {
 		return d.IDs
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -21,12 +22,12 @@ type gpuDecoder struct{}
 
 func (gpuDecoder) Relevant(key string) bool { return key == "example.com/gpu" }
 
-func (gpuDecoder) Decode(_ state.PodRef, ann map[string]string) ([]state.Device, []error) {
+func (gpuDecoder) Decode(_ model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	v := ann["example.com/gpu"]
 	if v == "bad" {
 		return nil, []error{errors.New("example.com/gpu: cannot decode \"bad\"")}
 	}
-	return []state.Device{{Allocator: "example", Resource: "nvidia.com/gpu", IDs: strings.Split(v, ",")}}, nil
+	return []model.Device{{Allocator: "example", Resource: "nvidia.com/gpu", IDs: strings.Split(v, ",")}}, nil
 }
 
 // newStateDir writes a state directory with a running pod with two GPUs,
@@ -40,13 +41,13 @@ func newStateDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	s.ObserveSandbox(state.SourceNRI, state.Sandbox{ID: "5f2a9c0e7d1b4a3c8e6f", UID: "uid-train", Namespace: "ml", Name: "train-0",
+	s.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: "5f2a9c0e7d1b4a3c8e6f", UID: "uid-train", Namespace: "ml", Name: "train-0",
 		Annotations: map[string]string{"example.com/gpu": "GPU-aaa,GPU-bbb"}, Ready: true})
-	s.ObserveContainer(state.SourceNRI, state.RuntimeContainer{ID: "c1", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "trainer", State: state.ContainerRunning})
-	s.ObserveContainer(state.SourceNRI, state.RuntimeContainer{ID: "c2", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "sidecar", State: state.ContainerStopped})
-	s.ObserveKubeletPods([]state.KubeletPod{{UID: "uid-web", Namespace: "default", Name: "web", Phase: "Pending",
+	s.ObserveContainer(state.SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "trainer", State: model.ContainerRunning})
+	s.ObserveContainer(state.SourceNRI, model.RuntimeContainer{ID: "c2", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "sidecar", State: model.ContainerStopped})
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "uid-web", Namespace: "default", Name: "web", Phase: "Pending",
 		Annotations: map[string]string{"example.com/gpu": "bad"}}})
-	s.ObserveSandbox(state.SourceCRI, state.Sandbox{ID: "sb-old", UID: "uid-old", Namespace: "ml", Name: "train-0", Ready: true})
+	s.ObserveSandbox(state.SourceCRI, model.Sandbox{ID: "sb-old", UID: "uid-old", Namespace: "ml", Name: "train-0", Ready: true})
 	s.SandboxRemoved(state.SourceCRI, "sb-old", "")
 	if err := s.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -219,7 +220,7 @@ func TestInspectRejectsBadArguments(t *testing.T) {
 
 func TestDevicesWithoutIDsShowWhatTheAllocatorNamed(t *testing.T) {
 	minor, index := int64(3), int64(1)
-	got := devicesColumn([]state.Device{
+	got := devicesColumn([]model.Device{
 		{Resource: "nvidia.com/gpu", Minor: &minor},
 		{Resource: "nvidia.com/gpu", Index: &index},
 		{Resource: "example.com/fpga"},
@@ -293,7 +294,7 @@ func TestInspectTranslatesDevicesNamedByMinorThroughTheInventoryAsTheProxyDoes(t
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	s.ObserveSandbox(state.SourceNRI, state.Sandbox{ID: "sb-1", UID: "uid-old-koord", Namespace: "ml", Name: "legacy", Ready: true,
+	s.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: "sb-1", UID: "uid-old-koord", Namespace: "ml", Name: "legacy", Ready: true,
 		Annotations: map[string]string{"scheduling.koordinator.sh/device-allocated": `{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}`}})
 	if err := s.Flush(context.Background()); err != nil {
 		t.Fatal(err)

@@ -6,13 +6,14 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
 // Where a device and its NUMA node came from, as inspect and query
-// --sources name it: the allocator names of state.Device.Allocator, the
+// --sources name it: the allocator names of model.Device.Allocator, the
 // inventory sources of inventory.Device.Source, and these.
 const (
 	// originKubelet: the kubelet's own answer has the device (its device
@@ -42,7 +43,7 @@ func readInventory(stateDir string) (*inventory.Published, string, error) {
 // proxy does; else the newest one not stopped or removed (a pod being
 // created, which the proxy answers from a fresh /pods read of the same
 // annotations); else the newest. nil when there is none.
-func recordOf(records []*state.Record, key state.PodKey) *state.Record {
+func recordOf(records []*state.Record, key model.PodKey) *state.Record {
 	var live, current, newest *state.Record
 	lives := 0
 	for _, r := range records {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -29,7 +30,7 @@ func TestRecordOfAPodNamePrefersTheLiveRecordThenTheNewestCurrentOne(t *testing.
 		{"the newest when all are gone", []*state.Record{rec("old", state.PhaseRemoved, false, 1), rec("stopped", state.PhaseStopped, false, 3)}, "stopped"},
 		{"none", []*state.Record{other}, ""},
 	} {
-		got := recordOf(c.records, state.PodKey{Namespace: "ml", Name: "train-0"})
+		got := recordOf(c.records, model.PodKey{Namespace: "ml", Name: "train-0"})
 		uid := ""
 		if got != nil {
 			uid = got.UID

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -118,7 +119,7 @@ func (p *provenance) label(resp proto.Message) []deviceOrigin {
 }
 
 func (p *provenance) labelPod(pr *v1.PodResources, kubelet map[podDevice]bool, haveKubelet bool) []deviceOrigin {
-	rec := recordOf(p.records, state.PodKey{Namespace: pr.GetNamespace(), Name: pr.GetName()})
+	rec := recordOf(p.records, model.PodKey{Namespace: pr.GetNamespace(), Name: pr.GetName()})
 	var out []deviceOrigin
 	for _, c := range pr.GetContainers() {
 		for _, g := range byDevice(c.GetDevices()) {

@@ -14,7 +14,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // Dir is the fixtures' folder relative to the module root. CI checks the
@@ -68,12 +68,12 @@ type Entry struct {
 func (c Case) Exact() bool { return c.Attribution == "exact" }
 
 // Spec returns the pod spec as the state store keeps it.
-func (c Case) Spec() *state.PodSpec {
-	spec := &state.PodSpec{}
+func (c Case) Spec() *model.PodSpec {
+	spec := &model.PodSpec{}
 	for _, ctr := range c.Containers {
-		spec.Containers = append(spec.Containers, state.ContainerSpec{
+		spec.Containers = append(spec.Containers, model.ContainerSpec{
 			Name:     ctr.Name,
-			Kind:     state.ContainerKind(ctr.Kind),
+			Kind:     model.ContainerKind(ctr.Kind),
 			Requests: ctr.Requests,
 		})
 	}

@@ -3,24 +3,24 @@ package allocator
 import (
 	"slices"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // Assignment is the devices each container is reported with: container name
 // -> its devices, in the order of the devices given to Assign. Containers
 // without devices are absent. The devices share their IDs and Minor with
 // the input; treat them as read-only.
-type Assignment map[string][]state.Device
+type Assignment map[string][]model.Device
 
 // Assign attributes devices to the containers of spec by the policy in the
 // package doc. ok is false when spec is nil (the pod spec was never seen)
 // or has no app container (it cannot be a complete spec, and the policy's
 // default container does not exist); the caller then uses its fallback.
-func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment, ok bool) {
+func (s *Set) Assign(spec *model.PodSpec, devices []model.Device) (a Assignment, ok bool) {
 	if spec == nil {
 		return nil, false
 	}
-	firstApp := slices.IndexFunc(spec.Containers, func(c state.ContainerSpec) bool { return c.Kind == state.KindApp })
+	firstApp := slices.IndexFunc(spec.Containers, func(c model.ContainerSpec) bool { return c.Kind == model.KindApp })
 	if firstApp < 0 {
 		return nil, false
 	}
@@ -34,7 +34,7 @@ func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment,
 	byKind := map[kind][]int{}
 	for i, dev := range devices {
 		if pos, ok := s.indexed(spec, dev); ok {
-			if spec.Containers[pos].Kind != state.KindInit {
+			if spec.Containers[pos].Kind != model.KindInit {
 				given[pos] = append(given[pos], i)
 			}
 			continue
@@ -66,7 +66,7 @@ func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment,
 		idxs := byName[name]
 		slices.Sort(idxs)
 		idxs = slices.Compact(idxs) // only if a spec repeats a container name
-		out := make([]state.Device, len(idxs))
+		out := make([]model.Device, len(idxs))
 		for j, i := range idxs {
 			out[j] = devices[i]
 		}
@@ -77,7 +77,7 @@ func (s *Set) Assign(spec *state.PodSpec, devices []state.Device) (a Assignment,
 
 // assignKind attributes the pod-level devices of one kind (idxs, in input
 // order) and appends their indices to given.
-func (s *Set) assignKind(spec *state.PodSpec, devices []state.Device, idxs []int, firstApp int, given [][]int) {
+func (s *Set) assignKind(spec *model.PodSpec, devices []model.Device, idxs []int, firstApp int, given [][]int) {
 	type request struct {
 		pos   int
 		whole int64
@@ -86,7 +86,7 @@ func (s *Set) assignKind(spec *state.PodSpec, devices []state.Device, idxs []int
 	var requests []request
 	if dec := s.byName[devices[idxs[0]].Allocator]; dec != nil {
 		for pos, c := range spec.Containers {
-			if c.Kind != state.KindSidecar && c.Kind != state.KindApp {
+			if c.Kind != model.KindSidecar && c.Kind != model.KindApp {
 				continue // plain init containers are never reported by the kubelet
 			}
 			if whole, share := dec.Wants(devices[idxs[0]], c.Requests); whole > 0 || share {
@@ -150,13 +150,13 @@ func (s *Set) assignKind(spec *state.PodSpec, devices []state.Device, idxs []int
 // entries (ScopeRequestingAll) carry HAMi's list position and length, which
 // told HAMi's two padding conventions apart in a pod with init containers.
 // ScopeRequestingAll is never swapped: its index counts something else.
-func (s *Set) indexed(spec *state.PodSpec, dev state.Device) (pos int, ok bool) {
+func (s *Set) indexed(spec *model.PodSpec, dev model.Device) (pos int, ok bool) {
 	if dev.ContainerIndex == nil || *dev.ContainerIndex < 0 {
 		return 0, false
 	}
 	positions := s.scope(spec, dev, dev.ContainerScope)
-	if n := dev.ContainerCount; n > 0 && len(positions) != n && dev.ContainerScope != state.ScopeRequestingAll {
-		for _, other := range []state.ContainerScope{state.ScopeAll, state.ScopeApp, state.ScopeRequesting} {
+	if n := dev.ContainerCount; n > 0 && len(positions) != n && dev.ContainerScope != model.ScopeRequestingAll {
+		for _, other := range []model.ContainerScope{model.ScopeAll, model.ScopeApp, model.ScopeRequesting} {
 			if other == dev.ContainerScope {
 				continue
 			}
@@ -175,20 +175,20 @@ func (s *Set) indexed(spec *state.PodSpec, dev state.Device) (pos int, ok bool) 
 // scope returns the spec positions of the containers a scope covers, in
 // spec order. An unknown scope (a record written by a newer daemon) covers
 // nothing, so its devices follow the pod-level policy.
-func (s *Set) scope(spec *state.PodSpec, dev state.Device, scope state.ContainerScope) []int {
+func (s *Set) scope(spec *model.PodSpec, dev model.Device, scope model.ContainerScope) []int {
 	var positions []int
 	for pos, c := range spec.Containers {
 		switch scope {
-		case state.ScopeAll:
-		case state.ScopeApp:
-			if c.Kind != state.KindApp {
+		case model.ScopeAll:
+		case model.ScopeApp:
+			if c.Kind != model.KindApp {
 				continue
 			}
-		case state.ScopeRequesting:
-			if c.Kind != state.KindApp || !s.requests(dev, c.Requests) {
+		case model.ScopeRequesting:
+			if c.Kind != model.KindApp || !s.requests(dev, c.Requests) {
 				continue
 			}
-		case state.ScopeRequestingAll:
+		case model.ScopeRequestingAll:
 			if !s.requests(dev, c.Requests) {
 				continue
 			}
@@ -203,7 +203,7 @@ func (s *Set) scope(spec *state.PodSpec, dev state.Device, scope state.Container
 // requests reports whether a container with these requests asks for some of
 // dev, as dev's allocator judges it; false for an allocator the set does not
 // know.
-func (s *Set) requests(dev state.Device, requests map[string]string) bool {
+func (s *Set) requests(dev model.Device, requests map[string]string) bool {
 	dec := s.byName[dev.Allocator]
 	if dec == nil {
 		return false

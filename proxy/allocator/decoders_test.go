@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 func decoderNames(ds []Decoder) []string {
@@ -61,8 +61,8 @@ func TestNewDecodersPassesEachItsOptions(t *testing.T) {
 	got := map[string]string{}
 	for _, d := range devices {
 		got[d.Allocator] = d.Resource
-		if d.Allocator == HAMiName && d.ContainerScope != state.ScopeRequestingAll {
-			t.Errorf("HAMi device scope = %q; want %q whatever LegacyIndexing says", d.ContainerScope, state.ScopeRequestingAll)
+		if d.Allocator == HAMiName && d.ContainerScope != model.ScopeRequestingAll {
+			t.Errorf("HAMi device scope = %q; want %q whatever LegacyIndexing says", d.ContainerScope, model.ScopeRequestingAll)
 		}
 	}
 	want := map[string]string{KoordinatorName: "k.example/gpu", HAMiName: "h.example/gpu", VolcanoVGPUName: "v.example/gpu", VolcanoGPUShareName: "s.example/gpu"}

@@ -1,5 +1,5 @@
 // Package allocator turns the device allocations that centralized
-// schedulers record in pod annotations into state.Devices, and decides which
+// schedulers record in pod annotations into model.Devices, and decides which
 // container of the pod each device is reported on. It is pure: no I/O, no
 // clock, the same input always gives the same output, so the proxy's List
 // and Get, which both call it, always agree.
@@ -14,7 +14,7 @@
 //
 // scheduling.koordinator.sh/device-allocated holds a JSON object from device
 // type to a list of allocations {minor, resources, id, extension}. Each
-// allocation becomes one state.Device:
+// allocation becomes one model.Device:
 //
 //	type  Resource (configurable)  IDs
 //	gpu   nvidia.com/gpu           [id] (the GPU UUID, what DCGM matches)
@@ -83,11 +83,11 @@
 //
 //	GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76,NVIDIA,500,5:;
 //
-// Each device becomes a state.Device with IDs [UUID], Type the annotation's
+// Each device becomes a model.Device with IDs [UUID], Type the annotation's
 // type, Resource the vendor's resource name (DefaultHAMiResources, which
 // HAMiOptions.Resources overrides; vgpu is nvidia.com/gpu), ContainerIndex
 // its entry's rank among the non-empty entries, ContainerScope
-// state.ScopeRequestingAll, ContainerCount the number of non-empty entries,
+// model.ScopeRequestingAll, ContainerCount the number of non-empty entries,
 // and Replace:
 // HAMi's device plugins give the kubelet ids of their own (<UUID>-<n> for
 // NVIDIA) that DCGM cannot match, so the decoded ids replace what the kubelet
@@ -130,7 +130,7 @@
 // volcano.sh/vgpu-ids-new (Volcano's HAMi-derived vGPU plugin) is read by
 // the same parser and rules as HAMi, reported as nvidia.com/gpu by default,
 // with Replace. Volcano writes one entry per app container that requests
-// volcano.sh/vgpu-number or volcano.sh/vgpu-memory (state.ScopeRequesting),
+// volcano.sh/vgpu-number or volcano.sh/vgpu-memory (model.ScopeRequesting),
 // empty ones included, joined by ';' without a trailing one; ContainerIndex
 // is the entry's position.
 //

@@ -3,9 +3,9 @@ package allocator_test
 import (
 	"fmt"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/state"
 )
 
 // A pod with a service-mesh sidecar and a trainer that requested a whole GPU
@@ -15,7 +15,7 @@ func ExampleSet_Assign() {
 	set := allocator.NewSet(nil, func(string) { /* count in a metric */ },
 		allocator.NewKoordinator(allocator.KoordinatorOptions{}))
 
-	pod := state.PodRef{UID: "6f1c", Namespace: "ml", Name: "train-0"}
+	pod := model.PodRef{UID: "6f1c", Namespace: "ml", Name: "train-0"}
 	devices, errs := set.Decode(pod, map[string]string{
 		allocator.KoordinatorAnnotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"},"id":"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"}],
 		  "rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:01:00.0","extension":{"vfs":[{"minor":-1,"busID":"0000:01:00.2"}]}}]}`,
@@ -24,9 +24,9 @@ func ExampleSet_Assign() {
 		fmt.Println(errs)
 		return
 	}
-	spec := &state.PodSpec{Containers: []state.ContainerSpec{
-		{Name: "istio-proxy", Kind: state.KindSidecar},
-		{Name: "trainer", Kind: state.KindApp, Requests: map[string]string{
+	spec := &model.PodSpec{Containers: []model.ContainerSpec{
+		{Name: "istio-proxy", Kind: model.KindSidecar},
+		{Name: "trainer", Kind: model.KindApp, Requests: map[string]string{
 			"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100", "koordinator.sh/rdma": "100"}},
 	}}
 	assignment, ok := set.Assign(spec, devices)
@@ -47,7 +47,7 @@ func ExampleSet_Assign() {
 // leaving the stored record as it is.
 func ExampleTranslate() {
 	set := allocator.NewSet(nil, nil, allocator.NewVolcanoGPUShare(allocator.VolcanoGPUShareOptions{}))
-	devices, _ := set.Decode(state.PodRef{UID: "9a0e", Namespace: "ml", Name: "infer-0"},
+	devices, _ := set.Decode(model.PodRef{UID: "9a0e", Namespace: "ml", Name: "infer-0"},
 		map[string]string{allocator.VolcanoGPUShareAnnotation: "1"})
 
 	index, minor := int64(1), int64(3)

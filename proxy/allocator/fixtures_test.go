@@ -8,9 +8,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/state"
 )
 
 // TestSchedulersOwnAnnotations runs every fixture written by a scheduler's
@@ -34,7 +34,7 @@ func TestSchedulersOwnAnnotations(t *testing.T) {
 	set := allocator.NewSet(log, nil, decoders...)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			devices, errs := set.Decode(state.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
+			devices, errs := set.Decode(model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
 			if len(errs) > 0 {
 				t.Fatalf("%s: decode errors: %v", c.File, errs)
 			}

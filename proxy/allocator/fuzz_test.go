@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // FuzzKoordinatorDecode feeds arbitrary annotation values to the decoder: it
@@ -100,21 +100,21 @@ func FuzzAssign(f *testing.F) {
 		{"koordinator.sh/rdma": "100"},
 		{"koordinator.sh/gpu-core": "300", "koordinator.sh/rdma": "1"},
 	}
-	kinds := []state.ContainerKind{state.KindInit, state.KindSidecar, state.KindApp}
+	kinds := []model.ContainerKind{model.KindInit, model.KindSidecar, model.KindApp}
 	s := NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bytesReader(data)
-		sp := &state.PodSpec{}
+		sp := &model.PodSpec{}
 		for i := range 1 + r.next()%5 {
-			sp.Containers = append(sp.Containers, state.ContainerSpec{
+			sp.Containers = append(sp.Containers, model.ContainerSpec{
 				Name:     fmt.Sprintf("c%d", i),
 				Kind:     kinds[r.next()%len(kinds)],
 				Requests: requestSets[r.next()%len(requestSets)],
 			})
 		}
-		var devices []state.Device
+		var devices []model.Device
 		for i := range r.next() % 8 {
-			d := state.Device{Allocator: KoordinatorName, Type: "gpu", Resource: DefaultGPUResource, IDs: []string{fmt.Sprintf("d%d", i)}}
+			d := model.Device{Allocator: KoordinatorName, Type: "gpu", Resource: DefaultGPUResource, IDs: []string{fmt.Sprintf("d%d", i)}}
 			switch r.next() % 3 {
 			case 1:
 				d.Type, d.Resource = "rdma", DefaultRDMAResource
@@ -134,9 +134,9 @@ func FuzzAssign(f *testing.F) {
 			t.Fatalf("Assign is not deterministic")
 		}
 		hasApp := false
-		kindOf := map[string]state.ContainerKind{}
+		kindOf := map[string]model.ContainerKind{}
 		for _, c := range sp.Containers {
-			hasApp = hasApp || c.Kind == state.KindApp
+			hasApp = hasApp || c.Kind == model.KindApp
 			kindOf[c.Name] = c.Kind
 		}
 		if ok != hasApp {
@@ -147,7 +147,7 @@ func FuzzAssign(f *testing.F) {
 		}
 		holders := map[string][]string{} // device id -> containers
 		for name, devs := range a {
-			if kindOf[name] == state.KindInit {
+			if kindOf[name] == model.KindInit {
 				t.Errorf("init container %s got devices", name)
 			}
 			last := -1
@@ -164,7 +164,7 @@ func FuzzAssign(f *testing.F) {
 		for i, d := range devices {
 			id := d.IDs[0]
 			ci := d.ContainerIndex
-			toInit := ci != nil && *ci >= 0 && *ci < len(sp.Containers) && sp.Containers[*ci].Kind == state.KindInit
+			toInit := ci != nil && *ci >= 0 && *ci < len(sp.Containers) && sp.Containers[*ci].Kind == model.KindInit
 			if toInit != (len(holders[id]) == 0) {
 				t.Errorf("device %d (%+v) held by %v", i, d, holders[id])
 			}
@@ -206,7 +206,7 @@ var hamiSeeds = []string{
 // safe for consumers (one clean id, Replace, an index inside the list), no
 // id twice in a container, and each container read on its own: a container
 // keeps exactly the devices its entry gives alone, whatever the others hold.
-func checkHAMiFormat(t *testing.T, dec Decoder, key, allocator string, scope state.ContainerScope, value string) {
+func checkHAMiFormat(t *testing.T, dec Decoder, key, allocator string, scope model.ContainerScope, value string) {
 	ann := map[string]string{key: value}
 	devices, err := dec.Decode(ann)
 	again, errAgain := dec.Decode(ann)
@@ -227,7 +227,7 @@ func checkHAMiFormat(t *testing.T, dec Decoder, key, allocator string, scope sta
 	// among the non-empty entries.
 	index := make([]int, len(entries))
 	count := len(entries)
-	if scope == state.ScopeRequestingAll {
+	if scope == model.ScopeRequestingAll {
 		count = 0
 		for i, entry := range entries {
 			index[i] = -1
@@ -291,7 +291,7 @@ func FuzzHAMiDecode(f *testing.F) {
 	addFixtureSeeds(f, func(key string) bool { _, ok := hamiVendor(key); return ok })
 	h := NewHAMi(HAMiOptions{})
 	f.Fuzz(func(t *testing.T, value string) {
-		checkHAMiFormat(t, h, HAMiNVIDIAAnnotation, HAMiName, state.ScopeRequestingAll, value)
+		checkHAMiFormat(t, h, HAMiNVIDIAAnnotation, HAMiName, model.ScopeRequestingAll, value)
 	})
 }
 
@@ -304,7 +304,7 @@ func FuzzVolcanoVGPUDecode(f *testing.F) {
 	addFixtureSeeds(f, func(key string) bool { return key == VolcanoVGPUAnnotation })
 	v := NewVolcanoVGPU(VolcanoVGPUOptions{})
 	f.Fuzz(func(t *testing.T, value string) {
-		checkHAMiFormat(t, v, VolcanoVGPUAnnotation, VolcanoVGPUName, state.ScopeRequesting, value)
+		checkHAMiFormat(t, v, VolcanoVGPUAnnotation, VolcanoVGPUName, model.ScopeRequesting, value)
 	})
 }
 

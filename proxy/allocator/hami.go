@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 const (
@@ -151,7 +151,7 @@ func (h *HAMi) resource(vendor string) (string, bool) {
 // without a resource name is skipped with an error naming its key; a
 // malformed container entry loses that container's devices only (see the
 // package doc).
-func (h *HAMi) Decode(annotations map[string]string) ([]state.Device, error) {
+func (h *HAMi) Decode(annotations map[string]string) ([]model.Device, error) {
 	var keys []string
 	for key := range annotations {
 		if _, ok := hamiVendor(key); ok {
@@ -162,7 +162,7 @@ func (h *HAMi) Decode(annotations map[string]string) ([]state.Device, error) {
 		return nil, nil
 	}
 	slices.Sort(keys)
-	var devices []state.Device
+	var devices []model.Device
 	var errs []error
 	var migs map[migSlot]string
 	if value, ok := annotations[HAMiMIGAnnotation]; ok {
@@ -178,7 +178,7 @@ func (h *HAMi) Decode(annotations map[string]string) ([]state.Device, error) {
 			errs = append(errs, fmt.Errorf("decode %s: no resource name for vendor %q: skipped (configure one)", key, vendor))
 			continue
 		}
-		l := hamiList{allocator: HAMiName, resource: name, scope: state.ScopeRequestingAll}
+		l := hamiList{allocator: HAMiName, resource: name, scope: model.ScopeRequestingAll}
 		if key == HAMiNVIDIAAnnotation {
 			l.migs = migs
 		}
@@ -195,7 +195,7 @@ func (h *HAMi) Decode(annotations map[string]string) ([]state.Device, error) {
 // resource the devices are reported as (nvidia.com/gpu: 2 is two vGPUs);
 // their memory and core resources only size each one. HAMi devices carry a
 // ContainerIndex, so this matters only when the index is outside the pod.
-func (h *HAMi) Wants(dev state.Device, requests map[string]string) (whole int64, share bool) {
+func (h *HAMi) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
 	return countRequest(requests, dev.Resource)
 }
 
@@ -223,9 +223,9 @@ type hamiList struct {
 	allocator string
 	resource  string
 	// scope is the containers the list's entries stand for. With
-	// state.ScopeRequestingAll the devices' ContainerIndex counts non-empty
+	// model.ScopeRequestingAll the devices' ContainerIndex counts non-empty
 	// entries only; otherwise every entry, empty or not.
-	scope state.ContainerScope
+	scope model.ContainerScope
 	// migs are the MIG instances known for (entry, device) positions.
 	migs map[migSlot]string
 }
@@ -235,16 +235,16 @@ type hamiList struct {
 // containers separated by ';', each a list of devices "UUID,Type,mem,cores"
 // each followed by ':'. Every device gets its container's index and the
 // list's length as l.scope counts them (every entry, or only non-empty ones
-// for state.ScopeRequestingAll), and Replace: the per-container device
+// for model.ScopeRequestingAll), and Replace: the per-container device
 // plugins of both allocators give the kubelet ids that name no real device.
 //
 // A container entry that cannot be read loses its devices and is reported;
 // the other containers keep theirs. That is safe because ';' alone decides
 // positions, so one container's damage cannot move another's devices.
-func decodeHAMiList(key, value string, l hamiList) ([]state.Device, error) {
+func decodeHAMiList(key, value string, l hamiList) ([]model.Device, error) {
 	containers := splitContainers(value)
 	count := len(containers)
-	byOrdinal := l.scope == state.ScopeRequestingAll
+	byOrdinal := l.scope == model.ScopeRequestingAll
 	if byOrdinal {
 		count = 0
 		for _, entry := range containers {
@@ -253,7 +253,7 @@ func decodeHAMiList(key, value string, l hamiList) ([]state.Device, error) {
 			}
 		}
 	}
-	var devices []state.Device
+	var devices []model.Device
 	var errs []error
 	more := 0    // malformed containers beyond maxContainerErrors
 	ordinal := 0 // non-empty entries before this one
@@ -276,7 +276,7 @@ func decodeHAMiList(key, value string, l hamiList) ([]state.Device, error) {
 			continue
 		}
 		for _, d := range parsed {
-			devices = append(devices, state.Device{
+			devices = append(devices, model.Device{
 				Allocator:      l.allocator,
 				Type:           d.typ,
 				Resource:       l.resource,

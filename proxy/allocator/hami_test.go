@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // The reference's example: one vGPU (500 MiB, 5% of the cores) for the only
@@ -19,89 +19,89 @@ const (
 )
 
 // hv builds the device the HAMi decoder reports for an NVIDIA vGPU.
-func hv(id string, index, count int, isShared bool) state.Device {
-	return state.Device{
+func hv(id string, index, count int, isShared bool) model.Device {
+	return model.Device{
 		Allocator: HAMiName, Type: "NVIDIA", Resource: DefaultGPUResource, IDs: []string{id},
-		Shared: isShared, ContainerIndex: ptr(index), ContainerScope: state.ScopeRequestingAll,
+		Shared: isShared, ContainerIndex: ptr(index), ContainerScope: model.ScopeRequestingAll,
 		ContainerCount: count, Replace: true,
 	}
 }
 
-func scoped(d state.Device, s state.ContainerScope) state.Device { d.ContainerScope = s; return d }
+func scoped(d model.Device, s model.ContainerScope) model.Device { d.ContainerScope = s; return d }
 
-func resourced(d state.Device, typ, res string) state.Device { d.Type, d.Resource = typ, res; return d }
+func resourced(d model.Device, typ, res string) model.Device { d.Type, d.Resource = typ, res; return d }
 
 func TestHAMiDecode(t *testing.T) {
 	tests := []struct {
 		name string
 		opts HAMiOptions
 		ann  map[string]string
-		want []state.Device
+		want []model.Device
 	}{
 		{
 			name: "the reference example: one shared vGPU for container 0",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: hamiExample},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "several GPUs for one container keep their order; all cores is not shared",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidB + ",NVIDIA,81920,100:" + uuidA + ",NVIDIA,81920,100:;"},
-			want: []state.Device{hv(uuidB, 0, 1, false), hv(uuidA, 0, 1, false)},
+			want: []model.Device{hv(uuidB, 0, 1, false), hv(uuidA, 0, 1, false)},
 		},
 		{
 			name: "empty entries (older HAMi's padding) are not counted: the k-th non-empty entry is index k",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: ";" + uuidA + ",NVIDIA,1000,30:;;" + uuidB + ",NVIDIA,2000,0:;"},
-			want: []state.Device{hv(uuidA, 0, 2, true), hv(uuidB, 1, 2, true)},
+			want: []model.Device{hv(uuidA, 0, 2, true), hv(uuidB, 1, 2, true)},
 		},
 		{
 			name: "an entry of separators only is an empty entry",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: ":;" + uuidA + ",NVIDIA,3000,50:;"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "one GPU shared by two containers is reported in each",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,1000,20:;" + uuidA + ",NVIDIA,1000,20:;"},
-			want: []state.Device{hv(uuidA, 0, 2, true), hv(uuidA, 1, 2, true)},
+			want: []model.Device{hv(uuidA, 0, 2, true), hv(uuidA, 1, 2, true)},
 		},
 		{
 			name: "cores 0 (no core limit) is shared",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,4096,0:;"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "a legacy MIG id is reported as its parent GPU, shared even with all cores",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[1-0],NVIDIA,10240,100:;"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "Volcano's MIG id with a named profile is reported as its parent GPU",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[group-1g.10gb-3],NVIDIA,10240,0:;"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "two MIG slices of one GPU in a container are that GPU once",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[1-0],NVIDIA,10240,0:" + uuidA + "[1-1],NVIDIA,10240,0:;"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "whitespace around fields and entries is ignored",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: "  " + uuidA + " , NVIDIA , 500 , 5 : ;\n"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "fields after the fourth are ignored",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,500,5,future,fields:;"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "without a trailing ';' the last entry is still a container",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidB + ",NVIDIA,500,5:;" + uuidA + ",NVIDIA,500,5:"},
-			want: []state.Device{hv(uuidB, 0, 2, true), hv(uuidA, 1, 2, true)},
+			want: []model.Device{hv(uuidB, 0, 2, true), hv(uuidA, 1, 2, true)},
 		},
 		{
 			name: "a device without its trailing ':' is still a device",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,500,5;"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{name: "an empty value allocates nothing", ann: map[string]string{HAMiNVIDIAAnnotation: ""}},
 		{name: "only separators allocate nothing", ann: map[string]string{HAMiNVIDIAAnnotation: ":;;:;"}},
@@ -109,12 +109,12 @@ func TestHAMiDecode(t *testing.T) {
 		{
 			name: "another vendor's key is reported under its default resource",
 			ann:  map[string]string{"hami.io/dcu-devices-allocated": "DCU-0a1b,DCU,16384,60:;"},
-			want: []state.Device{resourced(hv("DCU-0a1b", 0, 1, true), "DCU", "hygon.com/dcunum")},
+			want: []model.Device{resourced(hv("DCU-0a1b", 0, 1, true), "DCU", "hygon.com/dcunum")},
 		},
 		{
 			name: "an Ascend chip's key is reported as huawei.com/<chip>",
 			ann:  map[string]string{"hami.io/Ascend910B2-devices-allocated": "NPU-7,Ascend910B2,16384,100:;"},
-			want: []state.Device{resourced(hv("NPU-7", 0, 1, false), "Ascend910B2", "huawei.com/Ascend910B2")},
+			want: []model.Device{resourced(hv("NPU-7", 0, 1, false), "Ascend910B2", "huawei.com/Ascend910B2")},
 		},
 		{
 			name: "keys are read in sorted order",
@@ -122,7 +122,7 @@ func TestHAMiDecode(t *testing.T) {
 				HAMiNVIDIAAnnotation:                      uuidA + ",NVIDIA,500,5:;",
 				"hami.io/cambricon-mlu-devices-allocated": "MLU-1,MLU,1024,10:;",
 			},
-			want: []state.Device{resourced(hv("MLU-1", 0, 1, true), "MLU", "cambricon.com/vmlu"), hv(uuidA, 0, 1, true)},
+			want: []model.Device{resourced(hv("MLU-1", 0, 1, true), "MLU", "cambricon.com/vmlu"), hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "resource names are configurable per vendor",
@@ -131,7 +131,7 @@ func TestHAMiDecode(t *testing.T) {
 				HAMiNVIDIAAnnotation:                uuidA + ",NVIDIA,500,5:;",
 				"hami.io/newchip-devices-allocated": "C-1,NEW,1,100:;",
 			},
-			want: []state.Device{
+			want: []model.Device{
 				resourced(hv("C-1", 0, 1, false), "NEW", "example.com/chip"),
 				resourced(hv(uuidA, 0, 1, true), "NVIDIA", "example.com/vgpu"),
 			},
@@ -140,12 +140,12 @@ func TestHAMiDecode(t *testing.T) {
 			name: "legacy indexing changes nothing: the same reading fits every HAMi version",
 			opts: HAMiOptions{LegacyIndexing: true},
 			ann:  map[string]string{HAMiNVIDIAAnnotation: hamiExample},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "dynamic MIG: two slices of one GPU written as the parent twice are that GPU once",
 			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;"},
-			want: []state.Device{hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "dynamic MIG: slices whose instance the device plugin recorded are their MIG-<uuid>",
@@ -154,7 +154,7 @@ func TestHAMiDecode(t *testing.T) {
 				HAMiMIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":6,"size":1},"migUUID":"MIG-aaaa","gpuInstanceID":6,"computeInstanceID":0},` +
 					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":5,"size":1},"migUUID":"MIG-bbbb"}]`,
 			},
-			want: []state.Device{hv("MIG-aaaa", 0, 1, false), hv("MIG-bbbb", 0, 1, false)},
+			want: []model.Device{hv("MIG-aaaa", 0, 1, false), hv("MIG-bbbb", 0, 1, false)},
 		},
 		{
 			name: "dynamic MIG: a slice not yet realized stays its parent GPU; an entry for another GPU is not used",
@@ -163,7 +163,7 @@ func TestHAMiDecode(t *testing.T) {
 				HAMiMIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-aaaa"},` +
 					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidB + `","migUUID":"MIG-bbbb"}]`,
 			},
-			want: []state.Device{hv("MIG-aaaa", 0, 1, false), hv(uuidA, 0, 1, true)},
+			want: []model.Device{hv("MIG-aaaa", 0, 1, false), hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "the in-flight to-allocate key is not read",
@@ -235,7 +235,7 @@ func TestHAMiDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
 			if !strings.HasPrefix(msg, "decode "+HAMiNVIDIAAnnotation+": container 0 ") || !strings.Contains(msg, tt.wantErr) {
 				t.Errorf("error = %q; want it to name the annotation and container 0 and contain %q", msg, tt.wantErr)
 			}
-			if want := []state.Device{hv(uuidB, 1, 2, true)}; !reflect.DeepEqual(got, want) {
+			if want := []model.Device{hv(uuidB, 1, 2, true)}; !reflect.DeepEqual(got, want) {
 				t.Errorf("kept %+v; want container 1's device only, %+v", got, want)
 			}
 		})
@@ -248,7 +248,7 @@ func TestHAMiDecodeReportsEveryMalformedContainer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "container 0 ") || !strings.Contains(err.Error(), "container 2 ") {
 		t.Errorf("error = %v; want both containers named", err)
 	}
-	if want := []state.Device{hv(uuidA, 1, 3, true)}; !reflect.DeepEqual(got, want) {
+	if want := []model.Device{hv(uuidA, 1, 3, true)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("kept %+v; want %+v", got, want)
 	}
 }
@@ -268,7 +268,7 @@ func TestHAMiDecodeSkipsVendorsWithoutResourceButKeepsTheOthers(t *testing.T) {
 			t.Errorf("error = %v; want it to contain %q", err, want)
 		}
 	}
-	if want := []state.Device{hv(uuidA, 0, 1, true)}; !reflect.DeepEqual(got, want) {
+	if want := []model.Device{hv(uuidA, 0, 1, true)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("kept %+v; want %+v", got, want)
 	}
 }
@@ -360,78 +360,78 @@ func TestAssignHAMiDevicesByPosition(t *testing.T) {
 	type tc struct {
 		name  string
 		opts  HAMiOptions
-		spec  *state.PodSpec
+		spec  *model.PodSpec
 		value string
 		want  map[string][]string
 	}
 	tests := []tc{
 		{
 			name: "recent HAMi pads nothing: the k-th entry is the k-th requesting container's",
-			spec: spec(container("warmup", state.KindInit, gpu, "1"), container("istio-proxy", state.KindSidecar),
-				container("main", state.KindApp, gpu, "1")),
+			spec: spec(container("warmup", model.KindInit, gpu, "1"), container("istio-proxy", model.KindSidecar),
+				container("main", model.KindApp, gpu, "1")),
 			value: uuidA + ",NVIDIA,500,5:;" + uuidB + ",NVIDIA,500,5:;",
 			want:  map[string][]string{"main": {uuidB}},
 		},
 		{
 			name:  "one entry per container, init containers first: the app container's entry",
-			spec:  spec(container("fetch", state.KindInit), container("main", state.KindApp, gpu, "1")),
+			spec:  spec(container("fetch", model.KindInit), container("main", model.KindApp, gpu, "1")),
 			value: ";" + uuidA + ",NVIDIA,500,5:;",
 			want:  map[string][]string{"main": {uuidA}},
 		},
 		{
 			name: "sidecars are init containers in HAMi's list and get their own entry",
-			spec: spec(container("fetch", state.KindInit), container("proxy", state.KindSidecar, gpu, "1"),
-				container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
+			spec: spec(container("fetch", model.KindInit), container("proxy", model.KindSidecar, gpu, "1"),
+				container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
 			value: ";" + uuidA + ",NVIDIA,500,5:;;" + uuidB + ",NVIDIA,500,5:;",
 			want:  map[string][]string{"proxy": {uuidA}, "b": {uuidB}},
 		},
 		{
 			name:  "an init container's vGPU is dropped: the kubelet never lists init containers",
-			spec:  spec(container("warmup", state.KindInit, gpu, "1"), container("main", state.KindApp, gpu, "1")),
+			spec:  spec(container("warmup", model.KindInit, gpu, "1"), container("main", model.KindApp, gpu, "1")),
 			value: uuidA + ",NVIDIA,500,5:;" + uuidB + ",NVIDIA,500,5:;",
 			want:  map[string][]string{"main": {uuidB}},
 		},
 		{
 			name:  "a legacy list (app containers only) is recognised by its length",
-			spec:  spec(container("fetch", state.KindInit), container("proxy", state.KindSidecar), container("main", state.KindApp, gpu, "1")),
+			spec:  spec(container("fetch", model.KindInit), container("proxy", model.KindSidecar), container("main", model.KindApp, gpu, "1")),
 			value: uuidA + ",NVIDIA,500,5:;",
 			want:  map[string][]string{"main": {uuidA}},
 		},
 		{
 			name:  "legacy indexing configured, but a list as long as the pod is read as current",
 			opts:  HAMiOptions{LegacyIndexing: true},
-			spec:  spec(container("proxy", state.KindSidecar, gpu, "1"), container("main", state.KindApp)),
+			spec:  spec(container("proxy", model.KindSidecar, gpu, "1"), container("main", model.KindApp)),
 			value: uuidA + ",NVIDIA,500,5:;;",
 			want:  map[string][]string{"proxy": {uuidA}},
 		},
 		{
 			name:  "legacy indexing changes nothing: the requesting container gets it whatever the padding",
 			opts:  HAMiOptions{LegacyIndexing: true},
-			spec:  spec(container("proxy", state.KindSidecar), container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
+			spec:  spec(container("proxy", model.KindSidecar), container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
 			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
 			want:  map[string][]string{"b": {uuidA}},
 		},
 		{
 			name:  "no container asks for the resource: the pod-level policy's first app container",
-			spec:  spec(container("proxy", state.KindSidecar), container("a", state.KindApp), container("b", state.KindApp)),
+			spec:  spec(container("proxy", model.KindSidecar), container("a", model.KindApp), container("b", model.KindApp)),
 			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
 			want:  map[string][]string{"a": {uuidA}},
 		},
 		{
 			name:  "several containers, several GPUs each, one GPU shared by two",
-			spec:  spec(container("a", state.KindApp, gpu, "2"), container("b", state.KindApp, gpu, "1")),
+			spec:  spec(container("a", model.KindApp, gpu, "2"), container("b", model.KindApp, gpu, "1")),
 			value: uuidA + ",NVIDIA,1000,30:" + uuidB + ",NVIDIA,1000,30:;" + uuidA + ",NVIDIA,1000,30:;",
 			want:  map[string][]string{"a": {uuidA, uuidB}, "b": {uuidA}},
 		},
 		{
 			name:  "empty entries before it do not move it",
-			spec:  spec(container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
+			spec:  spec(container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
 			value: ";;;;" + uuidA + ",NVIDIA,1000,30:;",
 			want:  map[string][]string{"b": {uuidA}},
 		},
 		{
 			name:  "an entry beyond the requesting containers falls back to the pod-level policy",
-			spec:  spec(container("a", state.KindApp), container("b", state.KindApp, gpu, "1")),
+			spec:  spec(container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
 			value: uuidA + ",NVIDIA,1000,30:;" + uuidB + ",NVIDIA,1000,30:;",
 			want:  map[string][]string{"b": {uuidA, uuidB}},
 		},
@@ -457,7 +457,7 @@ func TestAssignHAMiDevicesByPosition(t *testing.T) {
 func TestAssignUnknownContainerScopeFollowsThePodLevelPolicy(t *testing.T) {
 	s := NewSet(quietLog(), nil, NewHAMi(HAMiOptions{}))
 	dev := scoped(hv(uuidA, 0, 0, false), "some-future-scope")
-	a, _ := s.Assign(spec(container("a", state.KindApp), container("b", state.KindApp, "nvidia.com/gpu", "1")), []state.Device{dev})
+	a, _ := s.Assign(spec(container("a", model.KindApp), container("b", model.KindApp, "nvidia.com/gpu", "1")), []model.Device{dev})
 	if got, want := ids(a), map[string][]string{"b": {uuidA}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Assign = %v; want %v", got, want)
 	}
@@ -482,7 +482,7 @@ func TestHAMiMalformedMIGAnnotationKeepsTheParentGPU(t *testing.T) {
 			if err == nil || !strings.HasPrefix(err.Error(), "decode "+HAMiMIGAnnotation+": ") || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("error = %v; want one naming the MIG annotation and containing %q", err, tt.wantErr)
 			}
-			if want := []state.Device{hv(uuidA, 0, 1, true)}; !reflect.DeepEqual(got, want) {
+			if want := []model.Device{hv(uuidA, 0, 1, true)}; !reflect.DeepEqual(got, want) {
 				t.Errorf("devices = %+v; want the parent GPU once, %+v", got, want)
 			}
 		})

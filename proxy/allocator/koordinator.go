@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 const (
@@ -137,7 +137,7 @@ func (k *Koordinator) Relevant(key string) bool {
 // the allocation is read as if there were none (requests in percent): the
 // devices are the pod's either way, only their split between its
 // containers could be off.
-func (k *Koordinator) Decode(annotations map[string]string) ([]state.Device, error) {
+func (k *Koordinator) Decode(annotations map[string]string) ([]model.Device, error) {
 	value, ok := annotations[KoordinatorAnnotation]
 	if !ok {
 		return nil, nil
@@ -186,7 +186,7 @@ func requestsAsCount(hint string) (map[string]bool, error) {
 
 // decode reads the allocation; counted are the device types whose requests
 // count devices (RequestsAsCount).
-func (k *Koordinator) decode(value string, counted map[string]bool) ([]state.Device, error) {
+func (k *Koordinator) decode(value string, counted map[string]bool) ([]model.Device, error) {
 	var byType map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(value), &byType); err != nil {
 		return nil, fmt.Errorf("want a JSON object of device types: %w", err)
@@ -200,7 +200,7 @@ func (k *Koordinator) decode(value string, counted map[string]bool) ([]state.Dev
 	}
 	slices.Sort(types)
 
-	var devices []state.Device
+	var devices []model.Device
 	var unknown []string
 	owner := map[string]string{} // device id -> where it was first seen
 	for _, typ := range types {
@@ -246,8 +246,8 @@ func (k *Koordinator) decode(value string, counted map[string]bool) ([]state.Dev
 }
 
 // device maps one allocation to the device consumers are shown.
-func (k *Koordinator) device(typ string, a allocation) (state.Device, error) {
-	dev := state.Device{
+func (k *Koordinator) device(typ string, a allocation) (model.Device, error) {
+	dev := model.Device{
 		Allocator: KoordinatorName,
 		Type:      typ,
 		Resource:  k.resource[typ],
@@ -262,7 +262,7 @@ func (k *Koordinator) device(typ string, a allocation) (state.Device, error) {
 		dev.IDs = []string{a.id}
 	}
 	if len(dev.IDs) == 0 && dev.Minor == nil {
-		return state.Device{}, errors.New("allocation has neither id, VFs nor minor: it names no device")
+		return model.Device{}, errors.New("allocation has neither id, VFs nor minor: it names no device")
 	}
 	switch typ {
 	case koordGPU:
@@ -280,12 +280,12 @@ func (k *Koordinator) device(typ string, a allocation) (state.Device, error) {
 // countedDevices splits an allocation whose requests count devices
 // (RequestsAsCount) into one whole device per id: koordinator.sh/rdma: 1
 // asks one VF, so each VF is a device a container can be given alone.
-func countedDevices(dev state.Device) []state.Device {
+func countedDevices(dev model.Device) []model.Device {
 	dev.Shared, dev.CountsRequests = false, true
 	if len(dev.IDs) <= 1 {
-		return []state.Device{dev}
+		return []model.Device{dev}
 	}
-	out := make([]state.Device, 0, len(dev.IDs))
+	out := make([]model.Device, 0, len(dev.IDs))
 	for _, id := range dev.IDs {
 		one := dev
 		one.IDs = []string{id}
@@ -483,7 +483,7 @@ func quoteAll(ss []string) string {
 
 // Wants implements Decoder; the package doc has the table of which request
 // asks for which device type and how it counts.
-func (k *Koordinator) Wants(dev state.Device, requests map[string]string) (whole int64, share bool) {
+func (k *Koordinator) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
 	typ := dev.Type
 	if _, known := k.resource[typ]; !known {
 		typ = k.typeOf(dev.Resource)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -15,119 +15,119 @@ func ptr[T any](v T) *T { return &v }
 const realisticGPUAndVF = `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"}],
  "rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:01:00.0","extension":{"vfs":[{"minor":-1,"busID":"0000:01:00.2"}]}}]}`
 
-func gpu(id string, minor int64) state.Device {
-	d := state.Device{Allocator: KoordinatorName, Type: "gpu", Resource: "nvidia.com/gpu", Minor: ptr(minor)}
+func gpu(id string, minor int64) model.Device {
+	d := model.Device{Allocator: KoordinatorName, Type: "gpu", Resource: "nvidia.com/gpu", Minor: ptr(minor)}
 	if id != "" {
 		d.IDs = []string{id}
 	}
 	return d
 }
 
-func rdma(minor int64, ids ...string) state.Device {
-	return state.Device{Allocator: KoordinatorName, Type: "rdma", Resource: "koordinator.sh/rdma", Minor: ptr(minor), IDs: ids}
+func rdma(minor int64, ids ...string) model.Device {
+	return model.Device{Allocator: KoordinatorName, Type: "rdma", Resource: "koordinator.sh/rdma", Minor: ptr(minor), IDs: ids}
 }
 
-func shared(d state.Device) state.Device { d.Shared = true; return d }
+func shared(d model.Device) model.Device { d.Shared = true; return d }
 
 func TestKoordinatorDecode(t *testing.T) {
 	tests := []struct {
 		name  string
 		opts  KoordinatorOptions
 		value string
-		want  []state.Device
+		want  []model.Device
 	}{
 		{
 			name:  "realistic GPU UUID and RDMA VF: the UUID and the VF address, not the PF",
 			value: realisticGPUAndVF,
-			want:  []state.Device{gpu("GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", 0), rdma(0, "0000:01:00.2")},
+			want:  []model.Device{gpu("GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", 0), rdma(0, "0000:01:00.2")},
 		},
 		{
 			name:  "RDMA PF without VFs reports the PF address",
 			value: `{"rdma":[{"minor":0,"id":"0000:09:00.0","resources":{"koordinator.sh/rdma":100}}]}`,
-			want:  []state.Device{rdma(0, "0000:09:00.0")},
+			want:  []model.Device{rdma(0, "0000:09:00.0")},
 		},
 		{
 			name:  "RDMA with an empty VF list reports the PF address",
 			value: `{"rdma":[{"minor":1,"id":"0000:09:00.0","resources":{"koordinator.sh/rdma":"100"},"extension":{"vfs":[]}}]}`,
-			want:  []state.Device{rdma(1, "0000:09:00.0")},
+			want:  []model.Device{rdma(1, "0000:09:00.0")},
 		},
 		{
 			name:  "RDMA with several VFs reports each VF in order",
 			value: `{"rdma":[{"minor":0,"id":"0000:01:00.0","resources":{"koordinator.sh/rdma":"2"},"extension":{"vfs":[{"minor":-1,"busID":"0000:01:00.3"},{"minor":-1,"busID":"0000:01:00.2"}]}}]}`,
-			want:  []state.Device{rdma(0, "0000:01:00.3", "0000:01:00.2")},
+			want:  []model.Device{rdma(0, "0000:01:00.3", "0000:01:00.2")},
 		},
 		{
 			name:  "part of a PF without VFs is shared",
 			value: `{"rdma":[{"minor":0,"id":"0000:09:00.0","resources":{"koordinator.sh/rdma":"50"}}]}`,
-			want:  []state.Device{shared(rdma(0, "0000:09:00.0"))},
+			want:  []model.Device{shared(rdma(0, "0000:09:00.0"))},
 		},
 		{
 			name:  "FPGA is reported as koordinator.sh/fpga with its id",
 			value: `{"fpga":[{"minor":2,"id":"0000:5e:00.0","resources":{"koordinator.sh/fpga":"100"}}]}`,
-			want: []state.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: "koordinator.sh/fpga",
+			want: []model.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: "koordinator.sh/fpga",
 				IDs: []string{"0000:5e:00.0"}, Minor: ptr(int64(2))}},
 		},
 		{
 			name: "several GPUs keep the annotation's order",
 			value: `{"gpu":[{"minor":3,"id":"GPU-3","resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}},
 			               {"minor":1,"id":"GPU-1","resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}`,
-			want: []state.Device{gpu("GPU-3", 3), gpu("GPU-1", 1)},
+			want: []model.Device{gpu("GPU-3", 3), gpu("GPU-1", 1)},
 		},
 		{
 			name:  "gpu-core 50 is a shared GPU",
 			value: `{"gpu":[{"minor":0,"id":"GPU-a","resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"50"}}]}`,
-			want:  []state.Device{shared(gpu("GPU-a", 0))},
+			want:  []model.Device{shared(gpu("GPU-a", 0))},
 		},
 		{
 			name:  "gpu-memory-ratio below 100 alone is a shared GPU",
 			value: `{"gpu":[{"minor":0,"id":"GPU-a","resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"25"}}]}`,
-			want:  []state.Device{shared(gpu("GPU-a", 0))},
+			want:  []model.Device{shared(gpu("GPU-a", 0))},
 		},
 		{
 			name:  "an allocation without id keeps its minor and no ids",
 			value: `{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}`,
-			want:  []state.Device{gpu("", 1)},
+			want:  []model.Device{gpu("", 1)},
 		},
 		{
 			name:  "an empty id is no id",
 			value: `{"gpu":[{"minor":4,"id":"","resources":{"koordinator.sh/gpu-core":"100"}}]}`,
-			want:  []state.Device{gpu("", 4)},
+			want:  []model.Device{gpu("", 4)},
 		},
 		{
 			name:  "an RDMA PF without id or VFs keeps its minor",
 			value: `{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"}}]}`,
-			want:  []state.Device{rdma(0)},
+			want:  []model.Device{rdma(0)},
 		},
 		{
 			name:  "a GPU with gpuSharedResourceTemplate keeps its id and is shared",
 			value: `{"gpu":[{"minor":0,"id":"NPU-1","extension":{"gpuSharedResourceTemplate":"vir02"}}]}`,
-			want:  []state.Device{shared(gpu("NPU-1", 0))},
+			want:  []model.Device{shared(gpu("NPU-1", 0))},
 		},
 		{
 			name:  "VFs are read for RDMA only: a GPU keeps its UUID",
 			value: `{"gpu":[{"minor":0,"id":"GPU-a","extension":{"vfs":[{"busID":"0000:02:00.1"}]}}]}`,
-			want:  []state.Device{gpu("GPU-a", 0)},
+			want:  []model.Device{gpu("GPU-a", 0)},
 		},
 		{
 			name:  "an id without minor is kept without minor",
 			value: `{"gpu":[{"id":"0"}]}`,
-			want:  []state.Device{{Allocator: KoordinatorName, Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"0"}}},
+			want:  []model.Device{{Allocator: KoordinatorName, Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"0"}}},
 		},
 		{
 			name:  "null fields count as absent",
 			value: `{"gpu":[{"minor":0,"id":"GPU-a","resources":null,"extension":null}],"rdma":[{"minor":0,"id":"0000:09:00.0","extension":{"vfs":null,"gpuSharedResourceTemplate":null}}]}`,
-			want:  []state.Device{gpu("GPU-a", 0), rdma(0, "0000:09:00.0")},
+			want:  []model.Device{gpu("GPU-a", 0), rdma(0, "0000:09:00.0")},
 		},
 		{
 			name:  "quantities may be bare numbers",
 			value: `{"gpu":[{"minor":0,"id":"GPU-a","resources":{"koordinator.sh/gpu-core":50,"koordinator.sh/gpu-memory-ratio":1e2}}]}`,
-			want:  []state.Device{shared(gpu("GPU-a", 0))},
+			want:  []model.Device{shared(gpu("GPU-a", 0))},
 		},
 		{
 			name:  "resource names are configurable",
 			opts:  KoordinatorOptions{GPUResource: "huawei.com/Ascend910", RDMAResource: "example.com/rail1", FPGAResource: "xilinx.com/fpga"},
 			value: `{"gpu":[{"minor":0,"id":"NPU-a"}],"rdma":[{"minor":0,"id":"0000:09:00.0"}],"fpga":[{"minor":0,"id":"f0"}]}`,
-			want: []state.Device{
+			want: []model.Device{
 				{Allocator: KoordinatorName, Type: "fpga", Resource: "xilinx.com/fpga", IDs: []string{"f0"}, Minor: ptr(int64(0))},
 				{Allocator: KoordinatorName, Type: "gpu", Resource: "huawei.com/Ascend910", IDs: []string{"NPU-a"}, Minor: ptr(int64(0))},
 				{Allocator: KoordinatorName, Type: "rdma", Resource: "example.com/rail1", IDs: []string{"0000:09:00.0"}, Minor: ptr(int64(0))},
@@ -136,7 +136,7 @@ func TestKoordinatorDecode(t *testing.T) {
 		{
 			name:  "unknown fields are ignored",
 			value: `{"gpu":[{"minor":0,"id":"GPU-a","future":{"x":1},"extension":{"future":true}}]}`,
-			want:  []state.Device{gpu("GPU-a", 0)},
+			want:  []model.Device{gpu("GPU-a", 0)},
 		},
 		{name: "an empty object allocates nothing", value: `{}`},
 		{name: "a type with a null list allocates nothing", value: `{"gpu":null}`},
@@ -168,7 +168,7 @@ func TestKoordinatorDecodeSkipsUnknownTypeButKeepsTheOthers(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown device type "npu", "xpu"`) {
 		t.Errorf("error = %v; want one naming the unknown types", err)
 	}
-	if want := []state.Device{gpu("GPU-a", 0)}; !reflect.DeepEqual(got, want) {
+	if want := []model.Device{gpu("GPU-a", 0)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %+v; want %+v", got, want)
 	}
 }
@@ -242,11 +242,11 @@ func TestKoordinatorRelevantToTheAllocationAndTheHint(t *testing.T) {
 func TestKoordinatorWants(t *testing.T) {
 	gpuDev := gpu("GPU-a", 0)
 	rdmaDev := rdma(0, "0000:01:00.2")
-	fpgaDev := state.Device{Allocator: KoordinatorName, Type: "fpga", Resource: "koordinator.sh/fpga", IDs: []string{"f"}}
+	fpgaDev := model.Device{Allocator: KoordinatorName, Type: "fpga", Resource: "koordinator.sh/fpga", IDs: []string{"f"}}
 	tests := []struct {
 		name      string
 		opts      KoordinatorOptions
-		dev       state.Device
+		dev       model.Device
 		requests  map[string]string
 		wantWhole int64
 		wantShare bool
@@ -269,10 +269,10 @@ func TestKoordinatorWants(t *testing.T) {
 		{"nvidia.com/gpu asks nothing once another GPU resource is configured", KoordinatorOptions{GPUResource: "amd.com/gpu"}, gpuDev, map[string]string{"nvidia.com/gpu": "1"}, 0, false},
 		{"koordinator.sh/rdma 100 is one RDMA device", KoordinatorOptions{}, rdmaDev, map[string]string{"koordinator.sh/rdma": "100"}, 1, false},
 		{"koordinator.sh/rdma 1 is a share", KoordinatorOptions{}, rdmaDev, map[string]string{"koordinator.sh/rdma": "1"}, 0, true},
-		{"a configured vendor RDMA resource counts devices", KoordinatorOptions{RDMAResource: "example.com/rail1"}, state.Device{Type: "rdma", Resource: "example.com/rail1"}, map[string]string{"example.com/rail1": "2", "koordinator.sh/rdma": "100"}, 2, false},
+		{"a configured vendor RDMA resource counts devices", KoordinatorOptions{RDMAResource: "example.com/rail1"}, model.Device{Type: "rdma", Resource: "example.com/rail1"}, map[string]string{"example.com/rail1": "2", "koordinator.sh/rdma": "100"}, 2, false},
 		{"koordinator.sh/fpga 100 is one FPGA", KoordinatorOptions{}, fpgaDev, map[string]string{"koordinator.sh/fpga": "100"}, 1, false},
-		{"a device without type is known by its resource", KoordinatorOptions{}, state.Device{Resource: "nvidia.com/gpu"}, map[string]string{"nvidia.com/gpu": "1"}, 1, false},
-		{"an unknown device asks nothing", KoordinatorOptions{}, state.Device{Type: "xpu", Resource: "x.com/xpu"}, map[string]string{"x.com/xpu": "1"}, 0, false},
+		{"a device without type is known by its resource", KoordinatorOptions{}, model.Device{Resource: "nvidia.com/gpu"}, map[string]string{"nvidia.com/gpu": "1"}, 1, false},
+		{"an unknown device asks nothing", KoordinatorOptions{}, model.Device{Type: "xpu", Resource: "x.com/xpu"}, map[string]string{"x.com/xpu": "1"}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,21 +297,21 @@ func TestKoordinatorRequestsAsCount(t *testing.T) {
 		name  string
 		alloc string
 		hint  string
-		spec  *state.PodSpec
+		spec  *model.PodSpec
 		want  map[string][]string // a device's ids joined by "+"
 	}{
 		{
 			name:  "one VF per container asking one, three VFs from two PFs",
 			alloc: twoVFsTwoPFs,
 			hint:  `{"rdma":{"vfSelector":{},"allocateStrategy":"RequestsAsCount"}}`,
-			spec:  spec(container("a", state.KindApp, rdma, "1"), container("b", state.KindApp, rdma, "2")),
+			spec:  spec(container("a", model.KindApp, rdma, "1"), container("b", model.KindApp, rdma, "2")),
 			want:  map[string][]string{"a": {"0000:1f:00.2"}, "b": {"0000:90:00.2", "0000:90:00.3"}},
 		},
 		{
 			name:  "without the strategy the same requests are percent: 1 and 2 are shares, both get everything",
 			alloc: twoVFsTwoPFs,
 			hint:  `{"rdma":{"vfSelector":{}}}`,
-			spec:  spec(container("a", state.KindApp, rdma, "1"), container("b", state.KindApp, rdma, "2")),
+			spec:  spec(container("a", model.KindApp, rdma, "1"), container("b", model.KindApp, rdma, "2")),
 			want: map[string][]string{
 				"a": {"0000:1f:00.2", "0000:90:00.2+0000:90:00.3"},
 				"b": {"0000:1f:00.2", "0000:90:00.2+0000:90:00.3"},
@@ -321,14 +321,14 @@ func TestKoordinatorRequestsAsCount(t *testing.T) {
 			name:  "FPGAs: a PF without VFs counted as one whole device, not a 1% share",
 			alloc: fpgas,
 			hint:  `{"fpga":{"allocateStrategy":"RequestsAsCount"}}`,
-			spec:  spec(container("a", state.KindApp, fpga, "1"), container("b", state.KindApp, fpga, "1")),
+			spec:  spec(container("a", model.KindApp, fpga, "1"), container("b", model.KindApp, fpga, "1")),
 			want:  map[string][]string{"a": {"0000:3b:00.0"}, "b": {"0000:3c:00.0"}},
 		},
 		{
 			name:  "the strategy of another type does not change rdma",
 			alloc: twoVFsTwoPFs,
 			hint:  `{"fpga":{"allocateStrategy":"RequestsAsCount"}}`,
-			spec:  spec(container("a", state.KindApp, rdma, "100"), container("b", state.KindApp, rdma, "100")),
+			spec:  spec(container("a", model.KindApp, rdma, "100"), container("b", model.KindApp, rdma, "100")),
 			want:  map[string][]string{"a": {"0000:1f:00.2"}, "b": {"0000:90:00.2+0000:90:00.3"}},
 		},
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -21,13 +22,13 @@ type Decoder interface {
 	// returned are those still trusted: none for a malformed annotation,
 	// unless its format confines the damage (a HAMi container entry); the
 	// others when only a part the decoder does not know was skipped.
-	Decode(annotations map[string]string) ([]state.Device, error)
+	Decode(annotations map[string]string) ([]model.Device, error)
 	// Wants says how much of dev a container with these requests asks for:
 	// whole devices (>0), or share=true for a fraction; (0,false) = nothing
 	// dev provides. It must depend only on dev's Type, Resource and
 	// CountsRequests, not on the particular device: Assign asks once per
 	// kind of device.
-	Wants(dev state.Device, requests map[string]string) (whole int64, share bool)
+	Wants(dev model.Device, requests map[string]string) (whole int64, share bool)
 }
 
 // Set is the decoders of every allocator the daemon understands. It is the
@@ -113,8 +114,8 @@ func (s *Set) AllocatorOf(key string) string {
 // A decoder whose devices would take the pod past the limit on device ids
 // (LimitDevicesPerPod) is refused as malformed, all its devices dropped: a
 // partial list could hand a consumer an arbitrary subset of them.
-func (s *Set) Decode(pod state.PodRef, annotations map[string]string) ([]state.Device, []error) {
-	var devices []state.Device
+func (s *Set) Decode(pod model.PodRef, annotations map[string]string) ([]model.Device, []error) {
+	var devices []model.Device
 	var errs []error
 	total := 0 // device ids so far
 	for _, d := range s.decoders {
@@ -145,7 +146,7 @@ func (s *Set) Decode(pod state.PodRef, annotations map[string]string) ([]state.D
 
 // countIDs counts the device ids of devices; a device named by minor or
 // index only counts as one.
-func countIDs(devices []state.Device) int {
+func countIDs(devices []model.Device) int {
 	n := 0
 	for _, d := range devices {
 		n += max(1, len(d.IDs))
@@ -159,7 +160,7 @@ func countIDs(devices []state.Device) int {
 // an error like any malformed value. It also enforces what every consumer
 // relies on, whatever the decoder: devices carry their allocator's name and a
 // resource name, and no device id is empty.
-func decodeSafely(d Decoder, annotations map[string]string) (devices []state.Device, err error) {
+func decodeSafely(d Decoder, annotations map[string]string) (devices []model.Device, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			devices, err = nil, fmt.Errorf("decoder panicked: %v", p)

@@ -10,34 +10,34 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // fakeDecoder returns fixed devices and error, or panics.
 type fakeDecoder struct {
 	name    string
 	key     string
-	devices []state.Device
+	devices []model.Device
 	err     error
 	panics  bool
 }
 
 func (f *fakeDecoder) Name() string             { return f.name }
 func (f *fakeDecoder) Relevant(key string) bool { return key == f.key }
-func (f *fakeDecoder) Decode(ann map[string]string) ([]state.Device, error) {
+func (f *fakeDecoder) Decode(ann map[string]string) ([]model.Device, error) {
 	if _, ok := ann[f.key]; !ok {
 		return nil, nil
 	}
 	if f.panics {
 		panic("assignment to entry in nil map") // a decoder bug
 	}
-	return append([]state.Device(nil), f.devices...), f.err
+	return append([]model.Device(nil), f.devices...), f.err
 }
-func (f *fakeDecoder) Wants(state.Device, map[string]string) (int64, bool) { return 0, false }
+func (f *fakeDecoder) Wants(model.Device, map[string]string) (int64, bool) { return 0, false }
 
 func quietLog() *logrus.Logger { l, _ := logtest.NewNullLogger(); return l }
 
-var testPod = state.PodRef{UID: "u-1", Namespace: "ml", Name: "train-0"}
+var testPod = model.PodRef{UID: "u-1", Namespace: "ml", Name: "train-0"}
 
 func TestSetRelevantIfAnyDecoderReadsTheKey(t *testing.T) {
 	s := NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}), &fakeDecoder{name: "hami", key: "hami.io/vgpu-devices-allocated"})
@@ -53,13 +53,13 @@ func TestSetRelevantIfAnyDecoderReadsTheKey(t *testing.T) {
 }
 
 func TestSetDecodeReturnsEveryDecodersDevicesInDecoderOrder(t *testing.T) {
-	other := &fakeDecoder{name: "hami", key: "hami", devices: []state.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
+	other := &fakeDecoder{name: "hami", key: "hami", devices: []model.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
 	s := NewSet(nil, func(string) { t.Error("onError called without an error") }, other, NewKoordinator(KoordinatorOptions{}))
 	got, errs := s.Decode(testPod, map[string]string{"hami": "x", KoordinatorAnnotation: `{"gpu":[{"minor":0,"id":"GPU-k"}]}`})
 	if errs != nil {
 		t.Fatalf("errors: %v", errs)
 	}
-	want := []state.Device{
+	want := []model.Device{
 		{Allocator: "hami", Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}},
 		gpu("GPU-k", 0),
 	}
@@ -71,12 +71,12 @@ func TestSetDecodeReturnsEveryDecodersDevicesInDecoderOrder(t *testing.T) {
 func TestSetDecodeMalformedAnnotationWarnsCountsAndKeepsTheOthers(t *testing.T) {
 	log, hook := logtest.NewNullLogger()
 	var counted []string
-	other := &fakeDecoder{name: "hami", key: "hami", devices: []state.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
+	other := &fakeDecoder{name: "hami", key: "hami", devices: []model.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
 	s := NewSet(log, func(a string) { counted = append(counted, a) }, NewKoordinator(KoordinatorOptions{}), other)
 
 	got, errs := s.Decode(testPod, map[string]string{"hami": "x", KoordinatorAnnotation: `{"gpu":[null]}`})
 
-	if want := []state.Device{{Allocator: "hami", Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}; !reflect.DeepEqual(got, want) {
+	if want := []model.Device{{Allocator: "hami", Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %+v; want only the other allocator's %+v", got, want)
 	}
 	if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "koordinator: decode "+KoordinatorAnnotation+": gpu[0]: null allocation") {
@@ -99,7 +99,7 @@ func TestSetDecodeKeepsTheDevicesOfAPartlyUnderstoodAnnotation(t *testing.T) {
 	var counted int
 	s := NewSet(quietLog(), func(string) { counted++ }, NewKoordinator(KoordinatorOptions{}))
 	got, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: `{"gpu":[{"minor":0,"id":"GPU-k"}],"xpu":[{"id":"X"}]}`})
-	if want := []state.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
+	if want := []model.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %+v; want %+v", got, want)
 	}
 	if len(errs) != 1 || counted != 1 {
@@ -113,19 +113,19 @@ func TestSetDecodeTurnsADecoderPanicIntoAnError(t *testing.T) {
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "buggy: decoder panicked") {
 		t.Errorf("errors = %v; want the panic as an error", errs)
 	}
-	if want := []state.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
+	if want := []model.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %+v; want %+v", got, want)
 	}
 }
 
 func TestSetDecodeRejectsDevicesWithoutResourceOrWithEmptyIDs(t *testing.T) {
-	for name, dev := range map[string]state.Device{
+	for name, dev := range map[string]model.Device{
 		"no resource": {IDs: []string{"a"}},
 		"empty id":    {Resource: "r", IDs: []string{"a", ""}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cause := errors.New("partly understood")
-			s := NewSet(quietLog(), nil, &fakeDecoder{name: "bad", key: "k", devices: []state.Device{{Resource: "r", IDs: []string{"ok"}}, dev}, err: cause})
+			s := NewSet(quietLog(), nil, &fakeDecoder{name: "bad", key: "k", devices: []model.Device{{Resource: "r", IDs: []string{"ok"}}, dev}, err: cause})
 			got, errs := s.Decode(testPod, map[string]string{"k": "v"})
 			if got != nil {
 				t.Errorf("devices = %+v; want none from a decoder that produced an invalid device", got)

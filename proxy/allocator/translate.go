@@ -3,8 +3,8 @@ package allocator
 import (
 	"fmt"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/state"
 )
 
 // Inventory is what Translate asks of the node's device inventory;
@@ -35,7 +35,7 @@ var (
 // including a nil *inventory.Inventory or *inventory.Snapshot: the daemon
 // may run without an inventory. A query should pass one Snapshot, so that
 // all its pods are translated by the same inventory.
-func Translate(devs []state.Device, inv Inventory) (out []state.Device, problems []error) {
+func Translate(devs []model.Device, inv Inventory) (out []model.Device, problems []error) {
 	out = devs
 	copied := false
 	for i, d := range devs {
@@ -48,7 +48,7 @@ func Translate(devs []state.Device, inv Inventory) (out []state.Device, problems
 			continue
 		}
 		if !copied {
-			out = append([]state.Device(nil), devs...)
+			out = append([]model.Device(nil), devs...)
 			copied = true
 		}
 		out[i].IDs = []string{id}
@@ -57,7 +57,7 @@ func Translate(devs []state.Device, inv Inventory) (out []state.Device, problems
 }
 
 // lookup finds the id of a device named by Index or Minor.
-func lookup(d state.Device, inv Inventory) (string, error) {
+func lookup(d model.Device, inv Inventory) (string, error) {
 	what, n, by := "minor", d.Minor, Inventory.ByMinor
 	if d.Index != nil {
 		what, n, by = "index", d.Index, Inventory.ByIndex

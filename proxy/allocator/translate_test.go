@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/state"
 )
 
 // node is a two-GPU node with one RDMA NIC, and a GPU sysfs found whose UUID
@@ -22,62 +22,62 @@ func node() *inventory.Snapshot {
 	})
 }
 
-func withIDs(d state.Device, ids ...string) state.Device { d.IDs = ids; return d }
+func withIDs(d model.Device, ids ...string) model.Device { d.IDs = ids; return d }
 
 func TestTranslate(t *testing.T) {
 	tests := []struct {
 		name         string
-		in           []state.Device
-		want         []state.Device
+		in           []model.Device
+		want         []model.Device
 		wantProblems []string
 	}{
 		{
 			name: "a Koordinator GPU without id gets the UUID of its minor",
-			in:   []state.Device{gpu("", 1)},
-			want: []state.Device{gpu(uuidB, 1)},
+			in:   []model.Device{gpu("", 1)},
+			want: []model.Device{gpu(uuidB, 1)},
 		},
 		{
 			name: "a Koordinator RDMA PF without id gets the PF address of its minor",
-			in:   []state.Device{rdma(0)},
-			want: []state.Device{rdma(0, "0000:01:00.0")},
+			in:   []model.Device{rdma(0)},
+			want: []model.Device{rdma(0, "0000:01:00.0")},
 		},
 		{
 			name: "a gpushare index gets the UUID of that nvidia-smi index, not that minor",
-			in:   []state.Device{gs(0), gs(1)},
-			want: []state.Device{withIDs(gs(0), uuidB), withIDs(gs(1), uuidA)},
+			in:   []model.Device{gs(0), gs(1)},
+			want: []model.Device{withIDs(gs(0), uuidB), withIDs(gs(1), uuidA)},
 		},
 		{
 			name: "the index wins over the minor",
-			in:   []state.Device{func() state.Device { d := gs(1); d.Minor = ptr(int64(1)); return d }()},
-			want: []state.Device{func() state.Device { d := withIDs(gs(1), uuidA); d.Minor = ptr(int64(1)); return d }()},
+			in:   []model.Device{func() model.Device { d := gs(1); d.Minor = ptr(int64(1)); return d }()},
+			want: []model.Device{func() model.Device { d := withIDs(gs(1), uuidA); d.Minor = ptr(int64(1)); return d }()},
 		},
 		{
 			name: "devices with ids are left alone, whatever their minor",
-			in:   []state.Device{gpu("GPU-from-annotation", 0), hv(uuidA, 0, 1, true)},
-			want: []state.Device{gpu("GPU-from-annotation", 0), hv(uuidA, 0, 1, true)},
+			in:   []model.Device{gpu("GPU-from-annotation", 0), hv(uuidA, 0, 1, true)},
+			want: []model.Device{gpu("GPU-from-annotation", 0), hv(uuidA, 0, 1, true)},
 		},
 		{
 			name:         "an unknown minor stays without ids and is reported",
-			in:           []state.Device{gpu("", 5), gpu("", 0)},
-			want:         []state.Device{gpu("", 5), gpu(uuidA, 0)},
+			in:           []model.Device{gpu("", 5), gpu("", 0)},
+			want:         []model.Device{gpu("", 5), gpu(uuidA, 0)},
 			wantProblems: []string{"koordinator gpu device with minor 5: not in the node's device inventory"},
 		},
 		{
 			name:         "an unknown index stays without ids and is reported",
-			in:           []state.Device{gs(9)},
-			want:         []state.Device{gs(9)},
+			in:           []model.Device{gs(9)},
+			want:         []model.Device{gs(9)},
 			wantProblems: []string{"volcano-gpushare gpu device with index 9: not in the node's device inventory"},
 		},
 		{
 			name:         "a minor of another type does not match",
-			in:           []state.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: DefaultFPGAResource, Minor: ptr(int64(0))}},
-			want:         []state.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: DefaultFPGAResource, Minor: ptr(int64(0))}},
+			in:           []model.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: DefaultFPGAResource, Minor: ptr(int64(0))}},
+			want:         []model.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: DefaultFPGAResource, Minor: ptr(int64(0))}},
 			wantProblems: []string{"koordinator fpga device with minor 0: not in the node's device inventory"},
 		},
 		{
 			name:         "an inventory device without id translates nothing",
-			in:           []state.Device{gs(7)},
-			want:         []state.Device{gs(7)},
+			in:           []model.Device{gs(7)},
+			want:         []model.Device{gs(7)},
 			wantProblems: []string{"volcano-gpushare gpu device with index 7: the inventory knows it (0000:d8:00.0) but not its id"},
 		},
 		{name: "no devices", in: nil, want: nil},
@@ -100,7 +100,7 @@ func TestTranslate(t *testing.T) {
 }
 
 func TestTranslateWithoutInventoryReportsEveryDeviceNamedByNumber(t *testing.T) {
-	in := []state.Device{gpu("", 1), gs(0), gpu(uuidA, 0)}
+	in := []model.Device{gpu("", 1), gs(0), gpu(uuidA, 0)}
 	for name, inv := range map[string]Inventory{
 		"nil":            nil,
 		"nil inventory":  (*inventory.Inventory)(nil),
@@ -118,7 +118,7 @@ func TestTranslateWithoutInventoryReportsEveryDeviceNamedByNumber(t *testing.T) 
 }
 
 func TestTranslateReturnsTheInputWhenNothingChanges(t *testing.T) {
-	in := []state.Device{gpu(uuidA, 0), gpu("", 5)}
+	in := []model.Device{gpu(uuidA, 0), gpu("", 5)}
 	got, _ := Translate(in, node())
 	if &got[0] != &in[0] {
 		t.Error("Translate copied devices it did not change")
@@ -127,7 +127,7 @@ func TestTranslateReturnsTheInputWhenNothingChanges(t *testing.T) {
 
 // clone copies devices and their ids, so that a later comparison sees any
 // change Translate made to its input.
-func clone(devs []state.Device) []state.Device {
+func clone(devs []model.Device) []model.Device {
 	out := slices.Clone(devs)
 	for i := range out {
 		out[i].IDs = slices.Clone(out[i].IDs)

@@ -18,11 +18,12 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
-// Reasons a decoded device is refused: the values of state.Refused.Reason
+// Reasons a decoded device is refused: the values of model.Refused.Reason
 // and of the reason label of podres_proxy_allocations_refused_total.
 const (
 	// ReasonWrongScheduler: the pod was not placed by a scheduler that
@@ -144,7 +145,7 @@ func (g *Gate) SchedulerNames(allocator string) []string {
 // Vettable reports whether a spec says enough to vet a pod's devices: it
 // was read from /pods, with its scheduler name. A record written before the
 // scheduler name was kept must be read again first.
-func Vettable(spec *state.PodSpec) bool {
+func Vettable(spec *model.PodSpec) bool {
 	return spec != nil && spec.SchedulerName != ""
 }
 
@@ -169,7 +170,7 @@ func Vettable(spec *state.PodSpec) bool {
 // unvetted. When nothing is refused, kept is
 // devices itself. devices is never modified; inv may be nil, or lack
 // Membership (no membership check).
-func (g *Gate) Vet(spec *state.PodSpec, devices []state.Device, inv Inventory) (kept []state.Device, refused []state.Refused) {
+func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv Inventory) (kept []model.Device, refused []model.Refused) {
 	if len(devices) == 0 {
 		return devices, nil
 	}
@@ -187,7 +188,7 @@ func (g *Gate) Vet(spec *state.PodSpec, devices []state.Device, inv Inventory) (
 			drop = make([]bool, len(devices))
 		}
 		drop[i] = true
-		refused = append(refused, state.Refused{
+		refused = append(refused, model.Refused{
 			Allocator: dev.Allocator,
 			Resource:  dev.Resource,
 			IDs:       slices.Clone(dev.IDs),
@@ -199,7 +200,7 @@ func (g *Gate) Vet(spec *state.PodSpec, devices []state.Device, inv Inventory) (
 	if drop == nil {
 		return devices, nil
 	}
-	kept = make([]state.Device, 0, len(devices)-len(refused))
+	kept = make([]model.Device, 0, len(devices)-len(refused))
 	for i, dev := range devices {
 		if !drop[i] {
 			kept = append(kept, dev)
@@ -209,7 +210,7 @@ func (g *Gate) Vet(spec *state.PodSpec, devices []state.Device, inv Inventory) (
 }
 
 // check returns why dev is refused, "" when it is believed.
-func (g *Gate) check(spec *state.PodSpec, dev state.Device, inv Membership) (reason, detail string) {
+func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv Membership) (reason, detail string) {
 	if !Vettable(spec) {
 		return ReasonSpecUnknown, "the pod's spec (scheduler and requests) was never read from the kubelet's /pods"
 	}
@@ -217,7 +218,7 @@ func (g *Gate) check(spec *state.PodSpec, dev state.Device, inv Membership) (rea
 		return ReasonWrongScheduler, fmt.Sprintf("pod scheduled by %q; %s annotations are believed on pods of %s only",
 			spec.SchedulerName, dev.Allocator, quoteNames(names))
 	}
-	if !slices.ContainsFunc(spec.Containers, func(c state.ContainerSpec) bool { return g.set.requests(dev, c.Requests) }) {
+	if !slices.ContainsFunc(spec.Containers, func(c model.ContainerSpec) bool { return g.set.requests(dev, c.Requests) }) {
 		return ReasonNoRequest, fmt.Sprintf("no container of the pod requests %s", dev.Resource)
 	}
 	for _, id := range dev.IDs {
@@ -264,7 +265,7 @@ var (
 )
 
 // safeID reports whether id has the shape dev's resource needs.
-func safeID(dev state.Device, id string) bool {
+func safeID(dev model.Device, id string) bool {
 	if strings.EqualFold(id, "all") {
 		return false // CDI's and NVIDIA's name for every device
 	}
@@ -284,7 +285,7 @@ func isMIG(id string) bool { return len(id) > 4 && strings.EqualFold(id[:4], "MI
 // inventory has none: Koordinator and Volcano gpushare name gpu, rdma and
 // fpga; HAMi and Volcano vGPU name the vendor, and an NVIDIA resource is a
 // GPU.
-func inventoryType(dev state.Device) string {
+func inventoryType(dev model.Device) string {
 	switch t := strings.ToLower(dev.Type); {
 	case t == inventory.TypeGPU || t == inventory.TypeRDMA || t == inventory.TypeFPGA:
 		return t
@@ -298,7 +299,7 @@ func inventoryType(dev state.Device) string {
 // allocation of a whole device (a whole GPU, a VF, an RDMA PF without VFs,
 // an FPGA). Shared GPUs (a fractional gpu-core, HAMi and Volcano vGPU,
 // Volcano gpushare) are shared by design and never contested.
-func Exclusive(dev state.Device) bool {
+func Exclusive(dev model.Device) bool {
 	return dev.Allocator == KoordinatorName && !dev.Shared
 }
 
@@ -389,7 +390,7 @@ func claimKey(id string) string { return strings.ToLower(id) }
 // when another pod holds the device whole. Sharers of a device shared first
 // stay shared. A later claimant thus gets none of a device an exclusive
 // holder has, and nobody takes whole a GPU others share.
-func (g *Gate) Contest(rec *state.Record, devices []state.Device, h *Holders) (kept []state.Device, refused []state.Refused) {
+func (g *Gate) Contest(rec *state.Record, devices []model.Device, h *Holders) (kept []model.Device, refused []model.Refused) {
 	if h == nil {
 		return devices, nil
 	}
@@ -405,7 +406,7 @@ func (g *Gate) Contest(rec *state.Record, devices []state.Device, h *Holders) (k
 				drop = make([]bool, len(devices))
 			}
 			drop[i] = true
-			refused = append(refused, state.Refused{
+			refused = append(refused, model.Refused{
 				Allocator: d.Allocator, Resource: d.Resource, IDs: slices.Clone(d.IDs),
 				Reason: ReasonContested, Class: ReasonClass(ReasonContested),
 				Detail: fmt.Sprintf("id %s is held by pod uid %s, which claimed it first (%s, %s)",
@@ -428,7 +429,7 @@ func (g *Gate) Contest(rec *state.Record, devices []state.Device, h *Holders) (k
 // Report logs a warning per refused device, naming the pod and the reason,
 // and calls OnRefuse. The proxy calls it once per change of what a pod has
 // refused, not once per query.
-func (g *Gate) Report(pod state.PodRef, refused []state.Refused) {
+func (g *Gate) Report(pod model.PodRef, refused []model.Refused) {
 	for _, r := range refused {
 		g.log.WithFields(logrus.Fields{
 			"pod":       pod.Namespace + "/" + pod.Name,

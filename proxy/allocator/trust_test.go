@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -41,7 +42,7 @@ func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
 	gate := allocator.NewGate(set, allocator.GateOptions{Log: logrus.New()})
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			devices, _ := set.Decode(state.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
+			devices, _ := set.Decode(model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
 			inv := fixtureInventory(c)
 			devices, _ = allocator.Translate(devices, inv)
 			spec := c.Spec()
@@ -66,8 +67,8 @@ func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
 
 func TestGateIDShapes(t *testing.T) {
 	gate := allocator.NewGate(quietSet(t), allocator.GateOptions{})
-	spec := &state.PodSpec{SchedulerName: "koord-scheduler", Containers: []state.ContainerSpec{{
-		Name: "app", Kind: state.KindApp,
+	spec := &model.PodSpec{SchedulerName: "koord-scheduler", Containers: []model.ContainerSpec{{
+		Name: "app", Kind: model.KindApp,
 		Requests: map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "100", "koordinator.sh/fpga": "100"},
 	}}}
 	for _, tc := range []struct {
@@ -96,8 +97,8 @@ func TestGateIDShapes(t *testing.T) {
 		{"fpga", "koordinator.sh/fpga", "a=b", false},
 		{"fpga", "koordinator.sh/fpga", strings.Repeat("a", 129), false},
 	} {
-		dev := state.Device{Allocator: allocator.KoordinatorName, Type: tc.typ, Resource: tc.resource, IDs: []string{tc.id}}
-		kept, refused := gate.Vet(spec, []state.Device{dev}, nil)
+		dev := model.Device{Allocator: allocator.KoordinatorName, Type: tc.typ, Resource: tc.resource, IDs: []string{tc.id}}
+		kept, refused := gate.Vet(spec, []model.Device{dev}, nil)
 		if got := len(kept) == 1; got != tc.ok {
 			t.Errorf("%s %q: believed %v, want %v (refused %+v)", tc.resource, tc.id, got, tc.ok, refused)
 		}
@@ -125,13 +126,13 @@ func FuzzGateVet(f *testing.F) {
 	nodeWithGPU := inventory.NewSnapshot([]inventory.Device{{Type: inventory.TypeGPU, ID: gpu, Healthy: true}})
 	gate := allocator.NewGate(quietSet(f), allocator.GateOptions{})
 	f.Fuzz(func(t *testing.T, scheduler, reqKey, reqValue, alloc, typ, resource, ids string, withInventory bool) {
-		spec := &state.PodSpec{SchedulerName: scheduler, Containers: []state.ContainerSpec{{Name: "app", Kind: state.KindApp}}}
+		spec := &model.PodSpec{SchedulerName: scheduler, Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}
 		if reqKey != "" {
 			spec.Containers[0].Requests = map[string]string{reqKey: reqValue}
 		}
-		var devices []state.Device
+		var devices []model.Device
 		for _, group := range strings.Split(ids, ";") {
-			devices = append(devices, state.Device{Allocator: alloc, Type: typ, Resource: resource, IDs: strings.Split(group, ",")})
+			devices = append(devices, model.Device{Allocator: alloc, Type: typ, Resource: resource, IDs: strings.Split(group, ",")})
 		}
 		var inv allocator.Inventory
 		if withInventory {
@@ -168,9 +169,9 @@ func koordGPU(id string, core string) map[string]string {
 	return map[string]string{allocator.KoordinatorAnnotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"` + core + `"},"id":"` + id + `"}]}`}
 }
 
-func koordSpec(core string) *state.PodSpec {
-	return &state.PodSpec{SchedulerName: "koord-scheduler", Containers: []state.ContainerSpec{{
-		Name: "app", Kind: state.KindApp, Requests: map[string]string{"koordinator.sh/gpu-core": core}}}}
+func koordSpec(core string) *model.PodSpec {
+	return &model.PodSpec{SchedulerName: "koord-scheduler", Containers: []model.ContainerSpec{{
+		Name: "app", Kind: model.KindApp, Requests: map[string]string{"koordinator.sh/gpu-core": core}}}}
 }
 
 // TestTheFirstHolderKeepsAWholeGPUAcrossARestart: two running pods name
@@ -191,8 +192,8 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 	// "zz-first" sorts last by UID, so that only the time can make it the
 	// holder.
 	for _, p := range []struct{ uid, name string }{{"zz-first", "first"}, {"aa-second", "second"}} {
-		store.ObserveKubeletPods([]state.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
-		store.ObserveSandbox(state.SourceNRI, state.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
+		store.ObserveKubeletPods([]model.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
+		store.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
 		clock = clock.Add(time.Second)
 	}
 	check := func(when string, records []*state.Record) {
@@ -239,7 +240,7 @@ func TestASharedGPUStaysShared(t *testing.T) {
 	at := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
 	var records []*state.Record
 	for i, uid := range []string{"uid-a", "uid-b"} {
-		devs, errs := set.Decode(state.PodRef{UID: uid}, koordGPU(gpu, "50"))
+		devs, errs := set.Decode(model.PodRef{UID: uid}, koordGPU(gpu, "50"))
 		if len(errs) > 0 {
 			t.Fatal(errs)
 		}
@@ -287,12 +288,12 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 			if strings.HasPrefix(id, "0000:") {
 				typ, resource, request = "rdma", "koordinator.sh/rdma", "koordinator.sh/rdma"
 			}
-			spec := &state.PodSpec{SchedulerName: scheduler, Containers: []state.ContainerSpec{{Name: "app", Kind: state.KindApp}}}
+			spec := &model.PodSpec{SchedulerName: scheduler, Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}
 			if y&2 != 0 {
 				spec.Containers[0].Requests = map[string]string{request: "100"}
 			}
-			dev := state.Device{Allocator: allocator.KoordinatorName, Type: typ, Resource: resource, IDs: []string{id}, Shared: shared}
-			r := &state.Record{UID: uid, Namespace: "ns", Name: uid, State: phase, Spec: spec, Devices: []state.Device{dev},
+			dev := model.Device{Allocator: allocator.KoordinatorName, Type: typ, Resource: resource, IDs: []string{id}, Shared: shared}
+			r := &state.Record{UID: uid, Namespace: "ns", Name: uid, State: phase, Spec: spec, Devices: []model.Device{dev},
 				Sources: state.Sources{Annotations: &state.Seen{Source: state.SourceKubelet, At: at.Add(time.Duration(y>>2%4) * time.Second)}}}
 			if phase == state.PhaseReady {
 				r.SandboxID = "sb-" + uid

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 const (
@@ -85,8 +85,8 @@ func (v *VolcanoVGPU) Relevant(key string) bool { return key == VolcanoVGPUAnnot
 
 // Decode implements Decoder. The value is in HAMi's format, with one entry
 // per app container that requests vGPUs, so the devices' ContainerScope is
-// state.ScopeRequesting.
-func (v *VolcanoVGPU) Decode(annotations map[string]string) ([]state.Device, error) {
+// model.ScopeRequesting.
+func (v *VolcanoVGPU) Decode(annotations map[string]string) ([]model.Device, error) {
 	value, ok := annotations[VolcanoVGPUAnnotation]
 	if !ok {
 		return nil, nil
@@ -94,13 +94,13 @@ func (v *VolcanoVGPU) Decode(annotations map[string]string) ([]state.Device, err
 	return decodeHAMiList(VolcanoVGPUAnnotation, value, hamiList{
 		allocator: VolcanoVGPUName,
 		resource:  v.opts.Resource,
-		scope:     state.ScopeRequesting,
+		scope:     model.ScopeRequesting,
 	})
 }
 
 // Wants implements Decoder as Volcano's vGPU plugin reads requests: the
 // count resource asks that many vGPUs, the memory resource alone one.
-func (v *VolcanoVGPU) Wants(_ state.Device, requests map[string]string) (whole int64, share bool) {
+func (v *VolcanoVGPU) Wants(_ model.Device, requests map[string]string) (whole int64, share bool) {
 	if _, ok := requests[v.opts.CountResource]; ok {
 		return countRequest(requests, v.opts.CountResource)
 	}
@@ -159,7 +159,7 @@ func (v *VolcanoGPUShare) Relevant(key string) bool { return key == VolcanoGPUSh
 // A malformed list (an empty, non-numeric or negative index, one index
 // twice) is rejected as a whole: with no structure to confine the damage,
 // guessing which indices are right could name another pod's GPU.
-func (v *VolcanoGPUShare) Decode(annotations map[string]string) ([]state.Device, error) {
+func (v *VolcanoGPUShare) Decode(annotations map[string]string) ([]model.Device, error) {
 	value, ok := annotations[VolcanoGPUShareAnnotation]
 	if !ok {
 		return nil, nil
@@ -171,11 +171,11 @@ func (v *VolcanoGPUShare) Decode(annotations map[string]string) ([]state.Device,
 	return devices, nil
 }
 
-func (v *VolcanoGPUShare) decode(value string) ([]state.Device, error) {
+func (v *VolcanoGPUShare) decode(value string) ([]model.Device, error) {
 	if strings.TrimSpace(value) == "" {
 		return nil, nil
 	}
-	var devices []state.Device
+	var devices []model.Device
 	seen := map[int64]int{}
 	for i, field := range strings.Split(value, ",") {
 		field = strings.TrimSpace(field)
@@ -196,7 +196,7 @@ func (v *VolcanoGPUShare) decode(value string) ([]state.Device, error) {
 			return nil, fmt.Errorf("index %d: GPU %d already listed at index %d", i, n, first)
 		}
 		seen[n] = i
-		devices = append(devices, state.Device{
+		devices = append(devices, model.Device{
 			Allocator: VolcanoGPUShareName,
 			Type:      volcanoGPUType,
 			Resource:  v.opts.Resource,
@@ -209,7 +209,7 @@ func (v *VolcanoGPUShare) decode(value string) ([]state.Device, error) {
 // Wants implements Decoder: the number resource asks whole GPUs, the memory
 // resource a share of one. The reported resource (nvidia.com/gpu) does not
 // count: a container asking it is served by another device plugin.
-func (v *VolcanoGPUShare) Wants(_ state.Device, requests map[string]string) (whole int64, share bool) {
+func (v *VolcanoGPUShare) Wants(_ model.Device, requests map[string]string) (whole int64, share bool) {
 	if whole, share := countRequest(requests, v.opts.NumberResource); whole > 0 || share {
 		return whole, share
 	}

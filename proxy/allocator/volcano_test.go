@@ -5,13 +5,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // vv builds the device the Volcano vGPU decoder reports.
-func vv(id string, index, count int, isShared bool) state.Device {
+func vv(id string, index, count int, isShared bool) model.Device {
 	d := hv(id, index, count, isShared)
-	d.Allocator, d.ContainerScope = VolcanoVGPUName, state.ScopeRequesting
+	d.Allocator, d.ContainerScope = VolcanoVGPUName, model.ScopeRequesting
 	return d
 }
 
@@ -20,33 +20,33 @@ func TestVolcanoVGPUDecode(t *testing.T) {
 		name  string
 		opts  VolcanoVGPUOptions
 		value string
-		want  []state.Device
+		want  []model.Device
 	}{
 		{
 			name:  "one container's vGPU, as Volcano writes it (no trailing ';')",
 			value: uuidA + ",NVIDIA,1024,25:",
-			want:  []state.Device{vv(uuidA, 0, 1, true)},
+			want:  []model.Device{vv(uuidA, 0, 1, true)},
 		},
 		{
 			name:  "two requesting containers joined by ';'",
 			value: uuidA + ",NVIDIA,1024,25:;" + uuidB + ",NVIDIA,40960,100:" + uuidA + ",NVIDIA,1024,0:",
-			want:  []state.Device{vv(uuidA, 0, 2, true), vv(uuidB, 1, 2, false), vv(uuidA, 1, 2, true)},
+			want:  []model.Device{vv(uuidA, 0, 2, true), vv(uuidB, 1, 2, false), vv(uuidA, 1, 2, true)},
 		},
 		{
 			name:  "MIG mode ids name their parent GPU",
 			value: uuidA + "[mig-1g.10gb-2],NVIDIA,10240,0:",
-			want:  []state.Device{vv(uuidA, 0, 1, true)},
+			want:  []model.Device{vv(uuidA, 0, 1, true)},
 		},
 		{
 			name:  "a HAMi-style trailing ';' is not a container",
 			value: uuidA + ",NVIDIA,1024,25:;",
-			want:  []state.Device{vv(uuidA, 0, 1, true)},
+			want:  []model.Device{vv(uuidA, 0, 1, true)},
 		},
 		{
 			name:  "the resource name is configurable",
 			opts:  VolcanoVGPUOptions{Resource: "volcano.sh/vgpu-number"},
 			value: uuidA + ",NVIDIA,1024,25:",
-			want:  []state.Device{resourced(vv(uuidA, 0, 1, true), "NVIDIA", "volcano.sh/vgpu-number")},
+			want:  []model.Device{resourced(vv(uuidA, 0, 1, true), "NVIDIA", "volcano.sh/vgpu-number")},
 		},
 		{name: "an empty value allocates nothing", value: ""},
 	}
@@ -71,7 +71,7 @@ func TestVolcanoVGPUDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
 		!strings.Contains(err.Error(), "memory -1 is negative") {
 		t.Errorf("error = %v; want one naming the annotation, container 0 and the memory", err)
 	}
-	if want := []state.Device{vv(uuidB, 1, 2, true)}; !reflect.DeepEqual(got, want) {
+	if want := []model.Device{vv(uuidB, 1, 2, true)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("kept %+v; want %+v", got, want)
 	}
 }
@@ -88,11 +88,11 @@ func TestVolcanoVGPUDecodeWithoutAnnotationReturnsNothing(t *testing.T) {
 func TestAssignVolcanoVGPUToTheRequestingAppContainers(t *testing.T) {
 	s := NewSet(quietLog(), nil, NewVolcanoVGPU(VolcanoVGPUOptions{}))
 	sp := spec(
-		container("setup", state.KindInit, "volcano.sh/vgpu-number", "1"),
-		container("mesh", state.KindSidecar),
-		container("loader", state.KindApp),
-		container("trainer", state.KindApp, "volcano.sh/vgpu-number", "2", "volcano.sh/vgpu-memory", "2048"),
-		container("eval", state.KindApp, "volcano.sh/vgpu-memory", "1024"),
+		container("setup", model.KindInit, "volcano.sh/vgpu-number", "1"),
+		container("mesh", model.KindSidecar),
+		container("loader", model.KindApp),
+		container("trainer", model.KindApp, "volcano.sh/vgpu-number", "2", "volcano.sh/vgpu-memory", "2048"),
+		container("eval", model.KindApp, "volcano.sh/vgpu-memory", "1024"),
 	)
 	devices, errs := s.Decode(testPod, map[string]string{
 		VolcanoVGPUAnnotation: uuidA + ",NVIDIA,2048,0:" + uuidB + ",NVIDIA,2048,0:;" + uuidA + ",NVIDIA,1024,0:",
@@ -132,8 +132,8 @@ func TestVolcanoVGPUWants(t *testing.T) {
 }
 
 // gs builds the device the gpushare decoder reports for a GPU index.
-func gs(index int64) state.Device {
-	return state.Device{Allocator: VolcanoGPUShareName, Type: "gpu", Resource: DefaultGPUResource, Index: ptr(index)}
+func gs(index int64) model.Device {
+	return model.Device{Allocator: VolcanoGPUShareName, Type: "gpu", Resource: DefaultGPUResource, Index: ptr(index)}
 }
 
 func TestVolcanoGPUShareDecode(t *testing.T) {
@@ -141,17 +141,17 @@ func TestVolcanoGPUShareDecode(t *testing.T) {
 		name  string
 		opts  VolcanoGPUShareOptions
 		value string
-		want  []state.Device
+		want  []model.Device
 	}{
-		{name: "one shared GPU", value: "1", want: []state.Device{gs(1)}},
-		{name: "several GPUs keep their order", value: "3,0,2", want: []state.Device{gs(3), gs(0), gs(2)}},
-		{name: "spaces around indices are ignored", value: " 0 , 2 ", want: []state.Device{gs(0), gs(2)}},
-		{name: "the largest int32 index", value: "2147483647", want: []state.Device{gs(2147483647)}},
+		{name: "one shared GPU", value: "1", want: []model.Device{gs(1)}},
+		{name: "several GPUs keep their order", value: "3,0,2", want: []model.Device{gs(3), gs(0), gs(2)}},
+		{name: "spaces around indices are ignored", value: " 0 , 2 ", want: []model.Device{gs(0), gs(2)}},
+		{name: "the largest int32 index", value: "2147483647", want: []model.Device{gs(2147483647)}},
 		{
 			name:  "the resource name is configurable",
 			opts:  VolcanoGPUShareOptions{Resource: "volcano.sh/gpu-memory"},
 			value: "0",
-			want:  []state.Device{{Allocator: VolcanoGPUShareName, Type: "gpu", Resource: "volcano.sh/gpu-memory", Index: ptr(int64(0))}},
+			want:  []model.Device{{Allocator: VolcanoGPUShareName, Type: "gpu", Resource: "volcano.sh/gpu-memory", Index: ptr(int64(0))}},
 		},
 		{name: "an empty value allocates nothing", value: ""},
 		{name: "a blank value allocates nothing", value: "  "},
@@ -222,12 +222,12 @@ func TestVolcanoRelevantToTheirOwnKeys(t *testing.T) {
 func TestAssignVolcanoGPUShareByRequests(t *testing.T) {
 	s := NewSet(quietLog(), nil, NewVolcanoGPUShare(VolcanoGPUShareOptions{}))
 	sp := spec(
-		container("mesh", state.KindSidecar),
-		container("a", state.KindApp, "volcano.sh/gpu-number", "1"),
-		container("b", state.KindApp, "volcano.sh/gpu-memory", "1024"),
-		container("c", state.KindApp, "nvidia.com/gpu", "1"),
+		container("mesh", model.KindSidecar),
+		container("a", model.KindApp, "volcano.sh/gpu-number", "1"),
+		container("b", model.KindApp, "volcano.sh/gpu-memory", "1024"),
+		container("c", model.KindApp, "nvidia.com/gpu", "1"),
 	)
-	devices := []state.Device{gs(0), gs(1)}
+	devices := []model.Device{gs(0), gs(1)}
 	devices[0].IDs, devices[1].IDs = []string{uuidA}, []string{uuidB} // as Translate leaves them
 	a, _ := s.Assign(sp, devices)
 	if got, want := ids(a), map[string][]string{"a": {uuidA}, "b": {uuidB}}; !reflect.DeepEqual(got, want) {

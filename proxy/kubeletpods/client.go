@@ -22,7 +22,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // Defaults for Config.
@@ -210,7 +210,7 @@ func (c *Client) URL() string { return c.redacted }
 // order, which is arbitrary): the kubelet answers in no particular order,
 // and this makes the last of several pods with one name the newest one.
 // The read is bounded by ctx and by the configured timeout.
-func (c *Client) Pods(ctx context.Context) ([]state.KubeletPod, error) {
+func (c *Client) Pods(ctx context.Context) ([]model.KubeletPod, error) {
 	pods, err := c.pods(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read kubelet pods from %s: %w", c.redacted, err)
@@ -218,7 +218,7 @@ func (c *Client) Pods(ctx context.Context) ([]state.KubeletPod, error) {
 	return pods, nil
 }
 
-func (c *Client) pods(ctx context.Context) ([]state.KubeletPod, error) {
+func (c *Client) pods(ctx context.Context) ([]model.KubeletPod, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout,
 		fmt.Errorf("no answer within %v: %w", c.timeout, context.DeadlineExceeded))
 	defer cancel()

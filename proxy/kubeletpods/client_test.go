@@ -21,8 +21,8 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods/podstest"
-	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 
@@ -382,7 +382,7 @@ func TestClientPodsIsAFetchForTheReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := state.PodKey{Namespace: podstest.Namespace(1), Name: podstest.Name(1)}
+	key := model.PodKey{Namespace: podstest.Namespace(1), Name: podstest.Name(1)}
 	if p, ok := s.Lookup(key); !ok || p.UID != podstest.UID(1) {
 		t.Errorf("Lookup = %v, %v; want podstest's pod 1", p, ok)
 	}

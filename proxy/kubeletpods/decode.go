@@ -32,7 +32,7 @@ import (
 	// decoded keeps the answer's buffer alive.
 	json "github.com/goccy/go-json"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // podList is the part of a kubelet /pods answer (a v1 PodList) that
@@ -80,20 +80,20 @@ type container struct {
 
 // DecodePods decodes a /pods answer as Client.Pods does, for tools and
 // benchmarks that have the body already.
-func DecodePods(data []byte) ([]state.KubeletPod, error) { return decodePods(data) }
+func DecodePods(data []byte) ([]model.KubeletPod, error) { return decodePods(data) }
 
 // decodePods turns a /pods answer into KubeletPods, oldest first (see
 // Client.Pods). It never panics: the decoder is third-party code with unsafe
 // fast paths, and a strange answer from the kubelet must cost one failed
 // read, not the node daemon.
-func decodePods(data []byte) (pods []state.KubeletPod, err error) {
+func decodePods(data []byte) (pods []model.KubeletPod, err error) {
 	return decodePodsFrom(bytes.NewReader(data), 0, nil)
 }
 
 // decodePodsFrom is decodePods reading the answer as a stream: see
 // decodePodStream. maxKept bounds what it keeps; 0 means no bound. keep,
 // when set, says which annotations to keep; nil keeps them all.
-func decodePodsFrom(r io.Reader, maxKept int64, keep func(string) bool) (pods []state.KubeletPod, err error) {
+func decodePodsFrom(r io.Reader, maxKept int64, keep func(string) bool) (pods []model.KubeletPod, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			pods, err = nil, fmt.Errorf("decode kubelet pods: decoder panicked: %v", p)
@@ -104,7 +104,7 @@ func decodePodsFrom(r io.Reader, maxKept int64, keep func(string) bool) (pods []
 
 // decodePodList is decodePods without the recover, so that fuzzing finds
 // panics instead of hiding them.
-func decodePodList(data []byte) ([]state.KubeletPod, error) {
+func decodePodList(data []byte) ([]model.KubeletPod, error) {
 	return decodePodStream(bytes.NewReader(data), 0, nil)
 }
 
@@ -122,7 +122,7 @@ var errTooMuchKept = errors.New("the pods' annotations and container resources a
 // the pod is decoded. Of the other pods' annotations only those keep
 // accepts are kept (all when keep is nil). maxKept > 0 bounds the bytes of
 // annotations and container resources kept.
-func decodePodStream(r io.Reader, maxKept int64, keep func(string) bool) ([]state.KubeletPod, error) {
+func decodePodStream(r io.Reader, maxKept int64, keep func(string) bool) ([]model.KubeletPod, error) {
 	dec := json.NewDecoder(r)
 	if err := expectDelim(dec, '{'); err != nil {
 		return nil, err
@@ -231,7 +231,7 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 
 // kubeletPods checks the decoded list and turns it into KubeletPods. It
 // sorts the list.
-func (list *podList) kubeletPods() ([]state.KubeletPod, error) {
+func (list *podList) kubeletPods() ([]model.KubeletPod, error) {
 	if list.Kind != "PodList" {
 		return nil, fmt.Errorf("decode kubelet pods: answer is not a PodList (kind %q)", list.Kind)
 	}
@@ -249,28 +249,28 @@ func (list *podList) kubeletPods() ([]state.KubeletPod, error) {
 		return cmp.Compare(a.Metadata.CreationTimestamp, b.Metadata.CreationTimestamp)
 	})
 
-	pods := make([]state.KubeletPod, len(list.Items))
+	pods := make([]model.KubeletPod, len(list.Items))
 	for i := range list.Items {
 		p := &list.Items[i]
-		specs := make([]state.ContainerSpec, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
+		specs := make([]model.ContainerSpec, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
 		for j := range p.Spec.InitContainers {
 			c := &p.Spec.InitContainers[j]
-			kind := state.KindInit
+			kind := model.KindInit
 			if c.RestartPolicy == "Always" {
-				kind = state.KindSidecar
+				kind = model.KindSidecar
 			}
 			specs = append(specs, containerSpec(c, kind))
 		}
 		for j := range p.Spec.Containers {
-			specs = append(specs, containerSpec(&p.Spec.Containers[j], state.KindApp))
+			specs = append(specs, containerSpec(&p.Spec.Containers[j], model.KindApp))
 		}
-		pods[i] = state.KubeletPod{
+		pods[i] = model.KubeletPod{
 			UID:         p.Metadata.UID,
 			Namespace:   p.Metadata.Namespace,
 			Name:        p.Metadata.Name,
 			Phase:       p.Status.Phase,
 			Annotations: p.Metadata.Annotations,
-			Spec:        state.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs},
+			Spec:        model.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs},
 		}
 	}
 	return pods, nil
@@ -279,7 +279,7 @@ func (list *podList) kubeletPods() ([]state.KubeletPod, error) {
 // containerSpec keeps the extended resources of c: limits where set, else
 // requests (for extended resources the API server makes them equal, or
 // copies limits into requests when only limits were given).
-func containerSpec(c *container, kind state.ContainerKind) state.ContainerSpec {
+func containerSpec(c *container, kind model.ContainerKind) model.ContainerSpec {
 	var reqs map[string]string
 	add := func(from map[string]string) {
 		for name, q := range from {
@@ -294,7 +294,7 @@ func containerSpec(c *container, kind state.ContainerKind) state.ContainerSpec {
 	}
 	add(c.Resources.Requests)
 	add(c.Resources.Limits) // after requests, so that limits win
-	return state.ContainerSpec{Name: c.Name, Kind: kind, Requests: reqs}
+	return model.ContainerSpec{Name: c.Name, Kind: kind, Requests: reqs}
 }
 
 // extendedResource reports whether a container resource can be a device:

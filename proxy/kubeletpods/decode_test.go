@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods/podstest"
-	"github.com/podres-proxy/podres-proxy/state"
 )
 
 func TestDecodeKeepsIdentityPhaseAndAnnotations(t *testing.T) {
@@ -74,15 +74,15 @@ func TestDecodeListsInitSidecarThenAppContainersWithExtendedResourcesOnly(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []state.ContainerSpec{
-		{Name: "setup", Kind: state.KindInit, Requests: map[string]string{"example.com/foo": "1"}},
-		{Name: "proxy", Kind: state.KindSidecar},
-		{Name: "trainer", Kind: state.KindApp, Requests: map[string]string{
+	want := []model.ContainerSpec{
+		{Name: "setup", Kind: model.KindInit, Requests: map[string]string{"example.com/foo": "1"}},
+		{Name: "proxy", Kind: model.KindSidecar},
+		{Name: "trainer", Kind: model.KindApp, Requests: map[string]string{
 			"nvidia.com/gpu":          "2", // the limit wins over the request
 			"koordinator.sh/gpu-core": "100",
 			"koordinator.sh/rdma":     "1",
 		}},
-		{Name: "logger", Kind: state.KindApp},
+		{Name: "logger", Kind: model.KindApp},
 	}
 	if got := pods[0].Spec.Containers; !reflect.DeepEqual(got, want) {
 		t.Errorf("containers:\n got  %+v\n want %+v", got, want)
@@ -197,7 +197,7 @@ func FuzzDecodePods(f *testing.F) {
 				t.Fatalf("pod %d without identity: %+v", i, p)
 			}
 			for _, c := range p.Spec.Containers {
-				if c.Kind != state.KindInit && c.Kind != state.KindSidecar && c.Kind != state.KindApp {
+				if c.Kind != model.KindInit && c.Kind != model.KindSidecar && c.Kind != model.KindApp {
 					t.Fatalf("container %q of kind %q", c.Name, c.Kind)
 				}
 				for r := range c.Requests {

@@ -6,11 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // Fetch reads the kubelet's pods once; Client.Pods is one.
-type Fetch func(ctx context.Context) ([]state.KubeletPod, error)
+type Fetch func(ctx context.Context) ([]model.KubeletPod, error)
 
 // DefaultReadTimeout bounds a shared read when ReaderOptions.Timeout is 0.
 const DefaultReadTimeout = 10 * time.Second
@@ -143,7 +143,7 @@ func (r *Reader) run(rd *read) {
 			cause = fmt.Errorf("kubelet pods read: no answer within %v, after waiting for an earlier read: %w", r.timeout, context.DeadlineExceeded)
 		}
 	}
-	var pods []state.KubeletPod
+	var pods []model.KubeletPod
 	var err error
 	if timeout <= 0 {
 		err = cause
@@ -183,16 +183,16 @@ type Snapshot struct {
 	// kubelet had been given by then.
 	Started time.Time
 	// Pods are the kubelet's pods, oldest first (see Client.Pods).
-	Pods []state.KubeletPod
+	Pods []model.KubeletPod
 
-	byKey map[state.PodKey]int // index in Pods of the pod Lookup answers
+	byKey map[model.PodKey]int // index in Pods of the pod Lookup answers
 }
 
 // NewSnapshot indexes pods, which must be oldest first, for Lookup.
-func NewSnapshot(started time.Time, pods []state.KubeletPod) *Snapshot {
-	s := &Snapshot{Started: started, Pods: pods, byKey: make(map[state.PodKey]int, len(pods))}
+func NewSnapshot(started time.Time, pods []model.KubeletPod) *Snapshot {
+	s := &Snapshot{Started: started, Pods: pods, byKey: make(map[model.PodKey]int, len(pods))}
 	for i := range pods {
-		key := state.PodKey{Namespace: pods[i].Namespace, Name: pods[i].Name}
+		key := model.PodKey{Namespace: pods[i].Namespace, Name: pods[i].Name}
 		if j, ok := s.byKey[key]; !ok || prefer(&pods[i], &pods[j]) {
 			s.byKey[key] = i
 		}
@@ -210,7 +210,7 @@ func NewSnapshot(started time.Time, pods []state.KubeletPod) *Snapshot {
 // active ones; so Lookup prefers a pod that is not finished, and among
 // equals the later one in Pods, which is the newer (Pods is oldest first).
 // This way a query about a pod being created never gets its predecessor.
-func (s *Snapshot) Lookup(key state.PodKey) (*state.KubeletPod, bool) {
+func (s *Snapshot) Lookup(key model.PodKey) (*model.KubeletPod, bool) {
 	if s.byKey != nil {
 		i, ok := s.byKey[key]
 		if !ok {
@@ -219,7 +219,7 @@ func (s *Snapshot) Lookup(key state.PodKey) (*state.KubeletPod, bool) {
 		return &s.Pods[i], true
 	}
 	// A Snapshot built as a literal (in tests) has no index.
-	var found *state.KubeletPod
+	var found *model.KubeletPod
 	for i := range s.Pods {
 		p := &s.Pods[i]
 		if p.Namespace == key.Namespace && p.Name == key.Name && (found == nil || prefer(p, found)) {
@@ -231,6 +231,6 @@ func (s *Snapshot) Lookup(key state.PodKey) (*state.KubeletPod, bool) {
 
 // prefer reports whether Lookup should answer p rather than q, an earlier
 // pod of the same name: unless p is finished and q is not.
-func prefer(p, q *state.KubeletPod) bool {
+func prefer(p, q *model.KubeletPod) bool {
 	return !p.Terminal() || q.Terminal()
 }

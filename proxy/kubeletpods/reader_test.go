@@ -10,7 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // The Reader tests run in synctest bubbles: synctest.Wait lets every
@@ -30,11 +30,11 @@ type fetchCall struct {
 }
 
 type fetchAnswer struct {
-	pods []state.KubeletPod
+	pods []model.KubeletPod
 	err  error
 }
 
-func (f *fakeFetch) fetch(ctx context.Context) ([]state.KubeletPod, error) {
+func (f *fakeFetch) fetch(ctx context.Context) ([]model.KubeletPod, error) {
 	c := &fetchCall{ctx: ctx, answer: make(chan fetchAnswer, 1)}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
@@ -67,7 +67,7 @@ func (f *fakeFetch) call(t *testing.T, i int) *fetchCall {
 // answerRead answers the i-th read with one pod whose uid names the read.
 func (f *fakeFetch) answerRead(t *testing.T, i int) {
 	t.Helper()
-	f.call(t, i).answer <- fetchAnswer{pods: []state.KubeletPod{{UID: readUID(i), Namespace: "ns", Name: "pod"}}}
+	f.call(t, i).answer <- fetchAnswer{pods: []model.KubeletPod{{UID: readUID(i), Namespace: "ns", Name: "pod"}}}
 }
 
 func readUID(i int) string { return fmt.Sprintf("read-%d", i+1) }
@@ -453,13 +453,13 @@ func TestReadAfterATimeInTheFutureReadsOnce(t *testing.T) {
 	})
 }
 
-func kubeletPod(ns, name, uid, phase string) state.KubeletPod {
-	return state.KubeletPod{Namespace: ns, Name: name, UID: uid, Phase: phase}
+func kubeletPod(ns, name, uid, phase string) model.KubeletPod {
+	return model.KubeletPod{Namespace: ns, Name: name, UID: uid, Phase: phase}
 }
 
 func TestLookupPrefersAPodThatIsNotFinished(t *testing.T) {
-	key := state.PodKey{Namespace: "ns", Name: "db-0"}
-	for _, pods := range [][]state.KubeletPod{
+	key := model.PodKey{Namespace: "ns", Name: "db-0"}
+	for _, pods := range [][]model.KubeletPod{
 		// Oldest first: a finished predecessor and a new pod being created.
 		{kubeletPod("ns", "db-0", "old", "Failed"), kubeletPod("ns", "db-0", "new", "Pending")},
 		// A running pod beside a newer one that already finished.
@@ -475,8 +475,8 @@ func TestLookupPrefersAPodThatIsNotFinished(t *testing.T) {
 }
 
 func TestLookupPrefersTheNewestOfPodsInTheSameState(t *testing.T) {
-	key := state.PodKey{Namespace: "ns", Name: "db-0"}
-	for _, pods := range [][]state.KubeletPod{
+	key := model.PodKey{Namespace: "ns", Name: "db-0"}
+	for _, pods := range [][]model.KubeletPod{
 		{kubeletPod("ns", "db-0", "old", "Running"), kubeletPod("ns", "other", "x", "Running"), kubeletPod("ns", "db-0", "new", "Pending")},
 		{kubeletPod("ns", "db-0", "old", "Succeeded"), kubeletPod("ns", "db-0", "new", "Failed")},
 	} {
@@ -490,14 +490,14 @@ func TestLookupPrefersTheNewestOfPodsInTheSameState(t *testing.T) {
 }
 
 func TestLookupOfAPodNotListedFindsNothing(t *testing.T) {
-	pods := []state.KubeletPod{kubeletPod("ns", "a", "1", "Running"), kubeletPod("other", "b", "2", "Running")}
+	pods := []model.KubeletPod{kubeletPod("ns", "a", "1", "Running"), kubeletPod("other", "b", "2", "Running")}
 	for _, s := range []*Snapshot{NewSnapshot(time.Time{}, pods), {Pods: pods}} {
-		for _, key := range []state.PodKey{{Namespace: "ns", Name: "b"}, {Namespace: "other", Name: "a"}} {
+		for _, key := range []model.PodKey{{Namespace: "ns", Name: "b"}, {Namespace: "other", Name: "a"}} {
 			if got, ok := s.Lookup(key); ok {
 				t.Errorf("Lookup(%v) = %v, want nothing", key, got)
 			}
 		}
-		if got, ok := s.Lookup(state.PodKey{Namespace: "other", Name: "b"}); !ok || got.UID != "2" {
+		if got, ok := s.Lookup(model.PodKey{Namespace: "other", Name: "b"}); !ok || got.UID != "2" {
 			t.Errorf("Lookup(other/b) = %v, %v; want uid 2", got, ok)
 		}
 	}

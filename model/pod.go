@@ -1,0 +1,98 @@
+package model
+
+// PodKey identifies a pod the way PodResources does.
+type PodKey struct {
+	Namespace string
+	Name      string
+}
+
+func (k PodKey) String() string { return k.Namespace + "/" + k.Name }
+
+// PodRef names a pod in logs and errors.
+type PodRef struct {
+	UID       string
+	Namespace string
+	Name      string
+}
+
+func (p PodRef) String() string { return p.Namespace + "/" + p.Name + " (uid " + p.UID + ")" }
+
+// PodSpec is the part of a pod spec that device attribution needs, in spec
+// order: init containers (plain and sidecar) first, then app containers.
+// NRI does not carry it, so it is learned from the kubelet's /pods once per
+// pod UID; it does not change during a pod's life.
+type PodSpec struct {
+	// SchedulerName is the pod's spec.schedulerName. An allocator's
+	// annotation is believed only on a pod its scheduler placed (see
+	// proxy/allocator/trust.go); empty in records written before it was
+	// kept, which are read from /pods again before they are believed.
+	SchedulerName string          `json:"schedulerName,omitempty"`
+	Containers    []ContainerSpec `json:"containers"`
+}
+
+// ContainerSpec is what the pod spec says about one container: its kind and
+// the extended resources it requests (limits where set, else requests; cpu,
+// memory, ephemeral-storage and hugepages are left out).
+type ContainerSpec struct {
+	Name     string            `json:"name"`
+	Kind     ContainerKind     `json:"kind"`
+	Requests map[string]string `json:"requests,omitempty"`
+}
+
+// PodSpec is the part of a pod spec that device attribution needs, in spec
+// order: init containers (plain and sidecar) first, then app containers.
+// NRI does not carry it, so it is learned from the kubelet's /pods once per
+
+// ContainerKind says how the kubelet treats a container in PodResources:
+// sidecars (restartable init containers) are listed before app containers,
+// plain init containers are never listed, v1alpha1 lists app containers only.
+type ContainerKind string
+
+const (
+	KindInit    ContainerKind = "init"
+	KindSidecar ContainerKind = "sidecar"
+	KindApp     ContainerKind = "app"
+)
+
+// Sandbox is what the runtime reports about a pod sandbox, through NRI or CRI.
+type Sandbox struct {
+	ID          string
+	UID         string
+	Namespace   string
+	Name        string
+	Annotations map[string]string
+	// Ready is false for a sandbox the runtime lists as not ready (stopped).
+	Ready bool
+}
+
+// RuntimeContainer is what the runtime reports about a container.
+type RuntimeContainer struct {
+	ID        string
+	SandboxID string
+	Name      string
+	State     ContainerState
+}
+
+// KubeletPod is what a /pods read says about one pod.
+type KubeletPod struct {
+	UID         string
+	Namespace   string
+	Name        string
+	Phase       string // Pending, Running, Succeeded, Failed, Unknown
+	Annotations map[string]string
+	Spec        PodSpec
+}
+
+// Terminal reports whether the kubelet considers the pod finished.
+func (p *KubeletPod) Terminal() bool { return p.Phase == "Succeeded" || p.Phase == "Failed" }
+
+// ContainerState is a runtime container's state.
+type ContainerState string
+
+const (
+	ContainerCreated ContainerState = "created"
+	ContainerRunning ContainerState = "running"
+	ContainerStopped ContainerState = "stopped"
+	ContainerRemoved ContainerState = "removed"
+	ContainerUnknown ContainerState = "unknown"
+)
