@@ -23,7 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 

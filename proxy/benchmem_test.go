@@ -17,10 +17,10 @@ import (
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/state"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )

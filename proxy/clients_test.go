@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/test/clients"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )

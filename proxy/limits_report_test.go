@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods/podstest"
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 

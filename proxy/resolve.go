@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 

@@ -3,9 +3,10 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"google.golang.org/grpc"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

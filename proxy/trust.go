@@ -3,8 +3,8 @@ package proxy
 import (
 	"sync"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )

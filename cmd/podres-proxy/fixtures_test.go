@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 

@@ -12,9 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 

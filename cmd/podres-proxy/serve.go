@@ -20,11 +20,11 @@ import (
 	"github.com/sirupsen/logrus"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/proxy"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 

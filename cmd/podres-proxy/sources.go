@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 

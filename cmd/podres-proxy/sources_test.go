@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory/inventorytest"
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 

@@ -13,7 +13,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/proxy/inventory/inventorytest"
+	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 )
 
 // twoNUMANode is inventorytest's two-socket node (its

@@ -3,8 +3,8 @@ package allocator
 import (
 	"fmt"
 
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 )
 
 // Inventory is what Translate asks of the node's device inventory;

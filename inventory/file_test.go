@@ -14,7 +14,7 @@ import (
 // that the documented format is the tested one.
 func documentedExample(t testing.TB) []byte {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "inventory.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "inventory.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,9 @@ package allocator_test
 import (
 	"fmt"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 )
 
 // A pod with a service-mesh sidecar and a trainer that requested a whole GPU

@@ -18,8 +18,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 

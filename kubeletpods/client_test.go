@@ -21,8 +21,8 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/podres-proxy/podres-proxy/proxy/kubeletpods/podstest"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 )
 
 // The DaemonSet's GOMEMLIMIT (deploy/base), under its 128 MiB memory limit.

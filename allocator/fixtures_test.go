@@ -7,10 +7,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 )
 
 // TestSchedulersOwnAnnotations runs every fixture written by a scheduler's

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/inventory"
 )
 
 // node is a two-GPU node with one RDMA NIC, and a GPU sysfs found whose UUID
