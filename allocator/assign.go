@@ -185,11 +185,11 @@ func (s *Set) scope(spec *model.PodSpec, dev model.Device, scope model.Container
 				continue
 			}
 		case model.ScopeRequesting:
-			if c.Kind != model.KindApp || !s.requests(dev, c.Requests) {
+			if c.Kind != model.KindApp || !s.Requests(dev, c.Requests) {
 				continue
 			}
 		case model.ScopeRequestingAll:
-			if !s.requests(dev, c.Requests) {
+			if !s.Requests(dev, c.Requests) {
 				continue
 			}
 		default:
@@ -200,10 +200,10 @@ func (s *Set) scope(spec *model.PodSpec, dev model.Device, scope model.Container
 	return positions
 }
 
-// requests reports whether a container with these requests asks for some of
+// Requests reports whether a container with these requests asks for some of
 // dev, as dev's allocator judges it; false for an allocator the set does not
 // know.
-func (s *Set) requests(dev model.Device, requests map[string]string) bool {
+func (s *Set) Requests(dev model.Device, requests map[string]string) bool {
 	dec := s.byName[dev.Allocator]
 	if dec == nil {
 		return false

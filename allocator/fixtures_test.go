@@ -9,7 +9,6 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
-	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -38,7 +37,7 @@ func TestSchedulersOwnAnnotations(t *testing.T) {
 			if len(errs) > 0 {
 				t.Fatalf("%s: decode errors: %v", c.File, errs)
 			}
-			devices, problems := allocator.Translate(devices, fixtureInventory(c))
+			devices, problems := allocator.Translate(devices, c.Snapshot())
 			if len(problems) > 0 {
 				t.Fatalf("%s: translate: %v", c.File, problems)
 			}
@@ -89,16 +88,6 @@ func TestSchedulersOwnAnnotations(t *testing.T) {
 			}
 		})
 	}
-}
-
-// fixtureInventory is the node's devices the fixture names, for devices
-// its annotation gives by minor or index only.
-func fixtureInventory(c allocfixture.Case) allocator.Inventory {
-	var devs []inventory.Device
-	for _, d := range c.Inventory {
-		devs = append(devs, inventory.Device{Type: d.Type, ID: d.ID, Minor: d.Minor, Index: d.Index, Healthy: true})
-	}
-	return inventory.NewSnapshot(devs)
 }
 
 func uniqueSorted(s []string) []string {

@@ -7,18 +7,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// Inventory is what Translate asks of the node's device inventory;
-// *inventory.Inventory and *inventory.Snapshot implement it.
-type Inventory interface {
-	ByMinor(typ string, minor int64) (inventory.Device, bool)
-	ByIndex(typ string, index int64) (inventory.Device, bool)
-}
-
-var (
-	_ Inventory = (*inventory.Inventory)(nil)
-	_ Inventory = (*inventory.Snapshot)(nil)
-)
-
 // Translate gives ids to the devices an allocator named only by number:
 // a device without IDs gets the id of the inventory device of its Type with
 // its Index (Volcano gpushare's nvidia-smi index), else with its Minor
@@ -31,11 +19,10 @@ var (
 //
 // A device the inventory cannot translate (no inventory, an unknown number,
 // an inventory device without id) stays without IDs, which the merge
-// skips, and is described in problems, one per device. inv may be nil,
-// including a nil *inventory.Inventory or *inventory.Snapshot: the daemon
-// may run without an inventory. A query should pass one Snapshot, so that
-// all its pods are translated by the same inventory.
-func Translate(devs []model.Device, inv Inventory) (out []model.Device, problems []error) {
+// skips, and is described in problems, one per device. inv may be nil: the
+// daemon may run without an inventory. A query passes its one snapshot, so
+// that all its pods are translated by the same inventory.
+func Translate(devs []model.Device, inv *inventory.Snapshot) (out []model.Device, problems []error) {
 	out = devs
 	copied := false
 	for i, d := range devs {
@@ -57,16 +44,16 @@ func Translate(devs []model.Device, inv Inventory) (out []model.Device, problems
 }
 
 // lookup finds the id of a device named by Index or Minor.
-func lookup(d model.Device, inv Inventory) (string, error) {
-	what, n, by := "minor", d.Minor, Inventory.ByMinor
+func lookup(d model.Device, inv *inventory.Snapshot) (string, error) {
+	what, n, by := "minor", d.Minor, inv.ByMinor
 	if d.Index != nil {
-		what, n, by = "index", d.Index, Inventory.ByIndex
+		what, n, by = "index", d.Index, inv.ByIndex
 	}
 	name := fmt.Sprintf("%s %s device with %s %d", d.Allocator, d.Type, what, *n)
-	if isNil(inv) {
+	if inv == nil {
 		return "", fmt.Errorf("%s: no device inventory to translate it", name)
 	}
-	dev, ok := by(inv, d.Type, *n)
+	dev, ok := by(d.Type, *n)
 	if !ok {
 		return "", fmt.Errorf("%s: not in the node's device inventory", name)
 	}
@@ -74,18 +61,4 @@ func lookup(d model.Device, inv Inventory) (string, error) {
 		return "", fmt.Errorf("%s: the inventory knows it (%s) but not its id", name, dev.BusID)
 	}
 	return dev.ID, nil
-}
-
-// isNil reports whether inv is nil or a nil pointer of the inventory's own
-// types, whose methods would panic.
-func isNil(inv Inventory) bool {
-	switch v := inv.(type) {
-	case nil:
-		return true
-	case *inventory.Inventory:
-		return v == nil
-	case *inventory.Snapshot:
-		return v == nil
-	}
-	return false
 }

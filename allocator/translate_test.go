@@ -101,10 +101,8 @@ func TestTranslate(t *testing.T) {
 
 func TestTranslateWithoutInventoryReportsEveryDeviceNamedByNumber(t *testing.T) {
 	in := []model.Device{gpu("", 1), gs(0), gpu(uuidA, 0)}
-	for name, inv := range map[string]Inventory{
-		"nil":            nil,
-		"nil inventory":  (*inventory.Inventory)(nil),
-		"nil snapshot":   (*inventory.Snapshot)(nil),
+	for name, inv := range map[string]*inventory.Snapshot{
+		"nil snapshot":   nil,
 		"empty snapshot": inventory.NewSnapshot(nil),
 	} {
 		got, problems := Translate(in, inv)

@@ -59,7 +59,7 @@ if [[ "$stress" != "0" ]]; then
 	done
 	trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
 	rc=0
-	timeout 900 go test -race -count="$stress" ./proxy/... ./plugin/... ./state/... ./cmd/... || rc=$?
+	timeout 900 go test -race -count="$stress" ./proxy/... ./allocator/... ./trust/... ./inventory/... ./kubeletpods/... ./plugin/... ./state/... ./cmd/... || rc=$?
 	kill "${hogs[@]}" 2>/dev/null || true
 	wait "${hogs[@]}" 2>/dev/null || true
 	trap - EXIT

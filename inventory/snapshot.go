@@ -9,7 +9,8 @@ import (
 
 // Snapshot is the inventory at one moment. It is immutable: readers on the
 // proxy's hot path share it without locks or copies, and several questions
-// asked of one Snapshot get consistent answers.
+// asked of one Snapshot get consistent answers. A nil *Snapshot is the
+// inventory of a daemon run without one: it knows no device.
 type Snapshot struct {
 	devices []Device
 	// byKey maps every id and PCI address (lookupKey form) to a device, and
@@ -82,13 +83,21 @@ func (s *Snapshot) addKey(id string, r ref) {
 
 // Devices returns every device, healthy or not. The slice and its devices
 // are shared and must not be modified.
-func (s *Snapshot) Devices() []Device { return s.devices }
+func (s *Snapshot) Devices() []Device {
+	if s == nil {
+		return nil
+	}
+	return s.devices
+}
 
 // Lookup finds a device by id (GPU UUID) or PCI address, in any of the forms
 // CanonicalPCIAddress accepts. A VF's address resolves to the VF, described
 // as a device of its own: Type and Healthy of its PF, ID and BusID the VF's
 // address, NUMANode the VF's (else the PF's), PhysFn the PF's address.
 func (s *Snapshot) Lookup(id string) (Device, bool) {
+	if s == nil {
+		return Device{}, false
+	}
 	r, ok := s.byKey[lookupKey(id)]
 	if !ok {
 		return Device{}, false
@@ -118,6 +127,9 @@ func (s *Snapshot) Lookup(id string) (Device, bool) {
 // ByMinor finds a device of the given type by its minor: older Koordinator
 // allocations name devices by minor only.
 func (s *Snapshot) ByMinor(typ string, minor int64) (Device, bool) {
+	if s == nil {
+		return Device{}, false
+	}
 	i, ok := s.byMinor[typeNum{typ, minor}]
 	if !ok {
 		return Device{}, false
@@ -140,6 +152,9 @@ func (s *Snapshot) HasType(typ string) bool {
 // ByIndex finds a device of the given type by its vendor index: Volcano's
 // gpushare annotation names GPUs by nvidia-smi index.
 func (s *Snapshot) ByIndex(typ string, index int64) (Device, bool) {
+	if s == nil {
+		return Device{}, false
+	}
 	i, ok := s.byIndex[typeNum{typ, index}]
 	if !ok {
 		return Device{}, false

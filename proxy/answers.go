@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -90,7 +89,7 @@ type segment struct {
 	key     model.PodKey
 	rec     *state.Record       // the live record the output was built from
 	checked uint64              // a store version at which rec was still the pod's live record
-	inv     allocator.Inventory // the inventory snapshot it was built with
+	inv     *inventory.Snapshot // the inventory snapshot it was built with
 	out     []byte              // the proxy's segment; nil: the kubelet's, unchanged
 	seen    uint64              // the last answer that listed it
 	inLen   int                 // the length of the kubelet's segment, its key
@@ -138,7 +137,6 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 	// leaves entries that are checked again next time.
 	version := s.deps.Store.Version()
 	inv := s.resolver.snapshot()
-	cacheable := inv == nil || reflect.TypeOf(inv).Comparable()
 
 	// Reuse what can be reused, under one lock.
 	cache.mu.Lock()
@@ -154,7 +152,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 			continue
 		}
 		pods++
-		if e := cache.m[string(p.pod)]; e != nil && sameInventory(e.inv, inv) {
+		if e := cache.m[string(p.pod)]; e != nil && e.inv == inv {
 			e.seen = gen
 			p.key = e.key
 			if e.checked != version && !e.withOthers {
@@ -218,7 +216,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 	}
 
 	out := spliceList(parts)
-	if cacheable && pods > reused {
+	if pods > reused {
 		cache.store(parts, inv, version, gen, s.resolver.trust != nil)
 	}
 	cache.drop(gen, pods)
@@ -237,7 +235,7 @@ func (p *listPart) rebuild(rebuild rebuildFunc, pl plan) (err error) {
 }
 
 // store caches the rebuilt pods that came from the store alone.
-func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version, gen uint64, trust bool) {
+func (c *segmentCache) store(parts []listPart, inv *inventory.Snapshot, version, gen uint64, trust bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range parts {
@@ -357,16 +355,6 @@ func spliceList(parts []listPart) []byte {
 // as gRPC would have reported had it decoded the answer itself.
 func malformed(err error) error {
 	return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
-}
-
-// sameInventory compares snapshots by identity: snapshots are immutable and
-// replaced on every change.
-func sameInventory(a, b allocator.Inventory) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
 }
 
 // encoded is a message still in its wire form: the kubelet's answer as

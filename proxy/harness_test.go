@@ -24,6 +24,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 const (
@@ -52,13 +53,13 @@ type harness struct {
 	logs      *test.Hook
 	topo      proxy.TopologyFunc
 	alloc     func() []*v1.ContainerDevices
-	inv       func() allocator.Inventory
+	inv       func() *inventory.Snapshot
 	qps       float64
 	burst     int
 	noKubelet bool
-	stateDir  string                // withStateDir: a persisted store opened from it
-	trusting  bool                  // withTrust: the proxy vets devices
-	trustOpts allocator.GateOptions // withTrust's scheduler names
+	stateDir  string            // withStateDir: a persisted store opened from it
+	trusting  bool              // withTrust: the proxy vets devices
+	trustOpts trust.GateOptions // withTrust's scheduler names
 	maxConns  int
 	reqTime   time.Duration
 	idle      time.Duration
@@ -98,7 +99,7 @@ func withoutKubelet() option { return func(h *harness) { h.noKubelet = true } }
 func withInventory(devs ...inventory.Device) option {
 	snap := inventory.NewSnapshot(devs)
 	return func(h *harness) {
-		h.inv = func() allocator.Inventory { return snap }
+		h.inv = func() *inventory.Snapshot { return snap }
 		h.topo = snap.Topology
 	}
 }
@@ -107,7 +108,7 @@ func withInventory(devs ...inventory.Device) option {
 // query, as serve's inventory swaps snapshots when a source changes.
 func withChangingInventory(cur *atomic.Pointer[inventory.Snapshot]) option {
 	return func(h *harness) {
-		h.inv = func() allocator.Inventory { return cur.Load() }
+		h.inv = func() *inventory.Snapshot { return cur.Load() }
 		h.topo = func(id string) []int64 { return cur.Load().Topology(id) }
 	}
 }
@@ -147,10 +148,10 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		t.Fatal(err)
 	}
 	set := allocator.NewSet(log, metrics.AnnotationError, decoders...)
-	var gate *allocator.Gate
+	var gate *trust.Gate
 	if h.trusting {
 		h.trustOpts.Log, h.trustOpts.OnRefuse = log, metrics.AllocationRefused
-		gate = allocator.NewGate(set, h.trustOpts)
+		gate = trust.NewGate(set, h.trustOpts)
 	}
 	if h.stateDir != "" {
 		st, err := state.Open(h.stateDir, state.Options{Decoder: set, Log: log})

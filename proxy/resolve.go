@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // plan is what the proxy adds to one pod of a kubelet answer.
@@ -41,9 +43,8 @@ type resolver struct {
 	store      *state.Store
 	pods       *kubeletpods.Reader // nil: no /pods source, every read fails
 	allocators *allocator.Set
-	inventory  func() allocator.Inventory // nil: no translation
-	trust      *allocator.Gate            // nil: every decoded device is reported
-	holders    holdersCache               // who holds each exclusive device (proxy/trust.go)
+	inventory  func() *inventory.Snapshot // nil: no translation
+	trust      *trust.Checker             // nil: every decoded device is reported
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	cache      planCache
@@ -63,21 +64,21 @@ type planCache struct {
 // it was decided with (they change with any pod's record).
 type cachedPlan struct {
 	rec     *state.Record
-	inv     allocator.Inventory
-	holders *allocator.Holders
+	inv     *inventory.Snapshot
+	holders *trust.Holders
 	plan    plan
 }
 
-func (c *planCache) get(rec *state.Record, inv allocator.Inventory, holders *allocator.Holders) (plan, bool) {
+func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders) (plan, bool) {
 	c.mu.RLock()
 	e, ok := c.m[rec.UID]
 	c.mu.RUnlock()
-	return e.plan, ok && e.rec == rec && e.holders == holders && sameInventory(e.inv, inv)
+	return e.plan, ok && e.rec == rec && e.holders == holders && e.inv == inv
 }
 
 // put stores a plan, first dropping the entries of records the store has
 // replaced or pruned once the cache has grown past twice the store's size.
-func (c *planCache) put(rec *state.Record, inv allocator.Inventory, holders *allocator.Holders, p plan, store *state.Store) {
+func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, p plan, store *state.Store) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -98,7 +99,7 @@ var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 
 // snapshot returns the inventory to answer one query from: one snapshot per
 // query, so every pod of an answer sees the same inventory.
-func (r *resolver) snapshot() allocator.Inventory {
+func (r *resolver) snapshot() *inventory.Snapshot {
 	if r.inventory == nil {
 		return nil
 	}
@@ -111,7 +112,7 @@ func (r *resolver) snapshot() allocator.Inventory {
 // is unknown to the store and /pods cannot be read: an answer silently
 // missing that pod's devices is worse than an error, since Multus would
 // configure the pod's network without its VF and Antrea caches empty answers.
-func (r *resolver) plans(ctx context.Context, keys []model.PodKey, arrived time.Time, inv allocator.Inventory) (plans []plan, fromStore bool, err error) {
+func (r *resolver) plans(ctx context.Context, keys []model.PodKey, arrived time.Time, inv *inventory.Snapshot) (plans []plan, fromStore bool, err error) {
 	plans = make([]plan, len(keys))
 	var need []int
 	for i, k := range keys {
@@ -178,16 +179,16 @@ func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Sn
 }
 
 // planFor attributes a record's devices to its containers.
-func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
+func (r *resolver) planFor(rec *state.Record, inv *inventory.Snapshot) plan {
 	if len(rec.Devices) == 0 {
 		if len(rec.Edited) > 0 {
 			r.vet(rec, nil, inv, nil) // no devices, but the edit is refused and shown
 		}
 		return plan{}
 	}
-	var holders *allocator.Holders
+	var holders *trust.Holders
 	if r.trust != nil {
-		holders = r.holders.get(r.store, r.trust, inv)
+		holders = r.trust.Holders(inv)
 	}
 	if p, ok := r.cache.get(rec, inv, holders); ok {
 		return p
@@ -248,7 +249,7 @@ func ptrEqual[T comparable](a, b *T) bool {
 // it cannot find stay empty and are left out of the answer; that is logged
 // at debug level, since it repeats on every query until the inventory
 // knows the device.
-func (r *resolver) translate(rec *state.Record, inv allocator.Inventory) []model.Device {
+func (r *resolver) translate(rec *state.Record, inv *inventory.Snapshot) []model.Device {
 	devs, problems := allocator.Translate(rec.Devices, inv)
 	if len(problems) > 0 && r.log != nil {
 		r.log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
@@ -269,4 +270,22 @@ func RecordingFetch(read kubeletpods.Fetch, store *state.Store) kubeletpods.Fetc
 		store.ObserveKubeletPods(pods)
 		return pods, nil
 	}
+}
+
+// vettable reports whether the record says enough to vet its devices
+// without reading /pods: its spec, with the scheduler name when a trust gate
+// is set.
+func (r *resolver) vettable(rec *state.Record) bool {
+	if r.trust == nil {
+		return rec.Spec != nil
+	}
+	return r.trust.Vettable(rec)
+}
+
+// vet returns the devices of rec the trust gate believes (see trust.Checker).
+func (r *resolver) vet(rec *state.Record, devs []model.Device, inv *inventory.Snapshot, holders *trust.Holders) []model.Device {
+	if r.trust == nil {
+		return devs
+	}
+	return r.trust.Vet(rec, devs, inv, holders)
 }

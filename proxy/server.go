@@ -25,9 +25,11 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // Config configures a Server.
@@ -68,11 +70,11 @@ type Deps struct {
 	Allocatable func() []*v1.ContainerDevices
 	// Inventory returns the current inventory, to translate devices the
 	// allocator named by minor or index into ids; nil translates nothing.
-	Inventory func() allocator.Inventory
+	Inventory func() *inventory.Snapshot
 	// Trust decides which decoded devices are reported (see
-	// proxy/allocator/trust.go); serve always sets it. Nil reports every
+	// package trust); serve always sets it. Nil reports every
 	// decoded device, for tests of attribution alone.
-	Trust   *allocator.Gate
+	Trust   *trust.Gate
 	Metrics *Metrics
 }
 
@@ -128,7 +130,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			pods:       deps.Pods,
 			allocators: deps.Allocators,
 			inventory:  deps.Inventory,
-			trust:      deps.Trust,
+			trust:      newChecker(deps.Trust, deps.Store),
 			metrics:    deps.Metrics,
 			log:        log,
 		},
@@ -304,4 +306,12 @@ func (s *Server) shareCalls() {
 	s.listV1 = &sharedCall[[]byte]{method: "List", fn: s.listV1Answer, metrics: s.deps.Metrics}
 	s.listV1alpha1 = &sharedCall[[]byte]{method: "v1alpha1.List", fn: s.listV1alpha1Answer, metrics: s.deps.Metrics}
 	s.allocatable = &sharedCall[*v1.AllocatableResourcesResponse]{method: "GetAllocatableResources", fn: s.allocatableAnswer, metrics: s.deps.Metrics}
+}
+
+// newChecker returns the trust checker of gate, nil without a gate.
+func newChecker(gate *trust.Gate, store *state.Store) *trust.Checker {
+	if gate == nil {
+		return nil
+	}
+	return trust.NewChecker(gate, store)
 }

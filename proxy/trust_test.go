@@ -13,6 +13,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/test/clients"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // These tests are a tenant's attempts to get another pod's devices by
@@ -126,16 +127,16 @@ func TestForgedAnnotationsGetNothingAndTheVictimKeepsItsDevices(t *testing.T) {
 	// Each refusal is recorded, counted once per device whatever the
 	// number of queries, and logged with the pod and the reason.
 	for uid, want := range map[string][]string{
-		"uid-copycat":    {allocator.ReasonWrongScheduler, allocator.ReasonWrongScheduler},
-		"uid-asker":      {allocator.ReasonWrongScheduler, allocator.ReasonWrongScheduler},
-		"uid-freeloader": {allocator.ReasonNoRequest, allocator.ReasonNoRequest},
+		"uid-copycat":    {trust.ReasonWrongScheduler, trust.ReasonWrongScheduler},
+		"uid-asker":      {trust.ReasonWrongScheduler, trust.ReasonWrongScheduler},
+		"uid-freeloader": {trust.ReasonNoRequest, trust.ReasonNoRequest},
 		"uid-victim":     nil,
 	} {
 		if got := refusedReasons(h, uid); !slices.Equal(got, want) {
 			t.Errorf("%s: refused %v, want %v", uid, got, want)
 		}
 	}
-	for reason, want := range map[string]float64{allocator.ReasonWrongScheduler: 4, allocator.ReasonNoRequest: 2} {
+	for reason, want := range map[string]float64{trust.ReasonWrongScheduler: 4, trust.ReasonNoRequest: 2} {
 		if got := h.counter("podres_proxy_allocations_refused_total", "allocator", "koordinator", "reason", reason); got != want {
 			t.Errorf("podres_proxy_allocations_refused_total{reason=%q} = %v, want %v", reason, got, want)
 		}
@@ -207,22 +208,22 @@ func TestUnsafeAndForeignIDsAreRefused(t *testing.T) {
 		t.Errorf("the well-formed pod gets %q, want its GPU", cdi)
 	}
 	for uid, want := range map[string]string{
-		"uid-all": allocator.ReasonUnsafeID, "uid-escape": allocator.ReasonUnsafeID, "uid-rdma-all": allocator.ReasonUnsafeID,
-		"uid-hami-all": allocator.ReasonUnsafeID, "uid-elsewhere": allocator.ReasonNotOnNode,
+		"uid-all": trust.ReasonUnsafeID, "uid-escape": trust.ReasonUnsafeID, "uid-rdma-all": trust.ReasonUnsafeID,
+		"uid-hami-all": trust.ReasonUnsafeID, "uid-elsewhere": trust.ReasonNotOnNode,
 	} {
 		rec, _ := h.store.Get(uid)
 		if rec == nil || len(rec.Refused) != 1 || rec.Refused[0].Reason != want {
 			t.Errorf("%s: refused %+v, want one device refused as %s", uid, refusedOf(rec), want)
 			continue
 		}
-		if class := rec.Refused[0].Class; class != allocator.ReasonClass(want) {
-			t.Errorf("%s: class %q, want %q", uid, class, allocator.ReasonClass(want))
+		if class := rec.Refused[0].Class; class != trust.ReasonClass(want) {
+			t.Errorf("%s: class %q, want %q", uid, class, trust.ReasonClass(want))
 		}
 		if strings.ContainsRune(rec.Refused[0].Detail, '\x1b') {
 			t.Errorf("%s: the detail carries the id's raw escape: %q", uid, rec.Refused[0].Detail)
 		}
 	}
-	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", "koordinator", "reason", allocator.ReasonNotOnNode); got != 1 {
+	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", "koordinator", "reason", trust.ReasonNotOnNode); got != 1 {
 		t.Errorf("not-on-node refusals counted %v, want 1", got)
 	}
 }
@@ -250,8 +251,8 @@ func TestAPodWhoseSpecWasNeverReadIsNotBelieved(t *testing.T) {
 	if owner, ok := owners[gpuUUID]; ok {
 		t.Errorf("DCGM labels %s with %+v, a pod that was never vetted", gpuUUID, owner)
 	}
-	if got := refusedReasons(h, "uid-copycat"); !slices.Equal(got, []string{allocator.ReasonSpecUnknown, allocator.ReasonSpecUnknown}) {
-		t.Errorf("refused %v, want both devices refused as %s", got, allocator.ReasonSpecUnknown)
+	if got := refusedReasons(h, "uid-copycat"); !slices.Equal(got, []string{trust.ReasonSpecUnknown, trust.ReasonSpecUnknown}) {
+		t.Errorf("refused %v, want both devices refused as %s", got, trust.ReasonSpecUnknown)
 	}
 }
 
@@ -298,8 +299,8 @@ func TestAContestedWholeGPUStaysWithItsFirstHolder(t *testing.T) {
 	if got := free[clients.NUMAKey{Resource: "nvidia.com/gpu", NUMA: 0}]; got != 0 {
 		t.Errorf("NFD counts %d free GPUs on NUMA 0, want 0: one GPU, used once", got)
 	}
-	if got := refusedReasons(h, "uid-aa-second"); !slices.Equal(got, []string{allocator.ReasonContested}) {
-		t.Errorf("second claimant refused %v, want [%s]", got, allocator.ReasonContested)
+	if got := refusedReasons(h, "uid-aa-second"); !slices.Equal(got, []string{trust.ReasonContested}) {
+		t.Errorf("second claimant refused %v, want [%s]", got, trust.ReasonContested)
 	}
 }
 
@@ -372,10 +373,10 @@ func TestAnAnnotationEditedOnARunningPodChangesNothingAndIsCounted(t *testing.T)
 		}
 		h.markLive(p, "sandbox-1")
 	}
-	if got := refusedReasons(h, "uid-trainer"); !slices.Equal(got, []string{allocator.ReasonEdited}) {
-		t.Errorf("refused %v, want [%s]", got, allocator.ReasonEdited)
+	if got := refusedReasons(h, "uid-trainer"); !slices.Equal(got, []string{trust.ReasonEdited}) {
+		t.Errorf("refused %v, want [%s]", got, trust.ReasonEdited)
 	}
-	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", allocator.KoordinatorName, "reason", allocator.ReasonEdited); got != 1 {
+	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", allocator.KoordinatorName, "reason", trust.ReasonEdited); got != 1 {
 		t.Errorf("allocations_refused_total{koordinator,edited} = %v, want 1", got)
 	}
 }
@@ -415,8 +416,8 @@ func TestWholeAndSharedClaimsOnOneGPUKeepTheFirstClaim(t *testing.T) {
 			if got := devicesOf(h.get("ml", c.second.Name), "train")["nvidia.com/gpu"]; len(got) != 0 {
 				t.Errorf("later claimant %s shows %v, want nothing", c.second.Name, got)
 			}
-			if got := refusedReasons(h, "uid-"+c.second.Name); !slices.Equal(got, []string{allocator.ReasonContested}) {
-				t.Errorf("later claimant refused %v, want [%s]", got, allocator.ReasonContested)
+			if got := refusedReasons(h, "uid-"+c.second.Name); !slices.Equal(got, []string{trust.ReasonContested}) {
+				t.Errorf("later claimant refused %v, want [%s]", got, trust.ReasonContested)
 			}
 		})
 	}
@@ -437,7 +438,7 @@ func TestARefusedHAMiAllocationLeavesNoFakeIDOfTheDevicePlugin(t *testing.T) {
 			t.Errorf("%s: main's nvidia.com/gpu = %v, want none: neither the refused GPU nor the device plugin's fake id", call, ids)
 		}
 	}
-	if got := refusedReasons(h, "uid-vgpu"); !slices.Equal(got, []string{allocator.ReasonWrongScheduler}) {
-		t.Errorf("refused %v, want [%s]", got, allocator.ReasonWrongScheduler)
+	if got := refusedReasons(h, "uid-vgpu"); !slices.Equal(got, []string{trust.ReasonWrongScheduler}) {
+		t.Errorf("refused %v, want [%s]", got, trust.ReasonWrongScheduler)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 const (
@@ -100,7 +101,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
 	c.schedulerNames = map[string]*string{}
 	for _, family := range schedulerFamilies {
-		def := allocator.DefaultSchedulerNames()[family.allocators[0]]
+		def := trust.DefaultSchedulerNames()[family.allocators[0]]
 		c.schedulerNames[family.flag] = fs.String(family.flag+"-scheduler-names", strings.Join(def, ","),
 			"comma-separated spec.schedulerName values of the pods whose "+family.annotations+" annotations are believed; add default-scheduler where "+family.name+" runs as the default scheduler")
 	}
@@ -141,7 +142,7 @@ var schedulerFamilies = []struct {
 }
 
 // trustedSchedulers returns the scheduler names per allocator the flags
-// give, for allocator.GateOptions.
+// give, for trust.GateOptions.
 func (c *serveConfig) trustedSchedulers() (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, family := range schedulerFamilies {
@@ -235,7 +236,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return usageError{err}
 	}
-	trust := allocator.NewGate(allocators, allocator.GateOptions{SchedulerNames: schedulers, Log: log, OnRefuse: metrics.AllocationRefused})
+	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: schedulers, Log: log, OnRefuse: metrics.AllocationRefused})
 	inv, err := c.inventory(log)
 	if err != nil {
 		return fmt.Errorf("device inventory: %w", err)
@@ -286,7 +287,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Metrics:     metrics,
 		Topology:    inv.Topology,
 		Allocatable: func() []*podresourcesv1.ContainerDevices { return inv.Allocatable(names) },
-		Inventory:   func() allocator.Inventory { return inv.Snapshot() },
+		Inventory:   func() *inventory.Snapshot { return inv.Snapshot() },
 		Trust:       trust,
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -168,4 +169,14 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// Snapshot is the node's devices the fixture names, for devices its
+// annotation gives by minor or index only.
+func (c Case) Snapshot() *inventory.Snapshot {
+	var devs []inventory.Device
+	for _, d := range c.Inventory {
+		devs = append(devs, inventory.Device{Type: d.Type, ID: d.ID, Minor: d.Minor, Index: d.Index, Healthy: true})
+	}
+	return inventory.NewSnapshot(devs)
 }

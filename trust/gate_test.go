@@ -1,4 +1,4 @@
-package allocator_test
+package trust_test
 
 import (
 	"fmt"
@@ -16,6 +16,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 func quietSet(t testing.TB) *allocator.Set {
@@ -39,11 +40,11 @@ func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := quietSet(t)
-	gate := allocator.NewGate(set, allocator.GateOptions{Log: logrus.New()})
+	gate := trust.NewGate(set, trust.GateOptions{Log: logrus.New()})
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			devices, _ := set.Decode(model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
-			inv := fixtureInventory(c)
+			inv := c.Snapshot()
 			devices, _ = allocator.Translate(devices, inv)
 			spec := c.Spec()
 			spec.SchedulerName = c.SchedulerName()
@@ -57,8 +58,8 @@ func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
 				t.Errorf("%s: a default-scheduler pod with the annotation keeps %+v", c.File, kept)
 			}
 			for _, r := range refused {
-				if r.Reason != allocator.ReasonWrongScheduler || r.Class != allocator.ClassForged {
-					t.Errorf("%s: refused as %s (%s), want %s (forged)", c.File, r.Reason, r.Class, allocator.ReasonWrongScheduler)
+				if r.Reason != trust.ReasonWrongScheduler || r.Class != trust.ClassForged {
+					t.Errorf("%s: refused as %s (%s), want %s (forged)", c.File, r.Reason, r.Class, trust.ReasonWrongScheduler)
 				}
 			}
 		})
@@ -66,7 +67,7 @@ func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
 }
 
 func TestGateIDShapes(t *testing.T) {
-	gate := allocator.NewGate(quietSet(t), allocator.GateOptions{})
+	gate := trust.NewGate(quietSet(t), trust.GateOptions{})
 	spec := &model.PodSpec{SchedulerName: "koord-scheduler", Containers: []model.ContainerSpec{{
 		Name: "app", Kind: model.KindApp,
 		Requests: map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "100", "koordinator.sh/fpga": "100"},
@@ -102,7 +103,7 @@ func TestGateIDShapes(t *testing.T) {
 		if got := len(kept) == 1; got != tc.ok {
 			t.Errorf("%s %q: believed %v, want %v (refused %+v)", tc.resource, tc.id, got, tc.ok, refused)
 		}
-		if !tc.ok && (len(refused) != 1 || refused[0].Reason != allocator.ReasonUnsafeID || refused[0].Class != allocator.ClassMalformed) {
+		if !tc.ok && (len(refused) != 1 || refused[0].Reason != trust.ReasonUnsafeID || refused[0].Class != trust.ClassMalformed) {
 			t.Errorf("%s %q: refused %+v, want unsafe-id (malformed)", tc.resource, tc.id, refused)
 		}
 	}
@@ -124,7 +125,7 @@ func FuzzGateVet(f *testing.F) {
 	f.Add("", "", "", "unknown", "", "", "", false)
 	gpu := "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
 	nodeWithGPU := inventory.NewSnapshot([]inventory.Device{{Type: inventory.TypeGPU, ID: gpu, Healthy: true}})
-	gate := allocator.NewGate(quietSet(f), allocator.GateOptions{})
+	gate := trust.NewGate(quietSet(f), trust.GateOptions{})
 	f.Fuzz(func(t *testing.T, scheduler, reqKey, reqValue, alloc, typ, resource, ids string, withInventory bool) {
 		spec := &model.PodSpec{SchedulerName: scheduler, Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}
 		if reqKey != "" {
@@ -134,7 +135,7 @@ func FuzzGateVet(f *testing.F) {
 		for _, group := range strings.Split(ids, ";") {
 			devices = append(devices, model.Device{Allocator: alloc, Type: typ, Resource: resource, IDs: strings.Split(group, ",")})
 		}
-		var inv allocator.Inventory
+		var inv *inventory.Snapshot
 		if withInventory {
 			inv = nodeWithGPU
 		}
@@ -143,7 +144,7 @@ func FuzzGateVet(f *testing.F) {
 			t.Fatalf("%d devices became %d kept and %d refused", len(devices), len(kept), len(refused))
 		}
 		for _, r := range refused {
-			if r.Class != allocator.ReasonClass(r.Reason) || r.Reason == "" {
+			if r.Class != trust.ReasonClass(r.Reason) || r.Reason == "" {
 				t.Errorf("refusal without a reason or with the wrong class: %+v", r)
 			}
 		}
@@ -182,7 +183,7 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
 	dir := t.TempDir()
 	set := quietSet(t)
-	gate := allocator.NewGate(set, allocator.GateOptions{})
+	gate := trust.NewGate(set, trust.GateOptions{})
 	clock := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
 	opts := state.Options{Decoder: set, Now: func() time.Time { return clock }, Log: logrus.New()}
 	store, err := state.Open(dir, opts)
@@ -206,7 +207,7 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 			for _, d := range kept {
 				shown[r.Name] = append(shown[r.Name], d.IDs...)
 			}
-			if r.Name == "second" && (len(refused) != 1 || refused[0].Reason != allocator.ReasonContested || refused[0].Class != allocator.ClassForged) {
+			if r.Name == "second" && (len(refused) != 1 || refused[0].Reason != trust.ReasonContested || refused[0].Class != trust.ClassForged) {
 				t.Errorf("%s: the later claimant's refusal is %+v, want contested (forged)", when, refused)
 			}
 		}
@@ -236,7 +237,7 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 func TestASharedGPUStaysShared(t *testing.T) {
 	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
 	set := quietSet(t)
-	gate := allocator.NewGate(set, allocator.GateOptions{})
+	gate := trust.NewGate(set, trust.GateOptions{})
 	at := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
 	var records []*state.Record
 	for i, uid := range []string{"uid-a", "uid-b"} {
@@ -266,7 +267,7 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 	f.Add([]byte{0xff, 0x00, 0xff, 0x00, 0x80, 0x40, 0x20, 0x10, 0x08})
 	ids := []string{"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc", "0000:01:00.2", "0000:01:00.3", "all"}
 	set := quietSet(f)
-	gate := allocator.NewGate(set, allocator.GateOptions{})
+	gate := trust.NewGate(set, trust.GateOptions{})
 	node := inventory.NewSnapshot([]inventory.Device{
 		{Type: inventory.TypeGPU, ID: ids[0], Healthy: true},
 		{Type: inventory.TypeRDMA, ID: "0000:01:00.0", BusID: "0000:01:00.0", Healthy: true, VFs: []inventory.VF{{BusID: ids[2]}}},
@@ -310,7 +311,7 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 				continue // never answered: a stopped pod is read again
 			}
 			for _, d := range kept {
-				if !allocator.Exclusive(d) {
+				if !trust.Exclusive(d) {
 					continue
 				}
 				for _, id := range d.IDs {

@@ -1,12 +1,4 @@
-package allocator
-
-// This file decides whether an allocator annotation is believed. The
-// decoders only read what an annotation says; any tenant can write any
-// annotation on its own pod, and the proxy's answer moves hardware between
-// pods (Multus hands the listed VF to the pod's network, Kata cold-plugs the
-// listed devices, DCGM attributes GPUs). So a decoded device is reported only
-// when the Gate lets it through; everything it refuses is returned with a
-// reason, which the proxy logs, counts and records for `inspect`.
+package trust
 
 import (
 	"fmt"
@@ -14,13 +6,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
 )
 
 // Reasons a decoded device is refused: the values of model.Refused.Reason
@@ -81,20 +72,11 @@ func ReasonClass(reason string) string {
 // volcano (both of Volcano's device plugins).
 func DefaultSchedulerNames() map[string][]string {
 	return map[string][]string{
-		KoordinatorName:     {"koord-scheduler"},
-		HAMiName:            {"hami-scheduler"},
-		VolcanoVGPUName:     {"volcano"},
-		VolcanoGPUShareName: {"volcano"},
+		allocator.KoordinatorName:     {"koord-scheduler"},
+		allocator.HAMiName:            {"hami-scheduler"},
+		allocator.VolcanoVGPUName:     {"volcano"},
+		allocator.VolcanoGPUShareName: {"volcano"},
 	}
-}
-
-// Membership is what the Gate asks the node's device inventory:
-// *inventory.Snapshot and *inventory.Inventory have it.
-type Membership interface {
-	// HasType reports whether the inventory looks for devices of the type.
-	HasType(typ string) bool
-	// Lookup finds a device (or a VF) by id or PCI address.
-	Lookup(id string) (inventory.Device, bool)
 }
 
 // GateOptions configure a Gate.
@@ -116,7 +98,7 @@ type GateOptions struct {
 // like the rest of the package (Vet has no side effects; Report logs and
 // counts), and safe for concurrent use if OnRefuse is.
 type Gate struct {
-	set        *Set
+	set        *allocator.Set
 	schedulers map[string][]string
 	log        logrus.FieldLogger
 	onRefuse   func(allocator, reason string)
@@ -124,7 +106,7 @@ type Gate struct {
 
 // NewGate returns the gate for the allocators of set. Scheduler names are
 // compared exactly; an allocator given an empty list believes no pod.
-func NewGate(set *Set, opts GateOptions) *Gate {
+func NewGate(set *allocator.Set, opts GateOptions) *Gate {
 	names := DefaultSchedulerNames()
 	for alloc, list := range opts.SchedulerNames {
 		names[alloc] = slices.Clone(list)
@@ -168,19 +150,15 @@ func Vettable(spec *model.PodSpec) bool {
 // an RDMA allocation's VFs could hand Multus an arbitrary one. With a nil
 // spec, or one without a scheduler name, every device is refused as
 // unvetted. When nothing is refused, kept is
-// devices itself. devices is never modified; inv may be nil, or lack
-// Membership (no membership check).
-func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv Inventory) (kept []model.Device, refused []model.Refused) {
+// devices itself. devices is never modified; inv may be nil (no
+// membership check).
+func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv *inventory.Snapshot) (kept []model.Device, refused []model.Refused) {
 	if len(devices) == 0 {
 		return devices, nil
 	}
-	var m Membership
-	if !isNil(inv) {
-		m, _ = inv.(Membership)
-	}
 	var drop []bool
 	for i, dev := range devices {
-		reason, detail := g.check(spec, dev, m)
+		reason, detail := g.check(spec, dev, inv)
 		if reason == "" {
 			continue
 		}
@@ -210,7 +188,7 @@ func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv Inventory) (
 }
 
 // check returns why dev is refused, "" when it is believed.
-func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv Membership) (reason, detail string) {
+func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snapshot) (reason, detail string) {
 	if !Vettable(spec) {
 		return ReasonSpecUnknown, "the pod's spec (scheduler and requests) was never read from the kubelet's /pods"
 	}
@@ -218,7 +196,7 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv Membership) (rea
 		return ReasonWrongScheduler, fmt.Sprintf("pod scheduled by %q; %s annotations are believed on pods of %s only",
 			spec.SchedulerName, dev.Allocator, quoteNames(names))
 	}
-	if !slices.ContainsFunc(spec.Containers, func(c model.ContainerSpec) bool { return g.set.requests(dev, c.Requests) }) {
+	if !slices.ContainsFunc(spec.Containers, func(c model.ContainerSpec) bool { return g.set.Requests(dev, c.Requests) }) {
 		return ReasonNoRequest, fmt.Sprintf("no container of the pod requests %s", dev.Resource)
 	}
 	for _, id := range dev.IDs {
@@ -226,7 +204,7 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv Membership) (rea
 			return ReasonUnsafeID, fmt.Sprintf("id %s is not a valid %s device id", strconv.Quote(id), dev.Resource)
 		}
 	}
-	if typ := inventoryType(dev); inv != nil && typ != "" && inv.HasType(typ) {
+	if typ := inventoryType(dev); typ != "" && inv.HasType(typ) {
 		for _, id := range dev.IDs {
 			if isMIG(id) {
 				continue
@@ -293,137 +271,6 @@ func inventoryType(dev model.Device) string {
 		return inventory.TypeGPU
 	}
 	return ""
-}
-
-// Exclusive reports whether a device can be one pod's only: a Koordinator
-// allocation of a whole device (a whole GPU, a VF, an RDMA PF without VFs,
-// an FPGA). Shared GPUs (a fractional gpu-core, HAMi and Volcano vGPU,
-// Volcano gpushare) are shared by design and never contested.
-func Exclusive(dev model.Device) bool {
-	return dev.Allocator == KoordinatorName && !dev.Shared
-}
-
-// Holders says which pod holds each exclusive device id of the node. Build
-// it with Gate.Holders; it is immutable.
-type Holders struct {
-	byID map[string]claim
-}
-
-// claim is one pod's claim on an id: the earliest claim on an id holds it.
-type claim struct {
-	uid       string
-	since     time.Time
-	live      bool
-	exclusive bool // the pod claims the whole device, not a share of it
-}
-
-// before reports whether c holds the device rather than o: the claim
-// learned first (Record.Sources.Annotations.At), then a running sandbox
-// before a pending pod, then the smaller UID, so that every query and every
-// restart picks the same pod.
-func (c claim) before(o claim) bool {
-	if !c.since.Equal(o.since) {
-		return c.since.Before(o.since)
-	}
-	if c.live != o.live {
-		return c.live
-	}
-	return c.uid < o.uid
-}
-
-// Holders decides, from every record of the node, which pod holds each
-// device id: among the running or pending pods whose claim Vet believes,
-// the one whose allocation annotations were learned first, and whether it
-// holds the device whole (then it is the only pod shown with it) or a share
-// (then other sharers are shown too, and no pod may take it whole). That
-// time is the sandbox's start when NRI or CRI reported the pod first, else
-// its first sighting in /pods; it is persisted with the record, so a daemon
-// restart keeps the holder, and an annotation edited later is learned anew,
-// which makes the editor the later claimant. inv translates and checks ids as
-// for the pod's own answer.
-func (g *Gate) Holders(records []*state.Record, inv Inventory) *Holders {
-	h := &Holders{byID: map[string]claim{}}
-	for _, r := range records {
-		if !claimant(r) {
-			continue
-		}
-		devs, _ := Translate(r.Devices, inv)
-		kept, _ := g.Vet(r.Spec, devs, inv)
-		for _, d := range kept {
-			c := claim{uid: r.UID, since: r.Sources.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}
-			for _, id := range d.IDs {
-				k := claimKey(id)
-				if cur, ok := h.byID[k]; !ok || c.before(cur) {
-					h.byID[k] = c
-				}
-			}
-		}
-	}
-	return h
-}
-
-func (c claim) kind() string {
-	if c.exclusive {
-		return "whole"
-	}
-	return "a share"
-}
-
-// claimant reports whether a record's devices can hold a device: a running
-// or pending pod the kubelet does not consider finished, with annotations.
-func claimant(r *state.Record) bool {
-	if r.Sources.Annotations == nil || len(r.Devices) == 0 {
-		return false
-	}
-	if r.KubeletPhase == "Succeeded" || r.KubeletPhase == "Failed" {
-		return false
-	}
-	return r.State == state.PhaseReady || r.State == state.PhasePending
-}
-
-// claimKey compares ids as the inventory does: case-insensitively.
-func claimKey(id string) string { return strings.ToLower(id) }
-
-// Contest refuses the devices of rec (devices: what Vet kept of them) that
-// conflict with another pod's earlier claim on one of their ids: a whole
-// device when another pod claimed it first, whole or a share of it; a share
-// when another pod holds the device whole. Sharers of a device shared first
-// stay shared. A later claimant thus gets none of a device an exclusive
-// holder has, and nobody takes whole a GPU others share.
-func (g *Gate) Contest(rec *state.Record, devices []model.Device, h *Holders) (kept []model.Device, refused []model.Refused) {
-	if h == nil {
-		return devices, nil
-	}
-	var drop []bool
-	for i, d := range devices {
-		exclusive := Exclusive(d)
-		for _, id := range d.IDs {
-			holder, ok := h.byID[claimKey(id)]
-			if !ok || holder.uid == rec.UID || (!exclusive && !holder.exclusive) {
-				continue
-			}
-			if drop == nil {
-				drop = make([]bool, len(devices))
-			}
-			drop[i] = true
-			refused = append(refused, model.Refused{
-				Allocator: d.Allocator, Resource: d.Resource, IDs: slices.Clone(d.IDs),
-				Reason: ReasonContested, Class: ReasonClass(ReasonContested),
-				Detail: fmt.Sprintf("id %s is held by pod uid %s, which claimed it first (%s, %s)",
-					strconv.Quote(id), holder.uid, holder.since.UTC().Format(time.RFC3339Nano), holder.kind()),
-			})
-			break
-		}
-	}
-	if drop == nil {
-		return devices, nil
-	}
-	for i, d := range devices {
-		if !drop[i] {
-			kept = append(kept, d)
-		}
-	}
-	return kept, refused
 }
 
 // Report logs a warning per refused device, naming the pod and the reason,
