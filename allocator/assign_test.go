@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -175,7 +176,7 @@ func TestAssign(t *testing.T) {
 			want:    map[string][]string{},
 		},
 	}
-	s := NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}))
+	s := NewSet(nil, nil, koordinator.New(koordinator.Options{}))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, ok := s.Assign(tt.spec, tt.devices)
@@ -190,14 +191,14 @@ func TestAssign(t *testing.T) {
 }
 
 func TestAssignWithoutSpecIsNotOK(t *testing.T) {
-	s := NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}))
+	s := NewSet(nil, nil, koordinator.New(koordinator.Options{}))
 	if a, ok := s.Assign(nil, gpus("GPU-0")); ok || a != nil {
 		t.Errorf("Assign(nil spec) = %v, %v; want nil, false", a, ok)
 	}
 }
 
 func TestAssignWithoutAppContainerIsNotOK(t *testing.T) {
-	s := NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}))
+	s := NewSet(nil, nil, koordinator.New(koordinator.Options{}))
 	sp := spec(container("init", model.KindInit), container("sidecar", model.KindSidecar, "nvidia.com/gpu", "1"))
 	if a, ok := s.Assign(sp, gpus("GPU-0")); ok || a != nil {
 		t.Errorf("Assign(no app container) = %v, %v; want nil, false", a, ok)
@@ -205,7 +206,7 @@ func TestAssignWithoutAppContainerIsNotOK(t *testing.T) {
 }
 
 func TestAssignIsDeterministic(t *testing.T) {
-	s := NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}))
+	s := NewSet(nil, nil, koordinator.New(koordinator.Options{}))
 	sp := spec(
 		container("net", model.KindSidecar, "koordinator.sh/rdma", "100"),
 		container("a", model.KindApp, "koordinator.sh/gpu-core", "100", "nvidia.com/gpu", "1"),

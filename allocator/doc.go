@@ -4,140 +4,13 @@
 // clock, the same input always gives the same output, so the proxy's List
 // and Get, which both call it, always agree.
 //
-// One Decoder per scheduler's annotation format (NewKoordinator, NewHAMi,
-// NewVolcanoVGPU, NewVolcanoGPUShare; NewDecoders builds them by name) is
-// gathered in a Set, which is the state.Decoder the store calls and the
-// attribution policy the proxy calls. Translate gives ids to devices an
-// allocator named by number only.
-//
-// # Koordinator
-//
-// scheduling.koordinator.sh/device-allocated holds a JSON object from device
-// type to a list of allocations {minor, resources, id, extension}. Each
-// allocation becomes one model.Device:
-//
-//	type  Resource (configurable)  IDs
-//	gpu   nvidia.com/gpu           [id] (the GPU UUID, what DCGM matches)
-//	rdma  koordinator.sh/rdma      the VFs' busIDs (what Multus hands to
-//	                               SR-IOV CNI), or [id] (the PF address)
-//	                               when there are no VFs
-//	fpga  koordinator.sh/fpga      [id]
-//
-// Device types are read in sorted order, allocations in annotation order.
-// An allocation without id (Koordinator before v1.6) is kept with no IDs and
-// its Minor, so that a device inventory can translate it later; one with
-// neither id, VFs nor minor identifies nothing and is an error. A GPU with a
-// gpuSharedResourceTemplate but no VFs keeps its id (koordlet's proxy drops
-// it). VFs are read for rdma only. Device.Shared is set when the allocation is
-// a fraction of the device: gpu-core or gpu-memory-ratio below 100, a
-// gpuSharedResourceTemplate, or rdma/fpga below 100 on a device without VFs
-// (a VF is never shared).
-//
-// A malformed annotation (invalid JSON, wrong types, null allocations, a
-// negative minor, an empty VF busID, an invalid or negative quantity, an id
-// given twice in the pod) is rejected as a whole: guessing which half of a
-// corrupt allocation is right could hand Multus the wrong VF. An unknown
-// device type is not malformed (a newer Koordinator may add one): its
-// allocations are skipped with an error naming it, and the pod keeps the
-// devices of the known types.
-//
-// scheduling.koordinator.sh/device-allocate-hint, the pod's own input to
-// koord-scheduler, is read for one field only: allocateStrategy
-// "RequestsAsCount" for rdma or fpga makes that type's koordinator.sh/rdma or
-// koordinator.sh/fpga count devices instead of percent (rdma: 1 is one VF).
-// Each VF of such an allocation is then a device of its own, whole, marked
-// CountsRequests, and Wants counts the containers' requests in devices. A
-// hint that cannot be read is reported and ignored (requests in percent):
-// the devices are the pod's either way.
-//
-// Which pod resources request which device type, and how they count
-// (Koordinator's percentages count 100 per whole device, or 1 per device
-// under RequestsAsCount; "share" means the container asks for a fraction
-// of a device):
-//
-//	type  request                          counts as
-//	gpu   GPUResource (nvidia.com/gpu)     whole devices (a fraction: share)
-//	gpu   koordinator.sh/gpu               100 per device, else share
-//	gpu   koordinator.sh/gpu-core          100 per device, else share
-//	gpu   koordinator.sh/gpu-memory-ratio  100 per device, else share
-//	gpu   koordinator.sh/gpu-memory        share
-//	gpu   koordinator.sh/gpu.shared        share
-//	rdma  koordinator.sh/rdma              100 per device, else share
-//	rdma  RDMAResource                     as koordinator.sh/rdma if it is that,
-//	                                       else whole devices
-//	fpga  koordinator.sh/fpga              100 per device, else share
-//	fpga  FPGAResource                     as koordinator.sh/fpga if it is that,
-//	                                       else whole devices
-//
-// A container asking a fraction in any counting resource asks a share; else
-// it asks the largest whole count among them; share-only resources count only
-// when no counting resource is requested (gpu-core: 100 with gpu-memory is
-// one whole GPU).
-//
-// # HAMi
-//
-// hami.io/<vendor>-devices-allocated (hami.io/vgpu-devices-allocated for
-// NVIDIA; not the in-flight -devices-to-allocate keys) holds one entry per
-// container, each ended by ';', each a list of devices "UUID,Type,mem,cores"
-// each ended by ':':
-//
-//	GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76,NVIDIA,500,5:;
-//
-// Each device becomes a model.Device with IDs [UUID], Type the annotation's
-// type, Resource the vendor's resource name (DefaultHAMiResources, which
-// HAMiOptions.Resources overrides; vgpu is nvidia.com/gpu), ContainerIndex
-// its entry's rank among the non-empty entries, ContainerScope
-// model.ScopeRequestingAll, ContainerCount the number of non-empty entries,
-// and Replace:
-// HAMi's device plugins give the kubelet ids of their own (<UUID>-<n> for
-// NVIDIA) that DCGM cannot match, so the decoded ids replace what the kubelet
-// reported for that resource in that container. Shared is cores below 100
-// (HAMi gives a device with all its cores to no one else). A legacy MIG id
-// GPU-<uuid>[<profile>-<slot>] is reported as its parent GPU-<uuid>, shared:
-// DCGM matches GPU or MIG UUIDs, never the bracketed form. HAMi's dynamic
-// MIG writes each slice under its parent's UUID, so one id listed twice in a
-// container entry is one device, shared, never an error. When
-// hami.io/vgpu-mig-allocations records a slice's MIG instance (migUUID,
-// added by HAMi's device plugin once it created the instance; the entry's
-// containerIndex and deviceIndex are the device's position in the list and
-// in its entry, and its gpuUUID must be the one written there), the slice is
-// reported as that MIG-<uuid>, whole. A malformed MIG annotation is reported
-// and ignored: the slices stay their parent GPU.
-//
-// Which container an entry is for: HAMi's device plugin hands the k-th
-// non-empty entry to the k-th container, in spec order (init and sidecar
-// containers first), that requests the vendor's resource, and so does
-// Attribution. HAMi has written three shapes of list: one entry per app
-// container (before its PR #1650), one per container, init containers
-// first (after), and recently no entry at all for a container without the
-// vendor's devices; counting non-empty entries reads all three alike, so
-// HAMiOptions.LegacyIndexing, which chose between the first two, no longer
-// changes anything.
-//
-// Empty entries (";;", a trailing ';' or ':') are containers or devices
-// without allocation, not errors. Whitespace around fields is ignored, and
-// fields after the fourth, which a newer HAMi may add. A container entry
-// that cannot be read (fewer than four fields, no UUID or type, a memory or
-// cores that is not a non-negative int32, a malformed MIG id, a UUID with
-// spaces, one UUID twice) loses that container's devices only, with an error
-// naming the annotation, the container and the device (three containers in
-// detail, then a count): ';' alone decides positions, so the damage cannot
-// move another container's devices. A vendor with no resource name is
-// skipped with an error naming its key.
-//
-// # Volcano
-//
-// volcano.sh/vgpu-ids-new (Volcano's HAMi-derived vGPU plugin) is read by
-// the same parser and rules as HAMi, reported as nvidia.com/gpu by default,
-// with Replace. Volcano writes one entry per app container that requests
-// volcano.sh/vgpu-number or volcano.sh/vgpu-memory (model.ScopeRequesting),
-// empty ones included, joined by ';' without a trailing one; ContainerIndex
-// is the entry's position.
-//
-// volcano.sh/gpu-index (gpushare) is a comma-separated list of nvidia-smi
-// indices ("0,2"). Each becomes a pod-level device of type "gpu" with Index
-// and no ids, appended (not Replace: the container is the policy's choice);
-// Translate gives it its UUID. A malformed list is rejected as a whole.
+// One Format per scheduler's annotation format, each in a package of its
+// own (koordinator, hami, volcano; parse holds what they share), is gathered
+// by NewFormats, which builds them by name from the --allocators flag, in a
+// Set, which is the state.Decoder the store calls and the attribution policy
+// the proxy calls (Assign). Translate gives ids to devices an allocator named
+// by number only. Whether a decoded device is believed is package trust's
+// question.
 //
 // # Limits
 //
@@ -172,7 +45,7 @@
 // nothing for pods of one scheduler. A pod carrying two allocators'
 // annotations for one device shows it once per container and resource (the
 // merge never repeats an id there), but may show it on two containers if the
-// allocators attribute it differently. NewDecoders puts the replacing
+// allocators attribute it differently. NewFormats puts the replacing
 // decoders (HAMi, Volcano vGPU) first, so that a replacement drops only the
 // kubelet's own entries, never a device another allocator added.
 //
@@ -214,7 +87,7 @@
 // # Trust
 //
 // Decoding believes nothing: any tenant can write any annotation on its own
-// pod. Whether a decoded device is reported is decided in trust.go alone:
+// pod. Whether a decoded device is reported is decided in package trust alone:
 // Gate.Vet keeps a device only on a pod its allocator's scheduler placed
 // (spec.schedulerName), that requests what the device provides, whose ids
 // have their resource's shape and, where the inventory knows the type, are

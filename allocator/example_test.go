@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -13,11 +15,11 @@ import (
 // kubelet lists first.
 func ExampleSet_Assign() {
 	set := allocator.NewSet(nil, func(string) { /* count in a metric */ },
-		allocator.NewKoordinator(allocator.KoordinatorOptions{}))
+		koordinator.New(koordinator.Options{}))
 
 	pod := model.PodRef{UID: "6f1c", Namespace: "ml", Name: "train-0"}
 	devices, errs := set.Decode(pod, map[string]string{
-		allocator.KoordinatorAnnotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"},"id":"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"}],
+		koordinator.Annotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"},"id":"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"}],
 		  "rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:01:00.0","extension":{"vfs":[{"minor":-1,"busID":"0000:01:00.2"}]}}]}`,
 	})
 	if errs != nil {
@@ -46,9 +48,9 @@ func ExampleSet_Assign() {
 // the proxy translates it through the node's inventory when it answers,
 // leaving the stored record as it is.
 func ExampleTranslate() {
-	set := allocator.NewSet(nil, nil, allocator.NewVolcanoGPUShare(allocator.VolcanoGPUShareOptions{}))
+	set := allocator.NewSet(nil, nil, volcano.NewGPUShare(volcano.GPUShareOptions{}))
 	devices, _ := set.Decode(model.PodRef{UID: "9a0e", Namespace: "ml", Name: "infer-0"},
-		map[string]string{allocator.VolcanoGPUShareAnnotation: "1"})
+		map[string]string{volcano.GPUShareAnnotation: "1"})
 
 	index, minor := int64(1), int64(3)
 	node := inventory.NewSnapshot([]inventory.Device{

@@ -24,7 +24,7 @@ func TestSchedulersOwnAnnotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decoders, err := allocator.NewDecoders(allocator.Names(), allocator.Options{})
+	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

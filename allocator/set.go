@@ -10,8 +10,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
-// Decoder decodes one scheduler's annotation format.
-type Decoder interface {
+// Format decodes one scheduler's annotation format.
+type Format interface {
 	// Name names the allocator in devices, logs and metrics ("koordinator").
 	Name() string
 	// Relevant reports whether the decoder reads the annotation key; the
@@ -37,8 +37,8 @@ type Decoder interface {
 type Set struct {
 	log        logrus.FieldLogger
 	onError    func(allocator string)
-	decoders   []Decoder
-	byName     map[string]Decoder
+	decoders   []Format
+	byName     map[string]Format
 	maxDevices int
 }
 
@@ -56,11 +56,11 @@ var _ state.Decoder = (*Set)(nil)
 // store decodes with its lock held, so onError must be quick and must not
 // call back into the store. Two decoders with one name are a wiring mistake
 // and panic.
-func NewSet(log logrus.FieldLogger, onError func(allocator string), decoders ...Decoder) *Set {
+func NewSet(log logrus.FieldLogger, onError func(allocator string), decoders ...Format) *Set {
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
-	s := &Set{log: log, onError: onError, byName: map[string]Decoder{}, maxDevices: DefaultMaxDevicesPerPod}
+	s := &Set{log: log, onError: onError, byName: map[string]Format{}, maxDevices: DefaultMaxDevicesPerPod}
 	for _, d := range decoders {
 		if d == nil {
 			panic("allocator.NewSet: nil decoder")
@@ -160,7 +160,7 @@ func countIDs(devices []model.Device) int {
 // an error like any malformed value. It also enforces what every consumer
 // relies on, whatever the decoder: devices carry their allocator's name and a
 // resource name, and no device id is empty.
-func decodeSafely(d Decoder, annotations map[string]string) (devices []model.Device, err error) {
+func decodeSafely(d Format, annotations map[string]string) (devices []model.Device, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			devices, err = nil, fmt.Errorf("decoder panicked: %v", p)

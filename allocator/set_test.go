@@ -10,6 +10,8 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -40,9 +42,9 @@ func quietLog() *logrus.Logger { l, _ := logtest.NewNullLogger(); return l }
 var testPod = model.PodRef{UID: "u-1", Namespace: "ml", Name: "train-0"}
 
 func TestSetRelevantIfAnyDecoderReadsTheKey(t *testing.T) {
-	s := NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}), &fakeDecoder{name: "hami", key: "hami.io/vgpu-devices-allocated"})
+	s := NewSet(nil, nil, koordinator.New(koordinator.Options{}), &fakeDecoder{name: "hami", key: "hami.io/vgpu-devices-allocated"})
 	for key, want := range map[string]bool{
-		KoordinatorAnnotation:            true,
+		koordinator.Annotation:           true,
 		"hami.io/vgpu-devices-allocated": true,
 		"kubernetes.io/config.seen":      false,
 	} {
@@ -54,8 +56,8 @@ func TestSetRelevantIfAnyDecoderReadsTheKey(t *testing.T) {
 
 func TestSetDecodeReturnsEveryDecodersDevicesInDecoderOrder(t *testing.T) {
 	other := &fakeDecoder{name: "hami", key: "hami", devices: []model.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
-	s := NewSet(nil, func(string) { t.Error("onError called without an error") }, other, NewKoordinator(KoordinatorOptions{}))
-	got, errs := s.Decode(testPod, map[string]string{"hami": "x", KoordinatorAnnotation: `{"gpu":[{"minor":0,"id":"GPU-k"}]}`})
+	s := NewSet(nil, func(string) { t.Error("onError called without an error") }, other, koordinator.New(koordinator.Options{}))
+	got, errs := s.Decode(testPod, map[string]string{"hami": "x", koordinator.Annotation: `{"gpu":[{"minor":0,"id":"GPU-k"}]}`})
 	if errs != nil {
 		t.Fatalf("errors: %v", errs)
 	}
@@ -72,14 +74,14 @@ func TestSetDecodeMalformedAnnotationWarnsCountsAndKeepsTheOthers(t *testing.T) 
 	log, hook := logtest.NewNullLogger()
 	var counted []string
 	other := &fakeDecoder{name: "hami", key: "hami", devices: []model.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
-	s := NewSet(log, func(a string) { counted = append(counted, a) }, NewKoordinator(KoordinatorOptions{}), other)
+	s := NewSet(log, func(a string) { counted = append(counted, a) }, koordinator.New(koordinator.Options{}), other)
 
-	got, errs := s.Decode(testPod, map[string]string{"hami": "x", KoordinatorAnnotation: `{"gpu":[null]}`})
+	got, errs := s.Decode(testPod, map[string]string{"hami": "x", koordinator.Annotation: `{"gpu":[null]}`})
 
 	if want := []model.Device{{Allocator: "hami", Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %+v; want only the other allocator's %+v", got, want)
 	}
-	if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "koordinator: decode "+KoordinatorAnnotation+": gpu[0]: null allocation") {
+	if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "koordinator: decode "+koordinator.Annotation+": gpu[0]: null allocation") {
 		t.Errorf("errors = %v; want one naming the allocator, annotation and entry", errs)
 	}
 	if !reflect.DeepEqual(counted, []string{"koordinator"}) {
@@ -97,8 +99,8 @@ func TestSetDecodeMalformedAnnotationWarnsCountsAndKeepsTheOthers(t *testing.T) 
 
 func TestSetDecodeKeepsTheDevicesOfAPartlyUnderstoodAnnotation(t *testing.T) {
 	var counted int
-	s := NewSet(quietLog(), func(string) { counted++ }, NewKoordinator(KoordinatorOptions{}))
-	got, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: `{"gpu":[{"minor":0,"id":"GPU-k"}],"xpu":[{"id":"X"}]}`})
+	s := NewSet(quietLog(), func(string) { counted++ }, koordinator.New(koordinator.Options{}))
+	got, errs := s.Decode(testPod, map[string]string{koordinator.Annotation: `{"gpu":[{"minor":0,"id":"GPU-k"}],"xpu":[{"id":"X"}]}`})
 	if want := []model.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %+v; want %+v", got, want)
 	}
@@ -108,8 +110,8 @@ func TestSetDecodeKeepsTheDevicesOfAPartlyUnderstoodAnnotation(t *testing.T) {
 }
 
 func TestSetDecodeTurnsADecoderPanicIntoAnError(t *testing.T) {
-	s := NewSet(quietLog(), nil, &fakeDecoder{name: "buggy", key: "k", panics: true}, NewKoordinator(KoordinatorOptions{}))
-	got, errs := s.Decode(testPod, map[string]string{"k": "v", KoordinatorAnnotation: `{"gpu":[{"minor":0,"id":"GPU-k"}]}`})
+	s := NewSet(quietLog(), nil, &fakeDecoder{name: "buggy", key: "k", panics: true}, koordinator.New(koordinator.Options{}))
+	got, errs := s.Decode(testPod, map[string]string{"k": "v", koordinator.Annotation: `{"gpu":[{"minor":0,"id":"GPU-k"}]}`})
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "buggy: decoder panicked") {
 		t.Errorf("errors = %v; want the panic as an error", errs)
 	}
@@ -143,7 +145,7 @@ func TestNewSetPanicsOnTwoDecodersWithOneName(t *testing.T) {
 			t.Error("NewSet accepted two decoders named koordinator")
 		}
 	}()
-	NewSet(nil, nil, NewKoordinator(KoordinatorOptions{}), NewKoordinator(KoordinatorOptions{GPUResource: "amd.com/gpu"}))
+	NewSet(nil, nil, koordinator.New(koordinator.Options{}), koordinator.New(koordinator.Options{GPUResource: "amd.com/gpu"}))
 }
 
 // vfAnnotation is a Koordinator allocation of one NIC with n VFs.
@@ -168,10 +170,10 @@ func TestDecodeRefusesAPodOverTheDeviceLimit(t *testing.T) {
 	if len(value) > 256<<10 {
 		t.Fatalf("annotation of %d bytes: want it within 256 KiB", len(value))
 	}
-	s := NewSet(quietLog(), nil, NewHAMi(HAMiOptions{}), NewKoordinator(KoordinatorOptions{}))
+	s := NewSet(quietLog(), nil, hami.New(hami.Options{}), koordinator.New(koordinator.Options{}))
 	devices, errs := s.Decode(testPod, map[string]string{
-		KoordinatorAnnotation: value,
-		HAMiNVIDIAAnnotation:  hamiExample,
+		koordinator.Annotation: value,
+		hami.NVIDIAAnnotation:  hamiExample,
 	})
 	if len(errs) != 1 {
 		t.Fatalf("errors = %v; want one, for the Koordinator annotation", errs)
@@ -180,26 +182,26 @@ func TestDecodeRefusesAPodOverTheDeviceLimit(t *testing.T) {
 	if errs[0].Error() != want {
 		t.Errorf("error = %q; want %q", errs[0], want)
 	}
-	if len(devices) != 1 || devices[0].Allocator != HAMiName {
+	if len(devices) != 1 || devices[0].Allocator != hami.Name {
 		t.Errorf("devices = %+v; want HAMi's one vGPU only", devices)
 	}
 }
 
 func TestDecodeLimitIsConfigurable(t *testing.T) {
-	s := NewSet(quietLog(), nil, NewKoordinator(KoordinatorOptions{}))
+	s := NewSet(quietLog(), nil, koordinator.New(koordinator.Options{}))
 	s.LimitDevicesPerPod(4)
-	if devices, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: vfAnnotation(4)}); errs != nil || len(devices) != 1 || len(devices[0].IDs) != 4 {
+	if devices, errs := s.Decode(testPod, map[string]string{koordinator.Annotation: vfAnnotation(4)}); errs != nil || len(devices) != 1 || len(devices[0].IDs) != 4 {
 		t.Errorf("4 VFs with a limit of 4: %+v, %v; want them all", devices, errs)
 	}
-	if devices, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: vfAnnotation(5)}); len(errs) != 1 || devices != nil ||
+	if devices, errs := s.Decode(testPod, map[string]string{koordinator.Annotation: vfAnnotation(5)}); len(errs) != 1 || devices != nil ||
 		!strings.Contains(errs[0].Error(), "5 devices, 4 allowed per pod") {
 		t.Errorf("5 VFs with a limit of 4: %+v, %v; want none and the limit's error", devices, errs)
 	}
 }
 
 func BenchmarkDecodeOverTheLimit(b *testing.B) {
-	s := NewSet(quietLog(), nil, NewKoordinator(KoordinatorOptions{}))
-	ann := map[string]string{KoordinatorAnnotation: vfAnnotation(6000)}
+	s := NewSet(quietLog(), nil, koordinator.New(koordinator.Options{}))
+	ann := map[string]string{koordinator.Annotation: vfAnnotation(6000)}
 	for b.Loop() {
 		s.Decode(testPod, ann)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -70,8 +71,8 @@ func TestTranslate(t *testing.T) {
 		},
 		{
 			name:         "a minor of another type does not match",
-			in:           []model.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: DefaultFPGAResource, Minor: ptr(int64(0))}},
-			want:         []model.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: DefaultFPGAResource, Minor: ptr(int64(0))}},
+			in:           []model.Device{{Allocator: koordinator.Name, Type: "fpga", Resource: koordinator.DefaultFPGAResource, Minor: ptr(int64(0))}},
+			want:         []model.Device{{Allocator: koordinator.Name, Type: "fpga", Resource: koordinator.DefaultFPGAResource, Minor: ptr(int64(0))}},
 			wantProblems: []string{"koordinator fpga device with minor 0: not in the node's device inventory"},
 		},
 		{

@@ -14,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	koordfmt "github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 )
 
 // This file checks deploy/components/admission-policy: that it renders into
@@ -224,7 +226,7 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 		"prometheus.io/scrape":                           "true",
 	}
 	withKoord := func(value string) map[string]string {
-		m := map[string]string{allocator.KoordinatorAnnotation: value}
+		m := map[string]string{koordfmt.Annotation: value}
 		for k, v := range userInput {
 			m[k] = v
 		}
@@ -241,13 +243,13 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 			name:      "a tenant creates a pod with a copied Koordinator allocation",
 			req:       admissionRequest{operation: "CREATE", user: tenant, object: podWith(withKoord(koordValue))},
 			wantDeny:  true,
-			wantWords: []string{allocator.KoordinatorAnnotation, tenant},
+			wantWords: []string{koordfmt.Annotation, tenant},
 		},
 		{
 			name:      "a Deployment's template carries one: the ReplicaSet controller's create is denied",
 			req:       admissionRequest{operation: "CREATE", user: rsController, object: podWith(withKoord(koordValue))},
 			wantDeny:  true,
-			wantWords: []string{allocator.KoordinatorAnnotation},
+			wantWords: []string{koordfmt.Annotation},
 		},
 		{
 			name: "a tenant creates a pod with only the user's input annotations",
@@ -261,7 +263,7 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 			name:      "a tenant retargets a running pod's allocation (kubectl annotate --overwrite)",
 			req:       admissionRequest{operation: "UPDATE", user: tenant, old: podWith(withKoord(koordValue)), object: podWith(withKoord(otherValue))},
 			wantDeny:  true,
-			wantWords: []string{allocator.KoordinatorAnnotation},
+			wantWords: []string{koordfmt.Annotation},
 		},
 		{
 			name:     "a tenant removes the allocation",
@@ -275,20 +277,20 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 		},
 		{
 			name:      "a tenant creates a pod with a HAMi allocation",
-			req:       admissionRequest{operation: "CREATE", user: tenant, object: podWith(map[string]string{allocator.HAMiNVIDIAAnnotation: hamiValue})},
+			req:       admissionRequest{operation: "CREATE", user: tenant, object: podWith(map[string]string{hami.NVIDIAAnnotation: hamiValue})},
 			wantDeny:  true,
-			wantWords: []string{allocator.HAMiNVIDIAAnnotation},
+			wantWords: []string{hami.NVIDIAAnnotation},
 		},
 		{
 			name: "hami-scheduler writes the allocation",
 			req: admissionRequest{operation: "UPDATE", user: hamiScheduler, old: podWith(nil),
-				object: podWith(map[string]string{allocator.HAMiNVIDIAAnnotation: hamiValue, "hami.io/vgpu-devices-to-allocate": hamiValue})},
+				object: podWith(map[string]string{hami.NVIDIAAnnotation: hamiValue, "hami.io/vgpu-devices-to-allocate": hamiValue})},
 		},
 		{
 			name: "HAMi's device plugin clears devices-to-allocate",
 			req: admissionRequest{operation: "UPDATE", user: hamiPlugin,
-				old:    podWith(map[string]string{allocator.HAMiNVIDIAAnnotation: hamiValue, "hami.io/vgpu-devices-to-allocate": hamiValue}),
-				object: podWith(map[string]string{allocator.HAMiNVIDIAAnnotation: hamiValue, "hami.io/vgpu-devices-to-allocate": ";"})},
+				old:    podWith(map[string]string{hami.NVIDIAAnnotation: hamiValue, "hami.io/vgpu-devices-to-allocate": hamiValue}),
+				object: podWith(map[string]string{hami.NVIDIAAnnotation: hamiValue, "hami.io/vgpu-devices-to-allocate": ";"})},
 		},
 		{
 			name:      "another vendor's HAMi key is guarded too",
@@ -298,9 +300,9 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 		},
 		{
 			name:      "Volcano's keys are guarded",
-			req:       admissionRequest{operation: "CREATE", user: tenant, object: podWith(map[string]string{allocator.VolcanoVGPUAnnotation: hamiValue, allocator.VolcanoGPUShareAnnotation: "0"})},
+			req:       admissionRequest{operation: "CREATE", user: tenant, object: podWith(map[string]string{volcano.VGPUAnnotation: hamiValue, volcano.GPUShareAnnotation: "0"})},
 			wantDeny:  true,
-			wantWords: []string{allocator.VolcanoVGPUAnnotation, allocator.VolcanoGPUShareAnnotation},
+			wantWords: []string{volcano.VGPUAnnotation, volcano.GPUShareAnnotation},
 		},
 		{
 			name: "a tenant binds with an allocation annotation on the Binding (merged into the pod)",
@@ -340,7 +342,7 @@ func TestAdmissionPolicyWritersAreConfigurable(t *testing.T) {
 	const mine = "system:serviceaccount:scheduling:my-koord-scheduler"
 	ap.writers.Data["writers"] = "  " + mine + "  \n"
 	req := admissionRequest{operation: "UPDATE", old: podWith(nil),
-		object: podWith(map[string]string{allocator.KoordinatorAnnotation: `{"gpu":[{"minor":0}]}`})}
+		object: podWith(map[string]string{koordfmt.Annotation: `{"gpu":[{"minor":0}]}`})}
 	req.user = mine
 	if msg := cp.admit(t, ap.writers, req); msg != "" {
 		t.Errorf("a listed writer was denied: %s", msg)

@@ -130,7 +130,7 @@ func TestBenchProxyProcess(t *testing.T) {
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	decoders, err := allocator.NewDecoders(allocator.Names(), allocator.Options{})
+	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

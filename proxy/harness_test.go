@@ -143,7 +143,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	log.SetOutput(io.Discard)
 	h.logs = test.NewLocal(log)
 	metrics := proxy.NewMetrics(h.reg)
-	decoders, err := allocator.NewDecoders(allocator.Names(), allocator.Options{})
+	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -157,7 +157,7 @@ func TestForgedAnnotationsGetNothingAndTheVictimKeepsItsDevices(t *testing.T) {
 func TestSchedulerNamesAreConfigurable(t *testing.T) {
 	// Koordinator runs as the default scheduler: its pods say
 	// default-scheduler, and koord-scheduler is not in use.
-	h := newHarness(t, withTrust(map[string][]string{allocator.KoordinatorName: {"default-scheduler"}}), withNode())
+	h := newHarness(t, withTrust(map[string][]string{koordinator.Name: {"default-scheduler"}}), withNode())
 	h.k.SetPods(
 		fk.NewPod("ml", "train", "uid-1", fk.WithAnnotation(koordKey, oneGPU),
 			fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})),
@@ -376,7 +376,7 @@ func TestAnAnnotationEditedOnARunningPodChangesNothingAndIsCounted(t *testing.T)
 	if got := refusedReasons(h, "uid-trainer"); !slices.Equal(got, []string{trust.ReasonEdited}) {
 		t.Errorf("refused %v, want [%s]", got, trust.ReasonEdited)
 	}
-	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", allocator.KoordinatorName, "reason", trust.ReasonEdited); got != 1 {
+	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", koordinator.Name, "reason", trust.ReasonEdited); got != 1 {
 		t.Errorf("allocations_refused_total{koordinator,edited} = %v, want 1", got)
 	}
 }

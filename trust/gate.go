@@ -10,6 +10,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -72,10 +75,10 @@ func ReasonClass(reason string) string {
 // volcano (both of Volcano's device plugins).
 func DefaultSchedulerNames() map[string][]string {
 	return map[string][]string{
-		allocator.KoordinatorName:     {"koord-scheduler"},
-		allocator.HAMiName:            {"hami-scheduler"},
-		allocator.VolcanoVGPUName:     {"volcano"},
-		allocator.VolcanoGPUShareName: {"volcano"},
+		koordinator.Name:     {"koord-scheduler"},
+		hami.Name:            {"hami-scheduler"},
+		volcano.VGPUName:     {"volcano"},
+		volcano.GPUShareName: {"volcano"},
 	}
 }
 

@@ -12,6 +12,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -21,7 +24,7 @@ import (
 
 func quietSet(t testing.TB) *allocator.Set {
 	t.Helper()
-	decoders, err := allocator.NewDecoders(allocator.Names(), allocator.Options{})
+	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +101,7 @@ func TestGateIDShapes(t *testing.T) {
 		{"fpga", "koordinator.sh/fpga", "a=b", false},
 		{"fpga", "koordinator.sh/fpga", strings.Repeat("a", 129), false},
 	} {
-		dev := model.Device{Allocator: allocator.KoordinatorName, Type: tc.typ, Resource: tc.resource, IDs: []string{tc.id}}
+		dev := model.Device{Allocator: koordinator.Name, Type: tc.typ, Resource: tc.resource, IDs: []string{tc.id}}
 		kept, refused := gate.Vet(spec, []model.Device{dev}, nil)
 		if got := len(kept) == 1; got != tc.ok {
 			t.Errorf("%s %q: believed %v, want %v (refused %+v)", tc.resource, tc.id, got, tc.ok, refused)
@@ -116,12 +119,12 @@ func TestGateIDShapes(t *testing.T) {
 // refused, and a kept device has a scheduler that writes its allocator's
 // annotation, a request, and only ids a consumer can take safely.
 func FuzzGateVet(f *testing.F) {
-	f.Add("koord-scheduler", "koordinator.sh/gpu-core", "100", allocator.KoordinatorName, "gpu", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", true)
-	f.Add("default-scheduler", "koordinator.sh/gpu-core", "100", allocator.KoordinatorName, "gpu", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", true)
-	f.Add("koord-scheduler", "", "", allocator.KoordinatorName, "rdma", "koordinator.sh/rdma", "0000:01:00.2", false)
-	f.Add("hami-scheduler", "nvidia.com/gpu", "1", allocator.HAMiName, "NVIDIA", "nvidia.com/gpu", "all", true)
-	f.Add("volcano", "volcano.sh/vgpu-number", "1", allocator.VolcanoVGPUName, "NVIDIA", "nvidia.com/gpu", "GPU-\x1b[2J", false)
-	f.Add("koord-scheduler", "koordinator.sh/fpga", "100", allocator.KoordinatorName, "fpga", "koordinator.sh/fpga", "0000:3b:00.0,fpga-1", false)
+	f.Add("koord-scheduler", "koordinator.sh/gpu-core", "100", koordinator.Name, "gpu", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", true)
+	f.Add("default-scheduler", "koordinator.sh/gpu-core", "100", koordinator.Name, "gpu", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", true)
+	f.Add("koord-scheduler", "", "", koordinator.Name, "rdma", "koordinator.sh/rdma", "0000:01:00.2", false)
+	f.Add("hami-scheduler", "nvidia.com/gpu", "1", hami.Name, "NVIDIA", "nvidia.com/gpu", "all", true)
+	f.Add("volcano", "volcano.sh/vgpu-number", "1", volcano.VGPUName, "NVIDIA", "nvidia.com/gpu", "GPU-\x1b[2J", false)
+	f.Add("koord-scheduler", "koordinator.sh/fpga", "100", koordinator.Name, "fpga", "koordinator.sh/fpga", "0000:3b:00.0,fpga-1", false)
 	f.Add("", "", "", "unknown", "", "", "", false)
 	gpu := "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
 	nodeWithGPU := inventory.NewSnapshot([]inventory.Device{{Type: inventory.TypeGPU, ID: gpu, Healthy: true}})
@@ -167,7 +170,7 @@ func FuzzGateVet(f *testing.F) {
 // koordPod is a record of a koord-scheduler pod requesting a whole GPU (or
 // half of one) with its allocation annotation, as the store keeps it.
 func koordGPU(id string, core string) map[string]string {
-	return map[string]string{allocator.KoordinatorAnnotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"` + core + `"},"id":"` + id + `"}]}`}
+	return map[string]string{koordinator.Annotation: `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"` + core + `"},"id":"` + id + `"}]}`}
 }
 
 func koordSpec(core string) *model.PodSpec {
@@ -293,7 +296,7 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 			if y&2 != 0 {
 				spec.Containers[0].Requests = map[string]string{request: "100"}
 			}
-			dev := model.Device{Allocator: allocator.KoordinatorName, Type: typ, Resource: resource, IDs: []string{id}, Shared: shared}
+			dev := model.Device{Allocator: koordinator.Name, Type: typ, Resource: resource, IDs: []string{id}, Shared: shared}
 			r := &state.Record{UID: uid, Namespace: "ns", Name: uid, State: phase, Spec: spec, Devices: []model.Device{dev},
 				Sources: state.Sources{Annotations: &state.Seen{Source: state.SourceKubelet, At: at.Add(time.Duration(y>>2%4) * time.Second)}}}
 			if phase == state.PhaseReady {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -18,7 +19,7 @@ import (
 // an FPGA). Shared GPUs (a fractional gpu-core, HAMi and Volcano vGPU,
 // Volcano gpushare) are shared by design and never contested.
 func Exclusive(dev model.Device) bool {
-	return dev.Allocator == allocator.KoordinatorName && !dev.Shared
+	return dev.Allocator == koordinator.Name && !dev.Shared
 }
 
 // Holders says which pod holds each exclusive device id of the node. Build

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
@@ -146,7 +146,7 @@ func fixturePod(c allocfixture.Case) fakekubelet.Pod {
 	}
 	replaced := map[string]bool{}
 	if c.Scheduler == "hami" {
-		for _, name := range allocator.NewHAMi(allocator.HAMiOptions{}).(allocator.Replacer).ReplacedResources() {
+		for _, name := range hami.New(hami.Options{}).ReplacedResources() {
 			replaced[name] = true
 		}
 	}

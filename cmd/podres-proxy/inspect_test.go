@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -288,7 +289,7 @@ func TestInspectShowsWhereTheInventoryPutsEachDeviceAndWhoSaidSo(t *testing.T) {
 
 func TestInspectTranslatesDevicesNamedByMinorThroughTheInventoryAsTheProxyDoes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
-	koord := allocator.NewSet(nil, nil, allocator.NewKoordinator(allocator.KoordinatorOptions{}))
+	koord := allocator.NewSet(nil, nil, koordinator.New(koordinator.Options{}))
 	s, err := state.Open(dir, state.Options{Decoder: koord})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,10 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/plugin"
@@ -92,9 +96,9 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.IntVar(&c.maxConns, "max-connections", proxy.DefaultMaxConnections, "client connections served at once; more are closed at once")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", proxy.DefaultRequestTimeout, "deadline of a call whose client set none sooner, /pods read and kubelet call included")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&c.gpuResource, "gpu-resource-name", allocator.DefaultGPUResource, "resource name allocated GPUs (and the inventory's GPUs) are reported as; DCGM exporter expects nvidia.com/gpu")
-	fs.StringVar(&c.rdmaResource, "rdma-resource-name", allocator.DefaultRDMAResource, "resource name allocated RDMA devices (and the inventory's NICs and VFs) are reported as; Multus matches it with the NetworkAttachmentDefinition's resourceName")
-	fs.StringVar(&c.fpgaResource, "fpga-resource-name", allocator.DefaultFPGAResource, "resource name allocated FPGAs are reported as")
+	fs.StringVar(&c.gpuResource, "gpu-resource-name", parse.DefaultGPUResource, "resource name allocated GPUs (and the inventory's GPUs) are reported as; DCGM exporter expects nvidia.com/gpu")
+	fs.StringVar(&c.rdmaResource, "rdma-resource-name", koordinator.DefaultRDMAResource, "resource name allocated RDMA devices (and the inventory's NICs and VFs) are reported as; Multus matches it with the NetworkAttachmentDefinition's resourceName")
+	fs.StringVar(&c.fpgaResource, "fpga-resource-name", koordinator.DefaultFPGAResource, "resource name allocated FPGAs are reported as")
 	fs.StringVar(&c.allocators, "allocators", strings.Join(allocator.Names(), ","), "the schedulers whose annotations are decoded: "+strings.Join(allocator.Names(), ", ")+" (each reads only its own annotations)")
 	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
 	fs.BoolVar(&c.hamiLegacyIndexing, "hami-legacy-indexing", false, "deprecated, no effect: HAMi's lists are read as its device plugin reads them (the k-th non-empty entry for the k-th container requesting the vendor's resource), right for every HAMi version")
@@ -136,9 +140,9 @@ var schedulerFamilies = []struct {
 	flag, name, annotations string
 	allocators              []string
 }{
-	{"koordinator", "Koordinator", "Koordinator", []string{allocator.KoordinatorName}},
-	{"hami", "HAMi", "HAMi", []string{allocator.HAMiName}},
-	{"volcano", "Volcano", "Volcano vGPU and gpushare", []string{allocator.VolcanoVGPUName, allocator.VolcanoGPUShareName}},
+	{"koordinator", "Koordinator", "Koordinator", []string{koordinator.Name}},
+	{"hami", "HAMi", "HAMi", []string{hami.Name}},
+	{"volcano", "Volcano", "Volcano vGPU and gpushare", []string{volcano.VGPUName, volcano.GPUShareName}},
 }
 
 // trustedSchedulers returns the scheduler names per allocator the flags
@@ -218,11 +222,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--hami-resources: %w", err)}
 	}
-	decoders, err := allocator.NewDecoders(strings.Split(c.allocators, ","), allocator.Options{
-		Koordinator:     allocator.KoordinatorOptions{GPUResource: c.gpuResource, RDMAResource: c.rdmaResource, FPGAResource: c.fpgaResource},
-		HAMi:            allocator.HAMiOptions{Resources: hamiResources, LegacyIndexing: c.hamiLegacyIndexing},
-		VolcanoVGPU:     allocator.VolcanoVGPUOptions{Resource: c.gpuResource},
-		VolcanoGPUShare: allocator.VolcanoGPUShareOptions{Resource: c.gpuResource},
+	decoders, err := allocator.NewFormats(strings.Split(c.allocators, ","), allocator.Options{
+		Koordinator:     koordinator.Options{GPUResource: c.gpuResource, RDMAResource: c.rdmaResource, FPGAResource: c.fpgaResource},
+		HAMi:            hami.Options{Resources: hamiResources, LegacyIndexing: c.hamiLegacyIndexing},
+		VolcanoVGPU:     volcano.VGPUOptions{Resource: c.gpuResource},
+		VolcanoGPUShare: volcano.GPUShareOptions{Resource: c.gpuResource},
 	})
 	if err != nil {
 		return usageError{fmt.Errorf("--allocators: %w", err)}

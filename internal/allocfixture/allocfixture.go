@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"testing"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -179,4 +180,26 @@ func (c Case) Snapshot() *inventory.Snapshot {
 		devs = append(devs, inventory.Device{Type: d.Type, ID: d.ID, Minor: d.Minor, Index: d.Index, Healthy: true})
 	}
 	return inventory.NewSnapshot(devs)
+}
+
+// AddSeeds seeds a fuzz target with the values of every annotation the
+// schedulers' own code wrote whose key the target reads, so that mutations
+// start from what is really written.
+func AddSeeds(f *testing.F, reads func(key string) bool) {
+	cases, err := Load()
+	if err != nil {
+		f.Fatal(err)
+	}
+	n := 0
+	for _, c := range cases {
+		for key, value := range c.Annotations {
+			if reads(key) {
+				f.Add(value)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		f.Fatal("no fixture carries an annotation this target reads")
+	}
 }

@@ -1,4 +1,4 @@
-package allocator
+package hami
 
 import (
 	"fmt"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -21,91 +24,89 @@ const (
 // hv builds the device the HAMi decoder reports for an NVIDIA vGPU.
 func hv(id string, index, count int, isShared bool) model.Device {
 	return model.Device{
-		Allocator: HAMiName, Type: "NVIDIA", Resource: DefaultGPUResource, IDs: []string{id},
+		Allocator: Name, Type: "NVIDIA", Resource: parse.DefaultGPUResource, IDs: []string{id},
 		Shared: isShared, ContainerIndex: ptr(index), ContainerScope: model.ScopeRequestingAll,
 		ContainerCount: count, Replace: true,
 	}
 }
-
-func scoped(d model.Device, s model.ContainerScope) model.Device { d.ContainerScope = s; return d }
 
 func resourced(d model.Device, typ, res string) model.Device { d.Type, d.Resource = typ, res; return d }
 
 func TestHAMiDecode(t *testing.T) {
 	tests := []struct {
 		name string
-		opts HAMiOptions
+		opts Options
 		ann  map[string]string
 		want []model.Device
 	}{
 		{
 			name: "the reference example: one shared vGPU for container 0",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: hamiExample},
+			ann:  map[string]string{NVIDIAAnnotation: hamiExample},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "several GPUs for one container keep their order; all cores is not shared",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidB + ",NVIDIA,81920,100:" + uuidA + ",NVIDIA,81920,100:;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidB + ",NVIDIA,81920,100:" + uuidA + ",NVIDIA,81920,100:;"},
 			want: []model.Device{hv(uuidB, 0, 1, false), hv(uuidA, 0, 1, false)},
 		},
 		{
 			name: "empty entries (older HAMi's padding) are not counted: the k-th non-empty entry is index k",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: ";" + uuidA + ",NVIDIA,1000,30:;;" + uuidB + ",NVIDIA,2000,0:;"},
+			ann:  map[string]string{NVIDIAAnnotation: ";" + uuidA + ",NVIDIA,1000,30:;;" + uuidB + ",NVIDIA,2000,0:;"},
 			want: []model.Device{hv(uuidA, 0, 2, true), hv(uuidB, 1, 2, true)},
 		},
 		{
 			name: "an entry of separators only is an empty entry",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: ":;" + uuidA + ",NVIDIA,3000,50:;"},
+			ann:  map[string]string{NVIDIAAnnotation: ":;" + uuidA + ",NVIDIA,3000,50:;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "one GPU shared by two containers is reported in each",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,1000,20:;" + uuidA + ",NVIDIA,1000,20:;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidA + ",NVIDIA,1000,20:;" + uuidA + ",NVIDIA,1000,20:;"},
 			want: []model.Device{hv(uuidA, 0, 2, true), hv(uuidA, 1, 2, true)},
 		},
 		{
 			name: "cores 0 (no core limit) is shared",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,4096,0:;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidA + ",NVIDIA,4096,0:;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "a legacy MIG id is reported as its parent GPU, shared even with all cores",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[1-0],NVIDIA,10240,100:;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidA + "[1-0],NVIDIA,10240,100:;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "Volcano's MIG id with a named profile is reported as its parent GPU",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[group-1g.10gb-3],NVIDIA,10240,0:;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidA + "[group-1g.10gb-3],NVIDIA,10240,0:;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "two MIG slices of one GPU in a container are that GPU once",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + "[1-0],NVIDIA,10240,0:" + uuidA + "[1-1],NVIDIA,10240,0:;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidA + "[1-0],NVIDIA,10240,0:" + uuidA + "[1-1],NVIDIA,10240,0:;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "whitespace around fields and entries is ignored",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: "  " + uuidA + " , NVIDIA , 500 , 5 : ;\n"},
+			ann:  map[string]string{NVIDIAAnnotation: "  " + uuidA + " , NVIDIA , 500 , 5 : ;\n"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "fields after the fourth are ignored",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,500,5,future,fields:;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidA + ",NVIDIA,500,5,future,fields:;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "without a trailing ';' the last entry is still a container",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidB + ",NVIDIA,500,5:;" + uuidA + ",NVIDIA,500,5:"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidB + ",NVIDIA,500,5:;" + uuidA + ",NVIDIA,500,5:"},
 			want: []model.Device{hv(uuidB, 0, 2, true), hv(uuidA, 1, 2, true)},
 		},
 		{
 			name: "a device without its trailing ':' is still a device",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,500,5;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidA + ",NVIDIA,500,5;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
-		{name: "an empty value allocates nothing", ann: map[string]string{HAMiNVIDIAAnnotation: ""}},
-		{name: "only separators allocate nothing", ann: map[string]string{HAMiNVIDIAAnnotation: ":;;:;"}},
-		{name: "whitespace only allocates nothing", ann: map[string]string{HAMiNVIDIAAnnotation: " \n"}},
+		{name: "an empty value allocates nothing", ann: map[string]string{NVIDIAAnnotation: ""}},
+		{name: "only separators allocate nothing", ann: map[string]string{NVIDIAAnnotation: ":;;:;"}},
+		{name: "whitespace only allocates nothing", ann: map[string]string{NVIDIAAnnotation: " \n"}},
 		{
 			name: "another vendor's key is reported under its default resource",
 			ann:  map[string]string{"hami.io/dcu-devices-allocated": "DCU-0a1b,DCU,16384,60:;"},
@@ -119,16 +120,16 @@ func TestHAMiDecode(t *testing.T) {
 		{
 			name: "keys are read in sorted order",
 			ann: map[string]string{
-				HAMiNVIDIAAnnotation:                      uuidA + ",NVIDIA,500,5:;",
+				NVIDIAAnnotation: uuidA + ",NVIDIA,500,5:;",
 				"hami.io/cambricon-mlu-devices-allocated": "MLU-1,MLU,1024,10:;",
 			},
 			want: []model.Device{resourced(hv("MLU-1", 0, 1, true), "MLU", "cambricon.com/vmlu"), hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "resource names are configurable per vendor",
-			opts: HAMiOptions{Resources: map[string]string{"vgpu": "example.com/vgpu", "newchip": "example.com/chip"}},
+			opts: Options{Resources: map[string]string{"vgpu": "example.com/vgpu", "newchip": "example.com/chip"}},
 			ann: map[string]string{
-				HAMiNVIDIAAnnotation:                uuidA + ",NVIDIA,500,5:;",
+				NVIDIAAnnotation:                    uuidA + ",NVIDIA,500,5:;",
 				"hami.io/newchip-devices-allocated": "C-1,NEW,1,100:;",
 			},
 			want: []model.Device{
@@ -138,20 +139,20 @@ func TestHAMiDecode(t *testing.T) {
 		},
 		{
 			name: "legacy indexing changes nothing: the same reading fits every HAMi version",
-			opts: HAMiOptions{LegacyIndexing: true},
-			ann:  map[string]string{HAMiNVIDIAAnnotation: hamiExample},
+			opts: Options{LegacyIndexing: true},
+			ann:  map[string]string{NVIDIAAnnotation: hamiExample},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "dynamic MIG: two slices of one GPU written as the parent twice are that GPU once",
-			ann:  map[string]string{HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;"},
+			ann:  map[string]string{NVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "dynamic MIG: slices whose instance the device plugin recorded are their MIG-<uuid>",
 			ann: map[string]string{
-				HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;",
-				HAMiMIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":6,"size":1},"migUUID":"MIG-aaaa","gpuInstanceID":6,"computeInstanceID":0},` +
+				NVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;",
+				MIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":6,"size":1},"migUUID":"MIG-aaaa","gpuInstanceID":6,"computeInstanceID":0},` +
 					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":5,"size":1},"migUUID":"MIG-bbbb"}]`,
 			},
 			want: []model.Device{hv("MIG-aaaa", 0, 1, false), hv("MIG-bbbb", 0, 1, false)},
@@ -159,8 +160,8 @@ func TestHAMiDecode(t *testing.T) {
 		{
 			name: "dynamic MIG: a slice not yet realized stays its parent GPU; an entry for another GPU is not used",
 			ann: map[string]string{
-				HAMiNVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;",
-				HAMiMIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-aaaa"},` +
+				NVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;",
+				MIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-aaaa"},` +
 					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidB + `","migUUID":"MIG-bbbb"}]`,
 			},
 			want: []model.Device{hv("MIG-aaaa", 0, 1, false), hv(uuidA, 0, 1, true)},
@@ -172,7 +173,7 @@ func TestHAMiDecode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := NewHAMi(tt.opts).Decode(tt.ann)
+			got, err := New(tt.opts).Decode(tt.ann)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
@@ -184,7 +185,7 @@ func TestHAMiDecode(t *testing.T) {
 }
 
 func TestHAMiDecodeWithoutAnnotationReturnsNothing(t *testing.T) {
-	got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{KoordinatorAnnotation: `{}`, "hami.io/vgpu-node": "node-1"})
+	got, err := New(Options{}).Decode(map[string]string{koordinator.Annotation: `{}`, "hami.io/vgpu-node": "node-1"})
 	if got != nil || err != nil {
 		t.Errorf("Decode = %v, %v; want nil, nil", got, err)
 	}
@@ -227,12 +228,12 @@ func TestHAMiDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: tt.bad + good})
+			got, err := New(Options{}).Decode(map[string]string{NVIDIAAnnotation: tt.bad + good})
 			if err == nil {
 				t.Fatalf("Decode = %+v, nil; want an error", got)
 			}
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "decode "+HAMiNVIDIAAnnotation+": container 0 ") || !strings.Contains(msg, tt.wantErr) {
+			if !strings.HasPrefix(msg, "decode "+NVIDIAAnnotation+": container 0 ") || !strings.Contains(msg, tt.wantErr) {
 				t.Errorf("error = %q; want it to name the annotation and container 0 and contain %q", msg, tt.wantErr)
 			}
 			if want := []model.Device{hv(uuidB, 1, 2, true)}; !reflect.DeepEqual(got, want) {
@@ -244,7 +245,7 @@ func TestHAMiDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
 
 func TestHAMiDecodeReportsEveryMalformedContainer(t *testing.T) {
 	value := "a,NVIDIA,x,1:;" + uuidA + ",NVIDIA,1,1:;b,NVIDIA,1,-1:;"
-	got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: value})
+	got, err := New(Options{}).Decode(map[string]string{NVIDIAAnnotation: value})
 	if err == nil || !strings.Contains(err.Error(), "container 0 ") || !strings.Contains(err.Error(), "container 2 ") {
 		t.Errorf("error = %v; want both containers named", err)
 	}
@@ -257,9 +258,9 @@ func TestHAMiDecodeSkipsVendorsWithoutResourceButKeepsTheOthers(t *testing.T) {
 	ann := map[string]string{
 		"hami.io/newchip-devices-allocated": "X-1,NEW,1,1:;",
 		"hami.io/dcu-devices-allocated":     "DCU-1,DCU,1,100:;",
-		HAMiNVIDIAAnnotation:                hamiExample,
+		NVIDIAAnnotation:                    hamiExample,
 	}
-	got, err := NewHAMi(HAMiOptions{Resources: map[string]string{"dcu": ""}}).Decode(ann)
+	got, err := New(Options{Resources: map[string]string{"dcu": ""}}).Decode(ann)
 	for _, want := range []string{
 		`decode hami.io/newchip-devices-allocated: no resource name for vendor "newchip"`,
 		`decode hami.io/dcu-devices-allocated: no resource name for vendor "dcu"`,
@@ -282,7 +283,7 @@ func TestHAMiDecodeHugeValuesStayLinearAndErrorsShort(t *testing.T) {
 		}
 		b.WriteString(";")
 	}
-	got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: b.String()})
+	got, err := New(Options{}).Decode(map[string]string{NVIDIAAnnotation: b.String()})
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
@@ -296,22 +297,22 @@ func TestHAMiDecodeHugeValuesStayLinearAndErrorsShort(t *testing.T) {
 	}
 
 	bad := strings.Repeat("GPU-x,NVIDIA,abc,5:;", containers)
-	_, err = NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: bad})
+	_, err = New(Options{}).Decode(map[string]string{NVIDIAAnnotation: bad})
 	if err == nil || len(err.Error()) > 1000 || !strings.Contains(err.Error(), fmt.Sprintf("%d more malformed containers", containers-3)) {
 		t.Errorf("error for %d malformed containers is %d bytes (%.200v...); want three detailed and a count", containers, len(fmt.Sprint(err)), err)
 	}
 
 	huge := strings.Repeat("x", 1<<20) + ",NVIDIA,abc,5:;"
-	_, err = NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: huge})
+	_, err = New(Options{}).Decode(map[string]string{NVIDIAAnnotation: huge})
 	if err == nil || len(err.Error()) > 400 {
 		t.Errorf("error for a 1 MiB entry is %d bytes; want a short one", len(fmt.Sprint(err)))
 	}
 }
 
 func TestHAMiRelevantToAllocatedKeysOnly(t *testing.T) {
-	h := NewHAMi(HAMiOptions{})
+	h := New(Options{})
 	for key, want := range map[string]bool{
-		HAMiNVIDIAAnnotation:                    true,
+		NVIDIAAnnotation:                        true,
 		"hami.io/dcu-devices-allocated":         true,
 		"hami.io/Ascend910B2-devices-allocated": true,
 		"hami.io/unknown-devices-allocated":     true, // decoded to say it is not understood
@@ -320,8 +321,8 @@ func TestHAMiRelevantToAllocatedKeysOnly(t *testing.T) {
 		"hami.io/vgpu-node":                     false,
 		"hami.io/bind-phase":                    false,
 		"example.com/vgpu-devices-allocated":    false,
-		VolcanoVGPUAnnotation:                   false,
-		KoordinatorAnnotation:                   false,
+		"volcano.sh/vgpu-ids-new":               false,
+		koordinator.Annotation:                  false,
 	} {
 		if got := h.Relevant(key); got != want {
 			t.Errorf("Relevant(%q) = %v; want %v", key, got, want)
@@ -330,7 +331,7 @@ func TestHAMiRelevantToAllocatedKeysOnly(t *testing.T) {
 }
 
 func TestHAMiWantsCountsTheReportedResource(t *testing.T) {
-	h := NewHAMi(HAMiOptions{})
+	h := New(Options{})
 	dev := hv(uuidA, 0, 1, true)
 	for _, tt := range []struct {
 		requests  map[string]string
@@ -351,118 +352,6 @@ func TestHAMiWantsCountsTheReportedResource(t *testing.T) {
 	}
 }
 
-// HAMi devices reach the container HAMi's device plugin gives them to: the
-// k-th non-empty entry, the k-th container (init, sidecar, app, in spec
-// order) asking for the vendor's resource, whatever padding the HAMi that
-// wrote the list used.
-func TestAssignHAMiDevicesByPosition(t *testing.T) {
-	const gpu = "nvidia.com/gpu"
-	type tc struct {
-		name  string
-		opts  HAMiOptions
-		spec  *model.PodSpec
-		value string
-		want  map[string][]string
-	}
-	tests := []tc{
-		{
-			name: "recent HAMi pads nothing: the k-th entry is the k-th requesting container's",
-			spec: spec(container("warmup", model.KindInit, gpu, "1"), container("istio-proxy", model.KindSidecar),
-				container("main", model.KindApp, gpu, "1")),
-			value: uuidA + ",NVIDIA,500,5:;" + uuidB + ",NVIDIA,500,5:;",
-			want:  map[string][]string{"main": {uuidB}},
-		},
-		{
-			name:  "one entry per container, init containers first: the app container's entry",
-			spec:  spec(container("fetch", model.KindInit), container("main", model.KindApp, gpu, "1")),
-			value: ";" + uuidA + ",NVIDIA,500,5:;",
-			want:  map[string][]string{"main": {uuidA}},
-		},
-		{
-			name: "sidecars are init containers in HAMi's list and get their own entry",
-			spec: spec(container("fetch", model.KindInit), container("proxy", model.KindSidecar, gpu, "1"),
-				container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
-			value: ";" + uuidA + ",NVIDIA,500,5:;;" + uuidB + ",NVIDIA,500,5:;",
-			want:  map[string][]string{"proxy": {uuidA}, "b": {uuidB}},
-		},
-		{
-			name:  "an init container's vGPU is dropped: the kubelet never lists init containers",
-			spec:  spec(container("warmup", model.KindInit, gpu, "1"), container("main", model.KindApp, gpu, "1")),
-			value: uuidA + ",NVIDIA,500,5:;" + uuidB + ",NVIDIA,500,5:;",
-			want:  map[string][]string{"main": {uuidB}},
-		},
-		{
-			name:  "a legacy list (app containers only) is recognised by its length",
-			spec:  spec(container("fetch", model.KindInit), container("proxy", model.KindSidecar), container("main", model.KindApp, gpu, "1")),
-			value: uuidA + ",NVIDIA,500,5:;",
-			want:  map[string][]string{"main": {uuidA}},
-		},
-		{
-			name:  "legacy indexing configured, but a list as long as the pod is read as current",
-			opts:  HAMiOptions{LegacyIndexing: true},
-			spec:  spec(container("proxy", model.KindSidecar, gpu, "1"), container("main", model.KindApp)),
-			value: uuidA + ",NVIDIA,500,5:;;",
-			want:  map[string][]string{"proxy": {uuidA}},
-		},
-		{
-			name:  "legacy indexing changes nothing: the requesting container gets it whatever the padding",
-			opts:  HAMiOptions{LegacyIndexing: true},
-			spec:  spec(container("proxy", model.KindSidecar), container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
-			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
-			want:  map[string][]string{"b": {uuidA}},
-		},
-		{
-			name:  "no container asks for the resource: the pod-level policy's first app container",
-			spec:  spec(container("proxy", model.KindSidecar), container("a", model.KindApp), container("b", model.KindApp)),
-			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
-			want:  map[string][]string{"a": {uuidA}},
-		},
-		{
-			name:  "several containers, several GPUs each, one GPU shared by two",
-			spec:  spec(container("a", model.KindApp, gpu, "2"), container("b", model.KindApp, gpu, "1")),
-			value: uuidA + ",NVIDIA,1000,30:" + uuidB + ",NVIDIA,1000,30:;" + uuidA + ",NVIDIA,1000,30:;",
-			want:  map[string][]string{"a": {uuidA, uuidB}, "b": {uuidA}},
-		},
-		{
-			name:  "empty entries before it do not move it",
-			spec:  spec(container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
-			value: ";;;;" + uuidA + ",NVIDIA,1000,30:;",
-			want:  map[string][]string{"b": {uuidA}},
-		},
-		{
-			name:  "an entry beyond the requesting containers falls back to the pod-level policy",
-			spec:  spec(container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
-			value: uuidA + ",NVIDIA,1000,30:;" + uuidB + ",NVIDIA,1000,30:;",
-			want:  map[string][]string{"b": {uuidA, uuidB}},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := NewSet(quietLog(), nil, NewHAMi(tt.opts))
-			devices, errs := s.Decode(testPod, map[string]string{HAMiNVIDIAAnnotation: tt.value})
-			if errs != nil {
-				t.Fatalf("Decode: %v", errs)
-			}
-			a, ok := s.Assign(tt.spec, devices)
-			if !ok {
-				t.Fatal("Assign: ok = false")
-			}
-			if got := ids(a); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Assign:\n got %v\nwant %v", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestAssignUnknownContainerScopeFollowsThePodLevelPolicy(t *testing.T) {
-	s := NewSet(quietLog(), nil, NewHAMi(HAMiOptions{}))
-	dev := scoped(hv(uuidA, 0, 0, false), "some-future-scope")
-	a, _ := s.Assign(spec(container("a", model.KindApp), container("b", model.KindApp, "nvidia.com/gpu", "1")), []model.Device{dev})
-	if got, want := ids(a), map[string][]string{"b": {uuidA}}; !reflect.DeepEqual(got, want) {
-		t.Errorf("Assign = %v; want %v", got, want)
-	}
-}
-
 // A MIG annotation that cannot be trusted is reported and ignored: every
 // slice stays its parent GPU, shown once, and the container keeps it.
 func TestHAMiMalformedMIGAnnotationKeepsTheParentGPU(t *testing.T) {
@@ -478,8 +367,8 @@ func TestHAMiMalformedMIGAnnotationKeepsTheParentGPU(t *testing.T) {
 			`{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-b"}]`, "container 0 device 0 listed twice"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := NewHAMi(HAMiOptions{}).Decode(map[string]string{HAMiNVIDIAAnnotation: value, HAMiMIGAnnotation: tt.mig})
-			if err == nil || !strings.HasPrefix(err.Error(), "decode "+HAMiMIGAnnotation+": ") || !strings.Contains(err.Error(), tt.wantErr) {
+			got, err := New(Options{}).Decode(map[string]string{NVIDIAAnnotation: value, MIGAnnotation: tt.mig})
+			if err == nil || !strings.HasPrefix(err.Error(), "decode "+MIGAnnotation+": ") || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("error = %v; want one naming the MIG annotation and containing %q", err, tt.wantErr)
 			}
 			if want := []model.Device{hv(uuidA, 0, 1, true)}; !reflect.DeepEqual(got, want) {
@@ -498,15 +387,15 @@ func FuzzHAMiMIGDecode(f *testing.F) {
 	f.Add(`[{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","migUUID":"MIG-b"},{"containerIndex":1,"deviceIndex":0,"gpuUUID":"` + uuidB + `"}]`)
 	f.Add(`[]`)
 	f.Add(`null`)
-	addFixtureSeeds(f, func(key string) bool { return key == HAMiMIGAnnotation })
+	allocfixture.AddSeeds(f, func(key string) bool { return key == MIGAnnotation })
 	value := uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;" + uuidB + ",NVIDIA,9856,14:;"
-	h := NewHAMi(HAMiOptions{})
-	plain, err := h.Decode(map[string]string{HAMiNVIDIAAnnotation: value})
+	h := New(Options{})
+	plain, err := h.Decode(map[string]string{NVIDIAAnnotation: value})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, mig string) {
-		got, err := h.Decode(map[string]string{HAMiNVIDIAAnnotation: value, HAMiMIGAnnotation: mig})
+		got, err := h.Decode(map[string]string{NVIDIAAnnotation: value, MIGAnnotation: mig})
 		if err != nil {
 			if !reflect.DeepEqual(got, plain) {
 				t.Errorf("a malformed MIG annotation changed the devices: %+v", got)
@@ -527,3 +416,4 @@ func FuzzHAMiMIGDecode(f *testing.F) {
 		}
 	})
 }
+func ptr[T any](v T) *T { return &v }

@@ -1,4 +1,4 @@
-package allocator
+package koordinator
 
 import (
 	"reflect"
@@ -16,7 +16,7 @@ const realisticGPUAndVF = `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-c
  "rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:01:00.0","extension":{"vfs":[{"minor":-1,"busID":"0000:01:00.2"}]}}]}`
 
 func gpu(id string, minor int64) model.Device {
-	d := model.Device{Allocator: KoordinatorName, Type: "gpu", Resource: "nvidia.com/gpu", Minor: ptr(minor)}
+	d := model.Device{Allocator: Name, Type: "gpu", Resource: "nvidia.com/gpu", Minor: ptr(minor)}
 	if id != "" {
 		d.IDs = []string{id}
 	}
@@ -24,7 +24,7 @@ func gpu(id string, minor int64) model.Device {
 }
 
 func rdma(minor int64, ids ...string) model.Device {
-	return model.Device{Allocator: KoordinatorName, Type: "rdma", Resource: "koordinator.sh/rdma", Minor: ptr(minor), IDs: ids}
+	return model.Device{Allocator: Name, Type: "rdma", Resource: "koordinator.sh/rdma", Minor: ptr(minor), IDs: ids}
 }
 
 func shared(d model.Device) model.Device { d.Shared = true; return d }
@@ -32,7 +32,7 @@ func shared(d model.Device) model.Device { d.Shared = true; return d }
 func TestKoordinatorDecode(t *testing.T) {
 	tests := []struct {
 		name  string
-		opts  KoordinatorOptions
+		opts  Options
 		value string
 		want  []model.Device
 	}{
@@ -64,7 +64,7 @@ func TestKoordinatorDecode(t *testing.T) {
 		{
 			name:  "FPGA is reported as koordinator.sh/fpga with its id",
 			value: `{"fpga":[{"minor":2,"id":"0000:5e:00.0","resources":{"koordinator.sh/fpga":"100"}}]}`,
-			want: []model.Device{{Allocator: KoordinatorName, Type: "fpga", Resource: "koordinator.sh/fpga",
+			want: []model.Device{{Allocator: Name, Type: "fpga", Resource: "koordinator.sh/fpga",
 				IDs: []string{"0000:5e:00.0"}, Minor: ptr(int64(2))}},
 		},
 		{
@@ -111,7 +111,7 @@ func TestKoordinatorDecode(t *testing.T) {
 		{
 			name:  "an id without minor is kept without minor",
 			value: `{"gpu":[{"id":"0"}]}`,
-			want:  []model.Device{{Allocator: KoordinatorName, Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"0"}}},
+			want:  []model.Device{{Allocator: Name, Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"0"}}},
 		},
 		{
 			name:  "null fields count as absent",
@@ -125,12 +125,12 @@ func TestKoordinatorDecode(t *testing.T) {
 		},
 		{
 			name:  "resource names are configurable",
-			opts:  KoordinatorOptions{GPUResource: "huawei.com/Ascend910", RDMAResource: "example.com/rail1", FPGAResource: "xilinx.com/fpga"},
+			opts:  Options{GPUResource: "huawei.com/Ascend910", RDMAResource: "example.com/rail1", FPGAResource: "xilinx.com/fpga"},
 			value: `{"gpu":[{"minor":0,"id":"NPU-a"}],"rdma":[{"minor":0,"id":"0000:09:00.0"}],"fpga":[{"minor":0,"id":"f0"}]}`,
 			want: []model.Device{
-				{Allocator: KoordinatorName, Type: "fpga", Resource: "xilinx.com/fpga", IDs: []string{"f0"}, Minor: ptr(int64(0))},
-				{Allocator: KoordinatorName, Type: "gpu", Resource: "huawei.com/Ascend910", IDs: []string{"NPU-a"}, Minor: ptr(int64(0))},
-				{Allocator: KoordinatorName, Type: "rdma", Resource: "example.com/rail1", IDs: []string{"0000:09:00.0"}, Minor: ptr(int64(0))},
+				{Allocator: Name, Type: "fpga", Resource: "xilinx.com/fpga", IDs: []string{"f0"}, Minor: ptr(int64(0))},
+				{Allocator: Name, Type: "gpu", Resource: "huawei.com/Ascend910", IDs: []string{"NPU-a"}, Minor: ptr(int64(0))},
+				{Allocator: Name, Type: "rdma", Resource: "example.com/rail1", IDs: []string{"0000:09:00.0"}, Minor: ptr(int64(0))},
 			},
 		},
 		{
@@ -144,7 +144,7 @@ func TestKoordinatorDecode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := NewKoordinator(tt.opts).Decode(map[string]string{KoordinatorAnnotation: tt.value})
+			got, err := New(tt.opts).Decode(map[string]string{Annotation: tt.value})
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
@@ -156,7 +156,7 @@ func TestKoordinatorDecode(t *testing.T) {
 }
 
 func TestKoordinatorDecodeWithoutAnnotationReturnsNothing(t *testing.T) {
-	got, err := NewKoordinator(KoordinatorOptions{}).Decode(map[string]string{"other": `{"gpu":[{"id":"x"}]}`})
+	got, err := New(Options{}).Decode(map[string]string{"other": `{"gpu":[{"id":"x"}]}`})
 	if got != nil || err != nil {
 		t.Errorf("Decode = %v, %v; want nil, nil", got, err)
 	}
@@ -164,7 +164,7 @@ func TestKoordinatorDecodeWithoutAnnotationReturnsNothing(t *testing.T) {
 
 func TestKoordinatorDecodeSkipsUnknownTypeButKeepsTheOthers(t *testing.T) {
 	value := `{"xpu":[{"minor":0,"id":"X-1"}],"gpu":[{"minor":0,"id":"GPU-a"}],"npu":"garbage"}`
-	got, err := NewKoordinator(KoordinatorOptions{}).Decode(map[string]string{KoordinatorAnnotation: value})
+	got, err := New(Options{}).Decode(map[string]string{Annotation: value})
 	if err == nil || !strings.Contains(err.Error(), `unknown device type "npu", "xpu"`) {
 		t.Errorf("error = %v; want one naming the unknown types", err)
 	}
@@ -210,7 +210,7 @@ func TestKoordinatorDecodeRejectsMalformedAnnotations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := NewKoordinator(KoordinatorOptions{}).Decode(map[string]string{KoordinatorAnnotation: tt.value})
+			got, err := New(Options{}).Decode(map[string]string{Annotation: tt.value})
 			if err == nil {
 				t.Fatalf("Decode = %+v, nil; want an error", got)
 			}
@@ -218,7 +218,7 @@ func TestKoordinatorDecodeRejectsMalformedAnnotations(t *testing.T) {
 				t.Errorf("Decode kept devices %+v of a malformed annotation", got)
 			}
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "decode "+KoordinatorAnnotation+": ") || !strings.Contains(msg, tt.wantErr) {
+			if !strings.HasPrefix(msg, "decode "+Annotation+": ") || !strings.Contains(msg, tt.wantErr) {
 				t.Errorf("error = %q; want it to start with the annotation and contain %q", msg, tt.wantErr)
 			}
 		})
@@ -226,8 +226,8 @@ func TestKoordinatorDecodeRejectsMalformedAnnotations(t *testing.T) {
 }
 
 func TestKoordinatorRelevantToTheAllocationAndTheHint(t *testing.T) {
-	k := NewKoordinator(KoordinatorOptions{})
-	for _, key := range []string{KoordinatorAnnotation, KoordinatorHintAnnotation} {
+	k := New(Options{})
+	for _, key := range []string{Annotation, HintAnnotation} {
 		if !k.Relevant(key) {
 			t.Errorf("Relevant(%q) = false", key)
 		}
@@ -242,109 +242,43 @@ func TestKoordinatorRelevantToTheAllocationAndTheHint(t *testing.T) {
 func TestKoordinatorWants(t *testing.T) {
 	gpuDev := gpu("GPU-a", 0)
 	rdmaDev := rdma(0, "0000:01:00.2")
-	fpgaDev := model.Device{Allocator: KoordinatorName, Type: "fpga", Resource: "koordinator.sh/fpga", IDs: []string{"f"}}
+	fpgaDev := model.Device{Allocator: Name, Type: "fpga", Resource: "koordinator.sh/fpga", IDs: []string{"f"}}
 	tests := []struct {
 		name      string
-		opts      KoordinatorOptions
+		opts      Options
 		dev       model.Device
 		requests  map[string]string
 		wantWhole int64
 		wantShare bool
 	}{
-		{"nvidia.com/gpu counts devices", KoordinatorOptions{}, gpuDev, map[string]string{"nvidia.com/gpu": "2"}, 2, false},
-		{"koordinator.sh/gpu counts 100 per GPU", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/gpu": "200"}, 2, false},
-		{"gpu-core 200 is two GPUs", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/gpu-core": "200", "koordinator.sh/gpu-memory-ratio": "200"}, 2, false},
-		{"gpu-core 50 is a share", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/gpu-core": "50"}, 0, true},
-		{"gpu-core 150 is a share", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/gpu-core": "150"}, 0, true},
-		{"gpu-memory-ratio 30 is a share", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/gpu-memory-ratio": "30"}, 0, true},
-		{"gpu-memory alone is a share", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/gpu-memory": "4Gi"}, 0, true},
-		{"gpu.shared is a share", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/gpu.shared": "1", "koordinator.sh/gpu-memory": "4Gi"}, 0, true},
-		{"gpu-core 100 with gpu-memory is one whole GPU", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "23040Mi"}, 1, false},
-		{"a fractional nvidia.com/gpu is a share", KoordinatorOptions{}, gpuDev, map[string]string{"nvidia.com/gpu": "500m"}, 0, true},
-		{"zero asks nothing", KoordinatorOptions{}, gpuDev, map[string]string{"nvidia.com/gpu": "0"}, 0, false},
-		{"an unreadable quantity asks nothing", KoordinatorOptions{}, gpuDev, map[string]string{"nvidia.com/gpu": "two"}, 0, false},
-		{"another type's resource asks nothing", KoordinatorOptions{}, gpuDev, map[string]string{"koordinator.sh/rdma": "100"}, 0, false},
-		{"a vendor GPU name not configured asks nothing", KoordinatorOptions{}, gpuDev, map[string]string{"amd.com/gpu": "1"}, 0, false},
-		{"the configured GPU resource counts devices", KoordinatorOptions{GPUResource: "amd.com/gpu"}, gpuDev, map[string]string{"amd.com/gpu": "3"}, 3, false},
-		{"nvidia.com/gpu asks nothing once another GPU resource is configured", KoordinatorOptions{GPUResource: "amd.com/gpu"}, gpuDev, map[string]string{"nvidia.com/gpu": "1"}, 0, false},
-		{"koordinator.sh/rdma 100 is one RDMA device", KoordinatorOptions{}, rdmaDev, map[string]string{"koordinator.sh/rdma": "100"}, 1, false},
-		{"koordinator.sh/rdma 1 is a share", KoordinatorOptions{}, rdmaDev, map[string]string{"koordinator.sh/rdma": "1"}, 0, true},
-		{"a configured vendor RDMA resource counts devices", KoordinatorOptions{RDMAResource: "example.com/rail1"}, model.Device{Type: "rdma", Resource: "example.com/rail1"}, map[string]string{"example.com/rail1": "2", "koordinator.sh/rdma": "100"}, 2, false},
-		{"koordinator.sh/fpga 100 is one FPGA", KoordinatorOptions{}, fpgaDev, map[string]string{"koordinator.sh/fpga": "100"}, 1, false},
-		{"a device without type is known by its resource", KoordinatorOptions{}, model.Device{Resource: "nvidia.com/gpu"}, map[string]string{"nvidia.com/gpu": "1"}, 1, false},
-		{"an unknown device asks nothing", KoordinatorOptions{}, model.Device{Type: "xpu", Resource: "x.com/xpu"}, map[string]string{"x.com/xpu": "1"}, 0, false},
+		{"nvidia.com/gpu counts devices", Options{}, gpuDev, map[string]string{"nvidia.com/gpu": "2"}, 2, false},
+		{"koordinator.sh/gpu counts 100 per GPU", Options{}, gpuDev, map[string]string{"koordinator.sh/gpu": "200"}, 2, false},
+		{"gpu-core 200 is two GPUs", Options{}, gpuDev, map[string]string{"koordinator.sh/gpu-core": "200", "koordinator.sh/gpu-memory-ratio": "200"}, 2, false},
+		{"gpu-core 50 is a share", Options{}, gpuDev, map[string]string{"koordinator.sh/gpu-core": "50"}, 0, true},
+		{"gpu-core 150 is a share", Options{}, gpuDev, map[string]string{"koordinator.sh/gpu-core": "150"}, 0, true},
+		{"gpu-memory-ratio 30 is a share", Options{}, gpuDev, map[string]string{"koordinator.sh/gpu-memory-ratio": "30"}, 0, true},
+		{"gpu-memory alone is a share", Options{}, gpuDev, map[string]string{"koordinator.sh/gpu-memory": "4Gi"}, 0, true},
+		{"gpu.shared is a share", Options{}, gpuDev, map[string]string{"koordinator.sh/gpu.shared": "1", "koordinator.sh/gpu-memory": "4Gi"}, 0, true},
+		{"gpu-core 100 with gpu-memory is one whole GPU", Options{}, gpuDev, map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "23040Mi"}, 1, false},
+		{"a fractional nvidia.com/gpu is a share", Options{}, gpuDev, map[string]string{"nvidia.com/gpu": "500m"}, 0, true},
+		{"zero asks nothing", Options{}, gpuDev, map[string]string{"nvidia.com/gpu": "0"}, 0, false},
+		{"an unreadable quantity asks nothing", Options{}, gpuDev, map[string]string{"nvidia.com/gpu": "two"}, 0, false},
+		{"another type's resource asks nothing", Options{}, gpuDev, map[string]string{"koordinator.sh/rdma": "100"}, 0, false},
+		{"a vendor GPU name not configured asks nothing", Options{}, gpuDev, map[string]string{"amd.com/gpu": "1"}, 0, false},
+		{"the configured GPU resource counts devices", Options{GPUResource: "amd.com/gpu"}, gpuDev, map[string]string{"amd.com/gpu": "3"}, 3, false},
+		{"nvidia.com/gpu asks nothing once another GPU resource is configured", Options{GPUResource: "amd.com/gpu"}, gpuDev, map[string]string{"nvidia.com/gpu": "1"}, 0, false},
+		{"koordinator.sh/rdma 100 is one RDMA device", Options{}, rdmaDev, map[string]string{"koordinator.sh/rdma": "100"}, 1, false},
+		{"koordinator.sh/rdma 1 is a share", Options{}, rdmaDev, map[string]string{"koordinator.sh/rdma": "1"}, 0, true},
+		{"a configured vendor RDMA resource counts devices", Options{RDMAResource: "example.com/rail1"}, model.Device{Type: "rdma", Resource: "example.com/rail1"}, map[string]string{"example.com/rail1": "2", "koordinator.sh/rdma": "100"}, 2, false},
+		{"koordinator.sh/fpga 100 is one FPGA", Options{}, fpgaDev, map[string]string{"koordinator.sh/fpga": "100"}, 1, false},
+		{"a device without type is known by its resource", Options{}, model.Device{Resource: "nvidia.com/gpu"}, map[string]string{"nvidia.com/gpu": "1"}, 1, false},
+		{"an unknown device asks nothing", Options{}, model.Device{Type: "xpu", Resource: "x.com/xpu"}, map[string]string{"x.com/xpu": "1"}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			whole, share := NewKoordinator(tt.opts).Wants(tt.dev, tt.requests)
+			whole, share := New(tt.opts).Wants(tt.dev, tt.requests)
 			if whole != tt.wantWhole || share != tt.wantShare {
 				t.Errorf("Wants = (%d, %v); want (%d, %v)", whole, share, tt.wantWhole, tt.wantShare)
-			}
-		})
-	}
-}
-
-// With the pod's hint allocateStrategy RequestsAsCount, koordinator.sh/rdma
-// and koordinator.sh/fpga count devices: each container asking one VF gets
-// one, and an allocation of several VFs is that many devices.
-func TestKoordinatorRequestsAsCount(t *testing.T) {
-	const twoVFsTwoPFs = `{"rdma":[{"minor":1,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:1f:00.0","extension":{"vfs":[{"busID":"0000:1f:00.2"}]}},` +
-		`{"minor":2,"resources":{"koordinator.sh/rdma":"2"},"id":"0000:90:00.0","extension":{"vfs":[{"busID":"0000:90:00.2"},{"minor":1,"busID":"0000:90:00.3"}]}}]}`
-	const fpgas = `{"fpga":[{"minor":0,"resources":{"koordinator.sh/fpga":"1"},"id":"0000:3b:00.0"},{"minor":1,"resources":{"koordinator.sh/fpga":"1"},"id":"0000:3c:00.0"}]}`
-	rdma := "koordinator.sh/rdma"
-	fpga := "koordinator.sh/fpga"
-	tests := []struct {
-		name  string
-		alloc string
-		hint  string
-		spec  *model.PodSpec
-		want  map[string][]string // a device's ids joined by "+"
-	}{
-		{
-			name:  "one VF per container asking one, three VFs from two PFs",
-			alloc: twoVFsTwoPFs,
-			hint:  `{"rdma":{"vfSelector":{},"allocateStrategy":"RequestsAsCount"}}`,
-			spec:  spec(container("a", model.KindApp, rdma, "1"), container("b", model.KindApp, rdma, "2")),
-			want:  map[string][]string{"a": {"0000:1f:00.2"}, "b": {"0000:90:00.2", "0000:90:00.3"}},
-		},
-		{
-			name:  "without the strategy the same requests are percent: 1 and 2 are shares, both get everything",
-			alloc: twoVFsTwoPFs,
-			hint:  `{"rdma":{"vfSelector":{}}}`,
-			spec:  spec(container("a", model.KindApp, rdma, "1"), container("b", model.KindApp, rdma, "2")),
-			want: map[string][]string{
-				"a": {"0000:1f:00.2", "0000:90:00.2+0000:90:00.3"},
-				"b": {"0000:1f:00.2", "0000:90:00.2+0000:90:00.3"},
-			},
-		},
-		{
-			name:  "FPGAs: a PF without VFs counted as one whole device, not a 1% share",
-			alloc: fpgas,
-			hint:  `{"fpga":{"allocateStrategy":"RequestsAsCount"}}`,
-			spec:  spec(container("a", model.KindApp, fpga, "1"), container("b", model.KindApp, fpga, "1")),
-			want:  map[string][]string{"a": {"0000:3b:00.0"}, "b": {"0000:3c:00.0"}},
-		},
-		{
-			name:  "the strategy of another type does not change rdma",
-			alloc: twoVFsTwoPFs,
-			hint:  `{"fpga":{"allocateStrategy":"RequestsAsCount"}}`,
-			spec:  spec(container("a", model.KindApp, rdma, "100"), container("b", model.KindApp, rdma, "100")),
-			want:  map[string][]string{"a": {"0000:1f:00.2"}, "b": {"0000:90:00.2+0000:90:00.3"}},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := NewSet(quietLog(), nil, NewKoordinator(KoordinatorOptions{}))
-			devices, errs := s.Decode(testPod, map[string]string{KoordinatorAnnotation: tt.alloc, KoordinatorHintAnnotation: tt.hint})
-			if errs != nil {
-				t.Fatalf("Decode: %v", errs)
-			}
-			a, ok := s.Assign(tt.spec, devices)
-			if !ok {
-				t.Fatal("Assign: ok = false")
-			}
-			if got := ids(a); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Assign:\n got %v\nwant %v", got, tt.want)
 			}
 		})
 	}
@@ -353,11 +287,11 @@ func TestKoordinatorRequestsAsCount(t *testing.T) {
 // A hint that cannot be read is reported, and the allocation is still read,
 // its requests in percent.
 func TestKoordinatorMalformedHintKeepsTheDevices(t *testing.T) {
-	devices, err := NewKoordinator(KoordinatorOptions{}).Decode(map[string]string{
-		KoordinatorAnnotation:     `{"rdma":[{"minor":0,"id":"0000:01:00.0","extension":{"vfs":[{"busID":"0000:01:00.2"}]}}]}`,
-		KoordinatorHintAnnotation: `{"rdma":{"allocateStrategy":7}}`,
+	devices, err := New(Options{}).Decode(map[string]string{
+		Annotation:     `{"rdma":[{"minor":0,"id":"0000:01:00.0","extension":{"vfs":[{"busID":"0000:01:00.2"}]}}]}`,
+		HintAnnotation: `{"rdma":{"allocateStrategy":7}}`,
 	})
-	if err == nil || !strings.HasPrefix(err.Error(), "decode "+KoordinatorHintAnnotation+": ") {
+	if err == nil || !strings.HasPrefix(err.Error(), "decode "+HintAnnotation+": ") {
 		t.Errorf("error = %v; want one naming the hint", err)
 	}
 	if len(devices) != 1 || devices[0].CountsRequests {

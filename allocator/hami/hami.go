@@ -1,4 +1,4 @@
-package allocator
+package hami
 
 import (
 	"errors"
@@ -9,18 +9,17 @@ import (
 	"strings"
 	"unicode"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
 const (
-	// HAMiName is the HAMi decoder's Name and the Allocator of its devices.
-	HAMiName = "hami"
-	// HAMiNVIDIAAnnotation is the pod annotation in which HAMi's scheduler
+	// Name is the HAMi decoder's Name and the Allocator of its devices.
+	Name = "hami"
+	// NVIDIAAnnotation is the pod annotation in which HAMi's scheduler
 	// records the NVIDIA vGPUs it allocated. Other vendors' devices are under
 	// hami.io/<vendor>-devices-allocated, in the same format.
-	HAMiNVIDIAAnnotation = "hami.io/vgpu-devices-allocated"
+	NVIDIAAnnotation = "hami.io/vgpu-devices-allocated"
 
 	hamiKeyPrefix = "hami.io/"
 	hamiKeySuffix = "-devices-allocated"
@@ -30,15 +29,15 @@ const (
 	hamiAscendPrefix = "Ascend"
 )
 
-// DefaultHAMiResources returns the resource name each HAMi vendor's devices
+// DefaultResources returns the resource name each HAMi vendor's devices
 // are reported as, keyed by the <vendor> word of their annotation
 // hami.io/<vendor>-devices-allocated. They are the count resources of the
 // device plugins HAMi deploys (HAMi's chart defaults), so that the decoded
 // ids replace exactly the ids those plugins gave the kubelet. A vendor word
 // starting with "Ascend" that is not listed maps to huawei.com/<word>.
-func DefaultHAMiResources() map[string]string {
+func DefaultResources() map[string]string {
 	return map[string]string{
-		"vgpu":          DefaultGPUResource, // NVIDIA; what DCGM exporter matches
+		"vgpu":          parse.DefaultGPUResource, // NVIDIA; what DCGM exporter matches
 		"amd":           "amd.com/gpu",
 		"aws-neuron":    "aws.amazon.com/neuron",
 		"Biren":         "birentech.com/gpu",
@@ -58,8 +57,8 @@ func DefaultHAMiResources() map[string]string {
 	}
 }
 
-// HAMiOptions configure the HAMi decoder.
-type HAMiOptions struct {
+// Options configure the HAMi decoder.
+type Options struct {
 	// Resources maps a vendor word (the <vendor> of
 	// hami.io/<vendor>-devices-allocated) to the resource name its devices
 	// are reported as. Entries override DefaultHAMiResources; an empty name
@@ -76,16 +75,14 @@ type HAMiOptions struct {
 	LegacyIndexing bool
 }
 
-// HAMi decodes hami.io/<vendor>-devices-allocated.
-type HAMi struct {
+// Format decodes hami.io/<vendor>-devices-allocated.
+type Format struct {
 	resources map[string]string // vendor word -> resource name
 }
 
-var _ Decoder = (*HAMi)(nil)
-
-// NewHAMi returns the HAMi decoder.
-func NewHAMi(opts HAMiOptions) Decoder {
-	h := &HAMi{resources: DefaultHAMiResources()}
+// New returns the HAMi decoder.
+func New(opts Options) *Format {
+	h := &Format{resources: DefaultResources()}
 	for vendor, name := range opts.Resources {
 		if name == "" {
 			delete(h.resources, vendor)
@@ -96,11 +93,11 @@ func NewHAMi(opts HAMiOptions) Decoder {
 	return h
 }
 
-// Name implements Decoder.
-func (h *HAMi) Name() string { return HAMiName }
+// Name implements allocator.Format.
+func (h *Format) Name() string { return Name }
 
-// ReplacedResources implements Replacer: every resource HAMi reports.
-func (h *HAMi) ReplacedResources() []string {
+// ReplacedResources implements allocator.Replacer: every resource HAMi reports.
+func (h *Format) ReplacedResources() []string {
 	var out []string
 	for _, name := range h.resources {
 		if !slices.Contains(out, name) {
@@ -111,12 +108,12 @@ func (h *HAMi) ReplacedResources() []string {
 	return out
 }
 
-// Relevant implements Decoder: every vendor's allocated-devices key, not the
+// Relevant implements allocator.Format: every vendor's allocated-devices key, not the
 // in-flight -devices-to-allocate ones, which the device plugin empties
 // container by container as the kubelet allocates; and the MIG instances
 // HAMi's NVIDIA device plugin records.
-func (h *HAMi) Relevant(key string) bool {
-	if key == HAMiMIGAnnotation {
+func (h *Format) Relevant(key string) bool {
+	if key == MIGAnnotation {
 		return true
 	}
 	_, ok := hamiVendor(key)
@@ -137,7 +134,7 @@ func hamiVendor(key string) (string, bool) {
 }
 
 // resource returns the resource name a vendor's devices are reported as.
-func (h *HAMi) resource(vendor string) (string, bool) {
+func (h *Format) resource(vendor string) (string, bool) {
 	if name, ok := h.resources[vendor]; ok {
 		return name, true
 	}
@@ -147,11 +144,11 @@ func (h *HAMi) resource(vendor string) (string, bool) {
 	return "", false
 }
 
-// Decode implements Decoder. Keys are read in sorted order. A vendor
+// Decode implements allocator.Format. Keys are read in sorted order. A vendor
 // without a resource name is skipped with an error naming its key; a
 // malformed container entry loses that container's devices only (see the
 // package doc).
-func (h *HAMi) Decode(annotations map[string]string) ([]model.Device, error) {
+func (h *Format) Decode(annotations map[string]string) ([]model.Device, error) {
 	var keys []string
 	for key := range annotations {
 		if _, ok := hamiVendor(key); ok {
@@ -165,10 +162,10 @@ func (h *HAMi) Decode(annotations map[string]string) ([]model.Device, error) {
 	var devices []model.Device
 	var errs []error
 	var migs map[migSlot]string
-	if value, ok := annotations[HAMiMIGAnnotation]; ok {
+	if value, ok := annotations[MIGAnnotation]; ok {
 		var err error
 		if migs, err = parseMIGAllocations(value); err != nil {
-			errs = append(errs, fmt.Errorf("decode %s: %w: MIG instances reported as their parent GPU", HAMiMIGAnnotation, err))
+			errs = append(errs, fmt.Errorf("decode %s: %w: MIG instances reported as their parent GPU", MIGAnnotation, err))
 		}
 	}
 	for _, key := range keys {
@@ -178,11 +175,11 @@ func (h *HAMi) Decode(annotations map[string]string) ([]model.Device, error) {
 			errs = append(errs, fmt.Errorf("decode %s: no resource name for vendor %q: skipped (configure one)", key, vendor))
 			continue
 		}
-		l := hamiList{allocator: HAMiName, resource: name, scope: model.ScopeRequestingAll}
-		if key == HAMiNVIDIAAnnotation {
+		l := List{Allocator: Name, Resource: name, Scope: model.ScopeRequestingAll}
+		if key == NVIDIAAnnotation {
 			l.migs = migs
 		}
-		got, err := decodeHAMiList(key, annotations[key], l)
+		got, err := DecodeList(key, annotations[key], l)
 		devices = append(devices, got...)
 		if err != nil {
 			errs = append(errs, err)
@@ -191,60 +188,41 @@ func (h *HAMi) Decode(annotations map[string]string) ([]model.Device, error) {
 	return devices, errors.Join(errs...)
 }
 
-// Wants implements Decoder. HAMi's device plugins count devices in the
+// Wants implements allocator.Format. HAMi's device plugins count devices in the
 // resource the devices are reported as (nvidia.com/gpu: 2 is two vGPUs);
 // their memory and core resources only size each one. HAMi devices carry a
 // ContainerIndex, so this matters only when the index is outside the pod.
-func (h *HAMi) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
-	return countRequest(requests, dev.Resource)
+func (h *Format) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
+	return parse.CountRequest(requests, dev.Resource)
 }
 
-// countRequest reads a request that counts devices: whole devices, or a
-// share for a fractional quantity; (0, false) when absent, unreadable or
-// not positive.
-func countRequest(requests map[string]string, name string) (whole int64, share bool) {
-	v, ok := requests[name]
-	if !ok {
-		return 0, false
-	}
-	n, fraction, ok := quantity(v)
-	switch {
-	case !ok:
-		return 0, false
-	case fraction:
-		return 0, true
-	default:
-		return n, false
-	}
-}
-
-// hamiList says how devices of one HAMi-format annotation are reported.
-type hamiList struct {
-	allocator string
-	resource  string
+// List says how devices of one HAMi-format annotation are reported.
+type List struct {
+	Allocator string
+	Resource  string
 	// scope is the containers the list's entries stand for. With
 	// model.ScopeRequestingAll the devices' ContainerIndex counts non-empty
 	// entries only; otherwise every entry, empty or not.
-	scope model.ContainerScope
+	Scope model.ContainerScope
 	// migs are the MIG instances known for (entry, device) positions.
 	migs map[migSlot]string
 }
 
-// decodeHAMiList decodes one annotation in HAMi's format (HAMi's
+// DecodeList decodes one annotation in HAMi's format (HAMi's
 // hami.io/<vendor>-devices-allocated and Volcano's volcano.sh/vgpu-ids-new):
 // containers separated by ';', each a list of devices "UUID,Type,mem,cores"
 // each followed by ':'. Every device gets its container's index and the
-// list's length as l.scope counts them (every entry, or only non-empty ones
+// list's length as l.Scope counts them (every entry, or only non-empty ones
 // for model.ScopeRequestingAll), and Replace: the per-container device
 // plugins of both allocators give the kubelet ids that name no real device.
 //
 // A container entry that cannot be read loses its devices and is reported;
 // the other containers keep theirs. That is safe because ';' alone decides
 // positions, so one container's damage cannot move another's devices.
-func decodeHAMiList(key, value string, l hamiList) ([]model.Device, error) {
+func DecodeList(key, value string, l List) ([]model.Device, error) {
 	containers := splitContainers(value)
 	count := len(containers)
-	byOrdinal := l.scope == model.ScopeRequestingAll
+	byOrdinal := l.Scope == model.ScopeRequestingAll
 	if byOrdinal {
 		count = 0
 		for _, entry := range containers {
@@ -269,7 +247,7 @@ func decodeHAMiList(key, value string, l hamiList) ([]model.Device, error) {
 		parsed, err := parseHAMiContainer(entry, i, l.migs)
 		if err != nil {
 			if len(errs) < maxContainerErrors {
-				errs = append(errs, fmt.Errorf("decode %s: container %d %s: %w", key, i, quote(entry), err))
+				errs = append(errs, fmt.Errorf("decode %s: container %d %s: %w", key, i, parse.Quote(entry), err))
 			} else {
 				more++
 			}
@@ -277,13 +255,13 @@ func decodeHAMiList(key, value string, l hamiList) ([]model.Device, error) {
 		}
 		for _, d := range parsed {
 			devices = append(devices, model.Device{
-				Allocator:      l.allocator,
+				Allocator:      l.Allocator,
 				Type:           d.typ,
-				Resource:       l.resource,
+				Resource:       l.Resource,
 				IDs:            []string{d.id},
 				Shared:         d.shared,
 				ContainerIndex: &index,
-				ContainerScope: l.scope,
+				ContainerScope: l.Scope,
 				ContainerCount: count,
 				Replace:        true,
 			})
@@ -351,7 +329,7 @@ func parseHAMiContainer(entry string, position int, migs map[migSlot]string) ([]
 		}
 		d, err := parseHAMiDevice(raw)
 		if err != nil {
-			return nil, fmt.Errorf("device %d %s: %w", j, quote(raw), err)
+			return nil, fmt.Errorf("device %d %s: %w", j, parse.Quote(raw), err)
 		}
 		if mig, ok := migs[migSlot{position, device, d.id}]; ok {
 			d.id, d.shared = mig, false
@@ -423,7 +401,7 @@ func migParent(id string) (string, bool) {
 	}
 	parent, inside := id[:open], id[open+1:len(id)-1]
 	dash := strings.LastIndexByte(inside, '-')
-	if strings.ContainsAny(parent, "[]") || dash <= 0 || strings.ContainsAny(inside, "[]") || !isDigits(inside[dash+1:]) {
+	if strings.ContainsAny(parent, "[]") || dash <= 0 || strings.ContainsAny(inside, "[]") || !parse.IsDigits(inside[dash+1:]) {
 		return "", false
 	}
 	return parent, true
@@ -431,10 +409,10 @@ func migParent(id string) (string, bool) {
 
 // nonNegative reads a field HAMi writes as a decimal int32.
 func nonNegative(s, field string) (int64, error) {
-	if strings.HasPrefix(s, "-") && isDigits(s[1:]) {
+	if strings.HasPrefix(s, "-") && parse.IsDigits(s[1:]) {
 		return 0, fmt.Errorf("%s %s is negative", field, s)
 	}
-	if !isDigits(s) {
+	if !parse.IsDigits(s) {
 		return 0, fmt.Errorf("%s %q is not a number", field, s)
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
@@ -442,40 +420,4 @@ func nonNegative(s, field string) (int64, error) {
 		return 0, fmt.Errorf("%s %s is out of range", field, s)
 	}
 	return n, nil
-}
-
-// quantity reads a pod request: its value in whole units, or fraction=true
-// when it is not a whole number; ok is false when it cannot be read or is
-// not positive, which asks for nothing.
-func quantity(v string) (n int64, fraction, ok bool) {
-	q, err := resource.ParseQuantity(v)
-	if err != nil || q.Sign() <= 0 {
-		return 0, false, false
-	}
-	if n := q.Value(); q.CmpInt64(n) == 0 {
-		return n, false, true
-	}
-	return 0, true, true
-}
-
-func isDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// quote quotes annotation text for an error message, shortened: annotations
-// can be long and end up in logs and records.
-func quote(s string) string {
-	const max = 60
-	if len(s) > max {
-		s = s[:max] + "..."
-	}
-	return strconv.Quote(s)
 }

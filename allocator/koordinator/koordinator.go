@@ -1,4 +1,4 @@
-package allocator
+package koordinator
 
 import (
 	"bytes"
@@ -11,27 +11,25 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
 const (
-	// KoordinatorName is the Koordinator decoder's Name and the Allocator
+	// Name is the Koordinator decoder's Name and the Allocator
 	// of its devices.
-	KoordinatorName = "koordinator"
-	// KoordinatorAnnotation is the pod annotation koord-scheduler writes at
+	Name = "koordinator"
+	// Annotation is the pod annotation koord-scheduler writes at
 	// PreBind with the pod's device allocation.
-	KoordinatorAnnotation = "scheduling.koordinator.sh/device-allocated"
-	// KoordinatorHintAnnotation is the pod's own input to koord-scheduler:
+	Annotation = "scheduling.koordinator.sh/device-allocated"
+	// HintAnnotation is the pod's own input to koord-scheduler:
 	// per device type, how to allocate. Its allocateStrategy
 	// "RequestsAsCount" makes koordinator.sh/rdma and koordinator.sh/fpga
 	// requests count devices (VFs) instead of percent.
-	KoordinatorHintAnnotation = "scheduling.koordinator.sh/device-allocate-hint"
+	HintAnnotation = "scheduling.koordinator.sh/device-allocate-hint"
 	// koordRequestsAsCount is the allocateStrategy that counts devices.
 	koordRequestsAsCount = "RequestsAsCount"
 
-	// DefaultGPUResource is the resource name GPUs are reported as by
-	// default: the one DCGM exporter recognises.
-	DefaultGPUResource = "nvidia.com/gpu"
 	// DefaultRDMAResource is the resource name RDMA devices are reported as
 	// by default: the one Koordinator's docs put in NetworkAttachmentDefinitions.
 	DefaultRDMAResource = "koordinator.sh/rdma"
@@ -57,12 +55,12 @@ const (
 	koordResFPGA           = "koordinator.sh/fpga"
 )
 
-// KoordinatorOptions say which resource name each Koordinator device type is
+// Options say which resource name each Koordinator device type is
 // reported as. Consumers match resource names exactly (Multus against the
 // NetworkAttachmentDefinition, DCGM against nvidia.com/gpu), so a node whose
 // "gpu" devices are another vendor's sets GPUResource to that vendor's name.
 // Empty fields take the defaults.
-type KoordinatorOptions struct {
+type Options struct {
 	GPUResource  string // default DefaultGPUResource
 	RDMAResource string // default DefaultRDMAResource
 	FPGAResource string // default DefaultFPGAResource
@@ -77,18 +75,16 @@ const (
 	asksShare                        // some of a device, however much
 )
 
-// Koordinator decodes scheduling.koordinator.sh/device-allocated.
-type Koordinator struct {
+// Format decodes scheduling.koordinator.sh/device-allocated.
+type Format struct {
 	resource map[string]string                 // device type -> reported resource name
 	requests map[string]map[string]requestKind // device type -> pod resource -> how it counts
 }
 
-var _ Decoder = (*Koordinator)(nil)
-
-// NewKoordinator returns the Koordinator decoder.
-func NewKoordinator(opts KoordinatorOptions) Decoder {
+// New returns the Koordinator decoder.
+func New(opts Options) *Format {
 	if opts.GPUResource == "" {
-		opts.GPUResource = DefaultGPUResource
+		opts.GPUResource = parse.DefaultGPUResource
 	}
 	if opts.RDMAResource == "" {
 		opts.RDMAResource = DefaultRDMAResource
@@ -96,7 +92,7 @@ func NewKoordinator(opts KoordinatorOptions) Decoder {
 	if opts.FPGAResource == "" {
 		opts.FPGAResource = DefaultFPGAResource
 	}
-	k := &Koordinator{
+	k := &Format{
 		resource: map[string]string{
 			koordGPU:  opts.GPUResource,
 			koordRDMA: opts.RDMAResource,
@@ -124,34 +120,34 @@ func NewKoordinator(opts KoordinatorOptions) Decoder {
 	return k
 }
 
-// Name implements Decoder.
-func (k *Koordinator) Name() string { return KoordinatorName }
+// Name implements allocator.Format.
+func (k *Format) Name() string { return Name }
 
-// Relevant implements Decoder: the allocation, and the pod's hint, which
+// Relevant implements allocator.Format: the allocation, and the pod's hint, which
 // says how the containers' requests count.
-func (k *Koordinator) Relevant(key string) bool {
-	return key == KoordinatorAnnotation || key == KoordinatorHintAnnotation
+func (k *Format) Relevant(key string) bool {
+	return key == Annotation || key == HintAnnotation
 }
 
-// Decode implements Decoder. A hint that cannot be read is reported and
+// Decode implements allocator.Format. A hint that cannot be read is reported and
 // the allocation is read as if there were none (requests in percent): the
 // devices are the pod's either way, only their split between its
 // containers could be off.
-func (k *Koordinator) Decode(annotations map[string]string) ([]model.Device, error) {
-	value, ok := annotations[KoordinatorAnnotation]
+func (k *Format) Decode(annotations map[string]string) ([]model.Device, error) {
+	value, ok := annotations[Annotation]
 	if !ok {
 		return nil, nil
 	}
 	var hintErr error
 	var counted map[string]bool
-	if hint, ok := annotations[KoordinatorHintAnnotation]; ok {
+	if hint, ok := annotations[HintAnnotation]; ok {
 		if counted, hintErr = requestsAsCount(hint); hintErr != nil {
-			hintErr = fmt.Errorf("decode %s: %w: requests read in percent", KoordinatorHintAnnotation, hintErr)
+			hintErr = fmt.Errorf("decode %s: %w: requests read in percent", HintAnnotation, hintErr)
 		}
 	}
 	devices, err := k.decode(value, counted)
 	if err != nil {
-		return devices, errors.Join(fmt.Errorf("decode %s: %w", KoordinatorAnnotation, err), hintErr)
+		return devices, errors.Join(fmt.Errorf("decode %s: %w", Annotation, err), hintErr)
 	}
 	return devices, hintErr
 }
@@ -186,7 +182,7 @@ func requestsAsCount(hint string) (map[string]bool, error) {
 
 // decode reads the allocation; counted are the device types whose requests
 // count devices (RequestsAsCount).
-func (k *Koordinator) decode(value string, counted map[string]bool) ([]model.Device, error) {
+func (k *Format) decode(value string, counted map[string]bool) ([]model.Device, error) {
 	var byType map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(value), &byType); err != nil {
 		return nil, fmt.Errorf("want a JSON object of device types: %w", err)
@@ -246,9 +242,9 @@ func (k *Koordinator) decode(value string, counted map[string]bool) ([]model.Dev
 }
 
 // device maps one allocation to the device consumers are shown.
-func (k *Koordinator) device(typ string, a allocation) (model.Device, error) {
+func (k *Format) device(typ string, a allocation) (model.Device, error) {
 	dev := model.Device{
-		Allocator: KoordinatorName,
+		Allocator: Name,
 		Type:      typ,
 		Resource:  k.resource[typ],
 		Minor:     a.minor,
@@ -481,9 +477,9 @@ func quoteAll(ss []string) string {
 	return strings.Join(q, ", ")
 }
 
-// Wants implements Decoder; the package doc has the table of which request
+// Wants implements allocator.Format; the package doc has the table of which request
 // asks for which device type and how it counts.
-func (k *Koordinator) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
+func (k *Format) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
 	typ := dev.Type
 	if _, known := k.resource[typ]; !known {
 		typ = k.typeOf(dev.Resource)
@@ -535,7 +531,7 @@ func (k *Koordinator) Wants(dev model.Device, requests map[string]string) (whole
 
 // typeOf finds the device type a resource name is reported for, for devices
 // that lost their Type; "" if none.
-func (k *Koordinator) typeOf(resourceName string) string {
+func (k *Format) typeOf(resourceName string) string {
 	for _, typ := range []string{koordGPU, koordRDMA, koordFPGA} {
 		if k.resource[typ] == resourceName {
 			return typ

@@ -1,24 +1,28 @@
-package allocator
+package volcano
 
 import (
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // vv builds the device the Volcano vGPU decoder reports.
 func vv(id string, index, count int, isShared bool) model.Device {
-	d := hv(id, index, count, isShared)
-	d.Allocator, d.ContainerScope = VolcanoVGPUName, model.ScopeRequesting
-	return d
+	return model.Device{
+		Allocator: VGPUName, Type: "NVIDIA", Resource: parse.DefaultGPUResource, IDs: []string{id},
+		Shared: isShared, ContainerIndex: ptr(index), ContainerScope: model.ScopeRequesting,
+		ContainerCount: count, Replace: true,
+	}
 }
 
 func TestVolcanoVGPUDecode(t *testing.T) {
 	tests := []struct {
 		name  string
-		opts  VolcanoVGPUOptions
+		opts  VGPUOptions
 		value string
 		want  []model.Device
 	}{
@@ -44,7 +48,7 @@ func TestVolcanoVGPUDecode(t *testing.T) {
 		},
 		{
 			name:  "the resource name is configurable",
-			opts:  VolcanoVGPUOptions{Resource: "volcano.sh/vgpu-number"},
+			opts:  VGPUOptions{Resource: "volcano.sh/vgpu-number"},
 			value: uuidA + ",NVIDIA,1024,25:",
 			want:  []model.Device{resourced(vv(uuidA, 0, 1, true), "NVIDIA", "volcano.sh/vgpu-number")},
 		},
@@ -52,7 +56,7 @@ func TestVolcanoVGPUDecode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := NewVolcanoVGPU(tt.opts).Decode(map[string]string{VolcanoVGPUAnnotation: tt.value})
+			got, err := NewVGPU(tt.opts).Decode(map[string]string{VGPUAnnotation: tt.value})
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
@@ -64,10 +68,10 @@ func TestVolcanoVGPUDecode(t *testing.T) {
 }
 
 func TestVolcanoVGPUDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
-	got, err := NewVolcanoVGPU(VolcanoVGPUOptions{}).Decode(map[string]string{
-		VolcanoVGPUAnnotation: uuidA + ",NVIDIA,-1,25:;" + uuidB + ",NVIDIA,1024,25:",
+	got, err := NewVGPU(VGPUOptions{}).Decode(map[string]string{
+		VGPUAnnotation: uuidA + ",NVIDIA,-1,25:;" + uuidB + ",NVIDIA,1024,25:",
 	})
-	if err == nil || !strings.HasPrefix(err.Error(), "decode "+VolcanoVGPUAnnotation+": container 0 ") ||
+	if err == nil || !strings.HasPrefix(err.Error(), "decode "+VGPUAnnotation+": container 0 ") ||
 		!strings.Contains(err.Error(), "memory -1 is negative") {
 		t.Errorf("error = %v; want one naming the annotation, container 0 and the memory", err)
 	}
@@ -77,41 +81,14 @@ func TestVolcanoVGPUDecodeDropsOnlyTheMalformedContainer(t *testing.T) {
 }
 
 func TestVolcanoVGPUDecodeWithoutAnnotationReturnsNothing(t *testing.T) {
-	got, err := NewVolcanoVGPU(VolcanoVGPUOptions{}).Decode(map[string]string{"volcano.sh/devices-to-allocate": uuidA + ",NVIDIA,1,1:"})
+	got, err := NewVGPU(VGPUOptions{}).Decode(map[string]string{"volcano.sh/devices-to-allocate": uuidA + ",NVIDIA,1,1:"})
 	if got != nil || err != nil {
 		t.Errorf("Decode = %v, %v; want nil, nil", got, err)
 	}
 }
 
-// Volcano lists only the app containers that request vGPUs, so the n-th
-// entry is the n-th requesting app container.
-func TestAssignVolcanoVGPUToTheRequestingAppContainers(t *testing.T) {
-	s := NewSet(quietLog(), nil, NewVolcanoVGPU(VolcanoVGPUOptions{}))
-	sp := spec(
-		container("setup", model.KindInit, "volcano.sh/vgpu-number", "1"),
-		container("mesh", model.KindSidecar),
-		container("loader", model.KindApp),
-		container("trainer", model.KindApp, "volcano.sh/vgpu-number", "2", "volcano.sh/vgpu-memory", "2048"),
-		container("eval", model.KindApp, "volcano.sh/vgpu-memory", "1024"),
-	)
-	devices, errs := s.Decode(testPod, map[string]string{
-		VolcanoVGPUAnnotation: uuidA + ",NVIDIA,2048,0:" + uuidB + ",NVIDIA,2048,0:;" + uuidA + ",NVIDIA,1024,0:",
-	})
-	if errs != nil {
-		t.Fatalf("Decode: %v", errs)
-	}
-	a, ok := s.Assign(sp, devices)
-	if !ok {
-		t.Fatal("Assign: ok = false")
-	}
-	want := map[string][]string{"trainer": {uuidA, uuidB}, "eval": {uuidA}}
-	if got := ids(a); !reflect.DeepEqual(got, want) {
-		t.Errorf("Assign:\n got %v\nwant %v", got, want)
-	}
-}
-
 func TestVolcanoVGPUWants(t *testing.T) {
-	v := NewVolcanoVGPU(VolcanoVGPUOptions{})
+	v := NewVGPU(VGPUOptions{})
 	dev := vv(uuidA, 0, 1, true)
 	for _, tt := range []struct {
 		requests  map[string]string
@@ -133,13 +110,13 @@ func TestVolcanoVGPUWants(t *testing.T) {
 
 // gs builds the device the gpushare decoder reports for a GPU index.
 func gs(index int64) model.Device {
-	return model.Device{Allocator: VolcanoGPUShareName, Type: "gpu", Resource: DefaultGPUResource, Index: ptr(index)}
+	return model.Device{Allocator: GPUShareName, Type: "gpu", Resource: parse.DefaultGPUResource, Index: ptr(index)}
 }
 
 func TestVolcanoGPUShareDecode(t *testing.T) {
 	tests := []struct {
 		name  string
-		opts  VolcanoGPUShareOptions
+		opts  GPUShareOptions
 		value string
 		want  []model.Device
 	}{
@@ -149,16 +126,16 @@ func TestVolcanoGPUShareDecode(t *testing.T) {
 		{name: "the largest int32 index", value: "2147483647", want: []model.Device{gs(2147483647)}},
 		{
 			name:  "the resource name is configurable",
-			opts:  VolcanoGPUShareOptions{Resource: "volcano.sh/gpu-memory"},
+			opts:  GPUShareOptions{Resource: "volcano.sh/gpu-memory"},
 			value: "0",
-			want:  []model.Device{{Allocator: VolcanoGPUShareName, Type: "gpu", Resource: "volcano.sh/gpu-memory", Index: ptr(int64(0))}},
+			want:  []model.Device{{Allocator: GPUShareName, Type: "gpu", Resource: "volcano.sh/gpu-memory", Index: ptr(int64(0))}},
 		},
 		{name: "an empty value allocates nothing", value: ""},
 		{name: "a blank value allocates nothing", value: "  "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := NewVolcanoGPUShare(tt.opts).Decode(map[string]string{VolcanoGPUShareAnnotation: tt.value})
+			got, err := NewGPUShare(tt.opts).Decode(map[string]string{GPUShareAnnotation: tt.value})
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
@@ -186,7 +163,7 @@ func TestVolcanoGPUShareDecodeRejectsMalformedLists(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := NewVolcanoGPUShare(VolcanoGPUShareOptions{}).Decode(map[string]string{VolcanoGPUShareAnnotation: tt.value})
+			got, err := NewGPUShare(GPUShareOptions{}).Decode(map[string]string{GPUShareAnnotation: tt.value})
 			if err == nil {
 				t.Fatalf("Decode = %+v, nil; want an error", got)
 			}
@@ -194,7 +171,7 @@ func TestVolcanoGPUShareDecodeRejectsMalformedLists(t *testing.T) {
 				t.Errorf("Decode kept devices %+v of a malformed list", got)
 			}
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "decode "+VolcanoGPUShareAnnotation+": ") || !strings.Contains(msg, tt.wantErr) {
+			if !strings.HasPrefix(msg, "decode "+GPUShareAnnotation+": ") || !strings.Contains(msg, tt.wantErr) {
 				t.Errorf("error = %q; want it to start with the annotation and contain %q", msg, tt.wantErr)
 			}
 		})
@@ -202,14 +179,14 @@ func TestVolcanoGPUShareDecodeRejectsMalformedLists(t *testing.T) {
 }
 
 func TestVolcanoRelevantToTheirOwnKeys(t *testing.T) {
-	vg, sh := NewVolcanoVGPU(VolcanoVGPUOptions{}), NewVolcanoGPUShare(VolcanoGPUShareOptions{})
+	vg, sh := NewVGPU(VGPUOptions{}), NewGPUShare(GPUShareOptions{})
 	for key, want := range map[string][2]bool{
-		VolcanoVGPUAnnotation:            {true, false},
-		VolcanoGPUShareAnnotation:        {false, true},
+		VGPUAnnotation:                   {true, false},
+		GPUShareAnnotation:               {false, true},
 		"volcano.sh/devices-to-allocate": {false, false},
 		"volcano.sh/vgpu-node":           {false, false},
 		"volcano.sh/predicate-time":      {false, false},
-		HAMiNVIDIAAnnotation:             {false, false},
+		hami.NVIDIAAnnotation:            {false, false},
 	} {
 		if got := [2]bool{vg.Relevant(key), sh.Relevant(key)}; got != want {
 			t.Errorf("Relevant(%q) = vgpu %v, gpushare %v; want %v", key, got[0], got[1], want)
@@ -217,20 +194,10 @@ func TestVolcanoRelevantToTheirOwnKeys(t *testing.T) {
 	}
 }
 
-// gpushare devices are pod-level: whole-GPU askers take theirs first, what
-// is left goes to the containers asking GPU memory.
-func TestAssignVolcanoGPUShareByRequests(t *testing.T) {
-	s := NewSet(quietLog(), nil, NewVolcanoGPUShare(VolcanoGPUShareOptions{}))
-	sp := spec(
-		container("mesh", model.KindSidecar),
-		container("a", model.KindApp, "volcano.sh/gpu-number", "1"),
-		container("b", model.KindApp, "volcano.sh/gpu-memory", "1024"),
-		container("c", model.KindApp, "nvidia.com/gpu", "1"),
-	)
-	devices := []model.Device{gs(0), gs(1)}
-	devices[0].IDs, devices[1].IDs = []string{uuidA}, []string{uuidB} // as Translate leaves them
-	a, _ := s.Assign(sp, devices)
-	if got, want := ids(a), map[string][]string{"a": {uuidA}, "b": {uuidB}}; !reflect.DeepEqual(got, want) {
-		t.Errorf("Assign = %v; want %v", got, want)
-	}
-}
+const (
+	uuidA = "GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76"
+	uuidB = "GPU-2c1b5e0f-77aa-4a4a-9b9b-123456789abc"
+)
+
+func ptr[T any](v T) *T                                      { return &v }
+func resourced(d model.Device, typ, res string) model.Device { d.Type, d.Resource = typ, res; return d }

@@ -1,4 +1,4 @@
-package allocator
+package hami
 
 import (
 	"encoding/json"
@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 )
 
-// HAMiMIGAnnotation is the pod annotation in which HAMi records the MIG
+// MIGAnnotation is the pod annotation in which HAMi records the MIG
 // instances of its dynamic MIG mode: the scheduler writes one entry per MIG
 // slice (containerIndex, deviceIndex, gpuUUID, profile, placement), and the
 // NVIDIA device plugin adds the instance's migUUID once it has created it.
 // hami.io/vgpu-devices-allocated names each slice by its parent GPU only.
-const HAMiMIGAnnotation = "hami.io/vgpu-mig-allocations"
+const MIGAnnotation = "hami.io/vgpu-mig-allocations"
 
 // migSlot is a device's position in hami.io/vgpu-devices-allocated: the
 // container entry, the device within it (non-empty devices counted), and
@@ -60,7 +62,7 @@ func parseMIGAllocations(value string) (map[migSlot]string, error) {
 		if !strings.HasPrefix(e.MIGUUID, "MIG-") || strings.IndexFunc(e.MIGUUID, func(r rune) bool {
 			return unicode.IsSpace(r) || unicode.IsControl(r)
 		}) >= 0 {
-			return nil, fmt.Errorf("entry %d: migUUID %s is not MIG-<uuid>", i, quote(e.MIGUUID))
+			return nil, fmt.Errorf("entry %d: migUUID %s is not MIG-<uuid>", i, parse.Quote(e.MIGUUID))
 		}
 		slot := migSlot{*e.ContainerIndex, *e.DeviceIndex, e.GPUUUID}
 		if _, dup := out[slot]; dup {

@@ -4,34 +4,46 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 )
 
-// names are the decoders NewDecoders knows, in the order it builds them.
+// Every format of the registry is a Format.
+var (
+	_ Format = (*koordinator.Format)(nil)
+	_ Format = (*hami.Format)(nil)
+	_ Format = (*volcano.VGPU)(nil)
+	_ Format = (*volcano.GPUShare)(nil)
+)
+
+// names are the decoders NewFormats knows, in the order it builds them.
 // Decoders whose devices replace the kubelet's come first: the merge drops
 // a container's entries of a resource when the first replacing device
 // reaches it, so a device another allocator added before would be dropped
 // with the kubelet's.
-var names = []string{HAMiName, VolcanoVGPUName, KoordinatorName, VolcanoGPUShareName}
+var names = []string{hami.Name, volcano.VGPUName, koordinator.Name, volcano.GPUShareName}
 
-// Names returns the name of every decoder NewDecoders can build, in the
+// Names returns the name of every decoder NewFormats can build, in the
 // order it builds them: the value of a command-line flag enabling them all.
 func Names() []string { return slices.Clone(names) }
 
-// Options configure the decoders NewDecoders builds; each field is passed to
+// Options configure the decoders NewFormats builds; each field is passed to
 // its decoder's constructor.
 type Options struct {
-	Koordinator     KoordinatorOptions
-	HAMi            HAMiOptions
-	VolcanoVGPU     VolcanoVGPUOptions
-	VolcanoGPUShare VolcanoGPUShareOptions
+	Koordinator     koordinator.Options
+	HAMi            hami.Options
+	VolcanoVGPU     volcano.VGPUOptions
+	VolcanoGPUShare volcano.GPUShareOptions
 }
 
-// NewDecoders builds the decoders named, for a flag such as
+// NewFormats builds the decoders named, for a flag such as
 // --allocators=koordinator,hami. Enabling all of them is harmless: each
 // reads its own annotation keys only. They are built in the order of
 // Names, whatever the order given. Unknown, repeated and empty names are
 // errors, as is an empty list.
-func NewDecoders(enabled []string, opts Options) ([]Decoder, error) {
+func NewFormats(enabled []string, opts Options) ([]Format, error) {
 	want := map[string]bool{}
 	for _, n := range enabled {
 		n = strings.TrimSpace(n)
@@ -48,20 +60,20 @@ func NewDecoders(enabled []string, opts Options) ([]Decoder, error) {
 	if len(want) == 0 {
 		return nil, fmt.Errorf("no allocator named (known: %s)", strings.Join(names, ", "))
 	}
-	var out []Decoder
+	var out []Format
 	for _, n := range names {
 		if !want[n] {
 			continue
 		}
 		switch n {
-		case HAMiName:
-			out = append(out, NewHAMi(opts.HAMi))
-		case VolcanoVGPUName:
-			out = append(out, NewVolcanoVGPU(opts.VolcanoVGPU))
-		case KoordinatorName:
-			out = append(out, NewKoordinator(opts.Koordinator))
-		case VolcanoGPUShareName:
-			out = append(out, NewVolcanoGPUShare(opts.VolcanoGPUShare))
+		case hami.Name:
+			out = append(out, hami.New(opts.HAMi))
+		case volcano.VGPUName:
+			out = append(out, volcano.NewVGPU(opts.VolcanoVGPU))
+		case koordinator.Name:
+			out = append(out, koordinator.New(opts.Koordinator))
+		case volcano.GPUShareName:
+			out = append(out, volcano.NewGPUShare(opts.VolcanoGPUShare))
 		}
 	}
 	return out, nil

@@ -5,10 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-func decoderNames(ds []Decoder) []string {
+func decoderNames(ds []Format) []string {
 	var out []string
 	for _, d := range ds {
 		out = append(out, d.Name())
@@ -16,44 +19,44 @@ func decoderNames(ds []Decoder) []string {
 	return out
 }
 
-func TestNewDecodersBuildsTheNamedOnesReplacingDecodersFirst(t *testing.T) {
-	ds, err := NewDecoders([]string{"volcano-gpushare", " koordinator", "hami "}, Options{})
+func TestNewFormatsBuildsTheNamedOnesReplacingDecodersFirst(t *testing.T) {
+	ds, err := NewFormats([]string{"volcano-gpushare", " koordinator", "hami "}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := decoderNames(ds), []string{HAMiName, KoordinatorName, VolcanoGPUShareName}; !reflect.DeepEqual(got, want) {
+	if got, want := decoderNames(ds), []string{hami.Name, koordinator.Name, volcano.GPUShareName}; !reflect.DeepEqual(got, want) {
 		t.Errorf("decoders = %v; want %v", got, want)
 	}
 }
 
-func TestNewDecodersOfAllNames(t *testing.T) {
-	ds, err := NewDecoders(Names(), Options{})
+func TestNewFormatsOfAllNames(t *testing.T) {
+	ds, err := NewFormats(Names(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{HAMiName, VolcanoVGPUName, KoordinatorName, VolcanoGPUShareName}
+	want := []string{hami.Name, volcano.VGPUName, koordinator.Name, volcano.GPUShareName}
 	if got := decoderNames(ds); !reflect.DeepEqual(got, want) {
 		t.Errorf("decoders = %v; want %v", got, want)
 	}
 	NewSet(quietLog(), nil, ds...) // distinct names: no panic
 }
 
-func TestNewDecodersPassesEachItsOptions(t *testing.T) {
-	ds, err := NewDecoders(Names(), Options{
-		Koordinator:     KoordinatorOptions{GPUResource: "k.example/gpu"},
-		HAMi:            HAMiOptions{Resources: map[string]string{"vgpu": "h.example/gpu"}, LegacyIndexing: true},
-		VolcanoVGPU:     VolcanoVGPUOptions{Resource: "v.example/gpu"},
-		VolcanoGPUShare: VolcanoGPUShareOptions{Resource: "s.example/gpu"},
+func TestNewFormatsPassesEachItsOptions(t *testing.T) {
+	ds, err := NewFormats(Names(), Options{
+		Koordinator:     koordinator.Options{GPUResource: "k.example/gpu"},
+		HAMi:            hami.Options{Resources: map[string]string{"vgpu": "h.example/gpu"}, LegacyIndexing: true},
+		VolcanoVGPU:     volcano.VGPUOptions{Resource: "v.example/gpu"},
+		VolcanoGPUShare: volcano.GPUShareOptions{Resource: "s.example/gpu"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := NewSet(quietLog(), nil, ds...)
 	devices, errs := s.Decode(testPod, map[string]string{
-		KoordinatorAnnotation:     `{"gpu":[{"minor":0,"id":"GPU-k"}]}`,
-		HAMiNVIDIAAnnotation:      "GPU-h,NVIDIA,1,1:;",
-		VolcanoVGPUAnnotation:     "GPU-v,NVIDIA,1,1:",
-		VolcanoGPUShareAnnotation: "0",
+		koordinator.Annotation:     `{"gpu":[{"minor":0,"id":"GPU-k"}]}`,
+		hami.NVIDIAAnnotation:      "GPU-h,NVIDIA,1,1:;",
+		volcano.VGPUAnnotation:     "GPU-v,NVIDIA,1,1:",
+		volcano.GPUShareAnnotation: "0",
 	})
 	if errs != nil {
 		t.Fatal(errs)
@@ -61,17 +64,17 @@ func TestNewDecodersPassesEachItsOptions(t *testing.T) {
 	got := map[string]string{}
 	for _, d := range devices {
 		got[d.Allocator] = d.Resource
-		if d.Allocator == HAMiName && d.ContainerScope != model.ScopeRequestingAll {
+		if d.Allocator == hami.Name && d.ContainerScope != model.ScopeRequestingAll {
 			t.Errorf("HAMi device scope = %q; want %q whatever LegacyIndexing says", d.ContainerScope, model.ScopeRequestingAll)
 		}
 	}
-	want := map[string]string{KoordinatorName: "k.example/gpu", HAMiName: "h.example/gpu", VolcanoVGPUName: "v.example/gpu", VolcanoGPUShareName: "s.example/gpu"}
+	want := map[string]string{koordinator.Name: "k.example/gpu", hami.Name: "h.example/gpu", volcano.VGPUName: "v.example/gpu", volcano.GPUShareName: "s.example/gpu"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("resources = %v; want %v", got, want)
 	}
 }
 
-func TestNewDecodersRejectsBadNames(t *testing.T) {
+func TestNewFormatsRejectsBadNames(t *testing.T) {
 	for _, tt := range []struct {
 		names   []string
 		wantErr string
@@ -82,16 +85,16 @@ func TestNewDecodersRejectsBadNames(t *testing.T) {
 		{nil, "no allocator named"},
 		{[]string{"HAMi"}, `unknown allocator "HAMi"`},
 	} {
-		ds, err := NewDecoders(tt.names, Options{})
+		ds, err := NewFormats(tt.names, Options{})
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-			t.Errorf("NewDecoders(%q) = %v, %v; want an error containing %q", tt.names, decoderNames(ds), err, tt.wantErr)
+			t.Errorf("NewFormats(%q) = %v, %v; want an error containing %q", tt.names, decoderNames(ds), err, tt.wantErr)
 		}
 	}
 }
 
 func TestNamesIsACopy(t *testing.T) {
 	Names()[0] = "changed"
-	if Names()[0] != HAMiName {
+	if Names()[0] != hami.Name {
 		t.Error("Names exposes the package's list")
 	}
 }
@@ -119,19 +122,19 @@ func TestParseResourceMap(t *testing.T) {
 // its own key, and the replacing one comes first, so that its replacement
 // never drops the other allocator's device.
 func TestSeveralAllocatorsOnOnePodReplacingDevicesComeFirst(t *testing.T) {
-	ds, err := NewDecoders([]string{KoordinatorName, HAMiName}, Options{})
+	ds, err := NewFormats([]string{koordinator.Name, hami.Name}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := NewSet(quietLog(), nil, ds...)
 	devices, errs := s.Decode(testPod, map[string]string{
-		KoordinatorAnnotation: `{"gpu":[{"minor":1,"id":"` + uuidB + `"}]}`,
-		HAMiNVIDIAAnnotation:  hamiExample,
+		koordinator.Annotation: `{"gpu":[{"minor":1,"id":"` + uuidB + `"}]}`,
+		hami.NVIDIAAnnotation:  hamiExample,
 	})
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	if len(devices) != 2 || devices[0].Allocator != HAMiName || !devices[0].Replace || devices[1].Allocator != KoordinatorName {
+	if len(devices) != 2 || devices[0].Allocator != hami.Name || !devices[0].Replace || devices[1].Allocator != koordinator.Name {
 		t.Errorf("devices = %+v; want HAMi's replacing device, then Koordinator's", devices)
 	}
 }
