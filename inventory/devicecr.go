@@ -1,10 +1,7 @@
 package inventory
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/internal/bearer"
 )
 
 // Defaults of the Device object source: the in-cluster service account.
@@ -38,8 +37,9 @@ type DeviceCROptions struct {
 	// APIServer is the API server's base URL; "" means
 	// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
 	APIServer string
-	// TokenFile holds the bearer token; "" means DefaultTokenFile. It is read
-	// for every request, so a rotated token is used at once.
+	// TokenFile holds the bearer token; "" means DefaultTokenFile. It is
+	// re-read when it changes (see internal/bearer), so a rotated token is
+	// used at once.
 	TokenFile string
 	// CAFile holds the CA bundle the API server's certificate is verified
 	// with; "" means DefaultCAFile. It is reread when it changes.
@@ -67,9 +67,10 @@ type DeviceCRSource struct {
 	interval  time.Duration
 	timeout   time.Duration
 
+	// Made at the first Load, so that a missing CA file is a failed read
+	// (logged; the other sources keep serving), not a failed start.
 	// Guarded by Inventory's per-source serialization of Load.
-	ca     []byte
-	client *http.Client
+	http *bearer.Client
 }
 
 // NewDeviceCRSource returns a source for the Device object of opts.NodeName.
@@ -121,13 +122,12 @@ func (s *DeviceCRSource) Interval() time.Duration { return s.interval }
 
 // Load implements Source: one GET of the Device object.
 func (s *DeviceCRSource) Load(ctx context.Context) ([]Device, error) {
-	client, err := s.httpClient()
-	if err != nil {
-		return nil, err
-	}
-	token, err := readLimited(s.tokenFile, 64<<10)
-	if err != nil {
-		return nil, fmt.Errorf("reading the service-account token: %w", err)
+	if s.http == nil {
+		client, err := bearer.New(bearer.Config{What: "API server", TokenFile: s.tokenFile, CAFile: s.caFile, Proxy: http.ProxyFromEnvironment})
+		if err != nil {
+			return nil, err
+		}
+		s.http = client
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -135,10 +135,9 @@ func (s *DeviceCRSource) Load(ctx context.Context) ([]Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the Device request: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "podres-proxy")
-	resp, err := client.Do(req)
+	resp, err := s.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("getting Device %s: %w", s.node, err)
 	}
@@ -168,29 +167,6 @@ func (s *DeviceCRSource) Load(ctx context.Context) ([]Device, error) {
 	default:
 		return nil, fmt.Errorf("getting Device %s from %s: unexpected status %s%s", s.node, s.url, resp.Status, apiMessage(body))
 	}
-}
-
-// httpClient returns a client trusting the CA file's current content,
-// rebuilding it when the file changed (a rotated cluster CA).
-func (s *DeviceCRSource) httpClient() (*http.Client, error) {
-	ca, err := readLimited(s.caFile, 1<<20)
-	if err != nil {
-		return nil, fmt.Errorf("reading the API server CA: %w", err)
-	}
-	if s.client != nil && bytes.Equal(ca, s.ca) {
-		return s.client, nil
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("API server CA file %s holds no PEM certificate", s.caFile)
-	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	if s.client != nil {
-		s.client.CloseIdleConnections()
-	}
-	s.ca, s.client = ca, &http.Client{Transport: transport}
-	return s.client, nil
 }
 
 // apiMessage extracts a Status object's message from an error answer, so

@@ -3,25 +3,21 @@ package kubeletpods
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"runtime/debug"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 	"unicode"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/internal/bearer"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -104,15 +100,13 @@ type Config struct {
 // Client reads the kubelet's /pods. It is safe for concurrent use and keeps
 // its connection to the kubelet open between reads.
 type Client struct {
-	url      string     // for requests
-	redacted string     // for errors and logs
-	token    *tokenFile // nil: send no token
-	roots    string     // what verified the server, for errors
+	url      string // for requests
+	redacted string // for errors and logs
 	timeout  time.Duration
 	maxBody  int64
 	maxKept  int64
 	keep     func(string) bool
-	http     *http.Client
+	http     *bearer.Client
 }
 
 // NewClient checks cfg and returns a client. It loads the CA bundle now, so
@@ -147,57 +141,32 @@ func NewClient(cfg Config) (*Client, error) {
 		maxBody:  cmp.Or(cfg.MaxBodyBytes, defaultMaxBody(memoryLimit())),
 		maxKept:  defaultMaxKept(memoryLimit()),
 		keep:     cfg.KeepAnnotation,
-		roots:    "the system roots",
 	}
 
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if u.Scheme == "https" {
-		switch {
-		case cfg.InsecureTLS:
-			tlsConfig.InsecureSkipVerify = true
-			log.WithField("url", c.redacted).Warn("Not verifying the kubelet's serving certificate (insecure TLS was asked for)")
-			if cfg.CAFile != "" {
-				log.WithField("caFile", cfg.CAFile).Warn("Kubelet CA file ignored: insecure TLS was asked for")
-			}
-		case cfg.CAFile != "":
-			pem, err := os.ReadFile(cfg.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("read kubelet CA file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("kubelet CA file %s: no PEM certificate in it", cfg.CAFile)
-			}
-			tlsConfig.RootCAs = pool
-			c.roots = "the CAs of " + cfg.CAFile
+	tokenFile := cfg.TokenFile
+	if u.Scheme == "https" && cfg.InsecureTLS {
+		log.WithField("url", c.redacted).Warn("Not verifying the kubelet's serving certificate (insecure TLS was asked for)")
+		if cfg.CAFile != "" {
+			log.WithField("caFile", cfg.CAFile).Warn("Kubelet CA file ignored: insecure TLS was asked for")
 		}
-		if cfg.TokenFile != "" {
-			c.token = &tokenFile{path: cfg.TokenFile}
-		}
-	} else if cfg.TokenFile != "" {
+	}
+	if u.Scheme != "https" && cfg.TokenFile != "" {
 		// The read-only port authenticates nobody; a token sent there
 		// would only travel in clear text.
 		log.WithField("url", c.redacted).Info("Not sending the kubelet token over plain http")
+		tokenFile = ""
 	}
-
-	c.http = &http.Client{
-		// Never follow a redirect: the kubelet does not send one, and
-		// following it would carry the bearer token wherever it points,
-		// plain http included.
-		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-			return fmt.Errorf("redirected to %s: not followed (the kubelet's /pods never redirects; the token stays here)", req.URL.Redacted())
-		},
-		Transport: &http.Transport{
-			// The kubelet is on this node: an HTTP(S)_PROXY set for the
-			// daemon's other traffic must not carry the kubelet's.
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
-			TLSClientConfig:     tlsConfig,
-			TLSHandshakeTimeout: c.timeout,
-			MaxIdleConns:        2,
-			MaxIdleConnsPerHost: 2,
-			IdleConnTimeout:     90 * time.Second,
-		},
+	// The kubelet is on this node: an HTTP(S)_PROXY set for the daemon's
+	// other traffic must not carry the kubelet's (Proxy nil).
+	c.http, err = bearer.New(bearer.Config{
+		What:             "kubelet",
+		TokenFile:        tokenFile,
+		CAFile:           cfg.CAFile,
+		InsecureTLS:      cfg.InsecureTLS,
+		HandshakeTimeout: c.timeout,
+	})
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -229,14 +198,6 @@ func (c *Client) pods(ctx context.Context) ([]model.KubeletPod, error) {
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "podres-proxy")
-	if c.token != nil {
-		token, err := c.token.get()
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, c.explain(ctx, err)
@@ -312,53 +273,9 @@ func (c *Client) explain(ctx context.Context, err error) error {
 		return context.Cause(ctx)
 	}
 	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
-		return fmt.Errorf("the kubelet's serving certificate is not signed by %s: %w", c.roots, err)
+		return fmt.Errorf("the kubelet's serving certificate is not signed by %s: %w", c.http.Roots(), err)
 	}
 	return err
-}
-
-// tokenFile is a bearer token file, re-read when it changes. Checking is a
-// stat per read, which follows the symlinks of a projected volume, so the
-// swap of its ..data link is seen as a new inode.
-type tokenFile struct {
-	path string
-
-	mu    sync.Mutex
-	stamp fileStamp
-	token string
-}
-
-type fileStamp struct {
-	dev, ino uint64
-	size     int64
-	mtime    time.Time
-}
-
-func (t *tokenFile) get() (string, error) {
-	fi, err := os.Stat(t.path)
-	if err != nil {
-		return "", fmt.Errorf("kubelet token file: %w", err)
-	}
-	stamp := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		stamp.dev, stamp.ino = uint64(st.Dev), st.Ino
-	}
-
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.token != "" && stamp == t.stamp {
-		return t.token, nil
-	}
-	b, err := os.ReadFile(t.path)
-	if err != nil {
-		return "", fmt.Errorf("kubelet token file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", fmt.Errorf("kubelet token file %s is empty", t.path)
-	}
-	t.stamp, t.token = stamp, token
-	return token, nil
 }
 
 // printable returns the start of an error body fit for one log line.

@@ -3,8 +3,9 @@
 // devices they allocated) and the extended resources each container
 // requests (which say which container gets them).
 //
-// Client does one read: TLS verified by default, a bearer token re-read when
-// it rotates, a bounded answer, and a decoder that skips all but the few
+// Client does one read: TLS verified by default, the bearer token and CA
+// re-read when they change (internal/bearer, the client the Device object
+// source uses too), a bounded answer, and a decoder that skips all but the few
 // fields podres-proxy needs. Reader shares reads between concurrent queries
 // while guaranteeing each query a read that started after it arrived: the
 // freshness a query about a pod that is being created needs (Multus asks

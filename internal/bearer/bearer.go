@@ -1,0 +1,195 @@
+// Package bearer is the daemon's one HTTPS client that sends a bearer token:
+// the kubelet's /pods reads and the API server's Device object reads both
+// use it, so both follow one rule for credentials that change under them.
+//
+// The rule: the token file and the CA file are each re-read when the file
+// changes, as fstat sees it (device, inode, size, modification time,
+// following symlinks, so the swap of a projected volume's ..data link is a
+// change); a request in between costs an open and a stat per file. The CA
+// file is read once at New too, so a wrong path is an error at start-up.
+// The token is sent over https only, and redirects are never followed, so
+// it never travels anywhere but the URL asked.
+package bearer
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// maxFileSize bounds the token and CA files.
+const maxFileSize = 1 << 20
+
+// Config says how to authenticate to a server and verify it.
+type Config struct {
+	// What names the server in errors ("kubelet", "API server").
+	What string
+	// TokenFile holds the bearer token; "" sends none.
+	TokenFile string
+	// CAFile is a PEM bundle to verify the server with; "" means the
+	// system roots.
+	CAFile string
+	// InsecureTLS skips verification of the server's certificate.
+	InsecureTLS bool
+	// HandshakeTimeout bounds a TLS handshake; 0 means 10 s.
+	HandshakeTimeout time.Duration
+	// Proxy is the transport's proxy function; nil connects directly.
+	Proxy func(*http.Request) (*url.URL, error)
+}
+
+// Client does requests with the token and the CA files' current contents.
+// It is safe for concurrent use.
+type Client struct {
+	cfg   Config
+	token *watched // nil: no token
+
+	mu    sync.Mutex
+	ca    *watched // nil: the system roots, or InsecureTLS
+	caPEM []byte
+	http  *http.Client
+}
+
+// New returns a client, loading the CA file now.
+func New(cfg Config) (*Client, error) {
+	cfg.HandshakeTimeout = cmp.Or(cfg.HandshakeTimeout, 10*time.Second)
+	c := &Client{cfg: cfg}
+	if cfg.TokenFile != "" {
+		c.token = &watched{path: cfg.TokenFile}
+	}
+	if cfg.CAFile != "" && !cfg.InsecureTLS {
+		c.ca = &watched{path: cfg.CAFile}
+	}
+	if _, err := c.client(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Roots says what verifies the server, for errors.
+func (c *Client) Roots() string {
+	if c.ca == nil {
+		return "the system roots"
+	}
+	return "the CAs of " + c.cfg.CAFile
+}
+
+// Do sends req with the token (over https only) and returns the response.
+func (c *Client) Do(req *http.Request) (*http.Response, error) {
+	client, err := c.client()
+	if err != nil {
+		return nil, err
+	}
+	if c.token != nil && req.URL.Scheme == "https" {
+		b, err := c.token.read()
+		if err != nil {
+			return nil, fmt.Errorf("%s token file: %w", c.cfg.What, err)
+		}
+		token := strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, fmt.Errorf("%s token file %s is empty", c.cfg.What, c.cfg.TokenFile)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return client.Do(req)
+}
+
+// client returns the HTTP client for the CA file's current content,
+// rebuilding it when that changed (a rotated CA).
+func (c *Client) client() (*http.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var pem []byte
+	if c.ca != nil {
+		b, err := c.ca.read()
+		if err != nil {
+			return nil, fmt.Errorf("read %s CA file: %w", c.cfg.What, err)
+		}
+		pem = b
+	}
+	if c.http != nil && bytes.Equal(pem, c.caPEM) {
+		return c.http, nil
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.cfg.InsecureTLS}
+	if c.ca != nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s CA file %s: no PEM certificate in it", c.cfg.What, c.cfg.CAFile)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+	}
+	c.caPEM = pem
+	c.http = &http.Client{
+		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return fmt.Errorf("redirected to %s: not followed (the %s never redirects; the token stays here)", req.URL.Redacted(), c.cfg.What)
+		},
+		Transport: &http.Transport{
+			Proxy:               c.cfg.Proxy,
+			DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+			TLSClientConfig:     tlsConfig,
+			TLSHandshakeTimeout: c.cfg.HandshakeTimeout,
+			MaxIdleConns:        2,
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     90 * time.Second,
+		},
+	}
+	return c.http, nil
+}
+
+// watched is a file re-read when a stat says it changed.
+type watched struct {
+	path string
+
+	mu    sync.Mutex
+	stamp stamp
+	data  []byte
+}
+
+type stamp struct {
+	dev, ino uint64
+	size     int64
+	mtime    time.Time
+}
+
+func (w *watched) read() ([]byte, error) {
+	f, err := os.Open(w.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st := stamp{size: fi.Size(), mtime: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.dev, st.ino = uint64(sys.Dev), sys.Ino
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.data != nil && st == w.stamp {
+		return w.data, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxFileSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes", w.path, maxFileSize)
+	}
+	w.stamp, w.data = st, b
+	return b, nil
+}
