@@ -177,7 +177,7 @@ func (s *Snapshot) Topology(id string) []int64 {
 // id under resource: one entry per NUMA node of the device, each naming
 // only that node, or a single entry with nil topology when the node is
 // unknown (kubelet's containerDevicesFromResourceDeviceInstances). The
-// proxy uses it for the devices it adds to List and Get.
+// proxy's merge reports every device it adds to List and Get with it.
 func (s *Snapshot) ContainerDevices(resource, id string) []*podresourcesv1.ContainerDevices {
 	return containerDevices(resource, id, s.Topology(id))
 }
@@ -246,7 +246,7 @@ func (s *Snapshot) Allocatable(names ResourceNames) []*podresourcesv1.ContainerD
 		seen[k] = true
 		items = append(items, item{resource, id, numa})
 	}
-	for _, d := range s.devices {
+	for _, d := range s.Devices() {
 		resource, ok := names.Resource(d)
 		if !d.Healthy || !ok {
 			continue

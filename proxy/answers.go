@@ -122,7 +122,7 @@ type listPart struct {
 // listAnswer builds the proxy's List answer from the kubelet's encoded one
 // (see the comment at the top of this file). arrived is when the query
 // arrived: pods unknown to the store wait for a /pods read started after it.
-func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet encoded, arrived time.Time, rebuild rebuildFunc) ([]byte, error) {
+func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet encoded, arrived time.Time, inv *inventory.Snapshot, rebuild rebuildFunc) ([]byte, error) {
 	buf := partsPool.Get().(*[]listPart)
 	defer func() {
 		clear(*buf) // keep no answer alive through the pool
@@ -135,8 +135,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 	}
 	// Read before looking up records, so that a change made meanwhile
 	// leaves entries that are checked again next time.
-	version := s.deps.Store.Version()
-	inv := s.resolver.snapshot()
+	version := s.p.Store.Version()
 
 	// Reuse what can be reused, under one lock.
 	cache.mu.Lock()
@@ -157,7 +156,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 			p.key = e.key
 			if e.checked != version && !e.withOthers {
 				// The store changed since: is this still the pod's record?
-				if rec, ok := s.deps.Store.Live(e.key); ok && rec == e.rec {
+				if rec, ok := s.p.Store.Live(e.key); ok && rec == e.rec {
 					e.checked = version
 				}
 			}
@@ -186,7 +185,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 				return nil, err
 			}
 		}
-		rec, ok := s.deps.Store.Live(p.key)
+		rec, ok := s.p.Store.Live(p.key)
 		if !ok || (len(rec.Devices) > 0 && !s.resolver.vettable(rec)) {
 			read = append(read, i)
 			continue
@@ -212,7 +211,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 		}
 	}
 	if rebuilt := pods - reused; rebuilt > 0 || reused > 0 {
-		s.deps.Metrics.listPods(reused, rebuilt)
+		s.p.Metrics.listPods(reused, rebuilt)
 	}
 
 	out := spliceList(parts)

@@ -140,9 +140,8 @@ func TestBenchProxyProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := kubeletpods.NewReader(proxy.RecordingFetch(client.Pods, store), kubeletpods.ReaderOptions{})
 	srv, err := proxy.New(proxy.Config{Socket: env("SOCKET"), KubeletSocket: env("KUBELET"), Log: log},
-		proxy.Deps{Store: store, Pods: reader, Allocators: set})
+		proxy.Providers{Store: store, Pods: client.Pods, Allocators: set})
 	if err != nil {
 		t.Fatal(err)
 	}

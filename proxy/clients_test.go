@@ -64,12 +64,8 @@ func TestDCGMExporterLabelsTheGPUWithTheRequestingContainer(t *testing.T) {
 }
 
 func TestNRIPluginsAndKataGetDevicesThroughGet(t *testing.T) {
-	h := newHarness(t, withTopology(func(id string) []int64 {
-		if id == gpuUUID {
-			return []int64{1}
-		}
-		return nil
-	}))
+	one := int64(1)
+	h := newHarness(t, withInventory(inventory.Device{Type: inventory.TypeGPU, ID: gpuUUID, NUMANode: &one, Healthy: true}))
 	h.k.SetPods(fk.NewPod("default", "vm", "uid-1", fk.WithAnnotation(koordKey, gpuAndVF),
 		fk.WithContainer("guest", map[string]string{"nvidia.com/gpu": "1", "koordinator.sh/rdma": "1"})))
 	hints, err := clients.NRIPluginsTopologyHints(ctx(t), h.socket, "default", "vm", "guest")
@@ -91,22 +87,10 @@ func TestNRIPluginsAndKataGetDevicesThroughGet(t *testing.T) {
 }
 
 func TestNFDCountsAddedDevicesPerNUMANode(t *testing.T) {
-	numa := map[string]int64{gpuUUID: 0, gpuUUID2: 1}
-	h := newHarness(t,
-		withTopology(func(id string) []int64 {
-			if n, ok := numa[id]; ok {
-				return []int64{n}
-			}
-			return nil
-		}),
-		withAllocatable(func() []*v1.ContainerDevices {
-			var out []*v1.ContainerDevices
-			for _, id := range []string{gpuUUID, gpuUUID2} {
-				out = append(out, &v1.ContainerDevices{ResourceName: "nvidia.com/gpu", DeviceIds: []string{id},
-					Topology: &v1.TopologyInfo{Nodes: []*v1.NUMANode{{ID: numa[id]}}}})
-			}
-			return out
-		}))
+	zero, one := int64(0), int64(1)
+	h := newHarness(t, withInventory(
+		inventory.Device{Type: inventory.TypeGPU, ID: gpuUUID, NUMANode: &zero, Healthy: true},
+		inventory.Device{Type: inventory.TypeGPU, ID: gpuUUID2, NUMANode: &one, Healthy: true}))
 	h.k.SetAllocatable(&v1.AllocatableResourcesResponse{
 		Devices: []*v1.ContainerDevices{{ResourceName: "example.com/dev", DeviceIds: []string{"dev-0"},
 			Topology: &v1.TopologyInfo{Nodes: []*v1.NUMANode{{ID: 0}}}}},
@@ -156,10 +140,7 @@ func TestNFDCountsHAMiGPUsByTheirRealIDs(t *testing.T) {
 		{Type: inventory.TypeGPU, ID: gpuUUID, NUMANode: &zero, Healthy: true},
 		{Type: inventory.TypeGPU, ID: gpuUUID2, NUMANode: &one, Healthy: true},
 	}
-	snap := inventory.NewSnapshot(gpus)
-	h := newHarness(t, withInventory(gpus...), withAllocatable(func() []*v1.ContainerDevices {
-		return snap.Allocatable(inventory.DefaultResourceNames())
-	}))
+	h := newHarness(t, withInventory(gpus...))
 	var fake []*v1.ContainerDevices
 	for _, uuid := range []string{gpuUUID, gpuUUID2} {
 		for n := range 4 {

@@ -51,8 +51,6 @@ type harness struct {
 	socket    string
 	reg       *prometheus.Registry
 	logs      *test.Hook
-	topo      proxy.TopologyFunc
-	alloc     func() []*v1.ContainerDevices
 	inv       func() *inventory.Snapshot
 	qps       float64
 	burst     int
@@ -100,7 +98,6 @@ func withInventory(devs ...inventory.Device) option {
 	snap := inventory.NewSnapshot(devs)
 	return func(h *harness) {
 		h.inv = func() *inventory.Snapshot { return snap }
-		h.topo = snap.Topology
 	}
 }
 
@@ -108,14 +105,8 @@ func withInventory(devs ...inventory.Device) option {
 // query, as serve's inventory swaps snapshots when a source changes.
 func withChangingInventory(cur *atomic.Pointer[inventory.Snapshot]) option {
 	return func(h *harness) {
-		h.inv = func() *inventory.Snapshot { return cur.Load() }
-		h.topo = func(id string) []int64 { return cur.Load().Topology(id) }
+		h.inv = cur.Load
 	}
-}
-
-func withTopology(f proxy.TopologyFunc) option { return func(h *harness) { h.topo = f } }
-func withAllocatable(f func() []*v1.ContainerDevices) option {
-	return func(h *harness) { h.alloc = f }
 }
 
 // shortDir returns a directory whose paths fit a unix socket name.
@@ -167,7 +158,6 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := kubeletpods.NewReader(proxy.RecordingFetch(client.Pods, h.store), kubeletpods.ReaderOptions{OnRead: metrics.ObservePodsRead})
 	h.srv, err = proxy.New(proxy.Config{
 		Socket:         h.socket,
 		KubeletSocket:  h.k.Socket,
@@ -177,7 +167,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		RequestTimeout: h.reqTime,
 		IdleTimeout:    h.idle,
 		Log:            log,
-	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv, Trust: gate})
+	}, proxy.Providers{Store: h.store, Pods: client.Pods, Allocators: set, Inventory: h.inv, Trust: gate, Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,9 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
-
-// TopologyFunc returns the NUMA nodes of a device id, nil when unknown.
-type TopologyFunc func(id string) []int64
 
 // The merge edits the kubelet's decoded answer in place instead of building a
 // new one: fields this build does not know (a newer kubelet's) survive in the
@@ -18,28 +16,28 @@ type TopologyFunc func(id string) []int64
 // memory, dynamic_resources, its own devices, container order) is untouched.
 
 // mergeV1 adds a plan's devices to a v1 pod.
-func mergeV1(pod *v1.PodResources, p plan, topo TopologyFunc) {
+func mergeV1(pod *v1.PodResources, p plan, inv *inventory.Snapshot) {
 	if p.empty() || len(pod.GetContainers()) == 0 {
 		return
 	}
 	if p.toLast != nil {
-		addV1(pod.Containers[len(pod.Containers)-1], p.toLast, topo)
+		addV1(pod.Containers[len(pod.Containers)-1], p.toLast, inv)
 		return
 	}
 	for _, c := range pod.Containers {
 		if devs := p.assign[c.GetName()]; len(devs) > 0 {
-			addV1(c, devs, topo)
+			addV1(c, devs, inv)
 		}
 	}
 }
 
-// addV1 appends one ContainerDevices per device id, as the kubelet does: a
-// device on several NUMA nodes appears once per node, a device of unknown
-// topology once with no topology. An id the container already has under the
-// resource is not added again; a Replace device first drops what the
+// addV1 appends the entries the kubelet would report for each device id
+// (inventory.Snapshot.ContainerDevices: one per NUMA node of the device, or
+// one with no topology when inv does not know it). An id the container
+// already has under the resource is not added again; a Replace device first drops what the
 // kubelet reported for its resource (HAMi's device plugin reports ids that
 // name no real device).
-func addV1(c *v1.ContainerResources, devs []model.Device, topo TopologyFunc) {
+func addV1(c *v1.ContainerResources, devs []model.Device, inv *inventory.Snapshot) {
 	// Drop what the kubelet reported for replaced resources first, so that
 	// no device added below (by any allocator) is dropped with it.
 	for _, d := range devs {
@@ -53,21 +51,7 @@ func addV1(c *v1.ContainerResources, devs []model.Device, topo TopologyFunc) {
 			if id == "" || has.hasOrAdd(d.Resource, id) {
 				continue
 			}
-			var nodes []int64
-			if topo != nil {
-				nodes = topo(id)
-			}
-			if len(nodes) == 0 {
-				c.Devices = append(c.Devices, &v1.ContainerDevices{ResourceName: d.Resource, DeviceIds: []string{id}})
-				continue
-			}
-			for _, n := range nodes {
-				c.Devices = append(c.Devices, &v1.ContainerDevices{
-					ResourceName: d.Resource,
-					DeviceIds:    []string{id},
-					Topology:     &v1.TopologyInfo{Nodes: []*v1.NUMANode{{ID: n}}},
-				})
-			}
+			c.Devices = append(c.Devices, inv.ContainerDevices(d.Resource, id)...)
 		}
 	}
 }

@@ -43,8 +43,7 @@ type resolver struct {
 	store      *state.Store
 	pods       *kubeletpods.Reader // nil: no /pods source, every read fails
 	allocators *allocator.Set
-	inventory  func() *inventory.Snapshot // nil: no translation
-	trust      *trust.Checker             // nil: every decoded device is reported
+	trust      *trust.Checker // nil: every decoded device is reported
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	cache      planCache
@@ -96,15 +95,6 @@ func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *tru
 
 // errNoPodsSource is returned when a read is needed but none is configured.
 var errNoPodsSource = errors.New("no kubelet /pods source is configured")
-
-// snapshot returns the inventory to answer one query from: one snapshot per
-// query, so every pod of an answer sees the same inventory.
-func (r *resolver) snapshot() *inventory.Snapshot {
-	if r.inventory == nil {
-		return nil
-	}
-	return r.inventory()
-}
 
 // plans returns one plan per key, and whether every plan came from the
 // store alone (no /pods read), in which case the same keys, store version
@@ -255,21 +245,6 @@ func (r *resolver) translate(rec *state.Record, inv *inventory.Snapshot) []model
 		r.log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
 	}
 	return devs
-}
-
-// RecordingFetch wraps a /pods read so that every successful read is recorded
-// in the store, once per read however many queries share it: pods seen there
-// become pending records with their spec and decoded allocations, which is
-// what lets a pod first learned from NRI cost one /pods read, once.
-func RecordingFetch(read kubeletpods.Fetch, store *state.Store) kubeletpods.Fetch {
-	return func(ctx context.Context) ([]model.KubeletPod, error) {
-		pods, err := read(ctx)
-		if err != nil {
-			return nil, err
-		}
-		store.ObserveKubeletPods(pods)
-		return pods, nil
-	}
 }
 
 // vettable reports whether the record says enough to vet its devices

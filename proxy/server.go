@@ -53,27 +53,37 @@ type Config struct {
 	// IdleTimeout closes connections without calls for this long; 0 means
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// PodsTimeout bounds a shared /pods read; 0 means
+	// kubeletpods.DefaultReadTimeout.
+	PodsTimeout time.Duration
 	Log         logrus.FieldLogger
 }
 
-// Deps are the providers the server composes answers from.
-type Deps struct {
-	Store      *state.Store
-	Pods       *kubeletpods.Reader // fresh /pods reads; nil answers pods unknown to the store with Unavailable
+// Providers are what the server composes its answers from, gathered in one
+// struct as the kubelet's PodResourcesProviders are. The upstream kubelet,
+// dialled from Config, says which pods and containers exist; these say which
+// devices each pod gets and where they sit.
+type Providers struct {
+	// Store holds the pods' records: their sandboxes, specs and decoded
+	// devices.
+	Store *state.Store
+	// Pods reads the kubelet's /pods. The server shares reads between
+	// concurrent queries (kubeletpods.Reader) and records each read in
+	// Store. Nil answers pods unknown to the store with Unavailable.
+	Pods kubeletpods.Fetch
+	// Allocators attribute a pod's devices to its containers.
 	Allocators *allocator.Set
-	// Topology gives added devices their NUMA nodes; nil adds none. It
-	// must answer from the snapshot Inventory returns (or never change when
-	// Inventory is nil): a List answer is reused while that snapshot is.
-	Topology TopologyFunc
-	// Allocatable lists the inventory's devices for GetAllocatableResources
-	// in the kubelet's shape; nil adds none.
-	Allocatable func() []*v1.ContainerDevices
-	// Inventory returns the current inventory, to translate devices the
-	// allocator named by minor or index into ids; nil translates nothing.
+	// Inventory returns the current device inventory. Each call takes one
+	// snapshot and answers from it alone: the devices' NUMA nodes, the
+	// allocatable devices and the translation of devices named by minor or
+	// index. Nil: no inventory.
 	Inventory func() *inventory.Snapshot
-	// Trust decides which decoded devices are reported (see
-	// package trust); serve always sets it. Nil reports every
-	// decoded device, for tests of attribution alone.
+	// ResourceNames name the inventory's devices in GetAllocatableResources;
+	// nil means inventory.DefaultResourceNames.
+	ResourceNames inventory.ResourceNames
+	// Trust decides which decoded devices are reported (package trust);
+	// serve always sets it. Nil reports every decoded device, for tests of
+	// attribution alone.
 	Trust   *trust.Gate
 	Metrics *Metrics
 }
@@ -81,7 +91,7 @@ type Deps struct {
 // Server is the PodResources proxy.
 type Server struct {
 	cfg      Config
-	deps     Deps
+	p        Providers
 	log      logrus.FieldLogger
 	up       *upstream
 	resolver *resolver
@@ -98,11 +108,11 @@ type Server struct {
 
 // New checks the configuration and prepares the server; nothing is dialled
 // or listened on until Serve. The kubelet's socket need not exist yet.
-func New(cfg Config, deps Deps) (*Server, error) {
+func New(cfg Config, p Providers) (*Server, error) {
 	if cfg.Socket == "" {
 		return nil, errors.New("proxy: no socket path")
 	}
-	if deps.Store == nil || deps.Allocators == nil {
+	if p.Store == nil || p.Allocators == nil {
 		return nil, errors.New("proxy: a store and an allocator set are required")
 	}
 	log := cfg.Log
@@ -116,28 +126,30 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("proxy: negative limit (connections %d, request timeout %v, idle timeout %v)",
 			cfg.MaxConnections, cfg.RequestTimeout, cfg.IdleTimeout)
 	}
-	up, err := newUpstream(cfg.KubeletSocket, cfg.MaxMessageSize, cfg.RequestTimeout, deps.Metrics)
+	up, err := newUpstream(cfg.KubeletSocket, cfg.MaxMessageSize, cfg.RequestTimeout, p.Metrics)
 	if err != nil {
 		return nil, err
 	}
+	if p.ResourceNames == nil {
+		p.ResourceNames = inventory.DefaultResourceNames()
+	}
 	s := &Server{
-		cfg:  cfg,
-		deps: deps,
-		log:  log,
-		up:   up,
+		cfg: cfg,
+		p:   p,
+		log: log,
+		up:  up,
 		resolver: &resolver{
-			store:      deps.Store,
-			pods:       deps.Pods,
-			allocators: deps.Allocators,
-			inventory:  deps.Inventory,
-			trust:      newChecker(deps.Trust, deps.Store),
-			metrics:    deps.Metrics,
+			store:      p.Store,
+			pods:       newReader(p, cfg.PodsTimeout),
+			allocators: p.Allocators,
+			trust:      newChecker(p.Trust, p.Store),
+			metrics:    p.Metrics,
 			log:        log,
 		},
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client
 	// can hold is bounded (see limits.go).
-	s.grpc = grpc.NewServer(serverOptions(cfg, rateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, deps.Metrics, nil))...)
+	s.grpc = grpc.NewServer(serverOptions(cfg, rateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil))...)
 	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
 	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
 	s.shareCalls()
@@ -156,7 +168,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
 	errc := make(chan error, 1)
 	go func() {
-		errc <- s.grpc.Serve(newLimitListener(l, s.cfg.MaxConnections, s.deps.Metrics.connectionRejected))
+		errc <- s.grpc.Serve(newLimitListener(l, s.cfg.MaxConnections, s.p.Metrics.connectionRejected))
 	}()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
@@ -196,7 +208,7 @@ type v1Server struct {
 }
 
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
-	defer func() { v.s.deps.Metrics.request("v1", "List", err != nil) }()
+	defer func() { v.s.p.Metrics.request("v1", "List", err != nil) }()
 	out, err := v.s.listV1.do(ctx)
 	if err != nil {
 		return nil, err
@@ -211,12 +223,13 @@ func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, e
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
 	}
-	out, err := s.listAnswer(ctx, &s.segV1, kubelet, started, func(seg []byte, p plan) ([]byte, error) {
+	inv := s.snapshot()
+	out, err := s.listAnswer(ctx, &s.segV1, kubelet, started, inv, func(seg []byte, p plan) ([]byte, error) {
 		var pod v1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {
 			return nil, errNotAPod(err)
 		}
-		mergeV1(&pod, p, s.deps.Topology)
+		mergeV1(&pod, p, inv)
 		return proto.Marshal(&pod)
 	})
 	if err != nil {
@@ -227,7 +240,7 @@ func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, e
 
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
 	arrived := time.Now()
-	defer func() { v.s.deps.Metrics.request("v1", "Get", err != nil) }()
+	defer func() { v.s.p.Metrics.request("v1", "Get", err != nil) }()
 	resp, err = v.s.up.Get(ctx, req)
 	if err != nil {
 		return nil, err // "pod X in namespace Y not found" (Unknown) passes through as is
@@ -236,17 +249,18 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	if pod == nil {
 		return resp, nil
 	}
-	plans, _, err := v.s.resolver.plans(ctx, keysV1([]*v1.PodResources{pod}), arrived, v.s.resolver.snapshot())
+	inv := v.s.snapshot()
+	plans, _, err := v.s.resolver.plans(ctx, keysV1([]*v1.PodResources{pod}), arrived, inv)
 	if err != nil {
 		v.s.log.WithError(err).Warn("Get answered with an error")
 		return nil, err
 	}
-	mergeV1(pod, plans[0], v.s.deps.Topology)
+	mergeV1(pod, plans[0], inv)
 	return resp, nil
 }
 
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
-	defer func() { v.s.deps.Metrics.request("v1", "GetAllocatableResources", err != nil) }()
+	defer func() { v.s.p.Metrics.request("v1", "GetAllocatableResources", err != nil) }()
 	// The answer is shared by every caller of the call: gRPC only reads it.
 	return v.s.allocatable.do(ctx)
 }
@@ -257,9 +271,7 @@ func (s *Server) allocatableAnswer(ctx context.Context, _ time.Time) (*v1.Alloca
 	if err != nil {
 		return nil, err
 	}
-	if s.deps.Allocatable != nil {
-		mergeAllocatable(resp, s.deps.Allocatable(), s.deps.Allocators.ReplacedResources())
-	}
+	mergeAllocatable(resp, s.snapshot().Allocatable(s.p.ResourceNames), s.p.Allocators.ReplacedResources())
 	return resp, nil
 }
 
@@ -271,7 +283,7 @@ type v1alpha1Server struct {
 }
 
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
-	defer func() { v.s.deps.Metrics.request("v1alpha1", "List", err != nil) }()
+	defer func() { v.s.p.Metrics.request("v1alpha1", "List", err != nil) }()
 	out, err := v.s.listV1alpha1.do(ctx)
 	if err != nil {
 		return nil, err
@@ -285,7 +297,7 @@ func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]b
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, func(seg []byte, p plan) ([]byte, error) {
+	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, s.snapshot(), func(seg []byte, p plan) ([]byte, error) {
 		var pod v1alpha1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {
 			return nil, errNotAPod(err)
@@ -303,9 +315,9 @@ func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]b
 // share (shared.go). The requests of these methods have no fields, so one
 // caller's request stands for all.
 func (s *Server) shareCalls() {
-	s.listV1 = &sharedCall[[]byte]{method: "List", fn: s.listV1Answer, metrics: s.deps.Metrics}
-	s.listV1alpha1 = &sharedCall[[]byte]{method: "v1alpha1.List", fn: s.listV1alpha1Answer, metrics: s.deps.Metrics}
-	s.allocatable = &sharedCall[*v1.AllocatableResourcesResponse]{method: "GetAllocatableResources", fn: s.allocatableAnswer, metrics: s.deps.Metrics}
+	s.listV1 = &sharedCall[[]byte]{method: "List", fn: s.listV1Answer, metrics: s.p.Metrics}
+	s.listV1alpha1 = &sharedCall[[]byte]{method: "v1alpha1.List", fn: s.listV1alpha1Answer, metrics: s.p.Metrics}
+	s.allocatable = &sharedCall[*v1.AllocatableResourcesResponse]{method: "GetAllocatableResources", fn: s.allocatableAnswer, metrics: s.p.Metrics}
 }
 
 // newChecker returns the trust checker of gate, nil without a gate.
@@ -314,4 +326,38 @@ func newChecker(gate *trust.Gate, store *state.Store) *trust.Checker {
 		return nil
 	}
 	return trust.NewChecker(gate, store)
+}
+
+// snapshot returns the inventory to answer one call from: one snapshot per
+// call, so that every pod of an answer, and every question about a device
+// (its NUMA nodes, its id, whether the node has it), sees the same inventory.
+func (s *Server) snapshot() *inventory.Snapshot {
+	if s.p.Inventory == nil {
+		return nil
+	}
+	return s.p.Inventory()
+}
+
+// newReader returns the shared /pods reader of p.Pods, which records every
+// read in the store once, however many queries share it: pods seen there
+// become pending records with their spec and decoded allocations, which is
+// what lets a pod first learned from NRI cost one /pods read, once. Nil
+// without p.Pods.
+func newReader(p Providers, timeout time.Duration) *kubeletpods.Reader {
+	if p.Pods == nil {
+		return nil
+	}
+	record := func(ctx context.Context) ([]model.KubeletPod, error) {
+		pods, err := p.Pods(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.Store.ObserveKubeletPods(pods)
+		return pods, nil
+	}
+	var onRead func(time.Duration, error)
+	if p.Metrics != nil {
+		onRead = p.Metrics.ObservePodsRead
+	}
+	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, OnRead: onRead})
 }

@@ -32,13 +32,7 @@ func nodeDevices() []inventory.Device {
 	}
 }
 
-func withNode() option {
-	snap := inventory.NewSnapshot(nodeDevices())
-	return func(h *harness) {
-		withInventory(nodeDevices()...)(h)
-		h.alloc = func() []*v1.ContainerDevices { return snap.Allocatable(inventory.DefaultResourceNames()) }
-	}
-}
+func withNode() option { return withInventory(nodeDevices()...) }
 
 // refusedReasons returns the reasons the store recorded for a pod's refused
 // devices, sorted.

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
-	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
@@ -273,9 +272,6 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if c.insecureTLS {
 		log.Warn("--kubelet-insecure-tls: the kubelet's serving certificate is not verified")
 	}
-	reader := kubeletpods.NewReader(proxy.RecordingFetch(pods.Pods, store),
-		kubeletpods.ReaderOptions{Timeout: c.podsTimeout, OnRead: metrics.ObservePodsRead})
-
 	srv, err := proxy.New(proxy.Config{
 		Socket:         c.socket,
 		KubeletSocket:  c.kubeletSocket,
@@ -283,16 +279,16 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		RateLimitBurst: c.burst,
 		MaxConnections: c.maxConns,
 		RequestTimeout: c.requestTimeout,
+		PodsTimeout:    c.podsTimeout,
 		Log:            log,
-	}, proxy.Deps{
-		Store:       store,
-		Pods:        reader,
-		Allocators:  allocators,
-		Metrics:     metrics,
-		Topology:    inv.Topology,
-		Allocatable: func() []*podresourcesv1.ContainerDevices { return inv.Allocatable(names) },
-		Inventory:   func() *inventory.Snapshot { return inv.Snapshot() },
-		Trust:       trust,
+	}, proxy.Providers{
+		Store:         store,
+		Pods:          pods.Pods,
+		Allocators:    allocators,
+		Inventory:     inv.Snapshot,
+		ResourceNames: names,
+		Trust:         trust,
+		Metrics:       metrics,
 	})
 	if err != nil {
 		return err
