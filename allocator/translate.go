@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -26,7 +27,7 @@ func Translate(devs []model.Device, inv *inventory.Snapshot) (out []model.Device
 	out = devs
 	copied := false
 	for i, d := range devs {
-		if len(d.IDs) > 0 || d.Index == nil && d.Minor == nil {
+		if !namedByNumber(d) {
 			continue
 		}
 		id, err := lookup(d, inv)
@@ -41,6 +42,16 @@ func Translate(devs []model.Device, inv *inventory.Snapshot) (out []model.Device
 		out[i].IDs = []string{id}
 	}
 	return out, problems
+}
+
+// NamedByNumber reports whether some device has no ids yet, only an Index
+// or a Minor: Translate needs the inventory for it.
+func NamedByNumber(devs []model.Device) bool {
+	return slices.ContainsFunc(devs, namedByNumber)
+}
+
+func namedByNumber(d model.Device) bool {
+	return len(d.IDs) == 0 && (d.Index != nil || d.Minor != nil)
 }
 
 // lookup finds the id of a device named by Index or Minor.

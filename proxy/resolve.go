@@ -75,20 +75,14 @@ func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *tru
 	return e.plan, ok && e.rec == rec && e.holders == holders && e.inv == inv
 }
 
-// put stores a plan, first dropping the entries of records the store has
-// replaced or pruned once the cache has grown past twice the store's size.
-func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, p plan, store *state.Store) {
+// put stores a plan. When the cache holds more than twice the store's
+// records (pods removed, or recreated under new UIDs), it is emptied first:
+// the next queries recompute the plans they need.
+func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, p plan, records int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil {
+	if c.m == nil || len(c.m) > 2*records+64 {
 		c.m = map[string]cachedPlan{}
-	}
-	if len(c.m) > 64 && len(c.m) > 2*store.Len() {
-		for uid, e := range c.m {
-			if cur, ok := store.Get(uid); !ok || cur != e.rec {
-				delete(c.m, uid)
-			}
-		}
 	}
 	c.m[rec.UID] = cachedPlan{rec: rec, inv: inv, holders: holders, plan: p}
 }
@@ -183,8 +177,11 @@ func (r *resolver) planFor(rec *state.Record, inv *inventory.Snapshot) plan {
 	if p, ok := r.cache.get(rec, inv, holders); ok {
 		return p
 	}
+	// A plan that needed the inventory to name a device can change when
+	// the inventory does; those (pods from older schedulers) are
+	// recomputed every time.
+	cacheable := !allocator.NamedByNumber(rec.Devices)
 	devs := r.translate(rec, inv)
-	cacheable := &devs[0] == &rec.Devices[0]
 	devs = withoutRefusedIDs(devs, r.vet(rec, devs, inv, holders))
 	var p plan
 	if len(devs) == 0 {
@@ -194,10 +191,8 @@ func (r *resolver) planFor(rec *state.Record, inv *inventory.Snapshot) plan {
 	} else {
 		p = plan{toLast: devs}
 	}
-	// A plan that needed the inventory can change when the inventory does;
-	// those (pods from older schedulers) are recomputed every time.
 	if cacheable {
-		r.cache.put(rec, inv, holders, p, r.store)
+		r.cache.put(rec, inv, holders, p, r.store.Len())
 	}
 	return p
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -220,32 +218,22 @@ func orDash(s string) string {
 // own fields stay exactly as without --sources, so that jq filters written
 // for the plain answer keep working.
 func withOrigins(answer []byte, origins []deviceOrigin) ([]byte, error) {
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, answer); err != nil {
-		return nil, fmt.Errorf("encode answer: %w", err)
-	}
-	obj := bytes.TrimSpace(compact.Bytes())
-	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
-		return nil, errors.New("encode answer: not a JSON object")
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(answer, &obj); err != nil {
+		return nil, fmt.Errorf("encode answer: not a JSON object: %w", err)
 	}
 	if origins == nil {
 		origins = []deviceOrigin{}
 	}
-	extra, err := json.Marshal(map[string][]deviceOrigin{"deviceSources": origins})
+	b, err := json.Marshal(origins)
 	if err != nil {
 		return nil, fmt.Errorf("encode device sources: %w", err)
 	}
-	var joined []byte
-	if len(obj) == 2 { // {}
-		joined = extra
-	} else {
-		joined = append(append(append([]byte{}, obj[:len(obj)-1]...), ','), extra[1:]...)
+	if obj == nil {
+		obj = map[string]json.RawMessage{}
 	}
-	var indented bytes.Buffer
-	if err := json.Indent(&indented, joined, "", "  "); err != nil {
-		return nil, fmt.Errorf("encode answer: %w", err)
-	}
-	return indented.Bytes(), nil
+	obj["deviceSources"] = b
+	return json.MarshalIndent(obj, "", "  ")
 }
 
 // sortedPods orders pods as the table prints them: by namespace/name.
