@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -13,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -59,7 +58,7 @@ func NewReconciler(store *state.Store, opts ReconcilerOptions) (*Reconciler, err
 	if store == nil {
 		return nil, errors.New("creating CRI reconciler: nil state store")
 	}
-	target, err := criTarget(opts.Endpoint)
+	target, err := unixsock.Target(opts.Endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("creating CRI reconciler: %w", err)
 	}
@@ -76,21 +75,6 @@ func NewReconciler(store *state.Store, opts ReconcilerOptions) (*Reconciler, err
 		opts.Metrics = NoMetrics{}
 	}
 	return &Reconciler{store: store, opts: opts, target: target, trigger: make(chan struct{}, 1)}, nil
-}
-
-// criTarget turns a unix:// URL or an absolute path into a gRPC target.
-func criTarget(endpoint string) (string, error) {
-	path := endpoint
-	if scheme, rest, ok := strings.Cut(endpoint, "://"); ok {
-		if scheme != "unix" {
-			return "", fmt.Errorf("CRI endpoint %q: only unix sockets are supported", endpoint)
-		}
-		path = rest
-	}
-	if !filepath.IsAbs(path) {
-		return "", fmt.Errorf("CRI endpoint %q: want unix:///absolute/path or /absolute/path", endpoint)
-	}
-	return "unix://" + path, nil
 }
 
 // Run reconciles at once and then every Interval until ctx is done, and

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+
+	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 )
 
 // DefaultMaxMessageSize bounds the kubelet answers the proxy accepts. Busy
@@ -30,24 +31,8 @@ type upstream struct {
 	timeout time.Duration // bounds calls whose context has no sooner deadline
 }
 
-// SocketTarget turns a socket path or a unix:// URL into a gRPC target.
-func SocketTarget(socket string) (string, error) {
-	switch {
-	case strings.HasPrefix(socket, "unix://"):
-		return socket, nil
-	case strings.HasPrefix(socket, "unix:"):
-		return "unix://" + strings.TrimPrefix(socket, "unix:"), nil
-	case strings.Contains(socket, "://"):
-		return "", fmt.Errorf("socket %q: only unix sockets are supported", socket)
-	case socket == "":
-		return "", fmt.Errorf("empty socket path")
-	default:
-		return "unix://" + socket, nil
-	}
-}
-
 func newUpstream(socket string, maxMsg int, timeout time.Duration, m *Metrics) (*upstream, error) {
-	target, err := SocketTarget(socket)
+	target, err := unixsock.Target(socket)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet socket: %w", err)
 	}

@@ -34,15 +34,15 @@ format of docs/inventory.md).`
 // on stderr and the rest is still printed; only a state directory that
 // cannot be read at all, or a NAMESPACE/NAME with no record, is an error.
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("inspect", stderr)
+	fs := newCommandFlagSet("inspect", stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, inspectUsage); fs.PrintDefaults() }
 	dir := fs.String("state-dir", defaultStateDir, "the state directory to read")
-	output := fs.String("o", "table", "output format: table or json")
+	output := fs.StringP("output", "o", "table", "output format: table or json")
 	showInventory := fs.Bool("inventory", false, "print the node inventory serve wrote to DIR/inventory.json instead of the pods")
-	pods, err := parseInterspersed(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	pods := fs.Args()
 	if err := checkOutput(*output); err != nil {
 		return err
 	}

@@ -6,12 +6,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"flag"
+
+	"github.com/spf13/pflag"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's
@@ -58,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		switch {
 		case err == nil:
 			return 0
-		case errors.Is(err, flag.ErrHelp):
+		case errors.Is(err, flag.ErrHelp), errors.Is(err, pflag.ErrHelp):
 			return 0
 		case errors.As(err, &ue):
 			fmt.Fprintf(stderr, "podres-proxy %s: %v\n", c.name, err)
@@ -84,38 +87,32 @@ func usage(w io.Writer) {
 }
 
 // newFlagSet returns a flag set that reports errors instead of exiting.
+// serve's flags use it: their names and -h are an interface the deployment
+// files and their tests read.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("podres-proxy "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
 }
 
+// newCommandFlagSet returns a flag set for the commands that take
+// positional arguments (inspect, query): pflag's, so that flags may come
+// before, between or after them, as with kubectl.
+func newCommandFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("podres-proxy "+name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
 // parseFlags parses args, turning flag errors into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+func parseFlags(fs interface{ Parse([]string) error }, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
 		return usageError{err}
 	}
 	return nil
-}
-
-// parseInterspersed parses args in which flags may come before, between or
-// after the positional arguments, as with kubectl, and returns the
-// positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for rest := args; ; {
-		if err := parseFlags(fs, rest); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return positional, nil
-		}
-		positional = append(positional, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
 }
 
 // checkOutput validates an -o flag.

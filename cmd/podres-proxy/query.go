@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -36,18 +37,18 @@ output is the answer with a "deviceSources" list added.`
 // runQuery is a PodResources client, so operators can compare the proxy's
 // answer with the kubelet's (--socket /var/lib/kubelet/pod-resources/kubelet.sock).
 func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("query", stderr)
+	fs := newCommandFlagSet("query", stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, queryUsage); fs.PrintDefaults() }
 	socket := fs.String("socket", defaultSocket, "PodResources socket to ask (path or unix:// URL)")
-	output := fs.String("o", "table", "output format: table or json")
+	output := fs.StringP("output", "o", "table", "output format: table or json")
 	timeout := fs.Duration("timeout", 10*time.Second, "time limit for the call (with --sources, for it and the kubelet's together)")
 	sources := fs.Bool("sources", false, "label each device with where it came from (kubelet or the allocator) and where its NUMA node came from")
 	kubeletSocket := fs.String("kubelet-socket", defaultKubeletSocket, "with --sources: the kubelet's own PodResources socket, whose answer tells the kubelet's devices apart")
 	stateDir := fs.String("state-dir", defaultStateDir, "with --sources: serve's state directory (pod records and inventory.json)")
-	ops, err := parseInterspersed(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	ops := fs.Args()
 	if err := checkOutput(*output); err != nil {
 		return err
 	}
@@ -80,10 +81,10 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{fmt.Errorf("unknown operation %q (want list, get NAMESPACE/NAME or allocatable)", strings.Join(ops, " "))}
 	}
 
-	if _, err := proxy.SocketTarget(*socket); err != nil {
+	if _, err := unixsock.Target(*socket); err != nil {
 		return usageError{err}
 	}
-	if _, err := proxy.SocketTarget(*kubeletSocket); err != nil {
+	if _, err := unixsock.Target(*kubeletSocket); err != nil {
 		return usageError{fmt.Errorf("--kubelet-socket: %w", err)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -117,7 +118,7 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // ask makes one call to a PodResources socket.
 func ask(ctx context.Context, socket string, call func(context.Context, v1.PodResourcesListerClient) (proto.Message, error)) (proto.Message, error) {
-	target, err := proxy.SocketTarget(socket)
+	target, err := unixsock.Target(socket)
 	if err != nil {
 		return nil, err
 	}
