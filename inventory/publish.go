@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 )
@@ -189,7 +192,10 @@ func (p *Publisher) removeTemporaryFiles() {
 // inventory changes again; it never stops the daemon, since the file only
 // serves operators.
 func (p *Publisher) Run(ctx context.Context) error {
-	delay := p.retryMin
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: p.retryMin, Factor: 2, Cap: publishRetryMax, Steps: math.MaxInt32}
+	}
+	backoff := newBackoff()
 	for {
 		// Take the channel before the snapshot Publish reads, so that a
 		// change between the two is never missed.
@@ -197,11 +203,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 		var retry *time.Timer
 		var retryC <-chan time.Time
 		if err := p.Publish(); err != nil {
-			retry = time.NewTimer(delay)
+			retry = time.NewTimer(backoff.Step())
 			retryC = retry.C
-			delay = min(2*delay, publishRetryMax)
 		} else {
-			delay = p.retryMin
+			backoff = newBackoff()
 		}
 		select {
 		case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -144,7 +146,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if p.preLaunched {
 		log = p.opts.Log.WithField("socket", "pre-connected by the runtime")
 	}
-	backoff := p.opts.MinBackoff
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: p.opts.MinBackoff, Factor: 2, Cap: p.opts.MaxBackoff, Steps: math.MaxInt32}
+	}
+	backoff := newBackoff()
 	failures := 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -165,25 +170,24 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		switch {
 		case wasSynced:
-			backoff, failures = p.opts.MinBackoff, 0
-			log.WithError(err).Infof("Lost the NRI connection (runtime restarting?); reconnecting in %s", backoff)
+			backoff, failures = newBackoff(), 0
+			log.WithError(err).Infof("Lost the NRI connection (runtime restarting?); reconnecting in %s", backoff.Duration)
 		case failures == 0:
 			log.WithError(err).Warnf("Cannot connect to NRI; retrying with backoff up to %s", p.opts.MaxBackoff)
 		default:
-			log.WithError(err).Debugf("Cannot connect to NRI; retrying in %s", backoff)
+			log.WithError(err).Debugf("Cannot connect to NRI; retrying in %s", backoff.Duration)
 		}
+		delay := backoff.Duration // a lost connection is retried at once at the minimum
 		if !wasSynced {
 			failures++
+			delay = backoff.Step() // and failures wait twice as long each time
 		}
-		timer := time.NewTimer(backoff)
+		timer := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return nil
 		case <-timer.C:
-		}
-		if !wasSynced {
-			backoff = min(2*backoff, p.opts.MaxBackoff)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 )
@@ -362,12 +364,11 @@ func (p *persister) run() {
 		if !kicked && !p.wait(p.batchWindow) {
 			return
 		}
-		backoff := p.minBackoff
+		backoff := wait.Backoff{Duration: p.minBackoff, Factor: 2, Cap: p.maxBackoff, Steps: math.MaxInt32}
 		for p.writeBatch() != nil {
-			if !p.wait(backoff) {
+			if !p.wait(backoff.Step()) {
 				return
 			}
-			backoff = min(2*backoff, p.maxBackoff)
 		}
 	}
 }

@@ -10,10 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"flag"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -297,20 +298,16 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	var errsMu sync.Mutex
-	var errs []error // of the parts that failed; collected, so no part ever blocks reporting
+	// The first part to fail stops the others; a part's error after the
+	// stop (its context ended) is not a failure.
+	g, gctx := errgroup.WithContext(ctx)
 	start := func(name string, run func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := run(ctx); err != nil && ctx.Err() == nil {
-				errsMu.Lock()
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-				errsMu.Unlock()
-				cancel()
+		g.Go(func() error {
+			if err := run(gctx); err != nil && gctx.Err() == nil {
+				return fmt.Errorf("%s: %w", name, err)
 			}
-		}()
+			return nil
+		})
 	}
 
 	// NFD asks GetAllocatableResources once at start: have the inventory
@@ -329,7 +326,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		reconciler, err = plugin.NewReconciler(store, plugin.ReconcilerOptions{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: pm})
 		if err != nil {
 			cancel()
-			wg.Wait()
+			_ = g.Wait()
 			return fmt.Errorf("CRI reconciler: %w", err)
 		}
 		start("CRI reconciler", reconciler.Run)
@@ -346,7 +343,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		nri, err := plugin.New(store, opts)
 		if err != nil {
 			cancel()
-			wg.Wait()
+			_ = g.Wait()
 			return fmt.Errorf("NRI plugin: %w", err)
 		}
 		start("NRI plugin", nri.Run)
@@ -359,9 +356,13 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		})
 	}
 
-	<-ctx.Done()
+	<-gctx.Done()
+	var failed error // the part that failed first, when one did
+	if ctx.Err() == nil {
+		failed = context.Cause(gctx)
+	}
 	stopped := make(chan struct{})
-	go func() { wg.Wait(); close(stopped) }()
+	go func() { _ = g.Wait(); close(stopped) }()
 	grace := time.NewTimer(shutdownGrace)
 	defer grace.Stop()
 	select {
@@ -371,12 +372,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		// store, which is what a restart needs.
 		log.Errorf("some parts did not stop within %s; exiting without them", shutdownGrace)
 	}
-	errsMu.Lock()
-	defer errsMu.Unlock()
-	if len(errs) == 0 {
+	if failed == nil {
 		log.Info("stopped")
 	}
-	return errors.Join(errs...)
+	return failed
 }
 
 // shutdownGrace bounds the wait for the parts to stop after SIGTERM, so
