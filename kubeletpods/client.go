@@ -55,7 +55,7 @@ func defaultMaxBody(memLimit int64) int64 {
 }
 
 // defaultMaxKept lets what one read keeps take a quarter of the memory
-// limit: a reader's snapshot and the store's records of it both live while
+// limit: a reader's list and the store's records of it both live while
 // the next read decodes.
 func defaultMaxKept(memLimit int64) int64 {
 	if memLimit == 0 {

@@ -117,7 +117,7 @@ var errTooMuchKept = errors.New("the pods' annotations and container resources a
 // pods before it, never the whole answer: a /pods of tens of MiB (finished
 // pods with large environments stay listed until deleted) must not take
 // the daemon's memory. Finished pods (Succeeded, Failed) keep only their
-// identity and phase, which Snapshot.Lookup needs to prefer a live pod of
+// identity and phase, which PodList.Lookup needs to prefer a live pod of
 // the same name; their annotations and containers are dropped as soon as
 // the pod is decoded. Of the other pods' annotations only those keep
 // accepts are kept (all when keep is nil). maxKept > 0 bounds the bytes of
@@ -244,7 +244,7 @@ func (list *podList) kubeletPods() ([]model.KubeletPod, error) {
 	}
 	// The kubelet lists pods from a map, in no order. Sorting by creation
 	// makes "the last of several pods with one name" mean "the newest",
-	// which Snapshot.Lookup relies on.
+	// which PodList.Lookup relies on.
 	slices.SortStableFunc(list.Items, func(a, b pod) int {
 		return cmp.Compare(a.Metadata.CreationTimestamp, b.Metadata.CreationTimestamp)
 	})

@@ -41,9 +41,9 @@ type Reader struct {
 	now     func() time.Time
 
 	mu   sync.Mutex
-	last *Snapshot // the newest successful read
-	cur  *read     // the read in flight, if any
-	next *read     // the read that starts when cur ends, if anyone waits for one
+	last *PodList // the newest successful read
+	cur  *read    // the read in flight, if any
+	next *read    // the read that starts when cur ends, if anyone waits for one
 }
 
 // read is one call of fetch and the callers waiting for it.
@@ -55,8 +55,8 @@ type read struct {
 	deadline time.Time
 	waiters  int // callers waiting; a next read nobody waits for is dropped
 	done     chan struct{}
-	snap     *Snapshot // set before done is closed, on success
-	err      error     // set before done is closed, on failure
+	snap     *PodList // set before done is closed, on success
+	err      error    // set before done is closed, on failure
 }
 
 // NewReader returns a Reader that reads with fetch.
@@ -80,7 +80,7 @@ func NewReader(fetch Fetch, opts ReaderOptions) *Reader {
 //
 // ctx bounds only the caller's wait: a shared read is not cancelled when a
 // caller leaves (it has its own timeout), so the others still get it.
-func (r *Reader) ReadAfter(ctx context.Context, t time.Time) (*Snapshot, error) {
+func (r *Reader) ReadAfter(ctx context.Context, t time.Time) (*PodList, error) {
 	r.mu.Lock()
 	if now := r.now(); t.After(now) {
 		t = now
@@ -160,7 +160,7 @@ func (r *Reader) run(rd *read) {
 	if err != nil {
 		rd.err = err
 	} else {
-		rd.snap = NewSnapshot(rd.started, pods)
+		rd.snap = NewPodList(rd.started, pods)
 		if r.last == nil || !rd.started.Before(r.last.Started) {
 			r.last = rd.snap
 		}
@@ -176,10 +176,10 @@ func (r *Reader) run(rd *read) {
 	close(rd.done)
 }
 
-// Snapshot is the result of one /pods read. It is shared by every caller of
+// PodList is the result of one /pods read. It is shared by every caller of
 // the read and must not be modified.
-type Snapshot struct {
-	// Started is when the read started: the snapshot shows every pod the
+type PodList struct {
+	// Started is when the read started: the list shows every pod the
 	// kubelet had been given by then.
 	Started time.Time
 	// Pods are the kubelet's pods, oldest first (see Client.Pods).
@@ -188,9 +188,9 @@ type Snapshot struct {
 	byKey map[model.PodKey]int // index in Pods of the pod Lookup answers
 }
 
-// NewSnapshot indexes pods, which must be oldest first, for Lookup.
-func NewSnapshot(started time.Time, pods []model.KubeletPod) *Snapshot {
-	s := &Snapshot{Started: started, Pods: pods, byKey: make(map[model.PodKey]int, len(pods))}
+// NewPodList indexes pods, which must be oldest first, for Lookup.
+func NewPodList(started time.Time, pods []model.KubeletPod) *PodList {
+	s := &PodList{Started: started, Pods: pods, byKey: make(map[model.PodKey]int, len(pods))}
 	for i := range pods {
 		key := model.PodKey{Namespace: pods[i].Namespace, Name: pods[i].Name}
 		if j, ok := s.byKey[key]; !ok || prefer(&pods[i], &pods[j]) {
@@ -210,7 +210,7 @@ func NewSnapshot(started time.Time, pods []model.KubeletPod) *Snapshot {
 // active ones; so Lookup prefers a pod that is not finished, and among
 // equals the later one in Pods, which is the newer (Pods is oldest first).
 // This way a query about a pod being created never gets its predecessor.
-func (s *Snapshot) Lookup(key model.PodKey) (*model.KubeletPod, bool) {
+func (s *PodList) Lookup(key model.PodKey) (*model.KubeletPod, bool) {
 	if s.byKey != nil {
 		i, ok := s.byKey[key]
 		if !ok {
@@ -218,7 +218,7 @@ func (s *Snapshot) Lookup(key model.PodKey) (*model.KubeletPod, bool) {
 		}
 		return &s.Pods[i], true
 	}
-	// A Snapshot built as a literal (in tests) has no index.
+	// A PodList built as a literal (in tests) has no index.
 	var found *model.KubeletPod
 	for i := range s.Pods {
 		p := &s.Pods[i]

@@ -39,7 +39,7 @@ type ReconcilerOptions struct {
 	// logger.
 	Log logrus.FieldLogger
 	// Metrics receives counters; nil discards them.
-	Metrics Metrics
+	Metrics Observer
 }
 
 // Reconciler brings the store in line with what the runtime lists over CRI,
@@ -72,7 +72,7 @@ func NewReconciler(store *state.Store, opts ReconcilerOptions) (*Reconciler, err
 		opts.Log = logrus.StandardLogger()
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = NoMetrics{}
+		opts.Metrics = NoObserver{}
 	}
 	return &Reconciler{store: store, opts: opts, target: target, trigger: make(chan struct{}, 1)}, nil
 }
@@ -184,7 +184,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 			State:     criContainerState(ctr.GetState()),
 		})
 	}
-	r.store.Reconcile(state.SourceCRI, asOf, sandboxes, containers, true)
+	r.store.Reconcile(state.OriginCRI, asOf, sandboxes, containers, true)
 	r.opts.Log.WithFields(logrus.Fields{
 		"pods": len(sandboxes), "containers": len(containers), "took": time.Since(start),
 	}).Debug("Reconciled the state store with CRI")

@@ -43,10 +43,10 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 	// Known before: a pod the runtime no longer has, and a container of a
 	// listed pod that is gone.
 	gone := k8sPod("gone")
-	store.ObserveSandbox(state.SourceNRI, sandbox(gone, true))
+	store.ObserveSandbox(state.OriginNRI, sandbox(gone, true))
 	ready := criPod("ready", criv1.PodSandboxState_SANDBOX_READY)
-	store.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: ready.Id, UID: ready.Metadata.Uid, Namespace: "default", Name: "ready", Ready: true})
-	store.ObserveContainer(state.SourceNRI, model.RuntimeContainer{ID: ready.Id + "-gone", SandboxID: ready.Id, Name: "gone", State: model.ContainerRunning})
+	store.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: ready.Id, UID: ready.Metadata.Uid, Namespace: "default", Name: "ready", Ready: true})
+	store.ObserveContainer(state.OriginNRI, model.RuntimeContainer{ID: ready.Id + "-gone", SandboxID: ready.Id, Name: "gone", State: model.ContainerRunning})
 
 	notReady := criPod("notready", criv1.PodSandboxState_SANDBOX_NOTREADY)
 	plain := &criv1.PodSandbox{Id: "sb-plain", Metadata: &criv1.PodSandboxMetadata{Name: "plain"}} // no uid: not Kubernetes'
@@ -95,8 +95,8 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 	if rec.Annotations["example.com/gpu"] != "GPU-notready" {
 		t.Errorf("annotations not recorded: %v", rec.Annotations)
 	}
-	if rec.Sources.Sandbox == nil || rec.Sources.Sandbox.Source != state.SourceCRI {
-		t.Errorf("sandbox source %+v, want cri", rec.Sources.Sandbox)
+	if rec.Provenance.Sandbox == nil || rec.Provenance.Sandbox.Origin != state.OriginCRI {
+		t.Errorf("sandbox source %+v, want cri", rec.Provenance.Sandbox)
 	}
 }
 

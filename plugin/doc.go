@@ -8,7 +8,7 @@
 // CRI-O 1.26 and later) and subscribes to RunPodSandbox, StopPodSandbox,
 // RemovePodSandbox, PostCreateContainer, PostStartContainer, StopContainer
 // and RemoveContainer. Each event becomes one [state.Store] update with
-// source [state.SourceNRI]; Synchronize, sent on every connection, becomes a
+// source [state.OriginNRI]; Synchronize, sent on every connection, becomes a
 // full [state.Store.Reconcile].
 //
 // The plugin is an observer and never fails or delays a pod. Handlers always
@@ -41,7 +41,7 @@
 // Synchronize and never get RemoveContainer. [Reconciler] therefore lists the
 // runtime's sandboxes and containers over CRI (ListPodSandbox and
 // ListContainers) at start and then periodically, and reconciles the store
-// with source [state.SourceCRI]. A runtime socket that is missing or
+// with source [state.OriginCRI]. A runtime socket that is missing or
 // restarting is logged and retried; it is never fatal.
 //
 // # Usage
@@ -56,6 +56,6 @@
 // [Plugin.Synced] tells /readyz whether the store reflects the runtime. It
 // stays false on a runtime whose NRI is disabled (containerd 1.7's default),
 // so readiness that waits for it must have a way out (a timeout, or a flag
-// that disables the plugin). Counters go through [Metrics], which the daemon
+// that disables the plugin). Counters go through [Observer], which the daemon
 // backs with Prometheus.
 package plugin

@@ -56,7 +56,7 @@ type Options struct {
 	// again. 0 means DefaultConfigureTimeout.
 	ConfigureTimeout time.Duration
 	// Metrics receives counters; nil discards them.
-	Metrics Metrics
+	Metrics Observer
 	// OnSynchronized, when set, is called after each Synchronize has been
 	// applied to the store (once per connection), off the request path.
 	// The daemon uses it to trigger a CRI reconcile, which knows the
@@ -68,7 +68,7 @@ type Options struct {
 // by Run.
 type Plugin struct {
 	opts        Options
-	handlers    *plugin
+	handlers    *handlers
 	preLaunched bool
 	// stubOptions are added to every stub; tests use them to capture the
 	// connection.
@@ -103,7 +103,7 @@ func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*P
 		opts.MaxBackoff = DefaultMaxBackoff
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = NoMetrics{}
+		opts.Metrics = NoObserver{}
 	}
 	if opts.ConfigureTimeout <= 0 {
 		opts.ConfigureTimeout = DefaultConfigureTimeout

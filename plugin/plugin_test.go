@@ -15,7 +15,7 @@ import (
 )
 
 func TestConfigureSubscribesOnlyToEventsOldRuntimesKnow(t *testing.T) {
-	p := newHandlers(state.New(state.Options{}), testLog(), NoMetrics{}, nil)
+	p := newHandlers(state.New(state.Options{}), testLog(), NoObserver{}, nil)
 	mask, err := p.Configure(context.Background(), "", "containerd", "v1.7.30")
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestConfigureSubscribesOnlyToEventsOldRuntimesKnow(t *testing.T) {
 
 func TestHandlersTolerateNilAndSparseArguments(t *testing.T) {
 	store := state.New(state.Options{})
-	p := newHandlers(store, testLog(), NoMetrics{}, nil)
+	p := newHandlers(store, testLog(), NoObserver{}, nil)
 	ctx := context.Background()
 	unknown := &api.PodSandbox{Id: "sb-unknown"}
 	unknownCtr := &api.Container{Id: "ctr-unknown", PodSandboxId: "sb-unknown"}
@@ -99,7 +99,7 @@ func TestHandlersTolerateNilAndSparseArguments(t *testing.T) {
 
 func TestHandlersIgnoreDuplicateEvents(t *testing.T) {
 	store := state.New(state.Options{})
-	p := newHandlers(store, testLog(), NoMetrics{}, nil)
+	p := newHandlers(store, testLog(), NoObserver{}, nil)
 	ctx := context.Background()
 	pod := k8sPod("a")
 	ctr := k8sCtr(pod, "app", api.ContainerState_CONTAINER_RUNNING)
@@ -117,7 +117,7 @@ func TestHandlersIgnoreDuplicateEvents(t *testing.T) {
 
 func TestStopContainerRecordsStoppedWhateverStateTheEventCarries(t *testing.T) {
 	store := state.New(state.Options{})
-	p := newHandlers(store, testLog(), NoMetrics{}, nil)
+	p := newHandlers(store, testLog(), NoObserver{}, nil)
 	ctx := context.Background()
 	pod := k8sPod("a")
 	p.RunPodSandbox(ctx, pod)
@@ -163,10 +163,10 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 	// What the store knew before the plugin connected.
 	a, gone, stopped := k8sPod("a"), k8sPod("gone"), k8sPod("stopped")
 	for _, pod := range []*api.PodSandbox{a, gone, stopped} {
-		store.ObserveSandbox(state.SourceNRI, sandbox(pod, true))
+		store.ObserveSandbox(state.OriginNRI, sandbox(pod, true))
 	}
-	store.SandboxStopped(state.SourceNRI, stopped.Id, stopped.Uid)
-	store.ObserveContainer(state.SourceNRI, model.RuntimeContainer{
+	store.SandboxStopped(state.OriginNRI, stopped.Id, stopped.Uid)
+	store.ObserveContainer(state.OriginNRI, model.RuntimeContainer{
 		ID: a.Id + "-exited", SandboxID: a.Id, Name: "exited", State: model.ContainerRunning,
 	})
 
@@ -210,8 +210,8 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 	if rb.Annotations["example.com/gpu"] != "GPU-b" || len(rb.Devices) != 1 {
 		t.Errorf("pod b's allocation not recorded: annotations %v, devices %v", rb.Annotations, rb.Devices)
 	}
-	if rb.Sources.Sandbox == nil || rb.Sources.Sandbox.Source != state.SourceNRI {
-		t.Errorf("pod b's sandbox source = %+v, want nri", rb.Sources.Sandbox)
+	if rb.Provenance.Sandbox == nil || rb.Provenance.Sandbox.Origin != state.OriginNRI {
+		t.Errorf("pod b's sandbox source = %+v, want nri", rb.Provenance.Sandbox)
 	}
 }
 

@@ -160,7 +160,7 @@ func TestBenchProxyProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range benchPods(n) {
-		store.ObserveSandbox(state.SourceNRI, model.Sandbox{
+		store.ObserveSandbox(state.OriginNRI, model.Sandbox{
 			ID: fmt.Sprintf("sandbox-%d", i), UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 			Annotations: p.Annotations, Ready: true,
 		})

@@ -240,7 +240,7 @@ func (h *harness) get(ns, name string) *v1.PodResources {
 
 // markLive records the pod's sandbox as NRI would at RunPodSandbox.
 func (h *harness) markLive(p fakekubelet.Pod, sandboxID string) {
-	h.store.ObserveSandbox(state.SourceNRI, model.Sandbox{
+	h.store.ObserveSandbox(state.OriginNRI, model.Sandbox{
 		ID: sandboxID, UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 		Annotations: p.Annotations, Ready: true,
 	})

@@ -148,7 +148,7 @@ func (r *resolver) plans(ctx context.Context, keys []model.PodKey, arrived time.
 	return plans, false, nil
 }
 
-func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Snapshot, error) {
+func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.PodList, error) {
 	if r.pods == nil {
 		return nil, errNoPodsSource
 	}

@@ -292,7 +292,7 @@ func TestRecreatedPodNeverGetsItsPredecessorsDevices(t *testing.T) {
 	h.k.SetPods(old)
 	h.list()
 	h.markLive(old, "sb-old")
-	h.store.SandboxStopped(state.SourceNRI, "sb-old", "")
+	h.store.SandboxStopped(state.OriginNRI, "sb-old", "")
 
 	// The StatefulSet recreates web-0 with another GPU; its sandbox does not
 	// exist yet (Multus asks during CNI ADD).

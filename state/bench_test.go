@@ -41,7 +41,7 @@ func BenchmarkEventToDurable(b *testing.B) {
 			defer s.Close()
 			uid := func(i int) string { return fmt.Sprintf("pod-%04d", i) }
 			for i := range burst {
-				s.ObserveSandbox(SourceNRI, readySandbox(uid(i), "ns", uid(i), "sb-"+uid(i), nil))
+				s.ObserveSandbox(OriginNRI, readySandbox(uid(i), "ns", uid(i), "sb-"+uid(i), nil))
 			}
 			if err := s.Flush(context.Background()); err != nil {
 				b.Fatal(err)
@@ -60,7 +60,7 @@ func BenchmarkEventToDurable(b *testing.B) {
 					state = model.ContainerStopped
 				}
 				for i := range burst {
-					s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
+					s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
 				}
 				for range burst {
 					<-durable

@@ -79,7 +79,7 @@ const flushedBeforeKill = 50
 func crashWriter(s *Store, tag string, flushed *atomic.Bool, sayBusy bool) {
 	uid := func(i int) string { return fmt.Sprintf("%s-%06d", tag, i%flushedBeforeKill) }
 	for i := range flushedBeforeKill {
-		s.ObserveSandbox(SourceNRI, readySandbox(uid(i), "ns", "p-"+uid(i), "sb-"+uid(i), nil))
+		s.ObserveSandbox(OriginNRI, readySandbox(uid(i), "ns", "p-"+uid(i), "sb-"+uid(i), nil))
 	}
 	if err := s.Flush(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -92,7 +92,7 @@ func crashWriter(s *Store, tag string, flushed *atomic.Bool, sayBusy bool) {
 		if i/flushedBeforeKill%2 == 1 {
 			state = model.ContainerStopped
 		}
-		s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
+		s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
 		if sayBusy && i == 100*flushedBeforeKill {
 			fmt.Println("busy")
 		}

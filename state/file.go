@@ -127,16 +127,16 @@ func validate(r *Record) error {
 		}
 	}
 	for name, seen := range map[string]*Seen{
-		"sandbox": r.Sources.Sandbox, "annotations": r.Sources.Annotations,
-		"spec": r.Sources.Spec, "containers": r.Sources.Containers,
+		"sandbox": r.Provenance.Sandbox, "annotations": r.Provenance.Annotations,
+		"spec": r.Provenance.Spec, "containers": r.Provenance.Containers,
 	} {
 		if seen == nil {
 			continue
 		}
-		switch seen.Source {
-		case SourceKubelet, SourceNRI, SourceCRI:
+		switch seen.Origin {
+		case OriginKubelet, OriginNRI, OriginCRI:
 		default:
-			return fmt.Errorf("sources.%s: unknown source %q", name, seen.Source)
+			return fmt.Errorf("sources.%s: unknown source %q", name, seen.Origin)
 		}
 	}
 	return nil

@@ -25,11 +25,11 @@ func sampleRecord() *Record {
 		Devices: []model.Device{{Allocator: "koordinator", Type: "gpu", Resource: "nvidia.com/gpu",
 			IDs: []string{"GPU-1"}, Minor: &minor, ContainerIndex: &idx}},
 		DecodeErrors: []string{"rdma: unexpected end of JSON input"},
-		Sources: Sources{
-			Sandbox:     &Seen{Source: SourceNRI, At: at},
-			Annotations: &Seen{Source: SourceNRI, At: at},
-			Spec:        &Seen{Source: SourceKubelet, At: at},
-			Containers:  &Seen{Source: SourceCRI, At: at},
+		Provenance: Provenance{
+			Sandbox:     &Seen{Origin: OriginNRI, At: at},
+			Annotations: &Seen{Origin: OriginNRI, At: at},
+			Spec:        &Seen{Origin: OriginKubelet, At: at},
+			Containers:  &Seen{Origin: OriginCRI, At: at},
 		},
 		UpdatedAt: at,
 		RemovedAt: &at,
@@ -166,7 +166,7 @@ func TestAVersion1FileFromThePreviousReleaseLoadsWhole(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a version-1 file was refused: %v", err)
 	}
-	if r.SandboxID != "4f1c0d2e9b8a" || r.Spec == nil || len(r.Spec.Containers) != 1 || r.Sources.Spec == nil || len(r.Devices) != 1 {
+	if r.SandboxID != "4f1c0d2e9b8a" || r.Spec == nil || len(r.Spec.Containers) != 1 || r.Provenance.Spec == nil || len(r.Devices) != 1 {
 		t.Errorf("the version-1 record lost facts: %+v", r)
 	}
 	out, err := encodeRecord(r)

@@ -62,7 +62,7 @@ func TestDirectoriesPlantedAsSymlinksAreRefused(t *testing.T) {
 			}
 			s, err := Open(dir, Options{Log: quietLog()})
 			if err == nil {
-				s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+				s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 				s.Close()
 				t.Fatalf("Open used %s planted as a symlink", sub)
 			}
@@ -113,7 +113,7 @@ func TestStartsOnAFullDiskWithoutThePIDInTheLockFile(t *testing.T) {
 		t.Errorf("the failed pid write was not reported: %q", captured.Text())
 	}
 	// Serving goes on: the store takes changes (their writes retry).
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if _, ok := s.Get("u1"); !ok {
 		t.Error("the store took no change")
 	}
@@ -136,7 +136,7 @@ func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t
 			return nil
 		}
 	})
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
 		t.Fatalf("Flush on a full disk: %v, want ENOSPC", err)
 	}

@@ -94,9 +94,9 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1"},
 		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{"example.com/gpu": "1"}}}}}})
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
-	s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
-	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "web-1", "sb2", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
+	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
+	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "web-1", "sb2", nil))
 	flush(t, s)
 	want := encodedRecords(t, s.Records())
 	if err := s.Close(); err != nil {
@@ -161,8 +161,8 @@ func TestOpenDecodesAnnotationsAgainWithTheCurrentDecoder(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
 	s := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "old.example.com"}, Now: clock.Now}, nil)
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
-	learned := mustGet(t, s, "u1").Sources.Annotations
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
+	learned := mustGet(t, s, "u1").Provenance.Annotations
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +173,8 @@ func TestOpenDecodesAnnotationsAgainWithTheCurrentDecoder(t *testing.T) {
 	if len(r.Devices) != 1 || r.Devices[0].Resource != "new.example.com/gpu" {
 		t.Fatalf("devices after reopening with a new decoder: %+v", r.Devices)
 	}
-	if r.Sources.Annotations.Source != learned.Source || !r.Sources.Annotations.At.Equal(learned.At) {
-		t.Errorf("re-decoding changed where the annotations came from: %+v, want %+v", r.Sources.Annotations, learned)
+	if r.Provenance.Annotations.Origin != learned.Origin || !r.Provenance.Annotations.At.Equal(learned.At) {
+		t.Errorf("re-decoding changed where the annotations came from: %+v, want %+v", r.Provenance.Annotations, learned)
 	}
 	flush(t, s2)
 	if got := readRecordFile(t, dir, "u1").Devices[0].Resource; got != "new.example.com/gpu" {
@@ -286,7 +286,7 @@ func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *t
 	dir := t.TempDir()
 	durable := make(chan time.Duration, 16)
 	s := openTest(t, dir, Options{OnDurable: func(d time.Duration) { durable <- d }}, nil)
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	flush(t, s)
 
 	// Root ignores permissions, so take the directory away instead: a plain
@@ -299,8 +299,8 @@ func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *t
 	if err := os.WriteFile(podsDir, nil, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	s.SandboxStopped(SourceNRI, "sb1", "")
-	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.SandboxStopped(OriginNRI, "sb1", "")
+	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	err := s.Flush(context.Background())
 	if !errors.Is(err, syscall.ENOTDIR) && (err == nil || !strings.Contains(err.Error(), "not a directory")) {
 		t.Fatalf("Flush with the pods directory gone: %v, want ENOTDIR", err)
@@ -372,7 +372,7 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 					return nil
 				}
 			})
-			s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+			s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 			flush(t, s)
 			before, err := os.ReadFile(filepath.Join(dir, podsDirName, "u1.json"))
 			if err != nil {
@@ -383,13 +383,13 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 			failing = true
 			mu.Unlock()
 			if op == "remove" {
-				s.SandboxRemoved(SourceNRI, "sb1", "")
+				s.SandboxRemoved(OriginNRI, "sb1", "")
 				flush(t, s)
 				before, _ = os.ReadFile(filepath.Join(dir, podsDirName, "u1.json"))
 				clock.Advance(time.Minute)
 				s.Prune()
 			} else {
-				s.SandboxStopped(SourceNRI, "sb1", "")
+				s.SandboxStopped(OriginNRI, "sb1", "")
 			}
 			if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
 				t.Fatalf("Flush while %s fails: %v, want ENOSPC", op, err)
@@ -442,8 +442,8 @@ func TestPrunerDeletesRemovedRecordsAndTheirFiles(t *testing.T) {
 	s := openTest(t, dir, Options{Now: clock.Now, PruneAfter: time.Minute}, func(p *persister) {
 		p.pruneInterval = time.Millisecond
 	})
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	s.SandboxRemoved(SourceNRI, "sb1", "")
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.SandboxRemoved(OriginNRI, "sb1", "")
 	flush(t, s)
 	if names := podFiles(t, dir); len(names) != 1 {
 		t.Fatalf("files %v, want the removed record kept during the grace period", names)
@@ -468,7 +468,7 @@ func TestPrunerDeletesRemovedRecordsAndTheirFiles(t *testing.T) {
 
 func TestFlushAndCloseOfAnInMemoryStoreDoNothing(t *testing.T) {
 	s := New(Options{})
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if err := s.Flush(context.Background()); err != nil {
 		t.Errorf("Flush: %v", err)
 	}
@@ -478,7 +478,7 @@ func TestFlushAndCloseOfAnInMemoryStoreDoNothing(t *testing.T) {
 	if st := s.Stats(); st != (Stats{Records: 1}) {
 		t.Errorf("Stats %+v, want only Records", st)
 	}
-	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	if len(s.Records()) != 2 {
 		t.Error("an in-memory store stopped working after Close")
 	}
@@ -496,7 +496,7 @@ func TestFlushReturnsWhenItsContextEnds(t *testing.T) {
 		}
 	})
 	defer close(block)
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := s.Flush(ctx); !errors.Is(err, context.Canceled) {
@@ -510,12 +510,12 @@ func TestCloseWritesPendingChangesAndLaterChangesStayInMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	readRecordFile(t, dir, "u1")
-	s.ObserveSandbox(SourceNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	if _, ok := s.Get("u2"); !ok {
 		t.Error("the store stopped answering after Close")
 	}
@@ -534,7 +534,7 @@ func TestReadDirNeverSeesAHalfWrittenFileWhileTheWriterRuns(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir, Options{}, nil)
 	for i := range 20 {
-		s.ObserveSandbox(SourceNRI, readySandbox(fmt.Sprintf("u%02d", i), "ns", fmt.Sprintf("p%02d", i), fmt.Sprintf("sb%02d", i), nil))
+		s.ObserveSandbox(OriginNRI, readySandbox(fmt.Sprintf("u%02d", i), "ns", fmt.Sprintf("p%02d", i), fmt.Sprintf("sb%02d", i), nil))
 	}
 	flush(t, s)
 	stop := make(chan struct{})
@@ -552,7 +552,7 @@ func TestReadDirNeverSeesAHalfWrittenFileWhileTheWriterRuns(t *testing.T) {
 			if n/20%2 == 1 {
 				state = model.ContainerStopped
 			}
-			s.ObserveContainer(SourceNRI, model.RuntimeContainer{ID: fmt.Sprintf("c%d", i), SandboxID: fmt.Sprintf("sb%02d", i), Name: "app", State: state})
+			s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: fmt.Sprintf("c%d", i), SandboxID: fmt.Sprintf("sb%02d", i), Name: "app", State: state})
 			if n%50 == 0 {
 				s.Flush(context.Background())
 			}
@@ -586,7 +586,7 @@ func TestReadDirOfADirectoryThatCannotBeReadIsOneError(t *testing.T) {
 
 func TestStatsReportDurableLatency(t *testing.T) {
 	s := openTest(t, t.TempDir(), Options{}, nil)
-	s.ObserveSandbox(SourceNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	flush(t, s)
 	st := s.Stats()
 	if st.Writes != 1 || st.LastDurable <= 0 || st.MaxDurable < st.LastDurable || st.Pending != 0 || st.Records != 1 {

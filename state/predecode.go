@@ -76,7 +76,7 @@ func (s *Store) predecode(pre predecoded, ref model.PodRef, all map[string]strin
 		// every sandbox every 30 s): a look under the read lock is cheap.
 		s.mu.RLock()
 		r := s.byUID[ref.UID]
-		same := r != nil && r.Sources.Annotations != nil && mapsEqual(rel, r.Annotations)
+		same := r != nil && r.Provenance.Annotations != nil && mapsEqual(rel, r.Annotations)
 		s.mu.RUnlock()
 		if same {
 			return

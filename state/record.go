@@ -29,24 +29,24 @@ const (
 	PhaseRemoved Phase = "removed"
 )
 
-// Source names where a fact came from.
-type Source string
+// Origin names where a fact came from.
+type Origin string
 
 const (
-	SourceKubelet Source = "kubelet" // the kubelet's /pods endpoint
-	SourceNRI     Source = "nri"     // an NRI event or Synchronize
-	SourceCRI     Source = "cri"     // the runtime's CRI ListPodSandbox/ListContainers
+	OriginKubelet Origin = "kubelet" // the kubelet's /pods endpoint
+	OriginNRI     Origin = "nri"     // an NRI event or Synchronize
+	OriginCRI     Origin = "cri"     // the runtime's CRI ListPodSandbox/ListContainers
 )
 
 // Seen says where and when a fact was last learned.
 type Seen struct {
-	Source Source    `json:"source"`
+	Origin Origin    `json:"source"`
 	At     time.Time `json:"at"`
 }
 
-// Sources records the provenance of each fact of a Record. A nil entry means
-// the fact has never been learned.
-type Sources struct {
+// Provenance records where and when each fact of a Record was learned. A
+// nil entry means the fact has never been learned.
+type Provenance struct {
 	Sandbox     *Seen `json:"sandbox,omitempty"`     // sandbox id and State
 	Annotations *Seen `json:"annotations,omitempty"` // allocator annotations and Devices
 	Spec        *Seen `json:"spec,omitempty"`        // container requests
@@ -97,8 +97,9 @@ type Record struct {
 	// sandbox with, or that the API no longer has. The runtime's value is
 	// kept: an allocation is fixed when the sandbox starts.
 	Edited []string `json:"edited,omitempty"`
-	// Sources says where and when each fact was last learned.
-	Sources Sources `json:"sources"`
+	// Provenance says where and when each fact was last learned (the file
+	// keeps the name "sources").
+	Provenance Provenance `json:"sources"`
 	// UpdatedAt is when the record last changed.
 	UpdatedAt time.Time `json:"updatedAt"`
 	// RemovedAt is when the record entered PhaseRemoved; it is pruned a grace
@@ -114,9 +115,9 @@ func (r *Record) Key() model.PodKey { return model.PodKey{Namespace: r.Namespace
 // PodResources has no UID, and a pod recreated under the same name must
 // never get its predecessor's devices.
 func (r *Record) Live() bool {
-	if r.State != PhaseReady || r.SandboxID == "" || r.Sources.Sandbox == nil {
+	if r.State != PhaseReady || r.SandboxID == "" || r.Provenance.Sandbox == nil {
 		return false
 	}
-	src := r.Sources.Sandbox.Source
-	return src == SourceNRI || src == SourceCRI
+	src := r.Provenance.Sandbox.Origin
+	return src == OriginNRI || src == OriginCRI
 }

@@ -196,7 +196,7 @@ func SortRecords(rs []*Record) {
 
 // ObserveSandbox records a sandbox the runtime reported (NRI RunPodSandbox,
 // Synchronize, CRI ListPodSandbox). It creates the record if the UID is new.
-func (s *Store) ObserveSandbox(src Source, sb model.Sandbox) {
+func (s *Store) ObserveSandbox(src Origin, sb model.Sandbox) {
 	pre := predecoded{}
 	s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	s.lock(pre)
@@ -215,7 +215,7 @@ func (s *Store) unlock() {
 	s.mu.Unlock()
 }
 
-func (s *Store) observeSandbox(src Source, sb model.Sandbox) {
+func (s *Store) observeSandbox(src Origin, sb model.Sandbox) {
 	uid := sb.UID
 	if uid == "" {
 		uid = s.bySandbox[sb.ID]
@@ -253,8 +253,8 @@ func (s *Store) observeSandbox(src Source, sb model.Sandbox) {
 		// Provenance says who told us a fact and when it last changed, not
 		// who confirmed it last: a CRI reconcile agreeing with what NRI
 		// reported changes nothing, and rewrites no file.
-		if r.Sources.Sandbox == nil || changed {
-			r.Sources.Sandbox = &Seen{Source: src, At: now}
+		if r.Provenance.Sandbox == nil || changed {
+			r.Provenance.Sandbox = &Seen{Origin: src, At: now}
 			changed = true
 		}
 		if s.setAnnotations(r, sb.Annotations, src, now, false) {
@@ -266,16 +266,16 @@ func (s *Store) observeSandbox(src Source, sb model.Sandbox) {
 
 // SandboxStopped records that a sandbox stopped (NRI StopPodSandbox). The
 // sandbox is found by id, or by uid when the event carried no id.
-func (s *Store) SandboxStopped(src Source, sandboxID, uid string) {
+func (s *Store) SandboxStopped(src Origin, sandboxID, uid string) {
 	s.setSandboxPhase(src, sandboxID, uid, PhaseStopped)
 }
 
 // SandboxRemoved records that a sandbox is gone (NRI RemovePodSandbox).
-func (s *Store) SandboxRemoved(src Source, sandboxID, uid string) {
+func (s *Store) SandboxRemoved(src Origin, sandboxID, uid string) {
 	s.setSandboxPhase(src, sandboxID, uid, PhaseRemoved)
 }
 
-func (s *Store) setSandboxPhase(src Source, sandboxID, uid string, phase Phase) {
+func (s *Store) setSandboxPhase(src Origin, sandboxID, uid string, phase Phase) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id, ok := s.bySandbox[sandboxID]; ok && sandboxID != "" {
@@ -286,14 +286,14 @@ func (s *Store) setSandboxPhase(src Source, sandboxID, uid string, phase Phase) 
 	s.setPhase(src, uid, phase)
 }
 
-func (s *Store) setPhase(src Source, uid string, phase Phase) {
+func (s *Store) setPhase(src Origin, uid string, phase Phase) {
 	now := s.opts.Now()
 	s.update(uid, func(r *Record) bool {
 		if r.State == phase || r.State == PhaseRemoved {
 			return false
 		}
 		r.State = phase
-		r.Sources.Sandbox = &Seen{Source: src, At: now}
+		r.Provenance.Sandbox = &Seen{Origin: src, At: now}
 		if phase == PhaseRemoved {
 			r.RemovedAt = &now
 			for i := range r.Containers {
@@ -305,13 +305,13 @@ func (s *Store) setPhase(src Source, uid string, phase Phase) {
 }
 
 // ObserveContainer records a container the runtime reported.
-func (s *Store) ObserveContainer(src Source, c model.RuntimeContainer) {
+func (s *Store) ObserveContainer(src Origin, c model.RuntimeContainer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.observeContainer(src, c)
 }
 
-func (s *Store) observeContainer(src Source, c model.RuntimeContainer) {
+func (s *Store) observeContainer(src Origin, c model.RuntimeContainer) {
 	uid, ok := s.bySandbox[c.SandboxID]
 	if !ok || c.ID == "" {
 		return
@@ -338,13 +338,13 @@ func (s *Store) observeContainer(src Source, c model.RuntimeContainer) {
 				r.Containers[i].Name = c.Name
 			}
 		}
-		r.Sources.Containers = &Seen{Source: src, At: now}
+		r.Provenance.Containers = &Seen{Origin: src, At: now}
 		return true
 	})
 }
 
 // ContainerRemoved records that a container is gone.
-func (s *Store) ContainerRemoved(src Source, sandboxID, containerID string) {
+func (s *Store) ContainerRemoved(src Origin, sandboxID, containerID string) {
 	s.ObserveContainer(src, model.RuntimeContainer{ID: containerID, SandboxID: sandboxID, State: model.ContainerRemoved})
 }
 
@@ -355,7 +355,7 @@ func (s *Store) ContainerRemoved(src Source, sandboxID, containerID string) {
 // (NRI leaves exited containers out) and removed when it is true (CRI lists
 // exited ones). A record whose sandbox or containers changed after asOf is
 // newer than the snapshot and keeps what it knows.
-func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []model.Sandbox, containers []model.RuntimeContainer, exitedListed bool) {
+func (s *Store) Reconcile(src Origin, asOf time.Time, sandboxes []model.Sandbox, containers []model.RuntimeContainer, exitedListed bool) {
 	pre := predecoded{}
 	for _, sb := range sandboxes {
 		s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
@@ -369,10 +369,10 @@ func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []model.Sandbox,
 	sandboxNewer := map[string]bool{}
 	containersNewer := map[string]bool{}
 	for uid, r := range s.byUID {
-		if newer(r.Sources.Sandbox) {
+		if newer(r.Provenance.Sandbox) {
 			sandboxNewer[uid] = true
 		}
-		if newer(r.Sources.Containers) {
+		if newer(r.Provenance.Containers) {
 			containersNewer[uid] = true
 		}
 	}
@@ -422,7 +422,7 @@ func (s *Store) Reconcile(src Source, asOf time.Time, sandboxes []model.Sandbox,
 				changed = true
 			}
 			if changed {
-				r.Sources.Containers = &Seen{Source: src, At: now}
+				r.Provenance.Containers = &Seen{Origin: src, At: now}
 			}
 			return changed
 		})
@@ -475,10 +475,10 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 			if r.Spec == nil || !sameSpec(r.Spec, &p.Spec) {
 				spec := p.Spec
 				r.Spec = &spec
-				r.Sources.Spec = &Seen{Source: SourceKubelet, At: now}
+				r.Provenance.Spec = &Seen{Origin: OriginKubelet, At: now}
 				changed = true
 			}
-			if seen := r.Sources.Annotations; seen != nil && seen.Source != SourceKubelet && s.opts.Decoder != nil {
+			if seen := r.Provenance.Annotations; seen != nil && seen.Origin != OriginKubelet && s.opts.Decoder != nil {
 				// The runtime's copy (NRI, CRI) is the allocation the sandbox
 				// started with, and it stays: an edit in the API changes
 				// nothing, and is recorded. A key the runtime's copy did not
@@ -488,7 +488,7 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 				// time, which say since when the pod holds its devices; a pod
 				// that started with none gets none later.
 				fixed, edited := fixAnnotations(r.Annotations, s.relevant(p.Annotations))
-				if s.setAnnotations(r, fixed, seen.Source, seen.At, false) {
+				if s.setAnnotations(r, fixed, seen.Origin, seen.At, false) {
 					changed = true
 				}
 				if !slices.Equal(r.Edited, edited) {
@@ -497,7 +497,7 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 				}
 				return changed
 			}
-			if s.setAnnotations(r, p.Annotations, SourceKubelet, now, false) {
+			if s.setAnnotations(r, p.Annotations, OriginKubelet, now, false) {
 				changed = true
 			}
 			return changed
@@ -505,7 +505,7 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 	}
 	for uid, r := range s.byUID {
 		if r.State == PhasePending && !seen[uid] {
-			s.setPhase(SourceKubelet, uid, PhaseRemoved)
+			s.setPhase(OriginKubelet, uid, PhaseRemoved)
 		}
 	}
 }
@@ -551,17 +551,17 @@ func sameSpec(a, b *model.PodSpec) bool {
 // they changed, or always when force is set (a record read back from disk is
 // decoded again because the allocator configuration may have changed). It
 // reports whether it decoded.
-func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now time.Time, force bool) bool {
+func (s *Store) setAnnotations(r *Record, all map[string]string, src Origin, now time.Time, force bool) bool {
 	if s.opts.Decoder == nil {
 		return false
 	}
 	rel := s.relevant(all)
-	if !force && r.Sources.Annotations != nil && maps.Equal(rel, r.Annotations) {
-		if seen := r.Sources.Annotations; seen.Source == SourceKubelet && src != SourceKubelet {
+	if !force && r.Provenance.Annotations != nil && maps.Equal(rel, r.Annotations) {
+		if seen := r.Provenance.Annotations; seen.Origin == OriginKubelet && src != OriginKubelet {
 			// The runtime started the sandbox with what /pods said: from
 			// now on the runtime's copy is the allocation, fixed (see
 			// ObserveKubeletPods), held since it was first seen.
-			r.Sources.Annotations = &Seen{Source: src, At: seen.At}
+			r.Provenance.Annotations = &Seen{Origin: src, At: seen.At}
 			return true
 		}
 		return false
@@ -577,7 +577,7 @@ func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now
 		s.decodedUnderLock++
 		r.Devices, r.DecodeErrors = s.decode(r, rel)
 	}
-	r.Sources.Annotations = &Seen{Source: src, At: now}
+	r.Provenance.Annotations = &Seen{Origin: src, At: now}
 	return true
 }
 
@@ -586,9 +586,9 @@ func (s *Store) setAnnotations(r *Record, all map[string]string, src Source, now
 // record says, so the file must be written again. Called with mu held.
 func (s *Store) adopt(r *Record) bool {
 	changed := false
-	if seen := r.Sources.Annotations; seen != nil {
+	if seen := r.Provenance.Annotations; seen != nil {
 		ann, devs, errs := r.Annotations, r.Devices, r.DecodeErrors
-		if s.setAnnotations(r, r.Annotations, seen.Source, seen.At, true) {
+		if s.setAnnotations(r, r.Annotations, seen.Origin, seen.At, true) {
 			changed = !maps.Equal(ann, r.Annotations) || !sameOrEmpty(devs, r.Devices) || !sameOrEmpty(errs, r.DecodeErrors)
 		}
 		if changed {

@@ -197,7 +197,7 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 	// holder.
 	for _, p := range []struct{ uid, name string }{{"zz-first", "first"}, {"aa-second", "second"}} {
 		store.ObserveKubeletPods([]model.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
-		store.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
+		store.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
 		clock = clock.Add(time.Second)
 	}
 	check := func(when string, records []*state.Record) {
@@ -249,7 +249,7 @@ func TestASharedGPUStaysShared(t *testing.T) {
 			t.Fatal(errs)
 		}
 		records = append(records, &state.Record{UID: uid, Name: uid, State: state.PhaseReady, Spec: koordSpec("50"), Devices: devs,
-			Sources: state.Sources{Annotations: &state.Seen{Source: state.SourceNRI, At: at.Add(time.Duration(i) * time.Second)}}})
+			Provenance: state.Provenance{Annotations: &state.Seen{Origin: state.OriginNRI, At: at.Add(time.Duration(i) * time.Second)}}})
 	}
 	holders := gate.Holders(records, nil)
 	for _, r := range records {
@@ -298,10 +298,10 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 			}
 			dev := model.Device{Allocator: koordinator.Name, Type: typ, Resource: resource, IDs: []string{id}, Shared: shared}
 			r := &state.Record{UID: uid, Namespace: "ns", Name: uid, State: phase, Spec: spec, Devices: []model.Device{dev},
-				Sources: state.Sources{Annotations: &state.Seen{Source: state.SourceKubelet, At: at.Add(time.Duration(y>>2%4) * time.Second)}}}
+				Provenance: state.Provenance{Annotations: &state.Seen{Origin: state.OriginKubelet, At: at.Add(time.Duration(y>>2%4) * time.Second)}}}
 			if phase == state.PhaseReady {
 				r.SandboxID = "sb-" + uid
-				r.Sources.Sandbox = &state.Seen{Source: state.SourceNRI, At: at}
+				r.Provenance.Sandbox = &state.Seen{Origin: state.OriginNRI, At: at}
 			}
 			records = append(records, r)
 		}

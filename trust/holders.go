@@ -37,7 +37,7 @@ type claim struct {
 }
 
 // before reports whether c holds the device rather than o: the claim
-// learned first (Record.Sources.Annotations.At), then a running sandbox
+// learned first (Record.Provenance.Annotations.At), then a running sandbox
 // before a pending pod, then the smaller UID, so that every query and every
 // restart picks the same pod.
 func (c claim) before(o claim) bool {
@@ -69,7 +69,7 @@ func (g *Gate) Holders(records []*state.Record, inv *inventory.Snapshot) *Holder
 		devs, _ := allocator.Translate(r.Devices, inv)
 		kept, _ := g.Vet(r.Spec, devs, inv)
 		for _, d := range kept {
-			c := claim{uid: r.UID, since: r.Sources.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}
+			c := claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}
 			for _, id := range d.IDs {
 				k := claimKey(id)
 				if cur, ok := h.byID[k]; !ok || c.before(cur) {
@@ -91,7 +91,7 @@ func (c claim) kind() string {
 // claimant reports whether a record's devices can hold a device: a running
 // or pending pod the kubelet does not consider finished, with annotations.
 func claimant(r *state.Record) bool {
-	if r.Sources.Annotations == nil || len(r.Devices) == 0 {
+	if r.Provenance.Annotations == nil || len(r.Devices) == 0 {
 		return false
 	}
 	if r.KubeletPhase == "Succeeded" || r.KubeletPhase == "Failed" {

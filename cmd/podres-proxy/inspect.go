@@ -208,7 +208,7 @@ func printRecords(out io.Writer, records []*state.Record, now time.Time) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
 			orNone(r.Namespace), orNone(r.Name), r.UID, r.State, orNone(shortID(r.SandboxID)),
 			containersColumn(r.Containers), devicesColumn(r.Devices, r.Refused), len(r.DecodeErrors),
-			sourcesColumn(r.Sources), age(now, r.UpdatedAt))
+			sourcesColumn(r.Provenance), age(now, r.UpdatedAt))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -315,11 +315,11 @@ func deviceIDs(d model.Device) []string {
 }
 
 // sourcesColumn lists where the record's facts came from, sandbox first.
-func sourcesColumn(s state.Sources) string {
+func sourcesColumn(s state.Provenance) string {
 	var out []string
 	for _, seen := range []*state.Seen{s.Sandbox, s.Annotations, s.Spec, s.Containers} {
-		if seen != nil && !slices.Contains(out, string(seen.Source)) {
-			out = append(out, string(seen.Source))
+		if seen != nil && !slices.Contains(out, string(seen.Origin)) {
+			out = append(out, string(seen.Origin))
 		}
 	}
 	return orNone(strings.Join(out, ","))

@@ -42,14 +42,14 @@ func newStateDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	s.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: "5f2a9c0e7d1b4a3c8e6f", UID: "uid-train", Namespace: "ml", Name: "train-0",
+	s.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "5f2a9c0e7d1b4a3c8e6f", UID: "uid-train", Namespace: "ml", Name: "train-0",
 		Annotations: map[string]string{"example.com/gpu": "GPU-aaa,GPU-bbb"}, Ready: true})
-	s.ObserveContainer(state.SourceNRI, model.RuntimeContainer{ID: "c1", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "trainer", State: model.ContainerRunning})
-	s.ObserveContainer(state.SourceNRI, model.RuntimeContainer{ID: "c2", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "sidecar", State: model.ContainerStopped})
+	s.ObserveContainer(state.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "trainer", State: model.ContainerRunning})
+	s.ObserveContainer(state.OriginNRI, model.RuntimeContainer{ID: "c2", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "sidecar", State: model.ContainerStopped})
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "uid-web", Namespace: "default", Name: "web", Phase: "Pending",
 		Annotations: map[string]string{"example.com/gpu": "bad"}}})
-	s.ObserveSandbox(state.SourceCRI, model.Sandbox{ID: "sb-old", UID: "uid-old", Namespace: "ml", Name: "train-0", Ready: true})
-	s.SandboxRemoved(state.SourceCRI, "sb-old", "")
+	s.ObserveSandbox(state.OriginCRI, model.Sandbox{ID: "sb-old", UID: "uid-old", Namespace: "ml", Name: "train-0", Ready: true})
+	s.SandboxRemoved(state.OriginCRI, "sb-old", "")
 	if err := s.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestInspectTranslatesDevicesNamedByMinorThroughTheInventoryAsTheProxyDoes(t
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	s.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: "sb-1", UID: "uid-old-koord", Namespace: "ml", Name: "legacy", Ready: true,
+	s.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "sb-1", UID: "uid-old-koord", Namespace: "ml", Name: "legacy", Ready: true,
 		Annotations: map[string]string{"scheduling.koordinator.sh/device-allocated": `{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}`}})
 	if err := s.Flush(context.Background()); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
-// pluginMetrics backs plugin.Metrics (the NRI plugin and the CRI
+// pluginMetrics backs plugin.Observer (the NRI plugin and the CRI
 // reconciler) with Prometheus collectors.
 type pluginMetrics struct {
 	events            *prometheus.HistogramVec

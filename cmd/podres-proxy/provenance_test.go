@@ -14,7 +14,7 @@ func TestRecordOfAPodNamePrefersTheLiveRecordThenTheNewestCurrentOne(t *testing.
 		r := &state.Record{UID: uid, Namespace: "ml", Name: "train-0", State: phase, UpdatedAt: at.Add(time.Duration(minutes) * time.Minute)}
 		if live {
 			r.SandboxID = "sb-" + uid
-			r.Sources.Sandbox = &state.Seen{Source: state.SourceNRI, At: r.UpdatedAt}
+			r.Provenance.Sandbox = &state.Seen{Origin: state.OriginNRI, At: r.UpdatedAt}
 		}
 		return r
 	}

@@ -34,7 +34,7 @@ func TestInspectEscapesDeviceIDsForTheTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ObserveSandbox(state.SourceNRI, model.Sandbox{ID: "sb1", UID: "uid-1", Namespace: "ml", Name: "evil",
+	s.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "sb1", UID: "uid-1", Namespace: "ml", Name: "evil",
 		Annotations: map[string]string{"example.com/gpu": evilID}, Ready: true})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -2,11 +2,11 @@ package plugin
 
 import "time"
 
-// Metrics receives what the plugin and the reconciler measure; the daemon
+// Observer receives what the plugin and the reconciler measure; the daemon
 // backs it with Prometheus collectors, so this package imports none.
 // Implementations must be safe for concurrent use and must not block: they
 // are called from NRI handlers.
-type Metrics interface {
+type Observer interface {
 	// Event counts one NRI request handled, by its NRI name
 	// (RunPodSandbox, ..., RemoveContainer, Synchronize), and how long the
 	// handler took.
@@ -21,10 +21,10 @@ type Metrics interface {
 	Reconciled(took time.Duration, err error)
 }
 
-// NoMetrics discards everything. Embed it to implement part of Metrics.
-type NoMetrics struct{}
+// NoObserver discards everything. Embed it to implement part of Observer.
+type NoObserver struct{}
 
-func (NoMetrics) Event(string, time.Duration)     {}
-func (NoMetrics) Connected(bool)                  {}
-func (NoMetrics) Reconnect()                      {}
-func (NoMetrics) Reconciled(time.Duration, error) {}
+func (NoObserver) Event(string, time.Duration)     {}
+func (NoObserver) Connected(bool)                  {}
+func (NoObserver) Reconnect()                      {}
+func (NoObserver) Reconciled(time.Duration, error) {}

@@ -28,12 +28,12 @@ var events = func() api.EventMask {
 	return m
 }()
 
-// plugin handles NRI requests: every handler turns its event into a store
+// handlers handle NRI requests: every handler turns its event into a store
 // update and returns nil.
-type plugin struct {
+type handlers struct {
 	store   *state.Store
 	log     logrus.FieldLogger
-	metrics Metrics
+	metrics Observer
 	// onSynced is called, in its own goroutine, after a Synchronize.
 	onSynced func()
 
@@ -46,14 +46,14 @@ type plugin struct {
 	abandoned  bool
 }
 
-func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics, onSynced func()) *plugin {
-	return &plugin{store: store, log: log, metrics: metrics, onSynced: onSynced}
+func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Observer, onSynced func()) *handlers {
+	return &handlers{store: store, log: log, metrics: metrics, onSynced: onSynced}
 }
 
 // Configure subscribes to the events the plugin records. The configuration
 // string is only non-empty for a pre-launched plugin whose runtime has a
 // drop-in file for it; the plugin takes its configuration from flags.
-func (p *plugin) Configure(_ context.Context, config, runtime, version string) (stub.EventMask, error) {
+func (p *handlers) Configure(_ context.Context, config, runtime, version string) (stub.EventMask, error) {
 	p.mu.Lock()
 	abandoned := p.abandoned
 	if !abandoned && p.configured != nil {
@@ -75,7 +75,7 @@ func (p *plugin) Configure(_ context.Context, config, runtime, version string) (
 // Synchronize reconciles the store with the runtime's full list of pods and
 // containers, which the runtime sends on every new connection: listed pods
 // and containers are recorded, recorded ones that are not listed are gone.
-func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+func (p *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	asOf := time.Now() // the runtime holds back other events while it syncs
 	p.mu.Lock()
 	conn := p.conn
@@ -103,7 +103,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 			}
 			sandboxes = append(sandboxes, p.syncedSandbox(pod))
 		}
-		p.store.Reconcile(state.SourceNRI, asOf, sandboxes, containers, false)
+		p.store.Reconcile(state.OriginNRI, asOf, sandboxes, containers, false)
 		p.mu.Lock()
 		current := p.conn == conn
 		if current {
@@ -122,7 +122,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 // the store already knows as stopped stays stopped, the others are taken as
 // ready. One that stopped while the plugin was disconnected is corrected by
 // the CRI reconciler, which sees sandbox states.
-func (p *plugin) syncedSandbox(pod *api.PodSandbox) model.Sandbox {
+func (p *handlers) syncedSandbox(pod *api.PodSandbox) model.Sandbox {
 	sb := sandbox(pod, true)
 	if r, ok := p.store.Get(sb.UID); ok && r.SandboxID == sb.ID && r.State == state.PhaseStopped {
 		sb.Ready = false
@@ -132,50 +132,50 @@ func (p *plugin) syncedSandbox(pod *api.PodSandbox) model.Sandbox {
 
 // RunPodSandbox records a pod whose sandbox the runtime has started, with
 // its annotations (the scheduler's device allocation).
-func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+func (p *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if pod.GetId() == "" && pod.GetUid() == "" {
 		p.log.Debug("Ignoring RunPodSandbox without a pod")
 		return nil
 	}
 	sb := sandbox(pod, true)
 	podLog(p.log, pod).Info("Pod sandbox started")
-	p.update(ctx, "RunPodSandbox", func() { p.store.ObserveSandbox(state.SourceNRI, sb) })
+	p.update(ctx, "RunPodSandbox", func() { p.store.ObserveSandbox(state.OriginNRI, sb) })
 	return nil
 }
 
 // StopPodSandbox records that a pod's sandbox stopped: its devices must no
 // longer be trusted for a pod of the same name.
-func (p *plugin) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+func (p *handlers) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	id, uid := pod.GetId(), pod.GetUid()
 	if id == "" && uid == "" {
 		p.log.Debug("Ignoring StopPodSandbox without a pod")
 		return nil
 	}
 	podLog(p.log, pod).Info("Pod sandbox stopped")
-	p.update(ctx, "StopPodSandbox", func() { p.store.SandboxStopped(state.SourceNRI, id, uid) })
+	p.update(ctx, "StopPodSandbox", func() { p.store.SandboxStopped(state.OriginNRI, id, uid) })
 	return nil
 }
 
 // RemovePodSandbox records that a pod's sandbox is gone.
-func (p *plugin) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+func (p *handlers) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	id, uid := pod.GetId(), pod.GetUid()
 	if id == "" && uid == "" {
 		p.log.Debug("Ignoring RemovePodSandbox without a pod")
 		return nil
 	}
 	podLog(p.log, pod).Info("Pod sandbox removed")
-	p.update(ctx, "RemovePodSandbox", func() { p.store.SandboxRemoved(state.SourceNRI, id, uid) })
+	p.update(ctx, "RemovePodSandbox", func() { p.store.SandboxRemoved(state.OriginNRI, id, uid) })
 	return nil
 }
 
 // PostCreateContainer records a container the runtime created.
-func (p *plugin) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+func (p *handlers) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	p.observeContainer(ctx, "PostCreateContainer", pod, ctr, model.ContainerCreated)
 	return nil
 }
 
 // PostStartContainer records a container the runtime started.
-func (p *plugin) PostStartContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+func (p *handlers) PostStartContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	p.observeContainer(ctx, "PostStartContainer", pod, ctr, model.ContainerRunning)
 	return nil
 }
@@ -184,13 +184,13 @@ func (p *plugin) PostStartContainer(ctx context.Context, pod *api.PodSandbox, ct
 // the container has stopped, whether it was asked to or exited by itself.
 // The state comes from the event, not from the container, which containerd
 // reports as unknown once it has exited.
-func (p *plugin) StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+func (p *handlers) StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	p.observeContainer(ctx, "StopContainer", pod, ctr, model.ContainerStopped)
 	return nil, nil
 }
 
 // RemoveContainer records a container that is gone.
-func (p *plugin) RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+func (p *handlers) RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	p.observeContainer(ctx, "RemoveContainer", pod, ctr, model.ContainerRemoved)
 	return nil
 }
@@ -198,7 +198,7 @@ func (p *plugin) RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 // observeContainer records a container event. Containers unknown to the
 // store (containerd sends Stop and Remove for containers whose creation
 // failed) are ignored by the store.
-func (p *plugin) observeContainer(ctx context.Context, event string, pod *api.PodSandbox, ctr *api.Container, st model.ContainerState) {
+func (p *handlers) observeContainer(ctx context.Context, event string, pod *api.PodSandbox, ctr *api.Container, st model.ContainerState) {
 	c := model.RuntimeContainer{
 		ID:        ctr.GetId(),
 		SandboxID: ctr.GetPodSandboxId(),
@@ -213,7 +213,7 @@ func (p *plugin) observeContainer(ctx context.Context, event string, pod *api.Po
 		return
 	}
 	podLog(p.log, pod).WithFields(logrus.Fields{"container": c.Name, "containerID": c.ID}).Debugf("Container %s", st)
-	p.update(ctx, event, func() { p.store.ObserveContainer(state.SourceNRI, c) })
+	p.update(ctx, event, func() { p.store.ObserveContainer(state.OriginNRI, c) })
 }
 
 // update applies a store update inline, as nri-plugins' handlers do. The
@@ -222,7 +222,7 @@ func (p *plugin) observeContainer(ctx context.Context, event string, pod *api.Po
 // hostile pod's annotation is decoded elsewhere; only the event's own pod
 // is decoded here. The runtime serializes NRI calls, so updates stay in
 // the runtime's order.
-func (p *plugin) update(_ context.Context, event string, apply func()) {
+func (p *handlers) update(_ context.Context, event string, apply func()) {
 	start := time.Now()
 	apply()
 	p.metrics.Event(event, time.Since(start))
@@ -233,7 +233,7 @@ var errAbandoned = errors.New("the NRI connection was given up: no configuration
 
 // connecting starts a new connection: nothing is synchronized on it yet.
 // The channel it returns is closed when the runtime configures it.
-func (p *plugin) connecting() <-chan struct{} {
+func (p *handlers) connecting() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.conn++
@@ -244,7 +244,7 @@ func (p *plugin) connecting() <-chan struct{} {
 }
 
 // abandon makes the current connection's Configure fail from now on.
-func (p *plugin) abandon() {
+func (p *handlers) abandon() {
 	p.mu.Lock()
 	p.abandoned = true
 	p.mu.Unlock()
@@ -252,7 +252,7 @@ func (p *plugin) abandon() {
 
 // disconnected ends the current connection and reports whether it had been
 // synchronized, that is, whether the runtime had accepted the plugin.
-func (p *plugin) disconnected() bool {
+func (p *handlers) disconnected() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	was := p.synced
@@ -261,7 +261,7 @@ func (p *plugin) disconnected() bool {
 	return was
 }
 
-func (p *plugin) isSynced() bool {
+func (p *handlers) isSynced() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.synced
@@ -269,7 +269,7 @@ func (p *plugin) isSynced() bool {
 
 // onClose is called by the stub when the connection to the runtime drops;
 // Run takes care of reconnecting.
-func (p *plugin) onClose() {
+func (p *handlers) onClose() {
 	p.metrics.Connected(false)
 	p.log.Info("NRI connection closed")
 }
