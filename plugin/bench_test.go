@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -24,7 +25,7 @@ func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {
 	dir := shortTempDir(t)
 	rt := startRuntime(t, dir, nil, nil)
 	p := startPlugin(t, store, dir)
-	waitFor(t, "Synchronize", p.Synced)
+	poll.Until(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
 
 	pod := k8sPod("web")
@@ -97,7 +98,7 @@ func benchmarkEvents(b *testing.B, onDisk bool, interval time.Duration) {
 	dir := shortTempDir(b)
 	rt := startRuntime(b, dir, nil, nil)
 	p := startPlugin(b, store, dir)
-	waitFor(b, "Synchronize", p.Synced)
+	poll.Until(b, "Synchronize", p.Synced)
 	rt.waitPlugins(b, 1)
 
 	lifecycle := []string{"RunPodSandbox", "PostCreateContainer", "PostStartContainer",

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -108,7 +109,7 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	dir := shortTempDir(t)
 	rt := startRuntime(t, dir, nil, nil)
 	p := startPlugin(t, store, dir)
-	waitFor(t, "Synchronize", p.Synced)
+	poll.Until(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
 
 	pod := k8sPod("web")
@@ -176,7 +177,7 @@ func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T)
 	}()
 
 	errorsSoFar := func() int { return metrics.get(func(m *testMetrics) int { return m.reconcileErrors }) }
-	waitFor(t, "reconciles failing while there is no runtime", func() bool { return errorsSoFar() >= 2 })
+	poll.Until(t, "reconciles failing while there is no runtime", func() bool { return errorsSoFar() >= 2 })
 
 	web := criPod("web", criv1.PodSandboxState_SANDBOX_READY)
 	cri := &fakeCRI{}
@@ -187,7 +188,7 @@ func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T)
 	// The runtime restarts; meanwhile the pod went away.
 	stop()
 	failed := errorsSoFar()
-	waitFor(t, "a reconcile failing while the runtime is down", func() bool { return errorsSoFar() > failed })
+	poll.Until(t, "a reconcile failing while the runtime is down", func() bool { return errorsSoFar() > failed })
 	serveCRI(t, sock, &fakeCRI{})
 	waitStore(t, store, "the pod removed after the restart", func() bool { return phase(store, "uid-web") == state.PhaseRemoved })
 }
@@ -219,10 +220,10 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	p := startPlugin(t, store, dir, func(o *Options) { o.OnSynchronized = r.Trigger })
-	waitFor(t, "Synchronize", p.Synced)
+	poll.Until(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
 	waitStore(t, store, "the pod ready", func() bool { return phase(store, pod.Uid) == state.PhaseReady })
-	waitFor(t, "the first reconciles", func() bool { return metrics.get(func(m *testMetrics) int { return m.reconciles }) >= 2 })
+	poll.Until(t, "the first reconciles", func() bool { return metrics.get(func(m *testMetrics) int { return m.reconciles }) >= 2 })
 
 	// The pod stops while the plugin is disconnected; the runtime still
 	// lists its sandbox in the next Synchronize.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -48,28 +49,10 @@ func shortTempDir(t testing.TB) string {
 	return dir
 }
 
-// waitFor polls cond until it holds, for events that have no notification.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// waitStore is waitFor on the store; on timeout it prints the store.
+// waitStore waits on the store; on timeout it prints the store.
 func waitStore(t testing.TB, s *state.Store, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; store:\n%s", what, dump(s))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.UntilWith(t, what, cond, func() string { return "store:\n" + dump(s) })
 }
 
 func dump(s *state.Store) string {
@@ -223,7 +206,7 @@ func (r *fakeRuntime) mustSend(t testing.TB, event string, pod *api.PodSandbox, 
 
 func (r *fakeRuntime) waitPlugins(t testing.TB, n int) {
 	t.Helper()
-	waitFor(t, "the runtime to register the plugin", func() bool { return r.stats.pluginCount() == n })
+	poll.Until(t, "the runtime to register the plugin", func() bool { return r.stats.pluginCount() == n })
 }
 
 // runtimeStats is the adaptation's view of its plugins.

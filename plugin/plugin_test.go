@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -180,7 +181,7 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 			k8sCtr(b, "app", api.ContainerState_CONTAINER_PAUSED),
 		})
 	p := startPlugin(t, store, dir)
-	waitFor(t, "Synchronize to be applied", p.Synced)
+	poll.Until(t, "Synchronize to be applied", p.Synced)
 
 	for uid, want := range map[string]state.Phase{
 		a.Uid: state.PhaseReady, b.Uid: state.PhaseReady,
@@ -220,7 +221,7 @@ func TestLifecycleEventsReachTheStoreInOrder(t *testing.T) {
 	dir := shortTempDir(t)
 	rt := startRuntime(t, dir, nil, nil)
 	p := startPlugin(t, store, dir)
-	waitFor(t, "Synchronize to be applied", p.Synced)
+	poll.Until(t, "Synchronize to be applied", p.Synced)
 	rt.waitPlugins(t, 1)
 
 	pod := k8sPod("web")
@@ -268,18 +269,18 @@ func TestReconnectsAfterRuntimeRestartAndConverges(t *testing.T) {
 	dir := shortTempDir(t)
 	rt := startRuntime(t, dir, []*api.PodSandbox{a, b}, nil)
 	p := startPlugin(t, store, dir)
-	waitFor(t, "first Synchronize", p.Synced)
+	poll.Until(t, "first Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
 
 	// The runtime crashes: its socket goes away and so does the connection.
 	rt.stop()
 	p.cut()
-	waitFor(t, "the plugin to notice the lost connection", func() bool { return !p.Synced() })
+	poll.Until(t, "the plugin to notice the lost connection", func() bool { return !p.Synced() })
 
 	// While the plugin was disconnected, b was removed and c started. The
 	// restarted runtime lists what is there now.
 	rt2 := startRuntime(t, dir, []*api.PodSandbox{a, c}, nil)
-	waitFor(t, "Synchronize after the restart", p.Synced)
+	poll.Until(t, "Synchronize after the restart", p.Synced)
 	rt2.waitPlugins(t, 1)
 	for uid, want := range map[string]state.Phase{
 		a.Uid: state.PhaseReady, b.Uid: state.PhaseRemoved, c.Uid: state.PhaseReady,
@@ -300,7 +301,7 @@ func TestConnectsOnceTheRuntimeComesUp(t *testing.T) {
 	store := state.New(state.Options{})
 	dir := shortTempDir(t)
 	p := startPlugin(t, store, dir)
-	waitFor(t, "a failed connection attempt", func() bool {
+	poll.Until(t, "a failed connection attempt", func() bool {
 		return p.metrics.get(func(m *testMetrics) int { return m.reconnects }) >= 2
 	})
 	if p.Synced() {
@@ -308,7 +309,7 @@ func TestConnectsOnceTheRuntimeComesUp(t *testing.T) {
 	}
 	a := k8sPod("a")
 	startRuntime(t, dir, []*api.PodSandbox{a}, nil)
-	waitFor(t, "Synchronize once the runtime is up", p.Synced)
+	poll.Until(t, "Synchronize once the runtime is up", p.Synced)
 	if got := phase(store, a.Uid); got != state.PhaseReady {
 		t.Errorf("pod a: phase %q, want ready", got)
 	}
@@ -329,7 +330,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	dir := shortTempDir(t)
 	rt := startRuntime(t, dir, nil, nil)
 	p := startPlugin(t, store, dir)
-	waitFor(t, "Synchronize to be applied", p.Synced)
+	poll.Until(t, "Synchronize to be applied", p.Synced)
 	rt.waitPlugins(t, 1)
 
 	observed := make(chan struct{})
@@ -426,7 +427,7 @@ func TestPreLaunchedRunReturnsWhenTheConnectionCloses(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	waitFor(t, "Synchronize", p.Synced)
+	poll.Until(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
 	if got := phase(store, a.Uid); got != state.PhaseReady {
 		t.Errorf("pod a: phase %q, want ready", got)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -185,18 +186,14 @@ func (h *harness) start() {
 		errc <- h.srv.Serve(ctx)
 	}()
 	h.t.Cleanup(h.stop)
-	deadline := time.Now().Add(10 * time.Second)
-	for !h.srv.Ready() {
+	poll.Until(h.t, "the proxy to be ready", func() bool {
 		select {
 		case err := <-errc:
 			h.t.Fatalf("proxy stopped at start: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatal("proxy not ready after 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return h.srv.Ready()
+	})
 }
 
 func (h *harness) stop() {
@@ -302,17 +299,4 @@ func findPod(resp *v1.ListPodResourcesResponse, ns, name string) *v1.PodResource
 		}
 	}
 	return nil
-}
-
-// waitFor polls cond until it holds. It is for conditions with no event to
-// wait on (a restarted socket accepting calls); it fails after 15 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

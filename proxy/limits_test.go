@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/proxy"
 )
 
@@ -95,7 +96,7 @@ func TestConnectionsOverTheCapAreClosedAndServingGoesOn(t *testing.T) {
 	for _, c := range idle {
 		c.Close()
 	}
-	waitFor(t, "a call to succeed after the idle connections closed", func() bool {
+	poll.Until(t, "a call to succeed after the idle connections closed", func() bool {
 		_, err := h.v1().List(ctx(t), &v1.ListPodResourcesRequest{})
 		return err == nil
 	})

@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -211,7 +212,7 @@ func TestKubeletDownIsUnavailableAndRecoversByItself(t *testing.T) {
 	}
 	// The client retries as Multus's kubelet would retry the sandbox: the
 	// proxy must come back on its own, within seconds, without a restart.
-	waitFor(t, "List to succeed after the kubelet restarted", func() bool {
+	poll.Until(t, "List to succeed after the kubelet restarted", func() bool {
 		_, err := h.v1().List(ctx(t), &v1.ListPodResourcesRequest{})
 		return err == nil
 	})
@@ -226,7 +227,7 @@ func TestProxyStartsBeforeTheKubeletSocketExists(t *testing.T) {
 	if err := h.k.StartGRPC(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "List to succeed once the kubelet appears", func() bool {
+	poll.Until(t, "List to succeed once the kubelet appears", func() bool {
 		_, err := h.v1().List(ctx(t), &v1.ListPodResourcesRequest{})
 		return err == nil
 	})
@@ -381,7 +382,7 @@ func TestQueryArrivingDuringAnOlderReadWaitsForAFreshOne(t *testing.T) {
 		_, err := h.v1().List(ctx(t), &v1.ListPodResourcesRequest{})
 		first <- err
 	}()
-	waitFor(t, "the first /pods read to start", func() bool { return h.k.PodsReads() >= 1 })
+	poll.Until(t, "the first /pods read to start", func() bool { return h.k.PodsReads() >= 1 })
 
 	// The scheduler bound a new pod after that read started; Multus asks now.
 	h.k.AddPod(fk.NewPod("default", "new", "uid-1", fk.WithAnnotation(koordKey, gpuAndVF)))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -450,16 +451,7 @@ func TestPrunerDeletesRemovedRecordsAndTheirFiles(t *testing.T) {
 	}
 	clock.Advance(time.Minute)
 	// The pruner runs on its own ticker; wait for its effect.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, ok := s.Get("u1"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pruner did not delete the expired record")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, "the pruner to delete the expired record", func() bool { _, ok := s.Get("u1"); return !ok })
 	flush(t, s)
 	if names := podFiles(t, dir); len(names) != 0 {
 		t.Errorf("files %v after prune, want none", names)

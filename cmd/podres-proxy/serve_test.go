@@ -15,8 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
@@ -71,25 +71,20 @@ func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...strin
 			t.Errorf("the socket is still there after a clean stop: %v", err)
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get("http://" + metrics + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return served{socket: socket, stateDir: stateDir, metrics: metrics, logs: logs}
-			}
-		}
+	poll.Until(t, "serve to be ready", func() bool {
 		select {
 		case code := <-done:
 			t.Fatalf("serve exited %d at start: %s", code, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("serve not ready after 15s")
+		resp, err := http.Get("http://" + metrics + "/readyz")
+		if err != nil {
+			return false
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return served{socket: socket, stateDir: stateDir, metrics: metrics, logs: logs}
 }
 
 func TestServeAnswersQueryAndInspect(t *testing.T) {
@@ -139,7 +134,7 @@ func TestServeAnswersQueryAndInspect(t *testing.T) {
 	// The read that answered the query recorded the pod; inspect shows it
 	// once it is durable, while serve runs.
 	var records []map[string]any
-	waitUntil(t, "the pod's record to be on disk", func() bool {
+	poll.Until(t, "the pod's record to be on disk", func() bool {
 		out.Reset()
 		if run(context.Background(), []string{"inspect", "--state-dir", stateDir, "-o", "json"}, &out, io.Discard) != 0 {
 			return false
@@ -221,17 +216,6 @@ func regexpLine(text string, words ...string) bool {
 		}
 	}
 	return false
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // syncWriter is a buffer the serve goroutine writes logs to while the test reads them.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -33,7 +34,7 @@ func provenanceNode(t *testing.T) (socket, kubeletSocket, stateDir string) {
 	if code, _, errOut := runCmd(t, "query", "list", "--socket", socket); code != 0 {
 		t.Fatalf("query list: exit %d: %s", code, errOut)
 	}
-	waitUntil(t, "ml/trainer's record on disk", func() bool {
+	poll.Until(t, "ml/trainer's record on disk", func() bool {
 		records, _ := state.ReadDir(stateDir)
 		return slices.ContainsFunc(records, func(r *state.Record) bool { return r.Name == "trainer" && len(r.Devices) == 2 })
 	})

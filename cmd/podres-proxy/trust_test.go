@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -52,7 +53,7 @@ func TestServeShowsWhyAnAllocationIsRefused(t *testing.T) {
 		t.Errorf("a refused allocation is answered:\n%s", out.String())
 	}
 
-	waitUntil(t, "the refusals to be on disk", func() bool {
+	poll.Until(t, "the refusals to be on disk", func() bool {
 		out.Reset()
 		return run(context.Background(), []string{"inspect", "--state-dir", srv.stateDir}, &out, io.Discard) == 0 &&
 			strings.Count(out.String(), "[refused]") == 2

@@ -8,12 +8,13 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/podres-proxy/podres-proxy/internal/poll"
 )
 
 // fakeRegistry is the device manager's registration service.
@@ -50,17 +51,6 @@ func runPlugin(t *testing.T, p *Plugin) {
 	})
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func connect(t *testing.T, socket string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -89,7 +79,7 @@ func TestPluginRegistersServesDevicesAndRegistersAgainAfterKubeletRestart(t *tes
 		t.Fatal(err)
 	}
 	runPlugin(t, p)
-	waitFor(t, "registration", func() bool { return reg.count() == 1 })
+	poll.Until(t, "registration", func() bool { return reg.count() == 1 })
 	r := reg.reqs[0]
 	if r.ResourceName != "example.com/dev" || r.Version != pluginapi.Version || filepath.Join(dir, r.Endpoint) != p.Socket() {
 		t.Errorf("registration %v, want example.com/dev at %s", r, p.Socket())
@@ -130,8 +120,8 @@ func TestPluginRegistersServesDevicesAndRegistersAgainAfterKubeletRestart(t *tes
 	if err := os.Remove(p.Socket()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "registration after the socket was removed", func() bool { return reg.count() == 2 })
-	waitFor(t, "the socket again", func() bool { _, err := os.Stat(p.Socket()); return err == nil })
+	poll.Until(t, "registration after the socket was removed", func() bool { return reg.count() == 2 })
+	poll.Until(t, "the socket again", func() bool { _, err := os.Stat(p.Socket()); return err == nil })
 }
 
 func TestPluginAnswersThePluginWatcher(t *testing.T) {
@@ -141,7 +131,7 @@ func TestPluginAnswersThePluginWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	runPlugin(t, p)
-	waitFor(t, "the plugin socket", func() bool { _, err := os.Stat(p.Socket()); return err == nil })
+	poll.Until(t, "the plugin socket", func() bool { _, err := os.Stat(p.Socket()); return err == nil })
 	if filepath.Dir(p.Socket()) != dir {
 		t.Errorf("socket %s is not in the registration dir %s", p.Socket(), dir)
 	}
@@ -214,7 +204,7 @@ func TestPluginsOfTwoResourcesShareARegistrationDir(t *testing.T) {
 		}
 		sockets[p.Socket()] = true
 		runPlugin(t, p)
-		waitFor(t, "the socket of "+resource, func() bool { _, err := os.Stat(p.Socket()); return err == nil })
+		poll.Until(t, "the socket of "+resource, func() bool { _, err := os.Stat(p.Socket()); return err == nil })
 	}
 	for socket := range sockets {
 		conn := connect(t, socket)
