@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"flag"
 
 	"golang.org/x/sync/errgroup"
 
@@ -24,7 +21,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
-	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
@@ -43,159 +39,6 @@ const (
 	defaultCRISocket     = "unix:///run/containerd/containerd.sock"
 	defaultMetricsAddr   = "127.0.0.1:9477"
 )
-
-// serveConfig is the command line of serve.
-type serveConfig struct {
-	socket, kubeletSocket                   string
-	podsURL, tokenFile, caFile              string
-	insecureTLS                             bool
-	podsTimeout                             time.Duration
-	stateDir                                string
-	pruneAfter                              time.Duration
-	nriSocket, nriName, nriIndex            string
-	criSocket                               string
-	criInterval                             time.Duration
-	metricsAddr                             string
-	qps                                     float64
-	maxConns                                int
-	requestTimeout                          time.Duration
-	burst                                   int
-	logLevel                                string
-	gpuResource, rdmaResource, fpgaResource string
-	allocators, hamiResources               string
-	hamiLegacyIndexing                      bool
-	maxDevicesPerPod                        int
-	schedulerNames                          map[string]*string // flag value per scheduler family
-	nodeName                                string
-	deviceCR                                bool
-	apiServer, apiTokenFile, apiCAFile      string
-	inventoryFile, sysfsRoot, procfsRoot    string
-
-	tokenFileSet bool
-}
-
-func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
-	c := &serveConfig{}
-	fs := newFlagSet("serve", stderr)
-	fs.StringVar(&c.socket, "socket", defaultSocket, "where to serve the PodResources API; consumers mount its directory in place of /var/lib/kubelet/pod-resources")
-	fs.StringVar(&c.kubeletSocket, "kubelet-socket", defaultKubeletSocket, "the kubelet's PodResources socket (path or unix:// URL)")
-	fs.StringVar(&c.podsURL, "kubelet-pods-url", "", "the kubelet's /pods endpoint (default https://$NODE_IP:10250/pods; http://127.0.0.1:10255/pods for the read-only port)")
-	fs.StringVar(&c.tokenFile, "kubelet-token-file", defaultTokenFile, "bearer token for /pods, re-read when it changes; the default service-account token is sent only when the file exists")
-	fs.StringVar(&c.caFile, "kubelet-ca-file", "", "CA bundle to verify the kubelet's serving certificate (default the system roots)")
-	fs.BoolVar(&c.insecureTLS, "kubelet-insecure-tls", false, "do not verify the kubelet's serving certificate (self-signed kubelet certificates)")
-	fs.DurationVar(&c.podsTimeout, "kubelet-pods-timeout", 5*time.Second, "time limit for one /pods read")
-	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir, "the persisted state store (one JSON file per pod) and inventory.json, the device inventory for inspect and query --sources")
-	fs.DurationVar(&c.pruneAfter, "prune-after", state.DefaultPruneAfter, "how long removed pods stay in the state store")
-	fs.StringVar(&c.nriSocket, "nri-socket", defaultNRISocket, "the runtime's NRI socket; empty disables the NRI plugin")
-	fs.StringVar(&c.nriName, "nri-plugin-name", "podres-proxy", "NRI plugin name (ignored when the runtime launches the plugin)")
-	fs.StringVar(&c.nriIndex, "nri-plugin-index", "90", "NRI plugin index; observers run last (ignored when the runtime launches the plugin)")
-	fs.StringVar(&c.criSocket, "cri-socket", defaultCRISocket, "the runtime's CRI socket, to reconcile what NRI missed; empty disables reconciling")
-	fs.DurationVar(&c.criInterval, "cri-reconcile-interval", 30*time.Second, "how often to reconcile the state store against CRI")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics, /healthz and /readyz; empty disables")
-	fs.Float64Var(&c.qps, "rate-limit-qps", proxy.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
-	fs.IntVar(&c.burst, "rate-limit-burst", proxy.DefaultRateLimitBurst, "burst of the rate limit")
-	fs.IntVar(&c.maxConns, "max-connections", proxy.DefaultMaxConnections, "client connections served at once; more are closed at once")
-	fs.DurationVar(&c.requestTimeout, "request-timeout", proxy.DefaultRequestTimeout, "deadline of a call whose client set none sooner, /pods read and kubelet call included")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&c.gpuResource, "gpu-resource-name", parse.DefaultGPUResource, "resource name allocated GPUs (and the inventory's GPUs) are reported as; DCGM exporter expects nvidia.com/gpu")
-	fs.StringVar(&c.rdmaResource, "rdma-resource-name", koordinator.DefaultRDMAResource, "resource name allocated RDMA devices (and the inventory's NICs and VFs) are reported as; Multus matches it with the NetworkAttachmentDefinition's resourceName")
-	fs.StringVar(&c.fpgaResource, "fpga-resource-name", koordinator.DefaultFPGAResource, "resource name allocated FPGAs are reported as")
-	fs.StringVar(&c.allocators, "allocators", strings.Join(allocator.Names(), ","), "the schedulers whose annotations are decoded: "+strings.Join(allocator.Names(), ", ")+" (each reads only its own annotations)")
-	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
-	fs.BoolVar(&c.hamiLegacyIndexing, "hami-legacy-indexing", false, "deprecated, no effect: HAMi's lists are read as its device plugin reads them (the k-th non-empty entry for the k-th container requesting the vendor's resource), right for every HAMi version")
-	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
-	c.schedulerNames = map[string]*string{}
-	for _, family := range schedulerFamilies {
-		def := trust.DefaultSchedulerNames()[family.allocators[0]]
-		c.schedulerNames[family.flag] = fs.String(family.flag+"-scheduler-names", strings.Join(def, ","),
-			"comma-separated spec.schedulerName values of the pods whose "+family.annotations+" annotations are believed; add default-scheduler where "+family.name+" runs as the default scheduler")
-	}
-	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
-	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
-	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
-	fs.StringVar(&c.apiTokenFile, "api-token-file", inventory.DefaultTokenFile, "bearer token for the API server")
-	fs.StringVar(&c.apiCAFile, "api-ca-file", inventory.DefaultCAFile, "CA bundle to verify the API server")
-	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
-	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")
-	fs.StringVar(&c.procfsRoot, "procfs-root", "/proc", "where NVIDIA's driver publishes GPU UUIDs (driver/nvidia/gpus)")
-	return c, func(args []string) error {
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() > 0 {
-			return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
-		}
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "kubelet-token-file" {
-				c.tokenFileSet = true
-			}
-		})
-		return c.complete()
-	}
-}
-
-// schedulerFamilies are the --<flag>-scheduler-names flags: which
-// allocators' annotations each scheduler writes (Volcano's two device plugins
-// run in one scheduler).
-var schedulerFamilies = []struct {
-	flag, name, annotations string
-	allocators              []string
-}{
-	{"koordinator", "Koordinator", "Koordinator", []string{koordinator.Name}},
-	{"hami", "HAMi", "HAMi", []string{hami.Name}},
-	{"volcano", "Volcano", "Volcano vGPU and gpushare", []string{volcano.VGPUName, volcano.GPUShareName}},
-}
-
-// trustedSchedulers returns the scheduler names per allocator the flags
-// give, for trust.GateOptions.
-func (c *serveConfig) trustedSchedulers() (map[string][]string, error) {
-	out := map[string][]string{}
-	for _, family := range schedulerFamilies {
-		var names []string
-		for _, n := range strings.Split(*c.schedulerNames[family.flag], ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
-		if len(names) == 0 {
-			return nil, fmt.Errorf("--%s-scheduler-names is empty: name the scheduler(s) whose pods' %s annotations are believed", family.flag, family.annotations)
-		}
-		for _, a := range family.allocators {
-			out[a] = names
-		}
-	}
-	return out, nil
-}
-
-// complete fills defaults that depend on the environment and checks the
-// combination of flags.
-func (c *serveConfig) complete() error {
-	if _, err := c.trustedSchedulers(); err != nil {
-		return usageError{err}
-	}
-	if c.maxDevicesPerPod <= 0 {
-		return usageError{fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod)}
-	}
-	if c.podsURL == "" {
-		ip := os.Getenv("NODE_IP")
-		if ip == "" {
-			return usageError{errors.New("set --kubelet-pods-url, or NODE_IP (the downward API's status.hostIP) for the default https://$NODE_IP:10250/pods")}
-		}
-		c.podsURL = "https://" + net.JoinHostPort(ip, "10250") + "/pods"
-	}
-	if !c.tokenFileSet {
-		if _, err := os.Stat(c.tokenFile); err != nil {
-			c.tokenFile = "" // not in a pod: no service-account token to send
-		}
-	}
-	if c.qps < 0 || c.burst < 0 {
-		return usageError{errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative")}
-	}
-	if c.maxConns < 1 || c.requestTimeout <= 0 {
-		return usageError{errors.New("--max-connections and --request-timeout must be positive")}
-	}
-	return nil
-}
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	c, parse := serveFlags(stderr)

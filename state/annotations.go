@@ -1,0 +1,225 @@
+package state
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
+)
+
+// What /pods reports (specs, allocator annotations) becomes records here,
+// and annotations become devices: an allocation is fixed when the sandbox
+// starts, edits in the API are recorded, not taken.
+
+// ObserveKubeletPods records a complete /pods answer: each pod's spec and
+// allocator annotations. Pods new to the store are recorded as pending;
+// pending pods that /pods no longer lists are removed. Sandbox state is left
+// to the runtime sources.
+func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
+	pre := predecoded{}
+	for i := range pods {
+		if p := &pods[i]; p.UID != "" && !p.Terminal() {
+			s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
+		}
+	}
+	s.lock(pre)
+	defer s.unlock()
+	now := s.opts.Now()
+	seen := make(map[string]bool, len(pods))
+	for i := range pods {
+		p := &pods[i]
+		if p.UID == "" {
+			continue
+		}
+		seen[p.UID] = true
+		s.update(p.UID, func(r *Record) bool {
+			changed := false
+			if r.Namespace == "" {
+				r.Namespace, r.Name = p.Namespace, p.Name
+				changed = true
+			}
+			if r.State == "" || (r.State == PhaseRemoved && r.SandboxID == "" && !p.Terminal()) {
+				// New, or a pending pod that an earlier read (one that
+				// started before the pod appeared) left out: it exists.
+				r.State, r.RemovedAt = PhasePending, nil
+				changed = true
+			}
+			if r.KubeletPhase != p.Phase {
+				r.KubeletPhase = p.Phase
+				changed = true
+			}
+			if p.Terminal() {
+				// The /pods decoder keeps no spec or annotations of a
+				// finished pod (see kubeletpods): keep what was seen while
+				// it ran.
+				return changed
+			}
+			if r.Spec == nil || !sameSpec(r.Spec, &p.Spec) {
+				spec := p.Spec
+				r.Spec = &spec
+				r.Provenance.Spec = &Seen{Origin: OriginKubelet, At: now}
+				changed = true
+			}
+			if seen := r.Provenance.Annotations; seen != nil && seen.Origin != OriginKubelet && s.opts.Decoder != nil {
+				// The runtime's copy (NRI, CRI) is the allocation the sandbox
+				// started with, and it stays: an edit in the API changes
+				// nothing, and is recorded. A key the runtime's copy did not
+				// have is taken only when the sandbox started with an
+				// allocation (HAMi's device plugin writes its MIG instances
+				// after the sandbox started), keeping the copy's source and
+				// time, which say since when the pod holds its devices; a pod
+				// that started with none gets none later.
+				fixed, edited := fixAnnotations(r.Annotations, s.relevant(p.Annotations))
+				if s.setAnnotations(r, fixed, seen.Origin, seen.At, false) {
+					changed = true
+				}
+				if !slices.Equal(r.Edited, edited) {
+					r.Edited = edited
+					changed = true
+				}
+				return changed
+			}
+			if s.setAnnotations(r, p.Annotations, OriginKubelet, now, false) {
+				changed = true
+			}
+			return changed
+		})
+	}
+	for uid, r := range s.byUID {
+		if r.State == PhasePending && !seen[uid] {
+			s.setPhase(OriginKubelet, uid, PhaseRemoved)
+		}
+	}
+}
+
+// fixAnnotations returns the allocation annotations of a pod whose sandbox
+// started with runtime, given what the API says now: runtime's values, plus
+// the keys only the API has when runtime had any; and, sorted, the keys
+// whose API value differs from runtime's, that the API dropped, or that it
+// added to a pod that started with none.
+func fixAnnotations(runtime, api map[string]string) (fixed map[string]string, edited []string) {
+	fixed = maps.Clone(runtime)
+	if fixed == nil {
+		fixed = map[string]string{}
+	}
+	for k, v := range api {
+		old, ok := runtime[k]
+		switch {
+		case !ok && len(runtime) > 0:
+			fixed[k] = v
+		case !ok || old != v:
+			edited = append(edited, k)
+		}
+	}
+	for k := range runtime {
+		if _, ok := api[k]; !ok {
+			edited = append(edited, k)
+		}
+	}
+	slices.Sort(edited)
+	return fixed, edited
+}
+
+// sameSpec compares pod specs the way they mean, not the way they were
+// built: a nil and an empty list or map are the same (a spec read back from
+// its file has no empty maps).
+func sameSpec(a, b *model.PodSpec) bool {
+	return a.SchedulerName == b.SchedulerName && slices.EqualFunc(a.Containers, b.Containers, func(x, y model.ContainerSpec) bool {
+		return x.Name == y.Name && x.Kind == y.Kind && maps.Equal(x.Requests, y.Requests)
+	})
+}
+
+// setAnnotations keeps the relevant annotations and re-decodes devices when
+// they changed, or always when force is set (a record read back from disk is
+// decoded again because the allocator configuration may have changed). It
+// reports whether it decoded.
+func (s *Store) setAnnotations(r *Record, all map[string]string, src Origin, now time.Time, force bool) bool {
+	if s.opts.Decoder == nil {
+		return false
+	}
+	rel := s.relevant(all)
+	if !force && r.Provenance.Annotations != nil && maps.Equal(rel, r.Annotations) {
+		if seen := r.Provenance.Annotations; seen.Origin == OriginKubelet && src != OriginKubelet {
+			// The runtime started the sandbox with what /pods said: from
+			// now on the runtime's copy is the allocation, fixed (see
+			// ObserveKubeletPods), held since it was first seen.
+			r.Provenance.Annotations = &Seen{Origin: src, At: seen.At}
+			return true
+		}
+		return false
+	}
+	r.Annotations = rel
+	if d, ok := s.pre.lookup(rel); ok {
+		r.Devices, r.DecodeErrors = d.devs, d.errs
+	} else if len(rel) == 0 {
+		r.Devices, r.DecodeErrors = nil, nil
+	} else {
+		// Not decoded beforehand: adopt at Open, or annotations that
+		// changed between predecode's look and the lock.
+		s.decodedUnderLock++
+		r.Devices, r.DecodeErrors = s.decode(r, rel)
+	}
+	r.Provenance.Annotations = &Seen{Origin: src, At: now}
+	return true
+}
+
+// adopt installs a record read back from disk, decoding its annotations
+// again with the current decoder. It reports whether that changed what the
+// record says, so the file must be written again. Called with mu held.
+func (s *Store) adopt(r *Record) bool {
+	changed := false
+	if seen := r.Provenance.Annotations; seen != nil {
+		ann, devs, errs := r.Annotations, r.Devices, r.DecodeErrors
+		if s.setAnnotations(r, r.Annotations, seen.Origin, seen.At, true) {
+			changed = !maps.Equal(ann, r.Annotations) || !sameOrEmpty(devs, r.Devices) || !sameOrEmpty(errs, r.DecodeErrors)
+		}
+		if changed {
+			r.UpdatedAt = s.opts.Now()
+		}
+	}
+	s.install(s.byUID[r.UID], r)
+	return changed
+}
+
+// sameOrEmpty is reflect.DeepEqual that does not tell nil from empty.
+func sameOrEmpty[T any](a, b []T) bool {
+	return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b)
+}
+
+func (s *Store) decode(r *Record, ann map[string]string) ([]model.Device, []string) {
+	return s.decodeRef(model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, ann)
+}
+
+func (s *Store) decodeRef(ref model.PodRef, ann map[string]string) ([]model.Device, []string) {
+	if len(ann) == 0 {
+		return nil, nil
+	}
+	devs, errs := s.opts.Decoder.Decode(ref, ann)
+	var msgs []string
+	for _, err := range errs {
+		msgs = append(msgs, err.Error())
+	}
+	return devs, msgs
+}
+
+// SetRefused records which of a pod's decoded devices the proxy refused to
+// report (nil: none), for `inspect` and for the record file. It reports
+// whether that changed the record, so that a caller logs and counts each
+// refusal once, not once per query. An unknown uid changes nothing.
+func (s *Store) SetRefused(uid string, refused []model.Refused) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.byUID[uid]
+	if !ok || sameOrEmpty(r.Refused, refused) {
+		return false
+	}
+	changed := false
+	s.update(uid, func(r *Record) bool {
+		r.Refused = slices.Clone(refused)
+		changed = true
+		return true
+	})
+	return changed
+}

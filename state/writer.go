@@ -1,0 +1,397 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// The background writer: changed records are written in batches, each file
+// atomically (temp file, fsync, rename), retried with backoff when the disk
+// fails, never blocking the store's callers.
+
+// persister writes a store's records to its directory in the background.
+//
+// The store calls markDirty, with the store's lock held, for every uid whose
+// record changed or was deleted. The writer goroutine takes the dirty set
+// after a short batch window and writes each record's current version (or
+// removes its file), then fsyncs the directory once. Changes carry sequence
+// numbers so that Flush can tell when everything before it is durable.
+// Lock order: Store.mu before persister.mu; the writer never holds
+// persister.mu while it takes Store.mu or touches the disk.
+type persister struct {
+	store      *Store
+	log        logrus.FieldLogger
+	podsDir    string
+	corruptDir string
+	lock       *os.File
+	onDurable  func(time.Duration)
+
+	batchWindow            time.Duration
+	minBackoff, maxBackoff time.Duration
+	pruneInterval          time.Duration
+	// fault, when set (tests), is asked before each file system operation
+	// of the writer and fails it by returning an error.
+	fault func(op, path string) error
+
+	wake      chan struct{} // cap 1: there are pending changes
+	kick      chan struct{} // cap 1: a Flush waits; skip batch window and backoff
+	stop      chan struct{} // closed by Close to stop the writer
+	done      chan struct{} // closed when the writer has stopped
+	pruneStop chan struct{}
+	pruneDone chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	mu       sync.Mutex
+	seq      uint64            // changes marked so far
+	pending  map[string]change // dirty uids the writer has not taken yet
+	inflight map[string]change // taken by the writer, not yet durable
+	batches  uint64            // batches the writer started
+	failedAt uint64            // the last batch that failed
+	progress chan struct{}     // closed and replaced when a batch ends
+	closed   bool              // Close began: changes are no longer persisted
+	stopped  bool              // the writer has stopped
+
+	writes, writeErrors, corrupt uint64
+	lastErr                      string
+	lastDurable, maxDurable      time.Duration
+}
+
+// change is a record's oldest change that is not on disk yet.
+type change struct {
+	since time.Time // when it happened (monotonic, for latency)
+	seq   uint64
+}
+
+// markDirty notes that the record of uid changed. It is the store's dirty
+// hook: called with Store.mu held, it only updates a map and never blocks.
+func (p *persister) markDirty(uid string) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.seq++
+	if _, ok := p.pending[uid]; !ok {
+		p.pending[uid] = change{since: time.Now(), seq: p.seq}
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// durableLocked returns the sequence number up to which every change is on
+// disk. Called with mu held.
+func (p *persister) durableLocked() uint64 {
+	first := p.seq + 1
+	for _, m := range []map[string]change{p.pending, p.inflight} {
+		for _, c := range m {
+			first = min(first, c.seq)
+		}
+	}
+	return first - 1
+}
+
+func (p *persister) flush(ctx context.Context) error {
+	p.mu.Lock()
+	target, started := p.seq, p.batches
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		durable := p.durableLocked() >= target
+		failed, lastErr, stopped := p.failedAt > started, p.lastErr, p.stopped
+		progress := p.progress
+		p.mu.Unlock()
+		switch {
+		case durable:
+			return nil
+		case failed:
+			return fmt.Errorf("flush state to %s: %s", p.podsDir, lastErr)
+		case stopped:
+			return ErrClosed
+		}
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return fmt.Errorf("flush state to %s: %w", p.podsDir, ctx.Err())
+		}
+	}
+}
+
+func (p *persister) close() error {
+	p.closeOnce.Do(func() {
+		close(p.pruneStop)
+		<-p.pruneDone
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		err := p.flush(context.Background())
+		close(p.stop)
+		<-p.done
+		p.mu.Lock()
+		p.stopped = true
+		close(p.progress) // wake a Flush that is still waiting
+		p.progress = make(chan struct{})
+		p.mu.Unlock()
+		if cerr := p.lock.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("release lock of state directory: %w", cerr)
+		}
+		p.closeErr = err
+	})
+	return p.closeErr
+}
+
+// run is the writer goroutine.
+func (p *persister) run() {
+	defer close(p.done)
+	for {
+		kicked := false
+		select {
+		case <-p.wake:
+		case <-p.kick:
+			kicked = true
+		case <-p.stop:
+			return
+		}
+		if !kicked && !p.wait(p.batchWindow) {
+			return
+		}
+		backoff := wait.Backoff{Duration: p.minBackoff, Factor: 2, Cap: p.maxBackoff, Steps: math.MaxInt32}
+		for p.writeBatch() != nil {
+			if !p.wait(backoff.Step()) {
+				return
+			}
+		}
+	}
+}
+
+// wait sleeps for d, or less when a Flush kicks. It returns false when the
+// writer must stop.
+func (p *persister) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.kick:
+	case <-p.stop:
+		return false
+	}
+	return true
+}
+
+// writeBatch writes every pending record and fsyncs the directory. Records it
+// could not write stay pending; it returns the first error.
+func (p *persister) writeBatch() error {
+	p.mu.Lock()
+	if len(p.pending) == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	batch := p.pending
+	p.pending = map[string]change{}
+	p.inflight = batch
+	p.batches++
+	no := p.batches
+	p.mu.Unlock()
+
+	uids := make([]string, 0, len(batch))
+	var rejected []string
+	for uid := range batch {
+		if validUID(uid) {
+			uids = append(uids, uid)
+		} else {
+			rejected = append(rejected, uid)
+		}
+	}
+	slices.Sort(uids)
+	errs := p.writeAll(uids)
+	var firstErr error
+	var written []string
+	for i, err := range errs {
+		if err == nil {
+			written = append(written, uids[i])
+		} else if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if len(written) > 0 {
+		if err := p.syncPodsDir(); err != nil {
+			// Nothing of this batch is known to be durable.
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = err
+				}
+			}
+			written = nil
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	now := time.Now()
+
+	p.mu.Lock()
+	p.inflight = nil
+	failed := 0
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		failed++
+		uid := uids[i]
+		c := batch[uid]
+		if newer, ok := p.pending[uid]; ok {
+			c.since, c.seq = minTime(c.since, newer.since), min(c.seq, newer.seq)
+		}
+		p.pending[uid] = c
+	}
+	latencies := make([]time.Duration, len(written))
+	for i, uid := range written {
+		latencies[i] = now.Sub(batch[uid].since)
+		p.lastDurable = latencies[i]
+		p.maxDurable = max(p.maxDurable, latencies[i])
+	}
+	p.writes += uint64(len(written))
+	p.writeErrors += uint64(failed + len(rejected))
+	if len(rejected) > 0 && firstErr == nil {
+		p.lastErr = fmt.Sprintf("pod uid %q cannot name a record file", rejected[0])
+	}
+	if firstErr != nil {
+		p.lastErr = firstErr.Error()
+		p.failedAt = no
+	}
+	// Flush waiters are woken after OnDurable has seen this batch, so that
+	// whoever measures through OnDurable finds every write Flush waited for.
+	progress := p.progress
+	p.progress = make(chan struct{})
+	p.mu.Unlock()
+	defer close(progress)
+
+	for _, uid := range rejected {
+		p.log.WithField("uid", uid).Error("pod uid cannot name a file; its record is kept in memory only")
+	}
+	if firstErr != nil {
+		p.log.WithError(firstErr).WithField("records", failed).Warn("could not write pod records; will retry")
+	}
+	if p.onDurable != nil {
+		for _, l := range latencies {
+			p.onDurable(l)
+		}
+	}
+	return firstErr
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// writeAll persists the records of uids, a few at a time, and returns one
+// error (or nil) per uid.
+func (p *persister) writeAll(uids []string) []error {
+	errs := make([]error, len(uids))
+	if err := p.ensurePodsDir(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	workers := min(len(uids), maxParallelWrites)
+	if workers <= 1 {
+		for i, uid := range uids {
+			errs[i] = p.persist(uid)
+		}
+		return errs
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				errs[i] = p.persist(uids[i])
+			}
+		})
+	}
+	for i := range uids {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
+// persist makes the file of uid match its record: written when the store
+// has one, removed when it does not.
+func (p *persister) persist(uid string) error {
+	path := filepath.Join(p.podsDir, uid+recordExt)
+	r, ok := p.store.Get(uid)
+	if !ok {
+		err := p.inject("remove", path)
+		if err == nil {
+			err = os.Remove(path)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove record file of deleted pod %s: %w", uid, err)
+		}
+		return nil
+	}
+	data, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	return p.writeAtomic(path, data)
+}
+
+// writeAtomic replaces the file at path so that a reader or a crash sees
+// the old content or the new one; the directory fsync that makes the rename
+// durable is the batch's.
+func (p *persister) writeAtomic(path string, data []byte) error {
+	return atomicfile.Write(path, data, 0o640, func(op string) error { return p.inject(op, path) })
+}
+
+// ensurePodsDir creates the records' directory when it is missing: on a
+// full disk it may not have been possible at start, and a directory an
+// operator removed comes back.
+func (p *persister) ensurePodsDir() error {
+	if err := p.inject("mkdir", p.podsDir); err != nil {
+		return fmt.Errorf("create %s: %w", p.podsDir, err)
+	}
+	if err := mkdirDurable(p.podsDir); err != nil {
+		return fmt.Errorf("create %s: %w", p.podsDir, err)
+	}
+	return nil
+}
+
+func (p *persister) syncPodsDir() error {
+	if err := p.inject("syncdir", p.podsDir); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", p.podsDir, err)
+	}
+	return atomicfile.SyncDir(p.podsDir)
+}
+
+func (p *persister) inject(op, path string) error {
+	if p.fault == nil {
+		return nil
+	}
+	return p.fault(op, path)
+}
