@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 )
@@ -122,7 +123,7 @@ const (
 type Publisher struct {
 	inv      *Inventory
 	path     string
-	now      func() time.Time
+	clock    clock.PassiveClock
 	retryMin time.Duration
 
 	mu      sync.Mutex // serializes writes and guards the fields below
@@ -135,7 +136,7 @@ type Publisher struct {
 
 // NewPublisher returns a Publisher writing inv's snapshots to path.
 func NewPublisher(inv *Inventory, path string) *Publisher {
-	return &Publisher{inv: inv, path: path, now: time.Now, retryMin: publishRetryMin}
+	return &Publisher{inv: inv, path: path, clock: clock.RealClock{}, retryMin: publishRetryMin}
 }
 
 // Publish writes the current snapshot unless the file already holds it.
@@ -153,7 +154,7 @@ func (p *Publisher) Publish() error {
 	}
 	err := WritePublished(p.path, &Published{
 		Version:   PublishedVersion,
-		WrittenAt: p.now().UTC(),
+		WrittenAt: p.clock.Now().UTC(),
 		Sources:   p.inv.Sources(),
 		Devices:   snap.Devices(),
 	})

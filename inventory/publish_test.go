@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/sirupsen/logrus"
 )
 
@@ -61,7 +63,7 @@ func TestPublishWritesTheInventoryWithTheSourceOfEachNUMANode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), PublishedFileName)
 	p := NewPublisher(inv, path)
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.FixedZone("CET", 3600))
-	p.now = func() time.Time { return at }
+	p.clock = testingclock.NewFakePassiveClock(at)
 	if err := p.Publish(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"k8s.io/utils/clock"
 )
 
 // Fetch reads the kubelet's pods once; Client.Pods is one.
@@ -24,8 +25,8 @@ type ReaderOptions struct {
 	// OnRead, when set, is told the duration and outcome of every read,
 	// before its waiters are: for metrics and logs. It must not block.
 	OnRead func(d time.Duration, err error)
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the clock; nil means the real one.
+	Clock clock.PassiveClock
 }
 
 // Reader coalesces /pods reads. Each query needs a read that started after
@@ -38,7 +39,7 @@ type Reader struct {
 	fetch   Fetch
 	timeout time.Duration
 	onRead  func(time.Duration, error)
-	now     func() time.Time
+	clock   clock.PassiveClock
 
 	mu   sync.Mutex
 	last *PodList // the newest successful read
@@ -64,10 +65,10 @@ func NewReader(fetch Fetch, opts ReaderOptions) *Reader {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultReadTimeout
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
-	return &Reader{fetch: fetch, timeout: opts.Timeout, onRead: opts.OnRead, now: opts.Now}
+	return &Reader{fetch: fetch, timeout: opts.Timeout, onRead: opts.OnRead, clock: opts.Clock}
 }
 
 // ReadAfter returns the result of a read that started at or after t
@@ -82,7 +83,7 @@ func NewReader(fetch Fetch, opts ReaderOptions) *Reader {
 // caller leaves (it has its own timeout), so the others still get it.
 func (r *Reader) ReadAfter(ctx context.Context, t time.Time) (*PodList, error) {
 	r.mu.Lock()
-	if now := r.now(); t.After(now) {
+	if now := r.clock.Now(); t.After(now) {
 		t = now
 	}
 	if r.last != nil && !r.last.Started.Before(t) {
@@ -103,7 +104,7 @@ func (r *Reader) ReadAfter(ctx context.Context, t time.Time) (*PodList, error) {
 		rd = r.cur
 	default:
 		if r.next == nil {
-			r.next = &read{done: make(chan struct{}), deadline: r.now().Add(r.timeout)}
+			r.next = &read{done: make(chan struct{}), deadline: r.clock.Now().Add(r.timeout)}
 		}
 		rd = r.next
 	}
@@ -128,7 +129,7 @@ func (r *Reader) ReadAfter(ctx context.Context, t time.Time) (*PodList, error) {
 
 // startLocked makes rd the read in flight and runs it. r.mu is held.
 func (r *Reader) startLocked(rd *read) {
-	rd.started = r.now()
+	rd.started = r.clock.Now()
 	r.cur = rd
 	go r.run(rd)
 }
@@ -153,7 +154,7 @@ func (r *Reader) run(rd *read) {
 		cancel()
 	}
 	if r.onRead != nil {
-		r.onRead(r.now().Sub(rd.started), err)
+		r.onRead(r.clock.Now().Sub(rd.started), err)
 	}
 
 	r.mu.Lock()

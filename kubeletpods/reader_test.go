@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -72,27 +74,6 @@ func (f *fakeFetch) answerRead(t *testing.T, i int) {
 
 func readUID(i int) string { return fmt.Sprintf("read-%d", i+1) }
 
-// clock is a manual clock for ReaderOptions.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
-
 // result is what a ReadAfter call in a goroutine returned.
 type result struct {
 	snap *PodList
@@ -141,13 +122,13 @@ func assertFromRead(t *testing.T, res result, i int) {
 	}
 }
 
-func newTestReader(f *fakeFetch, c *clock) *Reader {
-	return NewReader(f.fetch, ReaderOptions{Now: c.Now, Timeout: time.Hour})
+func newTestReader(f *fakeFetch, c *testingclock.FakeClock) *Reader {
+	return NewReader(f.fetch, ReaderOptions{Clock: c, Timeout: time.Hour})
 }
 
 func TestReadAfterReadsWhenNoReadIsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		t0 := c.Now()
 
@@ -164,14 +145,14 @@ func TestReadAfterReadsWhenNoReadIsInFlight(t *testing.T) {
 
 func TestReadAfterReusesACompletedReadThatStartedAtOrAfterT(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		t0 := c.Now()
 		ch := readAfterAsync(t.Context(), r, t0)
 		synctest.Wait()
 		f.answerRead(t, 0)
 		first := receive(t, ch)
-		c.advance(time.Second)
+		c.Step(time.Second)
 
 		for _, at := range []time.Time{t0.Add(-time.Minute), t0} {
 			s, err := r.ReadAfter(t.Context(), at)
@@ -196,12 +177,13 @@ func TestReadAfterReusesACompletedReadThatStartedAtOrAfterT(t *testing.T) {
 
 func TestCallerArrivingDuringAnOlderReadWaitsForTheNextRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 
 		a := readAfterAsync(t.Context(), r, c.Now())
 		synctest.Wait()
-		t1 := c.advance(time.Second)
+		c.Step(time.Second)
+		t1 := c.Now()
 		b := readAfterAsync(t.Context(), r, t1)
 		assertWaiting(t, b)
 		if f.count() != 1 {
@@ -227,12 +209,12 @@ func TestCallerArrivingDuringAnOlderReadWaitsForTheNextRead(t *testing.T) {
 
 func TestCallerArrivingAfterTheReadInFlightStartedJoinsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		t0 := c.Now()
 		a := readAfterAsync(t.Context(), r, t0)
 		synctest.Wait()
-		c.advance(time.Second)
+		c.Step(time.Second)
 		// b's query arrived at t0 (its t), when the read in flight started.
 		b := readAfterAsync(t.Context(), r, t0)
 		synctest.Wait()
@@ -252,7 +234,7 @@ func TestCallerArrivingAfterTheReadInFlightStartedJoinsIt(t *testing.T) {
 
 func TestConcurrentReadAfterCallsShareAtMostTwoReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		const callers = 64
 		type call struct {
@@ -263,7 +245,8 @@ func TestConcurrentReadAfterCallsShareAtMostTwoReads(t *testing.T) {
 		for i := range calls {
 			// Every query arrives a little after the one before, so all
 			// but the first arrive after the first read started.
-			at := c.advance(time.Millisecond)
+			c.Step(time.Millisecond)
+			at := c.Now()
 			calls[i] = call{at, readAfterAsync(t.Context(), r, at)}
 		}
 		synctest.Wait()
@@ -288,7 +271,7 @@ func TestConcurrentReadAfterCallsShareAtMostTwoReads(t *testing.T) {
 
 func TestFailedReadGivesItsErrorToAllWaitersAndIsNotRemembered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		t0 := c.Now()
 		a := readAfterAsync(t.Context(), r, t0)
@@ -315,7 +298,7 @@ func TestFailedReadGivesItsErrorToAllWaitersAndIsNotRemembered(t *testing.T) {
 
 func TestCallerLeavingDoesNotCancelTheSharedRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		t0 := c.Now()
 		ctxA, cancelA := context.WithCancel(t.Context())
@@ -343,12 +326,13 @@ func TestCallerLeavingDoesNotCancelTheSharedRead(t *testing.T) {
 
 func TestNextReadIsNotStartedWhenAllItsCallersLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		a := readAfterAsync(t.Context(), r, c.Now())
 		synctest.Wait()
 		ctxB, cancelB := context.WithCancel(t.Context())
-		b := readAfterAsync(ctxB, r, c.advance(time.Second))
+		c.Step(time.Second)
+		b := readAfterAsync(ctxB, r, c.Now())
 		synctest.Wait()
 		cancelB()
 		if res := receive(t, b); !errors.Is(res.err, context.Canceled) {
@@ -366,7 +350,7 @@ func TestNextReadIsNotStartedWhenAllItsCallersLeft(t *testing.T) {
 
 func TestReadAfterWithADoneContextStartsNoRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
@@ -405,28 +389,28 @@ func TestReadThatHangsEndsAtTheReaderTimeout(t *testing.T) {
 
 func TestOnReadIsToldTheDurationAndOutcomeOfEveryRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		type seen struct {
 			d   time.Duration
 			err error
 		}
 		var mu sync.Mutex
 		var reads []seen
-		r := NewReader(f.fetch, ReaderOptions{Now: c.Now, OnRead: func(d time.Duration, err error) {
+		r := NewReader(f.fetch, ReaderOptions{Clock: c, OnRead: func(d time.Duration, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			reads = append(reads, seen{d, err})
 		}})
 		ch := readAfterAsync(t.Context(), r, c.Now())
 		synctest.Wait()
-		c.advance(40 * time.Millisecond)
+		c.Step(40 * time.Millisecond)
 		f.answerRead(t, 0)
 		receive(t, ch)
 
 		boom := errors.New("boom")
 		ch = readAfterAsync(t.Context(), r, c.Now())
 		synctest.Wait()
-		c.advance(10 * time.Millisecond)
+		c.Step(10 * time.Millisecond)
 		f.call(t, 1).answer <- fetchAnswer{err: boom}
 		receive(t, ch)
 
@@ -441,7 +425,7 @@ func TestOnReadIsToldTheDurationAndOutcomeOfEveryRead(t *testing.T) {
 
 func TestReadAfterATimeInTheFutureReadsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, c := &fakeFetch{}, newClock()
+		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
 		r := newTestReader(f, c)
 		ch := readAfterAsync(t.Context(), r, c.Now().Add(time.Hour))
 		synctest.Wait()

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/utils/clock"
 )
 
 // The kubelet's PodResources rate limit: one token bucket for the whole
@@ -47,7 +48,7 @@ type fairLimiter struct {
 	qps     float64
 	burst   int
 	reserve float64 // tokens of the shared bucket left to clients within their share
-	now     func() time.Time
+	clock   clock.PassiveClock
 
 	mu        sync.Mutex
 	global    *rate.Limiter
@@ -61,18 +62,18 @@ type clientBucket struct {
 	seen time.Time
 }
 
-func newFairLimiter(qps float64, burst int, now func() time.Time) *fairLimiter {
+func newFairLimiter(qps float64, burst int, clk clock.PassiveClock) *fairLimiter {
 	if burst < 1 {
 		burst = 1
 	}
-	if now == nil {
-		now = time.Now
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
 	return &fairLimiter{
 		qps:     qps,
 		burst:   burst,
 		reserve: float64(burst) / 2,
-		now:     now,
+		clock:   clk,
 		global:  rate.NewLimiter(rate.Limit(qps), burst),
 		clients: make(map[string]*clientBucket),
 	}
@@ -90,7 +91,7 @@ const maxGlobalWait = 50 * time.Millisecond
 func (f *fairLimiter) allow(client string) (bool, time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.now()
+	now := f.clock.Now()
 	if now.Sub(f.lastPrune) >= time.Second {
 		f.lastPrune = now
 		for k, c := range f.clients {
@@ -154,14 +155,14 @@ func (f *fairLimiter) othersCalledSince(c *clientBucket, t time.Time) bool {
 
 // rateLimit returns an interceptor that rejects calls beyond a client's
 // fair share of qps (with burst) before they reach a handler or the
-// kubelet. qps <= 0 disables it. now is the clock; nil means time.Now.
-func rateLimit(qps float64, burst int, m *Metrics, now func() time.Time) grpc.UnaryServerInterceptor {
+// kubelet. qps <= 0 disables it. clk is the clock; nil means the real one.
+func rateLimit(qps float64, burst int, m *Metrics, clk clock.PassiveClock) grpc.UnaryServerInterceptor {
 	if qps <= 0 {
 		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(ctx, req)
 		}
 	}
-	l := newFairLimiter(qps, burst, now)
+	l := newFairLimiter(qps, burst, clk)
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		ok, wait := l.allow(clientKey(ctx))
 		if !ok {

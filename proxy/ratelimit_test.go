@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,12 +21,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time          { return c.t }
-func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
-
 func fromProcess(pid int32) context.Context {
 	return peer.NewContext(context.Background(), &peer.Peer{
 		Addr:     &net.UnixAddr{Net: "unix"},
@@ -33,8 +29,8 @@ func fromProcess(pid int32) context.Context {
 }
 
 func TestOneClientsFloodDoesNotStarveAnother(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock.now)
+	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	call := func(ctx context.Context) bool {
 		_, err := limit(ctx, nil, &grpc.UnaryServerInfo{}, ok)
@@ -60,7 +56,7 @@ func TestOneClientsFloodDoesNotStarveAnother(t *testing.T) {
 				politeOK++
 			}
 		}
-		clock.advance(10 * time.Millisecond)
+		clock.Step(10 * time.Millisecond)
 	}
 	if rate := float64(politeOK) / float64(politeCalls); rate < 0.99 {
 		t.Errorf("the polite client succeeded in %.1f%% of its %d calls while another flooded, want >= 99%%", 100*rate, politeCalls)
@@ -76,23 +72,23 @@ func TestALoneClientGetsTheKubeletsRateAfterShortLivedClientsCameBy(t *testing.T
 	// moment ago; now one client calls 90 times a second, under the
 	// kubelet's 100/s. The kubelet would refuse none of its calls, and with
 	// nobody else calling, the proxy must not either.
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock.now)
+	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	for pid := range int32(20) {
 		if _, err := limit(fromProcess(1000+pid), nil, &grpc.UnaryServerInfo{}, ok); err != nil {
 			t.Fatalf("a one-call client was refused: %v", err)
 		}
-		clock.advance(5 * time.Millisecond)
+		clock.Step(5 * time.Millisecond)
 	}
-	clock.advance(time.Second) // the shared bucket is full again
+	clock.Step(time.Second) // the shared bucket is full again
 	lone := fromProcess(42)
 	refused := 0
 	for range 270 { // three seconds at 90/s
 		if _, err := limit(lone, nil, &grpc.UnaryServerInfo{}, ok); err != nil {
 			refused++
 		}
-		clock.advance(time.Second / 90)
+		clock.Step(time.Second / 90)
 	}
 	if refused != 0 {
 		t.Errorf("%d of 270 calls at 90/s refused; the kubelet's limit (100/s) refuses none", refused)
@@ -103,8 +99,8 @@ func TestALoneClientInBurstsIsNeverRefusedWhereTheKubeletWouldAllow(t *testing.T
 	// The e2e suite's process calls in bursts (a List, a Get per pod, a
 	// v1alpha1 List) while other clients came by seconds ago. Calling alone,
 	// it must never be refused where the kubelet's own limiter allows.
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock.now)
+	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
 	kubelet := rate.NewLimiter(DefaultRateLimitQPS, DefaultRateLimitBurst)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	for pid := range int32(5) { // short-lived clients, a few seconds ago
@@ -112,18 +108,18 @@ func TestALoneClientInBurstsIsNeverRefusedWhereTheKubeletWouldAllow(t *testing.T
 			t.Fatal(err)
 		}
 	}
-	kubelet.AllowN(clock.now(), 5)
-	clock.advance(2 * time.Second)
+	kubelet.AllowN(clock.Now(), 5)
+	clock.Step(2 * time.Second)
 	lone := fromProcess(42)
 	for burst := range 20 {
 		for call := range 4 + burst%9 { // 4 to 12 calls at once
-			kubeletAllows := kubelet.AllowN(clock.now(), 1)
+			kubeletAllows := kubelet.AllowN(clock.Now(), 1)
 			_, err := limit(lone, nil, &grpc.UnaryServerInfo{}, ok)
 			if kubeletAllows && err != nil {
 				t.Fatalf("burst %d, call %d: refused (%v) where the kubelet allows", burst, call, err)
 			}
 		}
-		clock.advance(time.Duration(20+burst*7%60) * time.Millisecond)
+		clock.Step(time.Duration(20+burst*7%60) * time.Millisecond)
 	}
 }
 

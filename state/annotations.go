@@ -26,7 +26,7 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 	}
 	s.lock(pre)
 	defer s.unlock()
-	now := s.opts.Now()
+	now := s.now()
 	seen := make(map[string]bool, len(pods))
 	for i := range pods {
 		p := &pods[i]
@@ -176,7 +176,7 @@ func (s *Store) adopt(r *Record) bool {
 			changed = !maps.Equal(ann, r.Annotations) || !sameOrEmpty(devs, r.Devices) || !sameOrEmpty(errs, r.DecodeErrors)
 		}
 		if changed {
-			r.UpdatedAt = s.opts.Now()
+			r.UpdatedAt = s.now()
 		}
 	}
 	s.install(s.byUID[r.UID], r)

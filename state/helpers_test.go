@@ -29,6 +29,8 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+func (c *fakeClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
 func (c *fakeClock) Advance(d time.Duration) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()

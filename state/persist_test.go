@@ -91,7 +91,7 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	dec := &fakeDecoder{}
 	clock := newFakeClock()
-	s := openTest(t, dir, Options{Decoder: dec, Now: clock.Now}, nil)
+	s := openTest(t, dir, Options{Decoder: dec, Clock: clock}, nil)
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1"},
 		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{"example.com/gpu": "1"}}}}}})
@@ -129,7 +129,7 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	}
 
 	calls := dec.Calls()
-	s2 := openTest(t, dir, Options{Decoder: dec, Now: clock.Now}, nil)
+	s2 := openTest(t, dir, Options{Decoder: dec, Clock: clock}, nil)
 	if got := encodedRecords(t, s2.Records()); got != want {
 		t.Errorf("records loaded back differ:\n got %s\nwant %s", got, want)
 	}
@@ -161,7 +161,7 @@ func readRecordFileGeneric(t *testing.T, dir, uid string) map[string]any {
 func TestOpenDecodesAnnotationsAgainWithTheCurrentDecoder(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
-	s := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "old.example.com"}, Now: clock.Now}, nil)
+	s := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "old.example.com"}, Clock: clock}, nil)
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
 	learned := mustGet(t, s, "u1").Provenance.Annotations
 	if err := s.Close(); err != nil {
@@ -169,7 +169,7 @@ func TestOpenDecodesAnnotationsAgainWithTheCurrentDecoder(t *testing.T) {
 	}
 
 	clock.Advance(time.Hour)
-	s2 := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "new.example.com"}, Now: clock.Now}, nil)
+	s2 := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "new.example.com"}, Clock: clock}, nil)
 	r := mustGet(t, s2, "u1")
 	if len(r.Devices) != 1 || r.Devices[0].Resource != "new.example.com/gpu" {
 		t.Fatalf("devices after reopening with a new decoder: %+v", r.Devices)
@@ -354,7 +354,7 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 				first = "remove"
 			}
 			var hold, arrived chan struct{}
-			s := openTest(t, dir, Options{Now: clock.Now, PruneAfter: time.Minute}, func(p *persister) {
+			s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *persister) {
 				p.fault = func(gotOp, path string) error {
 					mu.Lock()
 					h, a := hold, arrived
@@ -440,7 +440,7 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 func TestPrunerDeletesRemovedRecordsAndTheirFiles(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
-	s := openTest(t, dir, Options{Now: clock.Now, PruneAfter: time.Minute}, func(p *persister) {
+	s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *persister) {
 		p.pruneInterval = time.Millisecond
 	})
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))

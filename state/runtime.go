@@ -39,7 +39,7 @@ func (s *Store) observeSandbox(src Origin, sb model.Sandbox) {
 	if uid == "" {
 		return // nothing to key it by; the reconciler will bring it
 	}
-	now := s.opts.Now()
+	now := s.now()
 	s.update(uid, func(r *Record) bool {
 		changed := false
 		if r.Namespace == "" && sb.Namespace != "" {
@@ -103,7 +103,7 @@ func (s *Store) setSandboxPhase(src Origin, sandboxID, uid string, phase Phase) 
 }
 
 func (s *Store) setPhase(src Origin, uid string, phase Phase) {
-	now := s.opts.Now()
+	now := s.now()
 	s.update(uid, func(r *Record) bool {
 		if r.State == phase || r.State == PhaseRemoved {
 			return false
@@ -132,7 +132,7 @@ func (s *Store) observeContainer(src Origin, c model.RuntimeContainer) {
 	if !ok || c.ID == "" {
 		return
 	}
-	now := s.opts.Now()
+	now := s.now()
 	s.update(uid, func(r *Record) bool {
 		if r.SandboxID != c.SandboxID {
 			return false
@@ -212,7 +212,7 @@ func (s *Store) Reconcile(src Origin, asOf time.Time, sandboxes []model.Sandbox,
 		}
 		s.observeContainer(src, c)
 	}
-	now := s.opts.Now()
+	now := s.now()
 	gone := model.ContainerStopped
 	if exitedListed {
 		gone = model.ContainerRemoved

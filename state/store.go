@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/utils/clock"
 
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -41,9 +42,9 @@ type Decoder interface {
 type Options struct {
 	// Decoder decodes allocator annotations; nil keeps no annotations.
 	Decoder Decoder
-	// Now is the clock of the records' timestamps; nil means time.Now in
-	// UTC.
-	Now func() time.Time
+	// Clock stamps the records (in UTC, so that record files read the
+	// same whatever the node's zone); nil means the real clock.
+	Clock clock.PassiveClock
 	// PruneAfter is how long a removed record is kept; 0 means
 	// DefaultPruneAfter.
 	PruneAfter time.Duration
@@ -94,9 +95,8 @@ type Store struct {
 
 // New returns an in-memory store.
 func New(opts Options) *Store {
-	if opts.Now == nil {
-		// UTC, so that record files read the same whatever the node's zone.
-		opts.Now = func() time.Time { return time.Now().UTC() }
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	if opts.PruneAfter == 0 {
 		opts.PruneAfter = DefaultPruneAfter
@@ -197,7 +197,7 @@ func SortRecords(rs []*Record) {
 func (s *Store) Prune() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cutoff := s.opts.Now().Add(-s.opts.PruneAfter)
+	cutoff := s.now().Add(-s.opts.PruneAfter)
 	n := 0
 	for uid, r := range s.byUID {
 		if r.State != PhaseRemoved {
@@ -231,7 +231,7 @@ func (s *Store) update(uid string, fn func(r *Record) bool) {
 	if !fn(&r) {
 		return
 	}
-	r.UpdatedAt = s.opts.Now()
+	r.UpdatedAt = s.now()
 	s.install(old, &r)
 	s.dirty(uid)
 }
@@ -278,3 +278,6 @@ func (s *Store) unindexKey(k model.PodKey, uid string) {
 		s.byKey[k] = uids
 	}
 }
+
+// now is the time the records are stamped with.
+func (s *Store) now() time.Time { return s.opts.Clock.Now().UTC() }

@@ -14,7 +14,7 @@ var pod = model.PodKey{Namespace: "ns", Name: "web-0"}
 
 func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
 	dec := &fakeDecoder{}
-	s := New(Options{Decoder: dec, Now: newFakeClock().Now})
+	s := New(Options{Decoder: dec, Clock: newFakeClock()})
 	s.ObserveKubeletPods([]model.KubeletPod{{
 		UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1", "other": "x"},
@@ -60,7 +60,7 @@ func TestSandboxOfKubeletSourceIsNotLive(t *testing.T) {
 
 func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 	clock := newFakeClock()
-	s := New(Options{Now: clock.Now})
+	s := New(Options{Clock: clock})
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
 	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	if _, ok := s.Live(pod); !ok {
@@ -90,7 +90,7 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 }
 
 func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
-	s := New(Options{Now: newFakeClock().Now})
+	s := New(Options{Clock: newFakeClock()})
 	s.ObserveSandbox(OriginNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
 	s.ObserveSandbox(OriginNRI, readySandbox("new", "ns", "web-0", "sb-new", nil))
 	if r, ok := s.Live(pod); ok {
@@ -108,7 +108,7 @@ func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
 }
 
 func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
-	s := New(Options{Now: newFakeClock().Now})
+	s := New(Options{Clock: newFakeClock()})
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
 	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	// The pod's sandbox is recreated (same uid, new sandbox).
@@ -126,7 +126,7 @@ func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
 }
 
 func TestRemovalOfAnUnknownContainerRecordsNothing(t *testing.T) {
-	s := New(Options{Now: newFakeClock().Now})
+	s := New(Options{Clock: newFakeClock()})
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
 	before := mustGet(t, s, "u1")
 	s.ContainerRemoved(OriginNRI, "sb1", "never-seen")
@@ -137,7 +137,7 @@ func TestRemovalOfAnUnknownContainerRecordsNothing(t *testing.T) {
 
 func TestReconcileWithAnOlderSnapshotDoesNotUndoNewerEvents(t *testing.T) {
 	clock := newFakeClock()
-	s := New(Options{Now: clock.Now})
+	s := New(Options{Clock: clock})
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	asOf := clock.Advance(time.Second) // the CRI reconciler takes its snapshot...
@@ -163,7 +163,7 @@ func TestReconcileWithAnOlderSnapshotDoesNotUndoNewerEvents(t *testing.T) {
 
 func TestReconcileRemovesSandboxesItDoesNotList(t *testing.T) {
 	clock := newFakeClock()
-	s := New(Options{Now: clock.Now})
+	s := New(Options{Clock: clock})
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
@@ -184,7 +184,7 @@ func TestReconcileRemovesSandboxesItDoesNotList(t *testing.T) {
 func TestReconcileLearnsSandboxesAndContainersItDidNotKnow(t *testing.T) {
 	clock := newFakeClock()
 	dec := &fakeDecoder{}
-	s := New(Options{Now: clock.Now, Decoder: dec})
+	s := New(Options{Clock: clock, Decoder: dec})
 	asOf := clock.Now()
 	s.Reconcile(OriginCRI, asOf,
 		[]model.Sandbox{readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"})},
@@ -209,7 +209,7 @@ func TestReconcileMarksUnlistedContainersByWhatTheSnapshotLeavesOut(t *testing.T
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := newFakeClock()
-			s := New(Options{Now: clock.Now})
+			s := New(Options{Clock: clock})
 			s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 			for _, id := range []string{"c1", "c2", "c3"} {
 				s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: id, SandboxID: "sb1", Name: id, State: model.ContainerRunning})
@@ -233,7 +233,7 @@ func TestReconcileMarksUnlistedContainersByWhatTheSnapshotLeavesOut(t *testing.T
 
 func TestReconcileOfANewSandboxStillMarksItsUnlistedContainers(t *testing.T) {
 	clock := newFakeClock()
-	s := New(Options{Now: clock.Now})
+	s := New(Options{Clock: clock})
 	s.ObserveSandbox(OriginNRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: false})
 	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	asOf := clock.Advance(time.Second)
@@ -247,7 +247,7 @@ func TestReconcileOfANewSandboxStillMarksItsUnlistedContainers(t *testing.T) {
 }
 
 func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
-	s := New(Options{Now: newFakeClock().Now})
+	s := New(Options{Clock: newFakeClock()})
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerStopped})
 	s.ObserveContainer(OriginCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerUnknown})
@@ -263,7 +263,7 @@ func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
 
 func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 	clock := newFakeClock()
-	s := New(Options{Now: clock.Now})
+	s := New(Options{Clock: clock})
 	s.ObserveKubeletPods([]model.KubeletPod{
 		{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"},
 		{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"},
@@ -293,7 +293,7 @@ func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 func TestPruneDeletesRemovedRecordsOnlyAfterTheGracePeriod(t *testing.T) {
 	clock := newFakeClock()
 	var dirty []string
-	s := New(Options{Now: clock.Now, PruneAfter: time.Minute})
+	s := New(Options{Clock: clock, PruneAfter: time.Minute})
 	s.dirty = func(uid string) { dirty = append(dirty, uid) }
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
@@ -324,7 +324,7 @@ func TestPruneDeletesRemovedRecordsOnlyAfterTheGracePeriod(t *testing.T) {
 
 func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 	dec := &fakeDecoder{}
-	s := New(Options{Decoder: dec, Now: newFakeClock().Now})
+	s := New(Options{Decoder: dec, Clock: newFakeClock()})
 	ann := map[string]string{"alloc/gpu": "GPU-1", "unrelated": "1"}
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", ann))
 	if dec.Calls() != 1 {
@@ -363,7 +363,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 }
 
 func TestSpecReadBackFromDiskIsNotAChange(t *testing.T) {
-	s := New(Options{Now: newFakeClock().Now})
+	s := New(Options{Clock: newFakeClock()})
 	var writes int
 	s.dirty = func(string) { writes++ }
 	// What a file gives back: no empty maps.
@@ -380,7 +380,7 @@ func TestSpecReadBackFromDiskIsNotAChange(t *testing.T) {
 
 func TestRecordsAndByNameAreSorted(t *testing.T) {
 	clock := newFakeClock()
-	s := New(Options{Now: clock.Now})
+	s := New(Options{Clock: clock})
 	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	clock.Advance(time.Second)
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "b", "sb1", nil))
@@ -402,7 +402,7 @@ func TestRecordsAndByNameAreSorted(t *testing.T) {
 // (a reconcile every 30 s must not rewrite every pod's file).
 func TestAReconcileThatAgreesChangesNothing(t *testing.T) {
 	clock := newFakeClock()
-	s := New(Options{Now: clock.Now})
+	s := New(Options{Clock: clock})
 	var dirty []string
 	s.dirty = func(uid string) { dirty = append(dirty, uid) }
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
@@ -434,7 +434,7 @@ func TestAReconcileThatAgreesChangesNothing(t *testing.T) {
 // (a steady node would rebuild every answer for nothing).
 func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
 	clock := newFakeClock()
-	s := New(Options{Now: clock.Now})
+	s := New(Options{Clock: clock})
 	v := s.Version()
 	step := func(what string, change bool, fn func()) {
 		t.Helper()
@@ -471,7 +471,7 @@ func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.
 		}
 		return out
 	}
-	s := New(Options{Decoder: &fakeDecoder{}, Now: newFakeClock().Now})
+	s := New(Options{Decoder: &fakeDecoder{}, Clock: newFakeClock()})
 
 	// /pods first (CNI ADD), then the runtime starts the sandbox with the
 	// same annotations: the runtime's copy is now the allocation, held since

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
@@ -187,8 +189,8 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 	dir := t.TempDir()
 	set := quietSet(t)
 	gate := trust.NewGate(set, trust.GateOptions{})
-	clock := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
-	opts := state.Options{Decoder: set, Now: func() time.Time { return clock }, Log: logrus.New()}
+	clock := testingclock.NewFakeClock(time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC))
+	opts := state.Options{Decoder: set, Clock: clock, Log: logrus.New()}
 	store, err := state.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +200,7 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 	for _, p := range []struct{ uid, name string }{{"zz-first", "first"}, {"aa-second", "second"}} {
 		store.ObserveKubeletPods([]model.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
 		store.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
-		clock = clock.Add(time.Second)
+		clock.Step(time.Second)
 	}
 	check := func(when string, records []*state.Record) {
 		t.Helper()
@@ -226,7 +228,7 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clock = clock.Add(time.Hour)
+	clock.Step(time.Hour)
 	store, err = state.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
