@@ -4,10 +4,15 @@
 // centralized scheduler recorded in the pods' annotations; clients cannot
 // tell it from the kubelet except that they now see those devices.
 //
-// The server is composed like the kubelet's own: the upstream kubelet
-// answers which pods and containers exist, the resolver (store + /pods
-// reads + allocator decoders) says which devices each pod gets, and the
-// inventory says where devices sit (NUMA) and what the node has.
+// The server is composed like the kubelet's own: its Providers are gathered
+// in one struct. The upstream kubelet answers which pods and containers
+// exist; the store, the /pods reader the server owns (every read is recorded
+// in the store) and the allocators say which devices each pod gets
+// (resolve.go), the trust checker which of them are believed, and one
+// inventory snapshot per call where they sit (merge.go). List answers are
+// reused pod by pod (answers.go explains how); a call a moment after another
+// shares its kubelet call (shared.go). Every input is bounded (limits.go,
+// ratelimit.go, socket.go).
 package proxy
 
 import (
