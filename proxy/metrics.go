@@ -149,7 +149,7 @@ func (m *Metrics) shared(method string, others int) {
 }
 
 // AllocationRefused counts one refused device; it fits
-// allocator.GateOptions.OnRefuse.
+// trust.GateOptions.OnRefuse.
 func (m *Metrics) AllocationRefused(allocator, reason string) {
 	if m == nil {
 		return
