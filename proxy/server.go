@@ -10,9 +10,9 @@
 // in the store) and the allocators say which devices each pod gets
 // (resolve.go), the trust checker which of them are believed, and one
 // inventory snapshot per call where they sit (merge.go). List answers are
-// reused pod by pod (answers.go explains how); a call a moment after another
-// shares its kubelet call (shared.go). Every input is bounded (limits.go,
-// ratelimit.go, socket.go).
+// reused pod by pod (package reuse tells how, in one place); a call a
+// moment after another shares its kubelet call (shared.go). Every input is
+// bounded (limits.go, ratelimit.go, socket.go).
 package proxy
 
 import (
@@ -33,6 +33,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
@@ -105,7 +106,7 @@ type Server struct {
 
 	// Each List method's pods, reused per pod (answers.go), and each
 	// method's shared kubelet calls (shared.go).
-	segV1, segV1alpha1 segmentCache
+	segV1, segV1alpha1 reuse.Cache
 	listV1             *sharedCall[[]byte]
 	listV1alpha1       *sharedCall[[]byte]
 	allocatable        *sharedCall[*v1.AllocatableResourcesResponse]
@@ -218,7 +219,7 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 	if err != nil {
 		return nil, err
 	}
-	return preEncoded(&v1.ListPodResourcesResponse{}, out), nil
+	return reuse.PreEncoded(&v1.ListPodResourcesResponse{}, out), nil
 }
 
 // listV1 makes one shared v1 List: the kubelet's answer, then the proxy's
@@ -232,7 +233,7 @@ func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, e
 	out, err := s.listAnswer(ctx, &s.segV1, kubelet, started, inv, func(seg []byte, p plan) ([]byte, error) {
 		var pod v1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {
-			return nil, errNotAPod(err)
+			return nil, reuse.ErrNotAPod(err)
 		}
 		mergeV1(&pod, p, inv)
 		return proto.Marshal(&pod)
@@ -293,7 +294,7 @@ func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesR
 	if err != nil {
 		return nil, err
 	}
-	return preEncoded(&v1alpha1.ListPodResourcesResponse{}, out), nil
+	return reuse.PreEncoded(&v1alpha1.ListPodResourcesResponse{}, out), nil
 }
 
 // listV1alpha1Answer makes one shared v1alpha1 List.
@@ -305,7 +306,7 @@ func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]b
 	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, s.snapshot(), func(seg []byte, p plan) ([]byte, error) {
 		var pod v1alpha1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {
-			return nil, errNotAPod(err)
+			return nil, reuse.ErrNotAPod(err)
 		}
 		mergeV1alpha1(&pod, p)
 		return proto.Marshal(&pod)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
+	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 )
 
 // DefaultMaxMessageSize bounds the kubelet answers the proxy accepts. Busy
@@ -79,13 +80,13 @@ func (u *upstream) observe(method string, start time.Time, err error) error {
 	return err
 }
 
-// List returns the kubelet's v1 List answer still encoded (see rawCodec).
-func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (encoded, error) {
+// List returns the kubelet's v1 List answer still reuse.Encoded (see rawCodec).
+func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (reuse.Encoded, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
-	var resp encoded
-	err := u.conn.Invoke(ctx, v1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(rawCodec{}))
+	var resp reuse.Encoded
+	err := u.conn.Invoke(ctx, v1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(reuse.Codec{}))
 	return resp, u.observe("List", start, err)
 }
 
@@ -105,12 +106,12 @@ func (u *upstream) GetAllocatableResources(ctx context.Context, req *v1.Allocata
 	return resp, u.observe("GetAllocatableResources", start, err)
 }
 
-// ListV1alpha1 returns the kubelet's v1alpha1 List answer still encoded.
-func (u *upstream) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (encoded, error) {
+// ListV1alpha1 returns the kubelet's v1alpha1 List answer still reuse.Encoded.
+func (u *upstream) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (reuse.Encoded, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
-	var resp encoded
-	err := u.conn.Invoke(ctx, v1alpha1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(rawCodec{}))
+	var resp reuse.Encoded
+	err := u.conn.Invoke(ctx, v1alpha1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(reuse.Codec{}))
 	return resp, u.observe("v1alpha1.List", start, err)
 }

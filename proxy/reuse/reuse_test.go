@@ -1,4 +1,4 @@
-package proxy
+package reuse
 
 import (
 	"bytes"
@@ -10,28 +10,28 @@ import (
 
 // The per-pod cache must not grow with the node's history: pods the latest
 // answer no longer lists are dropped, and what it holds stays under
-// maxSegmentCacheBytes however large the kubelet's answers get.
+// MaxCacheBytes however large the kubelet's answers get.
 
-func cachedPart(name string, size int) listPart {
-	return listPart{
-		pod:  bytes.Repeat([]byte(name[:1]), size),
-		out:  []byte("out-" + name),
-		need: true,
-		rec:  &state.Record{Name: name},
-		key:  model.PodKey{Namespace: "default", Name: name},
+func cachedPart(name string, size int) Part {
+	return Part{
+		Pod:  bytes.Repeat([]byte(name[:1]), size),
+		Out:  []byte("out-" + name),
+		Need: true,
+		Rec:  &state.Record{Name: name},
+		Key:  model.PodKey{Namespace: "default", Name: name},
 	}
 }
 
 func TestTheSegmentCacheDropsPodsNoLongerListed(t *testing.T) {
-	var c segmentCache
+	var c Cache
 	c.m = map[string]*segment{}
-	c.store([]listPart{cachedPart("a", 100), cachedPart("b", 100), cachedPart("c", 100)}, nil, 1, 1, false)
+	c.Store([]Part{cachedPart("a", 100), cachedPart("b", 100), cachedPart("c", 100)}, nil, 1, 1, false)
 	if len(c.m) != 3 {
 		t.Fatalf("cache holds %d pods, want 3", len(c.m))
 	}
 	// The next answer lists only b.
 	c.m[string(bytes.Repeat([]byte("b"), 100))].seen = 2
-	c.drop(2, 1)
+	c.Drop(2, 1)
 	if len(c.m) != 1 {
 		t.Fatalf("after an answer listing one pod the cache holds %d, want 1", len(c.m))
 	}
@@ -43,14 +43,14 @@ func TestTheSegmentCacheDropsPodsNoLongerListed(t *testing.T) {
 }
 
 func TestTheSegmentCacheStaysWithinItsBound(t *testing.T) {
-	var c segmentCache
+	var c Cache
 	c.m = map[string]*segment{}
-	var parts []listPart
+	var parts []Part
 	for _, name := range []string{"a", "b", "c", "d", "e"} {
-		parts = append(parts, cachedPart(name, maxSegmentCacheBytes/4))
+		parts = append(parts, cachedPart(name, MaxCacheBytes/4))
 	}
-	c.store(parts, nil, 1, 1, false)
-	if c.bytes > maxSegmentCacheBytes || len(c.m) >= len(parts) {
-		t.Errorf("cache holds %d pods in %d bytes, want fewer than %d pods within %d bytes", len(c.m), c.bytes, len(parts), maxSegmentCacheBytes)
+	c.Store(parts, nil, 1, 1, false)
+	if c.bytes > MaxCacheBytes || len(c.m) >= len(parts) {
+		t.Errorf("cache holds %d pods in %d bytes, want fewer than %d pods within %d bytes", len(c.m), c.bytes, len(parts), MaxCacheBytes)
 	}
 }

@@ -1,0 +1,45 @@
+// Package reuse is the List path's one optional layer: answers are
+// reused per pod, not per answer. Its whole trick is told here.
+//
+// Clients such as DCGM exporter and resource-topology-exporter poll List
+// every few seconds, and between two polls little changes. Yet the kubelet's
+// answer is almost never the same bytes twice: it builds List from its pod
+// manager's map of pods and each container's devices from the device
+// manager's maps, so the pods (and the ids within a container) come in a new
+// order on almost every call. So the proxy reuses work pod by pod:
+//
+//   - The kubelet's answer stays Encoded (Codec). A List answer is a
+//     sequence of fields; each pod is one length-delimited field 1
+//     (pod_resources), in v1 and v1alpha1 alike. Split walks the fields
+//     with protowire, decoding nothing: each pod's bytes are a segment.
+//   - A segment's output is cached under the segment's bytes, together with
+//     the pod's store record and the inventory snapshot it was built from.
+//     Records and snapshots are immutable and replaced on every change, so
+//     the same pointer means the same content; and while the store's
+//     version has not moved, every record is still the one it was, so a
+//     steady List does not even look records up. When all three match, the
+//     cached output is spliced in as is. This holds because a pod's devices
+//     depend on nothing but its own record, its part of the kubelet's answer
+//     and the inventory, with one exception: the trust gate weighs a pod's
+//     devices against other pods' claims (Gate.Contest), so with the gate
+//     on, a pod with devices is reused only while the store's version has
+//     not moved at all (segment.withOthers).
+//   - Otherwise that pod alone is decoded, given its devices (the same merge
+//     Get uses, so List and Get agree) and Encoded. Its output is cached only
+//     when its devices came from the store: one that needed a /pods read
+//     depended on that read too.
+//   - Fields that are not pods (a newer kubelet's) are copied through, and
+//     a pod's own unknown fields survive its decode and encode.
+//
+// The answer is then the kubelet's fields, in the kubelet's order, each pod
+// replaced by its output: a steady List costs a walk over the bytes, one map
+// lookup and one copy per pod, and a pod that changed is rebuilt alone.
+// Entries of pods the latest answer no longer lists are dropped, and the
+// cache holds at most MaxCacheBytes per List method.
+//
+// The proxy's answer goes back to gRPC still encoded too: PreEncoded sets
+// the spliced bytes as the unknown fields of an empty response message,
+// which protobuf writes out verbatim, so the generated handlers return it
+// without a codec of their own. Without this package (every pod rebuilt),
+// answers are the same; they only cost more.
+package reuse

@@ -1,0 +1,283 @@
+package reuse
+
+import (
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// MaxCacheBytes bounds what one List method's cache holds (the
+// kubelet's segments and the proxy's outputs together). Pods past it, on
+// nodes with thousands of containers or long cpu_ids lists, are rebuilt on
+// every call. Two methods fit well within the daemon's 128 MiB.
+const MaxCacheBytes = 8 << 20
+
+// segmentOverhead is about what an entry costs beside its bytes (the map
+// slot, the segment and its key's strings), counted against the bound.
+const segmentOverhead = 160
+
+// podsField is pod_resources' field number in both List responses, and
+// nameField and namespaceField the pod's name and namespace in both
+// PodResources messages.
+const (
+	podsField      protowire.Number = 1
+	nameField      protowire.Number = 1
+	namespaceField protowire.Number = 2
+)
+
+// Cache holds the output of each pod segment of one List method.
+type Cache struct {
+	mu    sync.Mutex
+	gen   uint64              // bumped by every answer, to tell which entries it listed
+	m     map[string]*segment // by the kubelet's segment bytes
+	bytes int                 // keys and outputs held
+}
+
+// segment is a pod's output and what it was built from.
+type segment struct {
+	key     model.PodKey
+	rec     *state.Record       // the live record the output was built from
+	checked uint64              // a store version at which rec was still the pod's live record
+	inv     *inventory.Snapshot // the inventory snapshot it was built with
+	out     []byte              // the proxy's segment; nil: the kubelet's, unchanged
+	seen    uint64              // the last answer that listed it
+	inLen   int                 // the length of the kubelet's segment, its key
+	// withOthers: the trust gate weighed its devices against other pods'
+	// claims (Gate.Contest), so it depends on every record, not only its
+	// own, and is valid only at the store version it was built at.
+	withOthers bool
+}
+
+// size is what an entry counts against MaxCacheBytes.
+func (e *segment) size() int {
+	return segmentOverhead + e.inLen + len(e.out) + len(e.key.Namespace) + len(e.key.Name)
+}
+
+// Part is one field of a kubelet List answer: a pod, or something to
+// copy through.
+type Part struct {
+	Field []byte        // the whole field, tag included
+	Pod   []byte        // a pod's segment, nil for other fields
+	Out   []byte        // the pod's output
+	Need  bool          // the pod must be rebuilt
+	Same  bool          // Out is the kubelet's segment: nothing was added
+	Rec   *state.Record // the live record Out was built from, when it came from the store alone
+	Key   model.PodKey
+}
+
+// Store caches the rebuilt pods that came from the store alone.
+func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64, trust bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range parts {
+		p := &parts[i]
+		if !p.Need || p.Rec == nil {
+			continue
+		}
+		e := &segment{key: p.Key, rec: p.Rec, checked: version, inv: inv, seen: gen, inLen: len(p.Pod),
+			withOthers: trust && len(p.Rec.Devices) > 0}
+		if !p.Same {
+			e.out = p.Out
+		}
+		if old := c.m[string(p.Pod)]; old != nil {
+			c.bytes -= old.size()
+		} else if c.bytes+e.size() > MaxCacheBytes {
+			continue
+		}
+		c.m[string(p.Pod)] = e
+		c.bytes += e.size()
+	}
+}
+
+// Drop forgets the pods that answer gen, of this many pods, did not list:
+// they are gone, or changed and cached under their new bytes.
+func (c *Cache) Drop(gen uint64, pods int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) <= pods {
+		return
+	}
+	for k, e := range c.m {
+		if e.seen != gen {
+			delete(c.m, k)
+			c.bytes -= e.size()
+		}
+	}
+}
+
+// PartsPool recycles the parts of answers: a List of 500 pods would
+// otherwise allocate about 60 KB of them per call.
+var PartsPool = sync.Pool{New: func() any { return new([]Part) }}
+
+// Split appends the fields of an Encoded List answer to parts.
+func Split(parts []Part, b []byte) ([]Part, error) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return parts, Malformed(protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return parts, Malformed(protowire.ParseError(m))
+		}
+		p := Part{Field: b[:n+m]}
+		if num == podsField && typ == protowire.BytesType {
+			p.Pod, _ = protowire.ConsumeBytes(b[n : n+m])
+			if p.Pod == nil {
+				p.Pod = []byte{} // an empty pod is still a pod
+			}
+		}
+		parts = append(parts, p)
+		b = b[n+m:]
+	}
+	return parts, nil
+}
+
+// podKey reads a pod segment's namespace and name.
+func PodKey(seg []byte) (model.PodKey, error) {
+	var k model.PodKey
+	for len(seg) > 0 {
+		num, typ, n := protowire.ConsumeTag(seg)
+		if n < 0 {
+			return k, Malformed(protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, seg[n:])
+		if m < 0 {
+			return k, Malformed(protowire.ParseError(m))
+		}
+		if typ == protowire.BytesType && (num == nameField || num == namespaceField) {
+			v, _ := protowire.ConsumeBytes(seg[n : n+m])
+			if num == nameField {
+				k.Name = string(v)
+			} else {
+				k.Namespace = string(v)
+			}
+		}
+		seg = seg[n+m:]
+	}
+	return k, nil
+}
+
+// Splice encodes the answer: every field as the kubelet sent it, but
+// each pod's output in place of its segment.
+func Splice(parts []Part) []byte {
+	size := 0
+	for i := range parts {
+		if p := &parts[i]; p.Pod == nil {
+			size += len(p.Field)
+		} else {
+			size += protowire.SizeTag(podsField) + protowire.SizeBytes(len(p.Out))
+		}
+	}
+	out := make([]byte, 0, size)
+	for i := range parts {
+		p := &parts[i]
+		if p.Pod == nil {
+			out = append(out, p.Field...)
+			continue
+		}
+		out = protowire.AppendTag(out, podsField, protowire.BytesType)
+		out = protowire.AppendBytes(out, p.Out)
+	}
+	return out
+}
+
+// malformed is the error of a kubelet answer that is not valid protobuf,
+// as gRPC would have reported had it decoded the answer itself.
+func Malformed(err error) error {
+	return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+}
+
+// Encoded is a message still in its wire form: the kubelet's answer as
+// received, before it is decoded (see Codec).
+type Encoded []byte
+
+// Codec is the codec of the upstream List calls. Requests are marshalled
+// by gRPC's own protobuf codec; responses are kept Encoded, so that the
+// proxy can split them into pods without decoding them.
+// Its name is "proto": the calls go out as application/grpc+proto, which
+// gRPC servers (the kubelet's among them) read with their protobuf codec.
+type Codec struct{}
+
+var protoCodec = encoding.GetCodecV2(proto.Name)
+
+func (Codec) Name() string { return proto.Name }
+
+func (Codec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
+
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	e, ok := v.(*Encoded)
+	if !ok {
+		return protoCodec.Unmarshal(data, v)
+	}
+	*e = data.Materialize()
+	return nil
+}
+
+// PreEncoded turns an empty response message into one that gRPC sends as
+// the given wire bytes: protobuf writes a message's unknown fields out
+// verbatim, and a message with no known fields set is nothing else. This is
+// how a handler generated for a typed response returns bytes it already
+// Encoded, without registering its own copy of the service.
+func PreEncoded[M interface{ ProtoReflect() protoreflect.Message }](m M, wire []byte) M {
+	m.ProtoReflect().SetUnknown(wire)
+	return m
+}
+
+// ErrNotAPod is for rebuildFuncs: a segment that does not decode.
+func ErrNotAPod(err error) error {
+	return Malformed(fmt.Errorf("a pod of the kubelet's List answer: %w", err))
+}
+
+// Reuse fills in the output of every pod of parts whose segment, record and
+// inventory snapshot are those of a cached output, marks the others Need,
+// and returns the answer's generation (for Store and Drop), how many pods
+// parts holds and how many were reused. live looks a pod's live record up;
+// version is the store's version, read before parts were split.
+func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, live func(model.PodKey) (*state.Record, bool)) (gen uint64, pods, reused int) {
+	c.mu.Lock()
+	c.gen++
+	gen = c.gen
+	if c.m == nil {
+		c.m = map[string]*segment{}
+	}
+	for i := range parts {
+		p := &parts[i]
+		if p.Pod == nil {
+			continue
+		}
+		pods++
+		if e := c.m[string(p.Pod)]; e != nil && e.inv == inv {
+			e.seen = gen
+			p.Key = e.key
+			if e.checked != version && !e.withOthers {
+				// The store changed since: is this still the pod's record?
+				if rec, ok := live(e.key); ok && rec == e.rec {
+					e.checked = version
+				}
+			}
+			if e.checked == version {
+				p.Out = e.out
+				if p.Out == nil {
+					p.Out = p.Pod
+				}
+				reused++
+				continue
+			}
+		}
+		p.Need = true
+	}
+	c.mu.Unlock()
+	return gen, pods, reused
+}
