@@ -94,8 +94,9 @@ type segment struct {
 	seen    uint64              // the last answer that listed it
 	inLen   int                 // the length of the kubelet's segment, its key
 	// withOthers: the trust gate weighed its devices against other pods'
-	// claims (Gate.Contest), so it depends on every record, not only its
-	// own, and is valid only at the store version it was built at.
+	// claims (Gate.Contest), or its shared GPUs' ids depend on their other
+	// sharers, so it depends on every record, not only its own, and is
+	// valid only at the store version it was built at.
 	withOthers bool
 }
 
@@ -218,7 +219,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *segmentCache, kubelet en
 
 	out := spliceList(parts)
 	if cacheable && pods > reused {
-		cache.store(parts, inv, version, gen, s.resolver.trust != nil)
+		cache.store(parts, inv, version, gen, s.resolver.dependsOnOthers)
 	}
 	cache.drop(gen, pods)
 	return out, nil
@@ -236,7 +237,7 @@ func (p *listPart) rebuild(rebuild rebuildFunc, pl plan) (err error) {
 }
 
 // store caches the rebuilt pods that came from the store alone.
-func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version, gen uint64, trust bool) {
+func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version, gen uint64, withOthers func(*state.Record) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range parts {
@@ -245,7 +246,7 @@ func (c *segmentCache) store(parts []listPart, inv allocator.Inventory, version,
 			continue
 		}
 		e := &segment{key: p.key, rec: p.rec, checked: version, inv: inv, seen: gen, inLen: len(p.pod),
-			withOthers: trust && len(p.rec.Devices) > 0}
+			withOthers: withOthers(p.rec)}
 		if !p.same {
 			e.out = p.out
 		}

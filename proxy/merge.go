@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -55,7 +56,7 @@ func addV1(c *v1.ContainerResources, devs []state.Device, topo TopologyFunc) {
 			}
 			var nodes []int64
 			if topo != nil {
-				nodes = topo(id)
+				nodes = topo(allocator.TopologyID(d, id)) // a MIG instance sits on its GPU's node
 			}
 			if len(nodes) == 0 {
 				c.Devices = append(c.Devices, &v1.ContainerDevices{ResourceName: d.Resource, DeviceIds: []string{id}})

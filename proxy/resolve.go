@@ -43,6 +43,14 @@ type resolver struct {
 	inventory  func() allocator.Inventory // nil: no translation
 	trust      *allocator.Gate            // nil: every decoded device is reported
 	holders    holdersCache               // who holds each exclusive device (proxy/trust.go)
+	shared     sharedCache                // the ids of shared GPUs' sharers (sharedgpu.go)
+	// plainSharedGPUIDs reports every sharer of a GPU under its plain UUID.
+	plainSharedGPUIDs bool
+	// migResource, when set, is the resource MIG instances are reported as.
+	migResource string
+	// deviceInfo writes the NPWG device-info files of the VFs and RDMA
+	// devices answered; nil writes none.
+	deviceInfo DeviceInfoWriter
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	cache      planCache
@@ -59,24 +67,26 @@ type planCache struct {
 
 // A plan is valid for the record, the inventory snapshot and, when the
 // trust gate contested its devices against other pods' claims, the holders
-// it was decided with (they change with any pod's record).
+// it was decided with (they change with any pod's record), and the shared
+// GPUs' ids (likewise).
 type cachedPlan struct {
 	rec     *state.Record
 	inv     allocator.Inventory
 	holders *allocator.Holders
+	shared  *allocator.SharedGPUs
 	plan    plan
 }
 
-func (c *planCache) get(rec *state.Record, inv allocator.Inventory, holders *allocator.Holders) (plan, bool) {
+func (c *planCache) get(rec *state.Record, inv allocator.Inventory, holders *allocator.Holders, shared *allocator.SharedGPUs) (plan, bool) {
 	c.mu.RLock()
 	e, ok := c.m[rec.UID]
 	c.mu.RUnlock()
-	return e.plan, ok && e.rec == rec && e.holders == holders && sameInventory(e.inv, inv)
+	return e.plan, ok && e.rec == rec && e.holders == holders && e.shared == shared && sameInventory(e.inv, inv)
 }
 
 // put stores a plan, first dropping the entries of records the store has
 // replaced or pruned once the cache has grown past twice the store's size.
-func (c *planCache) put(rec *state.Record, inv allocator.Inventory, holders *allocator.Holders, p plan, store *state.Store) {
+func (c *planCache) put(rec *state.Record, inv allocator.Inventory, holders *allocator.Holders, shared *allocator.SharedGPUs, p plan, store *state.Store) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -89,7 +99,7 @@ func (c *planCache) put(rec *state.Record, inv allocator.Inventory, holders *all
 			}
 		}
 	}
-	c.m[rec.UID] = cachedPlan{rec: rec, inv: inv, holders: holders, plan: p}
+	c.m[rec.UID] = cachedPlan{rec: rec, inv: inv, holders: holders, shared: shared, plan: p}
 }
 
 // errNoPodsSource is returned when a read is needed but none is configured.
@@ -188,12 +198,15 @@ func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 	if r.trust != nil {
 		holders = r.holders.get(r.store, r.trust, inv)
 	}
-	if p, ok := r.cache.get(rec, inv, holders); ok {
+	shared := r.sharedGPUs(inv)
+	if p, ok := r.cache.get(rec, inv, holders, shared); ok {
 		return p
 	}
 	devs := r.translate(rec, inv)
 	cacheable := &devs[0] == &rec.Devices[0]
+	devs = allocator.NormalizeIDs(devs)
 	devs = withoutRefusedIDs(devs, r.vet(rec, devs, inv, holders))
+	devs = r.reported(rec, devs, shared)
 	var p plan
 	if len(devs) == 0 {
 		p = plan{}
@@ -202,10 +215,11 @@ func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 	} else {
 		p = plan{toLast: devs}
 	}
+	p = r.relabel(p)
 	// A plan that needed the inventory can change when the inventory does;
 	// those (pods from older schedulers) are recomputed every time.
 	if cacheable {
-		r.cache.put(rec, inv, holders, p, r.store)
+		r.cache.put(rec, inv, holders, shared, p, r.store)
 	}
 	return p
 }

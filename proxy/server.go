@@ -73,6 +73,16 @@ type Deps struct {
 	// decoded device, for tests of attribution alone.
 	Trust   *allocator.Gate
 	Metrics *Metrics
+	// PlainSharedGPUIDs reports every sharer of a GPU under the GPU's plain
+	// UUID, as before shared-GPU ids (proxy/allocator/sharedgpu.go); false
+	// gives each sharer after the first "<uuid>::<slot>".
+	PlainSharedGPUIDs bool
+	// MIGResource, when set, is the resource MIG instances are reported
+	// as (e.g. nvidia.com/mig-1g.10gb); empty keeps their GPU's.
+	MIGResource string
+	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
+	// devices pods are answered with; nil writes none.
+	DeviceInfo DeviceInfoWriter
 }
 
 // Server is the PodResources proxy.
@@ -130,6 +140,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			trust:      deps.Trust,
 			metrics:    deps.Metrics,
 			log:        log,
+
+			plainSharedGPUIDs: deps.PlainSharedGPUIDs,
+			migResource:       deps.MIGResource,
+			deviceInfo:        deps.DeviceInfo,
 		},
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client

@@ -115,6 +115,10 @@ type Device struct {
 	IDs []string `json:"ids"`
 	// Minor is the device minor when the allocator gave one.
 	Minor *int64 `json:"minor,omitempty"`
+	// Parent is the GPU a MIG instance (IDs ["MIG-<uuid>"]) is carved
+	// from, when the allocator says: the inventory knows whole GPUs only,
+	// so the instance is reported on its parent's NUMA node.
+	Parent string `json:"parent,omitempty"`
 	// Shared is true when only a share of the device was allocated (for
 	// example koordinator.sh/gpu-core: 50); every container that requests a
 	// share of it gets it.

@@ -154,7 +154,7 @@ func TestHAMiDecode(t *testing.T) {
 				HAMiMIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":6,"size":1},"migUUID":"MIG-aaaa","gpuInstanceID":6,"computeInstanceID":0},` +
 					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":5,"size":1},"migUUID":"MIG-bbbb"}]`,
 			},
-			want: []state.Device{hv("MIG-aaaa", 0, 1, false), hv("MIG-bbbb", 0, 1, false)},
+			want: []state.Device{withParent(hv("MIG-aaaa", 0, 1, false), uuidA), withParent(hv("MIG-bbbb", 0, 1, false), uuidA)},
 		},
 		{
 			name: "dynamic MIG: a slice not yet realized stays its parent GPU; an entry for another GPU is not used",
@@ -163,7 +163,7 @@ func TestHAMiDecode(t *testing.T) {
 				HAMiMIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-aaaa"},` +
 					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidB + `","migUUID":"MIG-bbbb"}]`,
 			},
-			want: []state.Device{hv("MIG-aaaa", 0, 1, false), hv(uuidA, 0, 1, true)},
+			want: []state.Device{withParent(hv("MIG-aaaa", 0, 1, false), uuidA), hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "the in-flight to-allocate key is not read",
@@ -526,4 +526,12 @@ func FuzzHAMiMIGDecode(f *testing.F) {
 			seen[key] = true
 		}
 	})
+}
+
+// withParent is d, a MIG instance, with the GPU it is carved from, which
+// the decoder records so that the instance is reported on its GPU's NUMA
+// node.
+func withParent(d state.Device, gpu string) state.Device {
+	d.Parent = gpu
+	return d
 }

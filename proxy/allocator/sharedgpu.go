@@ -1,0 +1,198 @@
+package allocator
+
+// This file gives the sharers of one GPU ids that stock consumers tell
+// apart, without changing how many GPUs they count.
+//
+// DCGM exporter attributes a GPU's metrics from List: in its default mode
+// one pod per device id (an id "<uuid>::<n>" counts as <uuid>; last writer
+// wins); with --kubernetes-virtual-gpus every pod listed with the device,
+// each series labelled vgpu=<n> from the "::<n>" suffix (NVIDIA's device
+// plugin names time-slicing and MPS replicas that way). NFD's
+// topology-updater subtracts, per NUMA node, each listed id it finds in
+// GetAllocatableResources and ignores the others; RTE counts every listed
+// entry that carries a NUMA topology. So, for each GPU that live pods share
+// (Device.Shared: a fractional Koordinator gpu-core, a HAMi or Volcano vGPU):
+//
+//   - the GPU's first live sharer, in the trust gate's claim order (the
+//     claim learned first, then a running sandbox, then the smaller UID),
+//     is its anchor: it is reported under the plain UUID, with the GPU's
+//     NUMA node, exactly as an exclusive GPU is. NFD and RTE count the
+//     GPU once, through it, and never negative;
+//   - every other sharer is reported as "<uuid>::<slot>", slot >= 1, with
+//     no topology (NFD ignores the id, RTE does not count it). The slot is
+//     the lowest one free among the GPU's live sharers when the pod first
+//     shares it, and then kept as long as the pod shares the GPU, whoever
+//     leaves or joins; it is what DCGM's vgpu label shows.
+//
+// When the anchor leaves, the next sharer in claim order becomes the anchor
+// and is reported under the plain UUID from then on (its vgpu label goes):
+// a GPU that is still shared must stay counted once, and NFD counts only
+// ids GetAllocatableResources lists. Slots live in memory; after a daemon
+// restart they are handed out again in claim order.
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// SharedGPUs is the id of every sharer of every shared GPU of the node.
+// Build it with Gate.SharedGPUs or SharedGPUsOf; it is immutable, so a
+// pointer identifies its content.
+type SharedGPUs struct {
+	gpus map[string]*gpuSharers // by claimKey of the GPU UUID
+}
+
+// gpuSharers are one GPU's live sharers.
+type gpuSharers struct {
+	anchor string         // the pod reported under the plain UUID
+	slots  map[string]int // every other sharer's slot, by pod UID
+}
+
+// sharer is one pod's claim on a share of one GPU.
+type sharer struct {
+	gpu   string
+	claim claim
+}
+
+// SharedGPUID returns the id the pod with this UID is reported with for the
+// GPU id: the id itself for the GPU's anchor, for an id that is no shared
+// GPU, and on a nil table; "<id>::<slot>" for the GPU's other sharers.
+func (s *SharedGPUs) SharedGPUID(uid, id string) string {
+	if s == nil {
+		return id
+	}
+	g := s.gpus[claimKey(id)]
+	if g == nil || g.anchor == uid {
+		return id
+	}
+	slot, ok := g.slots[uid]
+	if !ok {
+		return id
+	}
+	return id + "::" + strconv.Itoa(slot)
+}
+
+// Rewrite returns devs, the believed devices of the pod with this UID, with
+// each shared GPU id replaced by SharedGPUID. devs is never modified; when
+// nothing changes the result is devs itself.
+func (s *SharedGPUs) Rewrite(uid string, devs []state.Device) []state.Device {
+	if s == nil || len(s.gpus) == 0 {
+		return devs
+	}
+	out := devs
+	copied := false
+	for i, d := range devs {
+		if !sharedGPU(d) {
+			continue
+		}
+		for j, id := range d.IDs {
+			n := s.SharedGPUID(uid, id)
+			if n == id {
+				continue
+			}
+			if !copied {
+				out = append([]state.Device(nil), devs...)
+				copied = true
+			}
+			if &out[i].IDs[0] == &devs[i].IDs[0] {
+				out[i].IDs = append([]string(nil), d.IDs...)
+			}
+			out[i].IDs[j] = n
+		}
+	}
+	return out
+}
+
+// sharedGPU reports whether dev is a share of a GPU whose sharers get slot
+// ids: a shared device of the gpu inventory type (NVIDIA's UUIDs; a MIG
+// instance is a device of its own and never shared this way).
+func sharedGPU(dev state.Device) bool {
+	return dev.Shared && inventoryType(dev) == "gpu"
+}
+
+// gpuUUID reports whether id names a whole GPU by UUID ("GPU-...").
+func gpuUUID(id string) bool { return len(id) > 4 && strings.EqualFold(id[:4], "GPU-") }
+
+// SharedGPUs decides the ids of the sharers of every GPU from every record
+// of the node: the pods Holders counts as claimants, their devices
+// translated, normalised and believed as for their own answers. prev is the
+// table the last call returned (nil at start): a pod that keeps sharing a
+// GPU keeps its slot. g may be nil (no trust gate: every decoded device is
+// believed).
+func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*state.Record, inv Inventory) *SharedGPUs {
+	var sharers []sharer
+	for _, r := range records {
+		if !claimant(r) {
+			continue
+		}
+		devs, _ := Translate(r.Devices, inv)
+		devs = NormalizeIDs(devs)
+		if g != nil {
+			devs, _ = g.Vet(r.Spec, devs, inv)
+		}
+		c := claim{uid: r.UID, since: r.Sources.Annotations.At, live: r.Live()}
+		for _, d := range devs {
+			if !sharedGPU(d) {
+				continue
+			}
+			for _, id := range d.IDs {
+				if gpuUUID(id) {
+					sharers = append(sharers, sharer{gpu: claimKey(id), claim: c})
+				}
+			}
+		}
+	}
+	return nextSharedGPUs(prev, sharers)
+}
+
+// nextSharedGPUs builds the table for these claims, keeping prev's slots.
+// It is deterministic: the same claims and prev give the same table.
+func nextSharedGPUs(prev *SharedGPUs, sharers []sharer) *SharedGPUs {
+	byGPU := map[string][]claim{}
+	for _, s := range sharers {
+		if !slices.ContainsFunc(byGPU[s.gpu], func(c claim) bool { return c.uid == s.claim.uid }) {
+			byGPU[s.gpu] = append(byGPU[s.gpu], s.claim)
+		}
+	}
+	out := &SharedGPUs{gpus: make(map[string]*gpuSharers, len(byGPU))}
+	for gpu, claims := range byGPU {
+		slices.SortFunc(claims, func(a, b claim) int {
+			switch {
+			case a.before(b):
+				return -1
+			case b.before(a):
+				return 1
+			}
+			return cmp.Compare(a.uid, b.uid)
+		})
+		g := &gpuSharers{anchor: claims[0].uid, slots: map[string]int{}}
+		var old map[string]int
+		if prev != nil && prev.gpus[gpu] != nil {
+			old = prev.gpus[gpu].slots
+		}
+		taken := map[int]bool{}
+		// Sharers keep the slots they had, the earlier claim winning a
+		// clash (a table rebuilt from records never has one).
+		for _, c := range claims[1:] {
+			if s, ok := old[c.uid]; ok && !taken[s] {
+				g.slots[c.uid], taken[s] = s, true
+			}
+		}
+		next := 1
+		for _, c := range claims[1:] {
+			if _, ok := g.slots[c.uid]; ok {
+				continue
+			}
+			for taken[next] {
+				next++
+			}
+			g.slots[c.uid], taken[next] = next, true
+		}
+		out.gpus[gpu] = g
+	}
+	return out
+}

@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/podres-proxy/podres-proxy/proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// The resolver's side of the shared-GPU ids (proxy/allocator/sharedgpu.go
+// decides them): the table of every shared GPU's sharers, kept per store
+// version and inventory snapshot like the holders, and the last step of a
+// pod's devices before attribution.
+
+// sharedCache keeps the sharers' ids decided for one store version and
+// inventory snapshot. Each new table is built from the previous one, so a
+// pod keeps its slot for as long as it shares the GPU; a new table is a new
+// pointer, which is how plans and answer segments built with the old one
+// know they are stale.
+type sharedCache struct {
+	mu      sync.Mutex
+	version uint64
+	inv     allocator.Inventory
+	t       *allocator.SharedGPUs
+}
+
+func (c *sharedCache) get(store *state.Store, gate *allocator.Gate, inv allocator.Inventory) *allocator.SharedGPUs {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v := store.Version(); c.t == nil || c.version != v || !sameInventory(c.inv, inv) {
+		c.t, c.version, c.inv = gate.SharedGPUs(c.t, store.Records(), inv), v, inv
+	}
+	return c.t
+}
+
+// sharedGPUs returns the current table, nil when sharers keep the plain
+// UUID (Deps.PlainSharedGPUIDs).
+func (r *resolver) sharedGPUs(inv allocator.Inventory) *allocator.SharedGPUs {
+	if r.plainSharedGPUIDs {
+		return nil
+	}
+	return r.shared.get(r.store, r.trust, inv)
+}
+
+// dependsOnOthers reports whether a pod's answer can change when another
+// pod's record does: the trust gate weighs claims against each other, and
+// a GPU's sharers' ids depend on who else shares it.
+func (r *resolver) dependsOnOthers(rec *state.Record) bool {
+	if len(rec.Devices) == 0 {
+		return false
+	}
+	return r.trust != nil || !r.plainSharedGPUIDs && slices.ContainsFunc(rec.Devices, func(d state.Device) bool { return d.Shared })
+}
+
+// DeviceInfoWriter writes the NPWG device-info files of the devices a pod
+// is answered with (devinfo.Writer); the resolver tells it each time it
+// decides a pod's devices, before the answer leaves, because Multus reads
+// the file right after its List, during the same CNI ADD.
+type DeviceInfoWriter interface {
+	Hold(pod state.PodRef, devices []state.Device)
+}
+
+// reported is the last step of a pod's believed devices before
+// attribution: shared GPUs' sharers get their ids, and the device-info
+// files of its VFs and RDMA devices are written.
+func (r *resolver) reported(rec *state.Record, devs []state.Device, shared *allocator.SharedGPUs) []state.Device {
+	devs = shared.Rewrite(rec.UID, devs)
+	if r.deviceInfo != nil && len(devs) > 0 {
+		r.deviceInfo.Hold(state.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, devs)
+	}
+	return devs
+}
+
+// relabel reports MIG instances under Deps.MIGResource, after attribution:
+// the allocators' requests (nvidia.com/gpu) decide the container, the
+// name only what consumers see.
+func (r *resolver) relabel(p plan) plan {
+	if r.migResource == "" {
+		return p
+	}
+	if p.toLast != nil {
+		p.toLast = allocator.MIGResource(p.toLast, r.migResource)
+	}
+	if p.assign != nil {
+		a := make(allocator.Assignment, len(p.assign))
+		for name, devs := range p.assign {
+			a[name] = allocator.MIGResource(devs, r.migResource)
+		}
+		p.assign = a
+	}
+	return p
+}
