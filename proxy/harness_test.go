@@ -63,6 +63,7 @@ type harness struct {
 	idle      time.Duration
 	stopped   chan struct{}
 	cancel    context.CancelFunc
+	deps      []func(*proxy.Deps) // withDeps
 }
 
 type option func(*harness)
@@ -109,6 +110,11 @@ func withChangingInventory(cur *atomic.Pointer[inventory.Snapshot]) option {
 		h.inv = func() allocator.Inventory { return cur.Load() }
 		h.topo = func(id string) []int64 { return cur.Load().Topology(id) }
 	}
+}
+
+// withDeps edits the proxy's dependencies before it is built.
+func withDeps(f func(*proxy.Deps)) option {
+	return func(h *harness) { h.deps = append(h.deps, f) }
 }
 
 func withTopology(f proxy.TopologyFunc) option { return func(h *harness) { h.topo = f } }
@@ -166,6 +172,10 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		t.Fatal(err)
 	}
 	reader := kubeletpods.NewReader(proxy.RecordingFetch(client.Pods, h.store), kubeletpods.ReaderOptions{OnRead: metrics.ObservePodsRead})
+	deps := proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv, Trust: gate}
+	for _, f := range h.deps {
+		f(&deps)
+	}
 	h.srv, err = proxy.New(proxy.Config{
 		Socket:         h.socket,
 		KubeletSocket:  h.k.Socket,
@@ -175,7 +185,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		RequestTimeout: h.reqTime,
 		IdleTimeout:    h.idle,
 		Log:            log,
-	}, proxy.Deps{Store: h.store, Pods: reader, Allocators: set, Metrics: metrics, Topology: h.topo, Allocatable: h.alloc, Inventory: h.inv, Trust: gate})
+	}, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
