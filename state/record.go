@@ -128,6 +128,10 @@ type Device struct {
 	// with ScopeRequestingAll the rank among its non-empty entries. Nil
 	// means the allocation is pod-level and attribution follows the pod spec.
 	ContainerIndex *int `json:"containerIndex,omitempty"`
+	// Container is the name of the container the allocator gave the device
+	// to, for allocators that name containers (TensorFusion's
+	// container-gpus); it takes precedence over ContainerIndex.
+	Container string `json:"container,omitempty"`
 	// ContainerScope says which containers of the pod spec the allocator's
 	// list covers, that is what ContainerIndex counts; empty is ScopeAll.
 	ContainerScope ContainerScope `json:"containerScope,omitempty"`

@@ -138,6 +138,7 @@ var schedulerFamilies = []struct {
 	{"koordinator", "Koordinator", "Koordinator", []string{allocator.KoordinatorName}},
 	{"hami", "HAMi", "HAMi", []string{allocator.HAMiName}},
 	{"volcano", "Volcano", "Volcano vGPU and gpushare", []string{allocator.VolcanoVGPUName, allocator.VolcanoGPUShareName}},
+	{"tensorfusion", "TensorFusion", "TensorFusion", []string{allocator.TensorFusionName}},
 }
 
 // trustedSchedulers returns the scheduler names per allocator the flags
@@ -222,6 +223,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		HAMi:            allocator.HAMiOptions{Resources: hamiResources, LegacyIndexing: c.hamiLegacyIndexing},
 		VolcanoVGPU:     allocator.VolcanoVGPUOptions{Resource: c.gpuResource},
 		VolcanoGPUShare: allocator.VolcanoGPUShareOptions{Resource: c.gpuResource},
+		TensorFusion:    allocator.TensorFusionOptions{Resource: c.gpuResource},
 	})
 	if err != nil {
 		return usageError{fmt.Errorf("--allocators: %w", err)}

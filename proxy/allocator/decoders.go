@@ -11,7 +11,7 @@ import (
 // a container's entries of a resource when the first replacing device
 // reaches it, so a device another allocator added before would be dropped
 // with the kubelet's.
-var names = []string{HAMiName, VolcanoVGPUName, KoordinatorName, VolcanoGPUShareName}
+var names = []string{HAMiName, VolcanoVGPUName, KoordinatorName, VolcanoGPUShareName, TensorFusionName}
 
 // Names returns the name of every decoder NewDecoders can build, in the
 // order it builds them: the value of a command-line flag enabling them all.
@@ -24,6 +24,7 @@ type Options struct {
 	HAMi            HAMiOptions
 	VolcanoVGPU     VolcanoVGPUOptions
 	VolcanoGPUShare VolcanoGPUShareOptions
+	TensorFusion    TensorFusionOptions
 }
 
 // NewDecoders builds the decoders named, for a flag such as
@@ -62,6 +63,8 @@ func NewDecoders(enabled []string, opts Options) ([]Decoder, error) {
 			out = append(out, NewKoordinator(opts.Koordinator))
 		case VolcanoGPUShareName:
 			out = append(out, NewVolcanoGPUShare(opts.VolcanoGPUShare))
+		case TensorFusionName:
+			out = append(out, NewTensorFusion(opts.TensorFusion))
 		}
 	}
 	return out, nil

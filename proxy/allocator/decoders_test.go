@@ -31,7 +31,7 @@ func TestNewDecodersOfAllNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{HAMiName, VolcanoVGPUName, KoordinatorName, VolcanoGPUShareName}
+	want := []string{HAMiName, VolcanoVGPUName, KoordinatorName, VolcanoGPUShareName, TensorFusionName}
 	if got := decoderNames(ds); !reflect.DeepEqual(got, want) {
 		t.Errorf("decoders = %v; want %v", got, want)
 	}
@@ -76,7 +76,7 @@ func TestNewDecodersRejectsBadNames(t *testing.T) {
 		names   []string
 		wantErr string
 	}{
-		{[]string{"koordinator", "kueue"}, `unknown allocator "kueue" (known: hami, volcano-vgpu, koordinator, volcano-gpushare)`},
+		{[]string{"koordinator", "kueue"}, `unknown allocator "kueue" (known: hami, volcano-vgpu, koordinator, volcano-gpushare, tensorfusion)`},
 		{[]string{"hami", "hami"}, `allocator "hami" named twice`},
 		{[]string{"hami", ""}, "empty allocator name"},
 		{nil, "no allocator named"},

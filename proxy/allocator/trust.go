@@ -76,14 +76,15 @@ func ReasonClass(reason string) string {
 }
 
 // DefaultSchedulerNames returns, per allocator, the spec.schedulerName of the
-// pods its scheduler places by default: koord-scheduler, hami-scheduler and
-// volcano (both of Volcano's device plugins).
+// pods its scheduler places by default: koord-scheduler, hami-scheduler,
+// volcano (both of Volcano's device plugins) and tensor-fusion-scheduler.
 func DefaultSchedulerNames() map[string][]string {
 	return map[string][]string{
 		KoordinatorName:     {"koord-scheduler"},
 		HAMiName:            {"hami-scheduler"},
 		VolcanoVGPUName:     {"volcano"},
 		VolcanoGPUShareName: {"volcano"},
+		TensorFusionName:    {"tensor-fusion-scheduler"},
 	}
 }
 
