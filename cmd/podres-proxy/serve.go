@@ -20,6 +20,7 @@ import (
 	"github.com/sirupsen/logrus"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/allocator"
@@ -64,6 +65,8 @@ type serveConfig struct {
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
 	inventoryFile, sysfsRoot, procfsRoot    string
+	sharedGPUIDs, migResource               string
+	deviceInfoDir                           string
 
 	tokenFileSet bool
 }
@@ -112,6 +115,9 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
 	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")
 	fs.StringVar(&c.procfsRoot, "procfs-root", "/proc", "where NVIDIA's driver publishes GPU UUIDs (driver/nvidia/gpus)")
+	fs.StringVar(&c.sharedGPUIDs, "shared-gpu-ids", sharedGPUIDsSlot, "ids of the pods sharing a GPU: slot (the first live sharer the GPU's UUID, each other <uuid>::<slot>, which DCGM exporter's --kubernetes-virtual-gpus labels vgpu=<slot>) or uuid (every sharer the GPU's UUID, as before)")
+	fs.StringVar(&c.migResource, "mig-resource-name", "", "resource name MIG instances (MIG-<uuid>) are reported as, e.g. nvidia.com/mig-1g.10gb (DCGM exporter matches nvidia.com/gpu and nvidia.com/mig-*); empty: their GPU's (--gpu-resource-name)")
+	fs.StringVar(&c.deviceInfoDir, "device-info-dir", devinfo.DefaultDir, "where to write the NPWG device-info files of the VFs and RDMA devices pods are answered with, which Multus copies into the pod's network-status; empty disables")
 	return c, func(args []string) error {
 		if err := parseFlags(fs, args); err != nil {
 			return err
@@ -126,6 +132,21 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 		})
 		return c.complete()
 	}
+}
+
+// The values of --shared-gpu-ids.
+const (
+	sharedGPUIDsSlot = "slot"
+	sharedGPUIDsUUID = "uuid"
+)
+
+// deviceInfoWriter is w as the proxy's dependency: nil when disabled (a nil
+// *devinfo.Writer in the interface would not be nil).
+func deviceInfoWriter(w *devinfo.Writer) proxy.DeviceInfoWriter {
+	if w == nil {
+		return nil
+	}
+	return w
 }
 
 // schedulerFamilies are the --<flag>-scheduler-names flags: which
@@ -185,6 +206,9 @@ func (c *serveConfig) complete() error {
 	}
 	if c.qps < 0 || c.burst < 0 {
 		return usageError{errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative")}
+	}
+	if c.sharedGPUIDs != sharedGPUIDsSlot && c.sharedGPUIDs != sharedGPUIDsUUID {
+		return usageError{fmt.Errorf("--shared-gpu-ids %q: want %s or %s", c.sharedGPUIDs, sharedGPUIDsSlot, sharedGPUIDsUUID)}
 	}
 	if c.maxConns < 1 || c.requestTimeout <= 0 {
 		return usageError{errors.New("--max-connections and --request-timeout must be positive")}
@@ -273,6 +297,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	reader := kubeletpods.NewReader(proxy.RecordingFetch(pods.Pods, store),
 		kubeletpods.ReaderOptions{Timeout: c.podsTimeout, OnRead: metrics.ObservePodsRead})
 
+	var deviceInfo *devinfo.Writer
+	if c.deviceInfoDir != "" {
+		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log,
+			Inventory: func() allocator.Inventory { return inv.Snapshot() }})
+	}
 	srv, err := proxy.New(proxy.Config{
 		Socket:         c.socket,
 		KubeletSocket:  c.kubeletSocket,
@@ -290,6 +319,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Allocatable: func() []*podresourcesv1.ContainerDevices { return inv.Allocatable(names) },
 		Inventory:   func() allocator.Inventory { return inv.Snapshot() },
 		Trust:       trust,
+
+		PlainSharedGPUIDs: c.sharedGPUIDs == sharedGPUIDsUUID,
+		MIGResource:       c.migResource,
+		DeviceInfo:        deviceInfoWriter(deviceInfo),
 	})
 	if err != nil {
 		return err
@@ -323,6 +356,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	start("inventory", inv.Run)
 	start("inventory file", publisher.Run)
 	start("proxy", srv.Serve)
+	if deviceInfo != nil {
+		start("device-info files", func(ctx context.Context) error { return deviceInfo.Run(ctx, store, devinfo.DefaultInterval) })
+	}
 	pm := newPluginMetrics(reg)
 	var reconciler *plugin.Reconciler
 	if c.criSocket != "" {

@@ -53,6 +53,7 @@ func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...strin
 		"--kubelet-token-file", k.TokenFile,
 		"--kubelet-ca-file", k.CAFile,
 		"--state-dir", stateDir,
+		"--device-info-dir", filepath.Join(dir, "devinfo"),
 		"--nri-socket", "",
 		"--cri-socket", "",
 		"--metrics-addr", metrics,
