@@ -212,3 +212,22 @@ func TestMultusSeesTheDeviceInfoFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestDCGMExporterGivesEachSharerItsSeries: with the component, DCGM
+// exporter runs in virtual-GPU mode, which reads podres-proxy's
+// <uuid>::<slot> ids of a shared GPU's sharers as one series per pod.
+func TestDCGMExporterGivesEachSharerItsSeries(t *testing.T) {
+	for _, c := range consumers {
+		if c.name != "dcgm-exporter" {
+			continue
+		}
+		ds := find[appsv1.DaemonSet](t, renderDir(t, c.dir), "DaemonSet", c.daemonSet)
+		on := false
+		for _, e := range containerOf(t, ds, c.container).Env {
+			on = on || e.Name == "KUBERNETES_VIRTUAL_GPUS" && e.Value == "true"
+		}
+		if !on {
+			t.Error("dcgm-exporter runs without KUBERNETES_VIRTUAL_GPUS=true: a shared GPU's metrics go to one of its pods")
+		}
+	}
+}
