@@ -211,6 +211,9 @@ func (r *resolver) planFor(rec *state.Record, inv allocator.Inventory) plan {
 	if len(devs) == 0 {
 		p = plan{}
 	} else if a, ok := r.allocators.Assign(rec.Spec, devs); ok {
+		if !r.plainSharedGPUIDs {
+			a = allocator.OnePlainPerPod(rec.Spec, a)
+		}
 		p = plan{assign: a}
 	} else {
 		p = plan{toLast: devs}

@@ -233,3 +233,36 @@ func TestAMIGInstanceIsOnItsGPUsNUMANode(t *testing.T) {
 		})
 	}
 }
+
+// A pod whose two containers share a GPU (Koordinator gives a shared GPU
+// to every container asking a share) counts it once too: its second
+// container shows the anchor's slot 0.
+func TestTwoContainersOfOnePodSharingAGPUCountItOnce(t *testing.T) {
+	h := sharingNode(t)
+	share := map[string]string{"koordinator.sh/gpu-core": "30", "koordinator.sh/gpu-memory-ratio": "30"}
+	h.k.SetPods(
+		fk.NewPod("ml", "a", "uid-a", fk.WithSchedulerName("koord-scheduler"),
+			fk.WithAnnotation(koordKey, `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"60","koordinator.sh/gpu-memory-ratio":"60"},"id":"`+gpuUUID+`"}]}`),
+			fk.WithContainer("infer", share), fk.WithContainer("embed", share)),
+		sharers["koordinator"]("b", gpuUUID))
+	shared, err := clients.DCGMDeviceToSharingPods(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a/embed vgpu=0", "a/infer vgpu=", "b/infer vgpu=1"}
+	if got := labelSets(shared[gpuUUID]); !slices.Equal(got, want) {
+		t.Errorf("DCGM virtual-GPU mode labels %s with %q, want %q", gpuUUID, got, want)
+	}
+	free, _, err := clients.NFDFreePerNUMA(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	avail, clamped, err := clients.RTEAvailablePerNUMA(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := clients.NUMAKey{Resource: "nvidia.com/gpu", NUMA: 1}
+	if free[k] != 0 || avail[k] != 0 || len(clamped) > 0 {
+		t.Errorf("NFD free %d, RTE available %d (clamped %v) on NUMA 1; want the GPU used once", free[k], avail[k], clamped)
+	}
+}

@@ -32,6 +32,7 @@ package allocator
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -193,6 +194,75 @@ func nextSharedGPUs(prev *SharedGPUs, sharers []sharer) *SharedGPUs {
 			g.slots[c.uid], taken[next] = next, true
 		}
 		out.gpus[gpu] = g
+	}
+	return out
+}
+
+// OnePlainPerPod keeps a shared GPU's plain UUID on the first container of
+// the pod that has it, in spec order (the kubelet's order: sidecars before
+// app containers), and reports the pod's other containers sharing it as
+// "<uuid>::0": the anchor's slot, told apart by container in DCGM, with no
+// NUMA node, so that NFD and RTE still count the GPU once when a pod's
+// several containers share it (Koordinator gives a shared GPU to every
+// container asking a share; HAMi lists the same GPU in several entries).
+// a is never modified; when nothing changes the result is a itself.
+func OnePlainPerPod(spec *state.PodSpec, a Assignment) Assignment {
+	if spec == nil || len(a) < 2 {
+		return a
+	}
+	seen := map[string]bool{}
+	var out Assignment
+	for _, c := range spec.Containers {
+		devs, ok := a[c.Name]
+		if !ok {
+			continue
+		}
+		var again []string // plain shared GPU ids an earlier container has
+		for _, d := range devs {
+			if !sharedGPU(d) {
+				continue
+			}
+			for _, id := range d.IDs {
+				if !gpuUUID(id) || strings.Contains(id, "::") {
+					continue
+				}
+				if seen[claimKey(id)] {
+					again = append(again, id)
+				}
+			}
+		}
+		for _, d := range devs {
+			if sharedGPU(d) {
+				for _, id := range d.IDs {
+					if gpuUUID(id) && !strings.Contains(id, "::") {
+						seen[claimKey(id)] = true
+					}
+				}
+			}
+		}
+		if len(again) == 0 {
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(a)
+		}
+		rewritten := slices.Clone(devs)
+		for i, d := range rewritten {
+			if !sharedGPU(d) {
+				continue
+			}
+			ids := slices.Clone(d.IDs)
+			for j, id := range ids {
+				if slices.Contains(again, id) {
+					ids[j] = id + "::0"
+				}
+			}
+			rewritten[i].IDs = ids
+		}
+		out[c.Name] = rewritten
+	}
+	if out == nil {
+		return a
 	}
 	return out
 }
