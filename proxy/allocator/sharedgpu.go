@@ -24,6 +24,9 @@ package allocator
 //     shares it, and then kept as long as the pod shares the GPU, whoever
 //     leaves or joins; it is what DCGM's vgpu label shows.
 //
+// The anchor pod's plain UUID is on its first container sharing the GPU
+// only; its other containers sharing it show "<uuid>::0" (OnePlainPerPod).
+//
 // When the anchor leaves, the next sharer in claim order becomes the anchor
 // and is reported under the plain UUID from then on (its vgpu label goes):
 // a GPU that is still shared must stay counted once, and NFD counts only
