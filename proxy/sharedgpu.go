@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"maps"
 	"slices"
 	"sync"
 
@@ -29,7 +30,16 @@ func (c *sharedCache) get(store *state.Store, gate *allocator.Gate, inv allocato
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if v := store.Version(); c.t == nil || c.version != v || !sameInventory(c.inv, inv) {
-		c.t, c.version, c.inv = gate.SharedGPUs(c.t, store.Records(), inv), v, inv
+		records := store.Records()
+		c.t, c.version, c.inv = gate.SharedGPUs(c.t, records, inv), v, inv
+		// Record each sharer's slots, so that a restarted daemon gives
+		// them again. That changes the store's version once: the next
+		// call builds the same table from this one.
+		for _, r := range records {
+			if slots := c.t.Slots(r.UID); !maps.Equal(slots, r.GPUSlots) {
+				store.SetGPUSlots(r.UID, slots)
+			}
+		}
 	}
 	return c.t
 }

@@ -173,6 +173,10 @@ func TestASharersSlotIsStableForItsLife(t *testing.T) {
 	if got, want := ids("a", "b", "c"), []string{gpuUUID, gpuUUID + "::1", gpuUUID + "::2"}; !slices.Equal(got, want) {
 		t.Fatalf("a, b, c show %q, want %q", got, want)
 	}
+	// The slots are in the pods' records, for a restarted daemon.
+	if rec, _ := h.store.Get("uid-c"); rec == nil || rec.GPUSlots[strings.ToLower(gpuUUID)] != 2 {
+		t.Errorf("c's record keeps slots %v, want its slot 2", rec.GPUSlots)
+	}
 
 	// b leaves, d joins: c keeps ::2, d takes the free ::1.
 	h.store.SandboxRemoved(state.SourceNRI, "sandbox-b", "uid-b")

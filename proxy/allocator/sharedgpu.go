@@ -22,7 +22,9 @@ package allocator
 //     no topology (NFD ignores the id, RTE does not count it). The slot is
 //     the lowest one free among the GPU's live sharers when the pod first
 //     shares it, and then kept as long as the pod shares the GPU, whoever
-//     leaves or joins; it is what DCGM's vgpu label shows.
+//     leaves or joins, daemon restarts included (the proxy records it in
+//     the pod's record, Record.GPUSlots); it is what DCGM's vgpu label
+//     shows.
 //
 // The anchor pod's plain UUID is on its first container sharing the GPU
 // only; its other containers sharing it show "<uuid>::0" (OnePlainPerPod).
@@ -30,8 +32,7 @@ package allocator
 // When the anchor leaves, the next sharer in claim order becomes the anchor
 // and is reported under the plain UUID from then on (its vgpu label goes):
 // a GPU that is still shared must stay counted once, and NFD counts only
-// ids GetAllocatableResources lists. Slots live in memory; after a daemon
-// restart they are handed out again in claim order.
+// ids GetAllocatableResources lists.
 
 import (
 	"cmp"
@@ -56,10 +57,12 @@ type gpuSharers struct {
 	slots  map[string]int // every other sharer's slot, by pod UID
 }
 
-// sharer is one pod's claim on a share of one GPU.
+// sharer is one pod's claim on a share of one GPU, and the slot its record
+// says it had (0: none).
 type sharer struct {
 	gpu   string
 	claim claim
+	slot  int
 }
 
 // SharedGPUID returns the id the pod with this UID is reported with for the
@@ -145,7 +148,7 @@ func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*state.Record, inv Invento
 			}
 			for _, id := range d.IDs {
 				if gpuUUID(id) {
-					sharers = append(sharers, sharer{gpu: claimKey(id), claim: c})
+					sharers = append(sharers, sharer{gpu: claimKey(id), claim: c, slot: r.GPUSlots[claimKey(id)]})
 				}
 			}
 		}
@@ -153,13 +156,21 @@ func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*state.Record, inv Invento
 	return nextSharedGPUs(prev, sharers)
 }
 
-// nextSharedGPUs builds the table for these claims, keeping prev's slots.
-// It is deterministic: the same claims and prev give the same table.
+// nextSharedGPUs builds the table for these claims, keeping prev's slots,
+// else those the records kept. It is deterministic: the same claims and
+// prev give the same table.
 func nextSharedGPUs(prev *SharedGPUs, sharers []sharer) *SharedGPUs {
 	byGPU := map[string][]claim{}
+	recorded := map[string]map[string]int{} // gpu -> uid -> slot
 	for _, s := range sharers {
 		if !slices.ContainsFunc(byGPU[s.gpu], func(c claim) bool { return c.uid == s.claim.uid }) {
 			byGPU[s.gpu] = append(byGPU[s.gpu], s.claim)
+		}
+		if s.slot > 0 {
+			if recorded[s.gpu] == nil {
+				recorded[s.gpu] = map[string]int{}
+			}
+			recorded[s.gpu][s.claim.uid] = s.slot
 		}
 	}
 	out := &SharedGPUs{gpus: make(map[string]*gpuSharers, len(byGPU))}
@@ -174,7 +185,7 @@ func nextSharedGPUs(prev *SharedGPUs, sharers []sharer) *SharedGPUs {
 			return cmp.Compare(a.uid, b.uid)
 		})
 		g := &gpuSharers{anchor: claims[0].uid, slots: map[string]int{}}
-		var old map[string]int
+		old := recorded[gpu]
 		if prev != nil && prev.gpus[gpu] != nil {
 			old = prev.gpus[gpu].slots
 		}
@@ -266,6 +277,25 @@ func OnePlainPerPod(spec *state.PodSpec, a Assignment) Assignment {
 	}
 	if out == nil {
 		return a
+	}
+	return out
+}
+
+// Slots returns the slot of every GPU (by lower-case UUID) the pod with
+// this UID shares as other than its first sharer, for Record.GPUSlots; nil
+// when there is none.
+func (s *SharedGPUs) Slots(uid string) map[string]int {
+	if s == nil {
+		return nil
+	}
+	var out map[string]int
+	for gpu, g := range s.gpus {
+		if slot, ok := g.slots[uid]; ok {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[gpu] = slot
+		}
 	}
 	return out
 }
