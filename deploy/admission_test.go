@@ -303,6 +303,18 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 			wantWords: []string{allocator.VolcanoVGPUAnnotation, allocator.VolcanoGPUShareAnnotation},
 		},
 		{
+			name: "TensorFusion's keys are guarded",
+			req: admissionRequest{operation: "CREATE", user: tenant, object: podWith(map[string]string{
+				allocator.TensorFusionGPUIDsKey: "gpu-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11", allocator.TensorFusionContainerGPUsKey: "{}", allocator.TensorFusionPartitionUUIDsKey: ""})},
+			wantDeny:  true,
+			wantWords: []string{allocator.TensorFusionGPUIDsKey, allocator.TensorFusionContainerGPUsKey, allocator.TensorFusionPartitionUUIDsKey},
+		},
+		{
+			name: "TensorFusion's scheduler writes the GPUs",
+			req: admissionRequest{operation: "UPDATE", user: "system:serviceaccount:tensor-fusion-sys:tensor-fusion-sys", old: podWith(nil),
+				object: podWith(map[string]string{allocator.TensorFusionGPUIDsKey: "gpu-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11"})},
+		},
+		{
 			name: "a tenant binds with an allocation annotation on the Binding (merged into the pod)",
 			req: admissionRequest{operation: "CREATE", user: tenant, object: &corev1.Binding{
 				TypeMeta:   metaBinding,
