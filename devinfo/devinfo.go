@@ -248,6 +248,45 @@ func (w *Writer) info(id string) Info {
 	return in
 }
 
+// Adopt takes as its own the files of devices of these resources that an
+// earlier run of the daemon left (a file named for a device whose content
+// is exactly what this writer would write for it), so that Release removes
+// those whose pod went while the daemon was down. It returns how many it
+// adopted. A file it cannot read, or with other content, is not its own.
+func (w *Writer) Adopt(resources ...string) int {
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			w.log.WithError(err).Warn("device-info files of an earlier run not looked for")
+		}
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, e := range entries {
+		for _, resource := range resources {
+			id, ok := strings.CutPrefix(e.Name(), strings.ReplaceAll(resource, "/", "-")+"-")
+			if id, ok = strings.CutSuffix(id, "-device.json"); !ok || !e.Type().IsRegular() {
+				continue
+			}
+			if _, pci := inventory.CanonicalPCIAddress(id); !pci {
+				continue
+			}
+			path := w.Path(resource, id)
+			want, err := json.Marshal(w.info(id))
+			if err != nil {
+				continue
+			}
+			if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, want) {
+				w.owned[path] = want
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Release removes the files this writer wrote whose device no live pod of
 // records has (a running or pending pod the kubelet does not consider
 // finished, with the device among its decoded devices), and returns how

@@ -201,3 +201,25 @@ func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	t.Cleanup(cancel)
 	return ctx, cancel
 }
+
+// A file an earlier run left for a pod that went while the daemon was down
+// is adopted at start and released; another writer's file is not.
+func TestFilesOfAnEarlierRunAreAdoptedAndReleased(t *testing.T) {
+	dir, sysfs := t.TempDir(), fakeSysfs(t)
+	devinfo.New(devinfo.Options{Dir: dir, SysfsRoot: sysfs, Log: quiet()}).Hold(pod, []state.Device{vfDevice(vf)})
+	w := devinfo.New(devinfo.Options{Dir: dir, SysfsRoot: sysfs, Log: quiet()})
+	theirs := w.Path(rdma, pf)
+	if err := os.WriteFile(theirs, []byte(`{"type":"pci","version":"1.0.0","pci":{"pci-address":"`+pf+`"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.Adopt(rdma); n != 1 {
+		t.Errorf("adopted %d files, want the earlier run's one", n)
+	}
+	w.Release(func() []*state.Record { return nil })
+	if _, ok := read(t, w.Path(rdma, vf)); ok {
+		t.Error("the earlier run's file of a device no pod holds is still there")
+	}
+	if _, ok := read(t, theirs); !ok {
+		t.Error("another writer's file was removed")
+	}
+}

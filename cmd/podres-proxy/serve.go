@@ -357,6 +357,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	start("inventory file", publisher.Run)
 	start("proxy", srv.Serve)
 	if deviceInfo != nil {
+		// Files an earlier run left for pods gone meanwhile go at the first
+		// release.
+		deviceInfo.Adopt(c.rdmaResource)
 		start("device-info files", func(ctx context.Context) error { return deviceInfo.Run(ctx, store, devinfo.DefaultInterval) })
 	}
 	pm := newPluginMetrics(reg)
