@@ -5,7 +5,8 @@
 // and Get, which both call it, always agree.
 //
 // One Decoder per scheduler's annotation format (NewKoordinator, NewHAMi,
-// NewVolcanoVGPU, NewVolcanoGPUShare; NewDecoders builds them by name) is
+// NewVolcanoVGPU, NewVolcanoGPUShare, NewTensorFusion; NewDecoders builds
+// them by name) is
 // gathered in a Set, which is the state.Decoder the store calls and the
 // attribution policy the proxy calls. Translate gives ids to devices an
 // allocator named by number only.
@@ -138,6 +139,20 @@
 // indices ("0,2"). Each becomes a pod-level device of type "gpu" with Index
 // and no ids, appended (not Replace: the container is the policy's choice);
 // Translate gives it its UUID. A malformed list is rejected as a whole.
+//
+// # TensorFusion
+//
+// tensor-fusion.ai/container-gpus, tensor-fusion.ai/gpu-ids and
+// tensor-fusion.ai/partition-uuids: see tensorfusion.go. A GPU named for a
+// container (Device.Container) goes to that container.
+//
+// # Answered ids
+//
+// Where a pod's devices are answered, ids are spelt as consumers match
+// them (NormalizeID, normalize.go), the sharers of a GPU other than its
+// first get "<uuid>::<slot>" (SharedGPUs, sharedgpu.go), and MIG instances
+// sit on their parent GPU's NUMA node under a configurable resource
+// (mig.go). Decoding itself never changes an id's spelling.
 //
 // # Limits
 //
