@@ -11,14 +11,13 @@ import (
 
 // The resolver's side of the shared-GPU ids (proxy/allocator/sharedgpu.go
 // decides them): the table of every shared GPU's sharers, kept per store
-// version and inventory snapshot like the holders, and the last step of a
-// pod's devices before attribution.
+// version and inventory snapshot like the holders (reported.go applies it).
 
 // sharedCache keeps the sharers' ids decided for one store version and
 // inventory snapshot. Each new table is built from the previous one, so a
 // pod keeps its slot for as long as it shares the GPU; a new table is a new
-// pointer, which is how plans and answer segments built with the old one
-// know they are stale.
+// pointer, which is how plans built with the old one know they are stale;
+// a table that gives every pod the same ids keeps the old pointer.
 type sharedCache struct {
 	mu      sync.Mutex
 	version uint64
@@ -31,7 +30,10 @@ func (c *sharedCache) get(store *state.Store, gate *allocator.Gate, inv allocato
 	defer c.mu.Unlock()
 	if v := store.Version(); c.t == nil || c.version != v || !sameInventory(c.inv, inv) {
 		records := store.Records()
-		c.t, c.version, c.inv = gate.SharedGPUs(c.t, records, inv), v, inv
+		if t := gate.SharedGPUs(c.t, records, inv); !t.Equal(c.t) {
+			c.t = t // else the same pointer: plans decided with it stay valid
+		}
+		c.version, c.inv = v, inv
 		// Record each sharer's slots, so that a restarted daemon gives
 		// them again. That changes the store's version once: the next
 		// call builds the same table from this one.

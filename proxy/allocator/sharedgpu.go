@@ -299,3 +299,15 @@ func (s *SharedGPUs) Slots(uid string) map[string]int {
 	}
 	return out
 }
+
+// Equal reports whether two tables give every pod the same ids, so that a
+// caller keeps the old one (and what it decided with it) when nothing
+// changed.
+func (s *SharedGPUs) Equal(o *SharedGPUs) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return maps.EqualFunc(s.gpus, o.gpus, func(a, b *gpuSharers) bool {
+		return a.anchor == b.anchor && maps.Equal(a.slots, b.slots)
+	})
+}
