@@ -266,8 +266,9 @@ func (w *Writer) Adopt(resources ...string) int {
 	n := 0
 	for _, e := range entries {
 		for _, resource := range resources {
-			id, ok := strings.CutPrefix(e.Name(), strings.ReplaceAll(resource, "/", "-")+"-")
-			if id, ok = strings.CutSuffix(id, "-device.json"); !ok || !e.Type().IsRegular() {
+			rest, named := strings.CutPrefix(e.Name(), strings.ReplaceAll(resource, "/", "-")+"-")
+			id, device := strings.CutSuffix(rest, "-device.json")
+			if !named || !device || !e.Type().IsRegular() {
 				continue
 			}
 			if _, pci := inventory.CanonicalPCIAddress(id); !pci {

@@ -223,3 +223,25 @@ func TestFilesOfAnEarlierRunAreAdoptedAndReleased(t *testing.T) {
 		t.Error("another writer's file was removed")
 	}
 }
+
+// Adopt takes only files named for a device of the resources it is given.
+func TestAdoptTakesOnlyItsResourcesFiles(t *testing.T) {
+	dir, sysfs := t.TempDir(), fakeSysfs(t)
+	devinfo.New(devinfo.Options{Dir: dir, SysfsRoot: sysfs, Log: quiet()}).Hold(pod, []state.Device{vfDevice(vf)})
+	// Another resource's file with the same content: a device plugin's.
+	same, err := os.ReadFile(filepath.Join(dir, "koordinator.sh-rdma-"+vf+"-device.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "intel.com-sriov-"+vf+"-device.json"), same, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := devinfo.New(devinfo.Options{Dir: dir, SysfsRoot: sysfs, Log: quiet()})
+	if n := w.Adopt(rdma); n != 1 {
+		t.Errorf("adopted %d files, want koordinator.sh/rdma's one", n)
+	}
+	w.Release(func() []*state.Record { return nil })
+	if _, err := os.Stat(filepath.Join(dir, "intel.com-sriov-"+vf+"-device.json")); err != nil {
+		t.Errorf("another resource's file was removed: %v", err)
+	}
+}
