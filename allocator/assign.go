@@ -151,6 +151,12 @@ func (s *Set) assignKind(spec *model.PodSpec, devices []model.Device, idxs []int
 // told HAMi's two padding conventions apart in a pod with init containers.
 // ScopeRequestingAll is never swapped: its index counts something else.
 func (s *Set) indexed(spec *model.PodSpec, dev model.Device) (pos int, ok bool) {
+	if dev.Container != "" {
+		// Named by the allocator; a name the spec lacks falls through to
+		// the pod-level policy, like an index out of range.
+		pos = slices.IndexFunc(spec.Containers, func(c model.ContainerSpec) bool { return c.Name == dev.Container })
+		return pos, pos >= 0
+	}
 	if dev.ContainerIndex == nil || *dev.ContainerIndex < 0 {
 		return 0, false
 	}

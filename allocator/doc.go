@@ -5,10 +5,10 @@
 // and Get, which both call it, always agree.
 //
 // One Format per scheduler's annotation format, each in a package of its
-// own (koordinator, hami, volcano; parse holds what they share), is gathered
-// by NewFormats, which builds them by name from the --allocators flag, in a
-// Set, which is the state.Decoder the store calls and the attribution policy
-// the proxy calls (Assign). Translate gives ids to devices an allocator named
+// own (koordinator, hami, volcano, tensorfusion; parse holds what they
+// share), is gathered by NewFormats, which builds them by name from the
+// --allocators flag, in a Set, which is the state.Decoder the store calls
+// and the attribution policy the proxy calls (Assign). Translate gives ids to devices an allocator named
 // by number only. Whether a decoded device is believed is package trust's
 // question.
 //
@@ -81,8 +81,20 @@
 //     to every container asking a share if there is one (they share it),
 //     else to the last requesting container. A Shared device when nobody asks
 //     a share is handed out like the others.
+//   - A device the allocator gave to a named container (Device.Container:
+//     TensorFusion's container-gpus) goes to that container; a name the
+//     spec lacks falls through to the pod-level policy.
 //
 // Each container's devices keep the order of the input.
+//
+// # Answered ids
+//
+// Where a pod's devices are answered, ids are spelt as consumers match
+// them (NormalizeID, normalize.go), the sharers of a GPU other than its
+// first get "<uuid>::<slot>" (trust.SharedGPUs, trust/sharedgpu.go), and
+// MIG instances sit on their parent GPU's NUMA node (TopologyID) under a
+// configurable resource (MIGResource, mig.go). Decoding itself never
+// changes an id's spelling.
 //
 // # Trust
 //

@@ -1,11 +1,14 @@
 package allocator
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -234,3 +237,43 @@ func TestKoordinatorRequestsAsCount(t *testing.T) {
 		})
 	}
 }
+
+// TensorFusion's webhook gives each container it injects a limit on
+// tensor-fusion.ai/index_<hex>: those containers share the pod's GPUs, the
+// others (a sidecar it did not inject) get none; a GPU named for a
+// container goes to that container.
+func TestTensorFusionAttribution(t *testing.T) {
+	set := NewSet(quietLog(), nil, tensorfusion.New(tensorfusion.Options{}))
+	spec := &model.PodSpec{Containers: []model.ContainerSpec{
+		{Name: "mesh", Kind: model.KindSidecar},
+		{Name: "main", Kind: model.KindApp, Requests: map[string]string{"tensor-fusion.ai/index_0": "1"}},
+		{Name: "worker", Kind: model.KindApp, Requests: map[string]string{"tensor-fusion.ai/index_0": "2"}},
+	}}
+	a, ok := set.Assign(spec, []model.Device{tfShare(tfGPU0, ""), tfShare(tfGPU1, "worker")})
+	if !ok {
+		t.Fatal("no attribution")
+	}
+	got := fmt.Sprint(len(a["mesh"]), idsOf(a["main"]), idsOf(a["worker"]))
+	if want := fmt.Sprint(0, []string{tfGPU0}, []string{tfGPU0, tfGPU1}); got != want {
+		t.Errorf("mesh, main, worker got %s, want %s", got, want)
+	}
+}
+
+func idsOf(devs []model.Device) []string {
+	var out []string
+	for _, d := range devs {
+		out = append(out, d.IDs...)
+	}
+	return out
+}
+
+// tfShare is a GPU the TensorFusion decoder reports, shared, named for
+// container ("": pod level).
+func tfShare(id, container string) model.Device {
+	return model.Device{Allocator: tensorfusion.Name, Type: "gpu", Resource: parse.DefaultGPUResource, IDs: []string{id}, Shared: true, Container: container}
+}
+
+const (
+	tfGPU0 = "gpu-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11" // TensorFusion's Kubernetes-name spelling
+	tfGPU1 = "GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76"
+)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 )
 
@@ -16,6 +17,7 @@ var (
 	_ Format = (*hami.Format)(nil)
 	_ Format = (*volcano.VGPU)(nil)
 	_ Format = (*volcano.GPUShare)(nil)
+	_ Format = (*tensorfusion.Format)(nil)
 )
 
 // names are the decoders NewFormats knows, in the order it builds them.
@@ -23,7 +25,7 @@ var (
 // a container's entries of a resource when the first replacing device
 // reaches it, so a device another allocator added before would be dropped
 // with the kubelet's.
-var names = []string{hami.Name, volcano.VGPUName, koordinator.Name, volcano.GPUShareName}
+var names = []string{hami.Name, volcano.VGPUName, koordinator.Name, volcano.GPUShareName, tensorfusion.Name}
 
 // Names returns the name of every decoder NewFormats can build, in the
 // order it builds them: the value of a command-line flag enabling them all.
@@ -36,6 +38,7 @@ type Options struct {
 	HAMi            hami.Options
 	VolcanoVGPU     volcano.VGPUOptions
 	VolcanoGPUShare volcano.GPUShareOptions
+	TensorFusion    tensorfusion.Options
 }
 
 // NewFormats builds the decoders named, for a flag such as
@@ -74,6 +77,8 @@ func NewFormats(enabled []string, opts Options) ([]Format, error) {
 			out = append(out, koordinator.New(opts.Koordinator))
 		case volcano.GPUShareName:
 			out = append(out, volcano.NewGPUShare(opts.VolcanoGPUShare))
+		case tensorfusion.Name:
+			out = append(out, tensorfusion.New(opts.TensorFusion))
 		}
 	}
 	return out, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -34,7 +35,7 @@ func TestNewFormatsOfAllNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{hami.Name, volcano.VGPUName, koordinator.Name, volcano.GPUShareName}
+	want := []string{hami.Name, volcano.VGPUName, koordinator.Name, volcano.GPUShareName, tensorfusion.Name}
 	if got := decoderNames(ds); !reflect.DeepEqual(got, want) {
 		t.Errorf("decoders = %v; want %v", got, want)
 	}
@@ -79,7 +80,7 @@ func TestNewFormatsRejectsBadNames(t *testing.T) {
 		names   []string
 		wantErr string
 	}{
-		{[]string{"koordinator", "kueue"}, `unknown allocator "kueue" (known: hami, volcano-vgpu, koordinator, volcano-gpushare)`},
+		{[]string{"koordinator", "kueue"}, `unknown allocator "kueue" (known: hami, volcano-vgpu, koordinator, volcano-gpushare, tensorfusion)`},
 		{[]string{"hami", "hami"}, `allocator "hami" named twice`},
 		{[]string{"hami", ""}, "empty allocator name"},
 		{nil, "no allocator named"},

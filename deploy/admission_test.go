@@ -16,6 +16,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	koordfmt "github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 )
 
@@ -303,6 +304,18 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 			req:       admissionRequest{operation: "CREATE", user: tenant, object: podWith(map[string]string{volcano.VGPUAnnotation: hamiValue, volcano.GPUShareAnnotation: "0"})},
 			wantDeny:  true,
 			wantWords: []string{volcano.VGPUAnnotation, volcano.GPUShareAnnotation},
+		},
+		{
+			name: "TensorFusion's keys are guarded",
+			req: admissionRequest{operation: "CREATE", user: tenant, object: podWith(map[string]string{
+				tensorfusion.GPUIDsKey: "gpu-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11", tensorfusion.ContainerGPUsKey: "{}", tensorfusion.PartitionUUIDsKey: ""})},
+			wantDeny:  true,
+			wantWords: []string{tensorfusion.GPUIDsKey, tensorfusion.ContainerGPUsKey, tensorfusion.PartitionUUIDsKey},
+		},
+		{
+			name: "TensorFusion's scheduler writes the GPUs",
+			req: admissionRequest{operation: "UPDATE", user: "system:serviceaccount:tensor-fusion-sys:tensor-fusion-sys", old: podWith(nil),
+				object: podWith(map[string]string{tensorfusion.GPUIDsKey: "gpu-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11"})},
 		},
 		{
 			name: "a tenant binds with an allocation annotation on the Binding (merged into the pod)",

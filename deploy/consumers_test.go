@@ -179,3 +179,55 @@ func TestConsumerComponentsChangeNothingElse(t *testing.T) {
 		})
 	}
 }
+
+// runPath spells a path under /var/run as under /run: on hosts and in images
+// /var/run is a link to /run.
+func runPath(p string) string {
+	if rest, ok := strings.CutPrefix(p, "/var/run/"); ok {
+		return "/run/" + rest
+	}
+	return p
+}
+
+// TestMultusSeesTheDeviceInfoFiles: Multus, during CNI ADD, copies a VF's
+// device-info file from /var/run/k8s.cni.cncf.io/devinfo/dp into the pod's
+// network-status; with the component, that directory in its container is
+// the host directory podres-proxy writes the files of its VFs to, whether
+// or not Multus' own manifest mounted it.
+func TestMultusSeesTheDeviceInfoFiles(t *testing.T) {
+	const multusDir = "/run/k8s.cni.cncf.io/devinfo/dp" // nadutils' path, /var/run being /run
+	base := find[appsv1.DaemonSet](t, renderDir(t, "base"), "DaemonSet", "podres-proxy")
+	written := argValues(t, proxyContainer(t, base).Args)["device-info-dir"]
+	if written == "" {
+		t.Fatal("the DaemonSet does not set --device-info-dir")
+	}
+	for _, c := range consumers {
+		if c.name != "multus-thick" {
+			continue
+		}
+		ds := find[appsv1.DaemonSet](t, renderDir(t, c.dir), "DaemonSet", c.daemonSet)
+		r, ok := resolve(t, &ds.Spec.Template.Spec, containerOf(t, ds, c.container), multusDir)
+		if !ok || runPath(r.hostPath) != runPath(written) {
+			t.Errorf("Multus reads %s from host %q (mounted: %v); podres-proxy writes %s", multusDir, r.hostPath, ok, written)
+		}
+	}
+}
+
+// TestDCGMExporterGivesEachSharerItsSeries: with the component, DCGM
+// exporter runs in virtual-GPU mode, which reads podres-proxy's
+// <uuid>::<slot> ids of a shared GPU's sharers as one series per pod.
+func TestDCGMExporterGivesEachSharerItsSeries(t *testing.T) {
+	for _, c := range consumers {
+		if c.name != "dcgm-exporter" {
+			continue
+		}
+		ds := find[appsv1.DaemonSet](t, renderDir(t, c.dir), "DaemonSet", c.daemonSet)
+		on := false
+		for _, e := range containerOf(t, ds, c.container).Env {
+			on = on || e.Name == "KUBERNETES_VIRTUAL_GPUS" && e.Value == "true"
+		}
+		if !on {
+			t.Error("dcgm-exporter runs without KUBERNETES_VIRTUAL_GPUS=true: a shared GPU's metrics go to one of its pods")
+		}
+	}
+}

@@ -228,6 +228,7 @@ func TestDaemonSetFlagsPointIntoTheirMounts(t *testing.T) {
 				{"socket", filepath.Dir(args["socket"]), true},
 				{"kubelet-socket", filepath.Dir(args["kubelet-socket"]), false},
 				{"state-dir", args["state-dir"], true},
+				{"device-info-dir", args["device-info-dir"], true},
 				{"nri-socket", filepath.Dir(args["nri-socket"]), false},
 				{"cri-socket", filepath.Dir(cri), false},
 			} {

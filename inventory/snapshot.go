@@ -182,6 +182,13 @@ func (s *Snapshot) ContainerDevices(resource, id string) []*podresourcesv1.Conta
 	return containerDevices(resource, id, s.Topology(id))
 }
 
+// ContainerDevicesAt is ContainerDevices for device id reported on the NUMA
+// nodes of the device at, which the inventory lists: a MIG instance, which
+// it does not, on its parent GPU's (allocator.TopologyID).
+func (s *Snapshot) ContainerDevicesAt(resource, id, at string) []*podresourcesv1.ContainerDevices {
+	return containerDevices(resource, id, s.Topology(at))
+}
+
 func containerDevices(resource, id string, numa []int64) []*podresourcesv1.ContainerDevices {
 	if len(numa) == 0 {
 		return []*podresourcesv1.ContainerDevices{{ResourceName: resource, DeviceIds: []string{id}}}

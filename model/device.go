@@ -15,6 +15,10 @@ type Device struct {
 	IDs []string `json:"ids"`
 	// Minor is the device minor when the allocator gave one.
 	Minor *int64 `json:"minor,omitempty"`
+	// Parent is the GPU a MIG instance (IDs ["MIG-<uuid>"]) is carved
+	// from, when the allocator says: the inventory knows whole GPUs only,
+	// so the instance is reported on its parent's NUMA node.
+	Parent string `json:"parent,omitempty"`
 	// Shared is true when only a share of the device was allocated (for
 	// example koordinator.sh/gpu-core: 50); every container that requests a
 	// share of it gets it.
@@ -24,6 +28,10 @@ type Device struct {
 	// with ScopeRequestingAll the rank among its non-empty entries. Nil
 	// means the allocation is pod-level and attribution follows the pod spec.
 	ContainerIndex *int `json:"containerIndex,omitempty"`
+	// Container is the name of the container the allocator gave the device
+	// to, for allocators that name containers (TensorFusion's
+	// container-gpus); it takes precedence over ContainerIndex.
+	Container string `json:"container,omitempty"`
 	// ContainerScope says which containers of the pod spec the allocator's
 	// list covers, that is what ContainerIndex counts; empty is ScopeAll.
 	ContainerScope ContainerScope `json:"containerScope,omitempty"`

@@ -80,7 +80,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 
 	out := reuse.Splice(parts)
 	if pods > reused {
-		cache.Store(parts, inv, version, gen, s.resolver.trust != nil)
+		cache.Store(parts, inv, version, gen, s.resolver.dependsOnOthers)
 	}
 	cache.Drop(gen, pods)
 	return out, nil

@@ -64,6 +64,7 @@ type harness struct {
 	idle      time.Duration
 	stopped   chan struct{}
 	cancel    context.CancelFunc
+	providers []func(*proxy.Providers) // withProviders
 }
 
 type option func(*harness)
@@ -108,6 +109,11 @@ func withChangingInventory(cur *atomic.Pointer[inventory.Snapshot]) option {
 	return func(h *harness) {
 		h.inv = cur.Load
 	}
+}
+
+// withProviders edits what the proxy is built with before it is built.
+func withProviders(f func(*proxy.Providers)) option {
+	return func(h *harness) { h.providers = append(h.providers, f) }
 }
 
 // shortDir returns a directory whose paths fit a unix socket name.
@@ -159,6 +165,10 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	providers := proxy.Providers{Store: h.store, Pods: client.Pods, Allocators: set, Inventory: h.inv, Trust: gate, Metrics: metrics}
+	for _, f := range h.providers {
+		f(&providers)
+	}
 	h.srv, err = proxy.New(proxy.Config{
 		Socket:         h.socket,
 		KubeletSocket:  h.k.Socket,
@@ -168,7 +178,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		RequestTimeout: h.reqTime,
 		IdleTimeout:    h.idle,
 		Log:            log,
-	}, proxy.Providers{Store: h.store, Pods: client.Pods, Allocators: set, Inventory: h.inv, Trust: gate, Metrics: metrics})
+	}, providers)
 	if err != nil {
 		t.Fatal(err)
 	}

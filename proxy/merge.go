@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -51,7 +52,8 @@ func addV1(c *v1.ContainerResources, devs []model.Device, inv *inventory.Snapsho
 			if id == "" || has.hasOrAdd(d.Resource, id) {
 				continue
 			}
-			c.Devices = append(c.Devices, inv.ContainerDevices(d.Resource, id)...)
+			// A MIG instance sits on its parent GPU's NUMA node.
+			c.Devices = append(c.Devices, inv.ContainerDevicesAt(d.Resource, id, allocator.TopologyID(d, id))...)
 		}
 	}
 }

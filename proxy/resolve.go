@@ -44,6 +44,14 @@ type resolver struct {
 	pods       *kubeletpods.Reader // nil: no /pods source, every read fails
 	allocators *allocator.Set
 	trust      *trust.Checker // nil: every decoded device is reported
+	shared     sharedCache    // the ids of shared GPUs' sharers (sharedgpu.go)
+	// plainSharedGPUIDs reports every sharer of a GPU under its plain UUID.
+	plainSharedGPUIDs bool
+	// migResource, when set, is the resource MIG instances are reported as.
+	migResource string
+	// deviceInfo writes the NPWG device-info files of the VFs and RDMA
+	// devices answered; nil writes none.
+	deviceInfo DeviceInfoWriter
 	metrics    *Metrics
 	log        logrus.FieldLogger
 	cache      planCache
@@ -60,31 +68,33 @@ type planCache struct {
 
 // A plan is valid for the record, the inventory snapshot and, when the
 // trust gate contested its devices against other pods' claims, the holders
-// it was decided with (they change with any pod's record).
+// it was decided with (they change with any pod's record), and the shared
+// GPUs' ids (likewise).
 type cachedPlan struct {
 	rec     *state.Record
 	inv     *inventory.Snapshot
 	holders *trust.Holders
+	shared  *trust.SharedGPUs
 	plan    plan
 }
 
-func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders) (plan, bool) {
+func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs) (plan, bool) {
 	c.mu.RLock()
 	e, ok := c.m[rec.UID]
 	c.mu.RUnlock()
-	return e.plan, ok && e.rec == rec && e.holders == holders && e.inv == inv
+	return e.plan, ok && e.rec == rec && e.holders == holders && e.shared == shared && e.inv == inv
 }
 
 // put stores a plan. When the cache holds more than twice the store's
 // records (pods removed, or recreated under new UIDs), it is emptied first:
 // the next queries recompute the plans they need.
-func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, p plan, records int) {
+func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs, p plan, records int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) > 2*records+64 {
 		c.m = map[string]cachedPlan{}
 	}
-	c.m[rec.UID] = cachedPlan{rec: rec, inv: inv, holders: holders, plan: p}
+	c.m[rec.UID] = cachedPlan{rec: rec, inv: inv, holders: holders, shared: shared, plan: p}
 }
 
 // errNoPodsSource is returned when a read is needed but none is configured.
@@ -174,7 +184,8 @@ func (r *resolver) planFor(rec *state.Record, inv *inventory.Snapshot) plan {
 	if r.trust != nil {
 		holders = r.trust.Holders(inv)
 	}
-	if p, ok := r.cache.get(rec, inv, holders); ok {
+	shared := r.sharedGPUs(inv)
+	if p, ok := r.cache.get(rec, inv, holders, shared); ok {
 		return p
 	}
 	// A plan that needed the inventory to name a device can change when
@@ -182,17 +193,23 @@ func (r *resolver) planFor(rec *state.Record, inv *inventory.Snapshot) plan {
 	// recomputed every time.
 	cacheable := !allocator.NamedByNumber(rec.Devices)
 	devs := r.translate(rec, inv)
+	devs = allocator.NormalizeIDs(devs)
 	devs = withoutRefusedIDs(devs, r.vet(rec, devs, inv, holders))
+	devs = r.reported(rec, devs, shared)
 	var p plan
 	if len(devs) == 0 {
 		p = plan{}
 	} else if a, ok := r.allocators.Assign(rec.Spec, devs); ok {
+		if !r.plainSharedGPUIDs {
+			a = trust.OnePlainPerPod(rec.Spec, a)
+		}
 		p = plan{assign: a}
 	} else {
 		p = plan{toLast: devs}
 	}
+	p = r.relabel(p)
 	if cacheable {
-		r.cache.put(rec, inv, holders, p, r.store.Len())
+		r.cache.put(rec, inv, holders, shared, p, r.store.Len())
 	}
 	return p
 }

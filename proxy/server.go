@@ -92,6 +92,16 @@ type Providers struct {
 	// attribution alone.
 	Trust   *trust.Gate
 	Metrics *Metrics
+	// PlainSharedGPUIDs reports every sharer of a GPU under the GPU's plain
+	// UUID, as before shared-GPU ids (trust/sharedgpu.go); false
+	// gives each sharer after the first "<uuid>::<slot>".
+	PlainSharedGPUIDs bool
+	// MIGResource, when set, is the resource MIG instances are reported
+	// as (e.g. nvidia.com/mig-1g.10gb); empty keeps their GPU's.
+	MIGResource string
+	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
+	// devices pods are answered with; nil writes none.
+	DeviceInfo DeviceInfoWriter
 }
 
 // Server is the PodResources proxy.
@@ -151,6 +161,10 @@ func New(cfg Config, p Providers) (*Server, error) {
 			trust:      newChecker(p.Trust, p.Store),
 			metrics:    p.Metrics,
 			log:        log,
+
+			plainSharedGPUIDs: p.PlainSharedGPUIDs,
+			migResource:       p.MIGResource,
+			deviceInfo:        p.DeviceInfo,
 		},
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client

@@ -310,9 +310,12 @@ func TestASharedGPUIsShownOnEverySharer(t *testing.T) {
 	for _, p := range pods {
 		h.markLive(p, "sandbox-"+p.Name)
 	}
+	// The first sharer is the GPU's anchor (its plain UUID), the other
+	// its slot (sharedgpu.go): both are shown, neither is contested.
+	want := map[string]string{"a": gpuUUID, "b": gpuUUID + "::1"}
 	for _, p := range pods {
-		if got := devicesOf(h.get(p.Namespace, p.Name), "infer")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
-			t.Errorf("sharer %s shows %v, want its share of %s", p.Name, got, gpuUUID)
+		if got := devicesOf(h.get(p.Namespace, p.Name), "infer")["nvidia.com/gpu"]; !slices.Equal(got, []string{want[p.Name]}) {
+			t.Errorf("sharer %s shows %v, want its share of %s as %s", p.Name, got, gpuUUID, want[p.Name])
 		}
 	}
 }

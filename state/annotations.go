@@ -223,3 +223,23 @@ func (s *Store) SetRefused(uid string, refused []model.Refused) bool {
 	})
 	return changed
 }
+
+// SetGPUSlots records the slots a pod is reported with on the GPUs it
+// shares (Record.GPUSlots; nil: none), so that a restarted daemon gives it
+// the same ones. It reports whether that changed the record. An unknown
+// uid changes nothing.
+func (s *Store) SetGPUSlots(uid string, slots map[string]int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.byUID[uid]
+	if !ok || maps.Equal(r.GPUSlots, slots) {
+		return false
+	}
+	changed := false
+	s.update(uid, func(r *Record) bool {
+		r.GPUSlots = maps.Clone(slots)
+		changed = true
+		return true
+	})
+	return changed
+}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -66,19 +67,20 @@ func encodeRecord(r *Record) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// readableOlderVersion is the one older schema version read as the current
-// one: version 2 only added fields (countsRequests, the requesting-all
-// scope, refused, edited, the spec's schedulerName), so a version-1 file
-// decodes as a version-2 file and an upgrade keeps every record (what it
-// learned, and when) instead of setting them aside. The one absence that
-// means something is the spec's schedulerName: without it the trust gate
-// cannot vet the pod, so its spec is read from /pods again before its
-// devices are answered (resolver.vettable). Such a record is written back
-// as the current version at its next change.
-const readableOlderVersion = 1
+// readableOlderVersions are the older schema versions read as the current
+// one: each later version only added fields (2: countsRequests, the
+// requesting-all scope, refused, edited, the spec's schedulerName; 3: a
+// device's parent and container, gpuSlots), so an older file decodes as a
+// current one and an upgrade keeps every record (what it learned, and
+// when) instead of setting them aside. The one absence that means
+// something is the spec's schedulerName: without it the trust gate cannot
+// vet the pod, so its spec is read from /pods again before its devices are
+// answered (resolver.vettable). Such a record is written back as the
+// current version at its next change.
+var readableOlderVersions = []int{1, 2}
 
 // decodeRecord reads a record file's content. It accepts only what this
-// version writes (and readableOlderVersion): the current SchemaVersion, known fields, known states, a
+// version writes (and readableOlderVersions): the current SchemaVersion, known fields, known states, a
 // usable uid, and nothing after the object. What it accepts can be encoded
 // again.
 func decodeRecord(data []byte) (*Record, error) {
@@ -91,8 +93,8 @@ func decodeRecord(data []byte) (*Record, error) {
 	if head.SchemaVersion == nil {
 		return nil, errors.New("no schemaVersion")
 	}
-	if *head.SchemaVersion != SchemaVersion && *head.SchemaVersion != readableOlderVersion {
-		return nil, fmt.Errorf("schemaVersion %d, this podres-proxy reads %d and %d", *head.SchemaVersion, readableOlderVersion, SchemaVersion)
+	if *head.SchemaVersion != SchemaVersion && !slices.Contains(readableOlderVersions, *head.SchemaVersion) {
+		return nil, fmt.Errorf("schemaVersion %d, this podres-proxy reads %v and %d", *head.SchemaVersion, readableOlderVersions, SchemaVersion)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

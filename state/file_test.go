@@ -67,17 +67,17 @@ func TestRecordFilesThatAreNotExactlyOursAreRefused(t *testing.T) {
 		"empty":          "",
 		"null":           "null",
 		"array":          "[]",
-		"no version":     strings.Replace(string(good), `"schemaVersion": 2,`, "", 1),
-		"oldest version": strings.Replace(string(good), `"schemaVersion": 2`, `"schemaVersion": 0`, 1),
-		"newer version":  strings.Replace(string(good), `"schemaVersion": 2`, `"schemaVersion": 3`, 1),
-		"unknown field":  strings.Replace(string(good), `"schemaVersion": 2,`, `"schemaVersion": 2, "color": "red",`, 1),
+		"no version":     strings.Replace(string(good), `"schemaVersion": 3,`, "", 1),
+		"oldest version": strings.Replace(string(good), `"schemaVersion": 3`, `"schemaVersion": 0`, 1),
+		"newer version":  strings.Replace(string(good), `"schemaVersion": 3`, `"schemaVersion": 4`, 1),
+		"unknown field":  strings.Replace(string(good), `"schemaVersion": 3,`, `"schemaVersion": 3, "color": "red",`, 1),
 		"trailing data":  string(good) + "{}",
 		"truncated":      string(good[:len(good)-3]),
 		"bad state":      strings.Replace(string(good), `"state": "ready"`, `"state": "running"`, 1),
 		"bad source":     strings.Replace(string(good), `"source": "cri"`, `"source": "docker"`, 1),
 		"path in uid":    strings.Replace(string(good), `"uid": "0b5d8e3a`, `"uid": "../0b5d8e3a`, 1),
 		"bad ctr state":  strings.Replace(string(good), `"state": "running"`, `"state": "paused"`, 1),
-		"string version": strings.Replace(string(good), `"schemaVersion": 2`, `"schemaVersion": "2"`, 1),
+		"string version": strings.Replace(string(good), `"schemaVersion": 3`, `"schemaVersion": "2"`, 1),
 	} {
 		if _, err := decodeRecord([]byte(data)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -173,7 +173,7 @@ func TestAVersion1FileFromThePreviousReleaseLoadsWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), `"schemaVersion": 2,`) {
+	if !strings.Contains(string(out), `"schemaVersion": 3,`) {
 		t.Errorf("written back as another version than the current one:\n%s", out)
 	}
 }

@@ -208,7 +208,7 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrongVersion := bytes.Replace(goodData, []byte(`"schemaVersion": 2`), []byte(`"schemaVersion": 99`), 1)
+	wrongVersion := bytes.Replace(goodData, []byte(`"schemaVersion": 3`), []byte(`"schemaVersion": 99`), 1)
 	files := map[string][]byte{
 		"good.json":          goodData,
 		"truncated.json":     bytes.Replace(goodData, []byte(`"good"`), []byte(`"truncated"`), 1)[:len(goodData)/2],

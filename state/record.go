@@ -9,7 +9,7 @@ import (
 // SchemaVersion is the version of the on-disk record format. It is written
 // into every file and changes only when the format changes incompatibly; a
 // file with another version is set aside, never guessed at.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Phase is a pod's lifecycle as far as this node knows it.
 type Phase string
@@ -92,6 +92,11 @@ type Record struct {
 	// (the trust rules in proxy/allocator/trust.go), as of the last answer
 	// computed for the pod: Devices minus what consumers were shown.
 	Refused []model.Refused `json:"refused,omitempty"`
+	// GPUSlots are the slots this pod is reported with on the GPUs it
+	// shares as other than their first live sharer, by GPU UUID in lower
+	// case ("<uuid>::<slot>", trust/sharedgpu.go): kept so that a pod
+	// keeps its slot for its life, daemon restarts included.
+	GPUSlots map[string]int `json:"gpuSlots,omitempty"`
 	// Edited are the allocation annotation keys whose value in the API
 	// (the last /pods read) differs from the one the runtime started the
 	// sandbox with, or that the API no longer has. The runtime's value is

@@ -12,6 +12,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -71,14 +73,15 @@ func ReasonClass(reason string) string {
 }
 
 // DefaultSchedulerNames returns, per allocator, the spec.schedulerName of the
-// pods its scheduler places by default: koord-scheduler, hami-scheduler and
-// volcano (both of Volcano's device plugins).
+// pods its scheduler places by default: koord-scheduler, hami-scheduler,
+// volcano (both of Volcano's device plugins) and tensor-fusion-scheduler.
 func DefaultSchedulerNames() map[string][]string {
 	return map[string][]string{
 		koordinator.Name:     {"koord-scheduler"},
 		hami.Name:            {"hami-scheduler"},
 		volcano.VGPUName:     {"volcano"},
 		volcano.GPUShareName: {"volcano"},
+		tensorfusion.Name:    {"tensor-fusion-scheduler"},
 	}
 }
 
@@ -207,9 +210,9 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snaps
 			return ReasonUnsafeID, fmt.Sprintf("id %s is not a valid %s device id", strconv.Quote(id), dev.Resource)
 		}
 	}
-	if typ := inventoryType(dev); typ != "" && inv.HasType(typ) {
+	if typ := allocator.InventoryType(dev); typ != "" && inv.HasType(typ) {
 		for _, id := range dev.IDs {
-			if isMIG(id) {
+			if parse.IsMIG(id) {
 				continue
 			}
 			if d, ok := inv.Lookup(id); !ok || d.Type != typ {
@@ -231,19 +234,9 @@ func quoteNames(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-const uuidPattern = `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
-
-var (
-	// gpuIDShape: what DCGM and NVIDIA's CDI specs name a GPU or MIG
-	// instance by; case-insensitive, as nvidia-smi and the allocators differ.
-	gpuIDShape = regexp.MustCompile(`^(?i)(?:(?:GPU|MIG)-` + uuidPattern + `|MIG-GPU-` + uuidPattern + `/[0-9]{1,3}/[0-9]{1,3})$`)
-	// pciShape: a PCI address, domain:bus:device.function (a VMD domain
-	// has five digits).
-	pciShape = regexp.MustCompile(`^[0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-1][0-9a-fA-F]\.[0-7]$`)
-	// cdiSafeShape: a name a CDI device reference ("vendor/class=name")
-	// accepts and that no shell, path or log misreads.
-	cdiSafeShape = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
-)
+// cdiSafeShape: a name a CDI device reference ("vendor/class=name")
+// accepts and that no shell, path or log misreads.
+var cdiSafeShape = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
 // safeID reports whether id has the shape dev's resource needs.
 func safeID(dev model.Device, id string) bool {
@@ -252,28 +245,12 @@ func safeID(dev model.Device, id string) bool {
 	}
 	switch {
 	case strings.HasPrefix(dev.Resource, "nvidia.com/"):
-		return gpuIDShape.MatchString(id)
+		return allocator.IsGPUID(id)
 	case dev.Type == inventory.TypeRDMA:
-		return pciShape.MatchString(id)
+		return allocator.IsPCIAddress(id)
 	default:
 		return cdiSafeShape.MatchString(id)
 	}
-}
-
-func isMIG(id string) bool { return len(id) > 4 && strings.EqualFold(id[:4], "MIG-") }
-
-// inventoryType is the inventory's type for a decoded device, "" when the
-// inventory has none: Koordinator and Volcano gpushare name gpu, rdma and
-// fpga; HAMi and Volcano vGPU name the vendor, and an NVIDIA resource is a
-// GPU.
-func inventoryType(dev model.Device) string {
-	switch t := strings.ToLower(dev.Type); {
-	case t == inventory.TypeGPU || t == inventory.TypeRDMA || t == inventory.TypeFPGA:
-		return t
-	case strings.HasPrefix(dev.Resource, "nvidia.com/"):
-		return inventory.TypeGPU
-	}
-	return ""
 }
 
 // Report logs a warning per refused device, naming the pod and the reason,

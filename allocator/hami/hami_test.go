@@ -155,7 +155,7 @@ func TestHAMiDecode(t *testing.T) {
 				MIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":6,"size":1},"migUUID":"MIG-aaaa","gpuInstanceID":6,"computeInstanceID":0},` +
 					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidA + `","profile":"1g.10gb","placement":{"start":5,"size":1},"migUUID":"MIG-bbbb"}]`,
 			},
-			want: []model.Device{hv("MIG-aaaa", 0, 1, false), hv("MIG-bbbb", 0, 1, false)},
+			want: []model.Device{withParent(hv("MIG-aaaa", 0, 1, false), uuidA), withParent(hv("MIG-bbbb", 0, 1, false), uuidA)},
 		},
 		{
 			name: "dynamic MIG: a slice not yet realized stays its parent GPU; an entry for another GPU is not used",
@@ -164,7 +164,7 @@ func TestHAMiDecode(t *testing.T) {
 				MIGAnnotation: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"` + uuidA + `","migUUID":"MIG-aaaa"},` +
 					`{"containerIndex":0,"deviceIndex":1,"gpuUUID":"` + uuidB + `","migUUID":"MIG-bbbb"}]`,
 			},
-			want: []model.Device{hv("MIG-aaaa", 0, 1, false), hv(uuidA, 0, 1, true)},
+			want: []model.Device{withParent(hv("MIG-aaaa", 0, 1, false), uuidA), hv(uuidA, 0, 1, true)},
 		},
 		{
 			name: "the in-flight to-allocate key is not read",
@@ -417,3 +417,11 @@ func FuzzHAMiMIGDecode(f *testing.F) {
 	})
 }
 func ptr[T any](v T) *T { return &v }
+
+// withParent is d, a MIG instance, with the GPU it is carved from, which
+// the decoder records so that the instance is reported on its GPU's NUMA
+// node.
+func withParent(d model.Device, gpu string) model.Device {
+	d.Parent = gpu
+	return d
+}

@@ -79,6 +79,7 @@ func DecodeList(key, value string, l List) ([]model.Device, error) {
 				Type:           d.typ,
 				Resource:       l.Resource,
 				IDs:            []string{d.id},
+				Parent:         d.parent,
 				Shared:         d.shared,
 				ContainerIndex: &index,
 				ContainerScope: l.Scope,
@@ -118,6 +119,7 @@ func emptyEntry(entry string) bool {
 // hamiDevice is one device of a container entry.
 type hamiDevice struct {
 	id     string // the GPU UUID, a legacy MIG id's parent GPU, a MIG-<uuid>
+	parent string // a MIG-<uuid>'s GPU, for its NUMA node
 	typ    string
 	shared bool
 }
@@ -148,7 +150,7 @@ func parseHAMiContainer(entry string, position int, migs map[migSlot]string) ([]
 			return nil, fmt.Errorf("device %d %s: %w", j, parse.Quote(raw), err)
 		}
 		if mig, ok := migs[migSlot{position, device, d.id}]; ok {
-			d.id, d.shared = mig, false
+			d.id, d.parent, d.shared = mig, d.id, false
 		}
 		device++
 		if k, dup := seen[d.id]; dup {

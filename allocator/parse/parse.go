@@ -6,6 +6,7 @@ package parse
 
 import (
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -58,6 +59,9 @@ func IsDigits(s string) bool {
 	}
 	return true
 }
+
+// IsMIG reports whether id names a MIG instance ("MIG-...", any case).
+func IsMIG(id string) bool { return len(id) > 4 && strings.EqualFold(id[:4], "MIG-") }
 
 // Quote quotes annotation text for an error message, shortened: annotations
 // can be long and end up in logs and records.

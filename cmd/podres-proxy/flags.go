@@ -15,7 +15,9 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
+	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -51,6 +53,8 @@ type serveConfig struct {
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
 	inventoryFile, sysfsRoot, procfsRoot    string
+	sharedGPUIDs, migResource               string
+	deviceInfoDir                           string
 
 	tokenFileSet bool
 }
@@ -99,6 +103,9 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
 	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")
 	fs.StringVar(&c.procfsRoot, "procfs-root", "/proc", "where NVIDIA's driver publishes GPU UUIDs (driver/nvidia/gpus)")
+	fs.StringVar(&c.sharedGPUIDs, "shared-gpu-ids", sharedGPUIDsSlot, "ids of the pods sharing a GPU: slot (the first live sharer the GPU's UUID, each other <uuid>::<slot>, which DCGM exporter's --kubernetes-virtual-gpus labels vgpu=<slot>) or uuid (every sharer the GPU's UUID, as before)")
+	fs.StringVar(&c.migResource, "mig-resource-name", "", "resource name MIG instances (MIG-<uuid>) are reported as, e.g. nvidia.com/mig-1g.10gb (DCGM exporter matches nvidia.com/gpu and nvidia.com/mig-*); empty: their GPU's (--gpu-resource-name)")
+	fs.StringVar(&c.deviceInfoDir, "device-info-dir", devinfo.DefaultDir, "where to write the NPWG device-info files of the VFs and RDMA devices pods are answered with, which Multus copies into the pod's network-status; empty disables")
 	return c, func(args []string) error {
 		if err := parseFlags(fs, args); err != nil {
 			return err
@@ -115,6 +122,21 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	}
 }
 
+// The values of --shared-gpu-ids.
+const (
+	sharedGPUIDsSlot = "slot"
+	sharedGPUIDsUUID = "uuid"
+)
+
+// deviceInfoWriter is w as the proxy's dependency: nil when disabled (a nil
+// *devinfo.Writer in the interface would not be nil).
+func deviceInfoWriter(w *devinfo.Writer) proxy.DeviceInfoWriter {
+	if w == nil {
+		return nil
+	}
+	return w
+}
+
 // schedulerFamilies are the --<flag>-scheduler-names flags: which
 // allocators' annotations each scheduler writes (Volcano's two device plugins
 // run in one scheduler).
@@ -125,6 +147,7 @@ var schedulerFamilies = []struct {
 	{"koordinator", "Koordinator", "Koordinator", []string{koordinator.Name}},
 	{"hami", "HAMi", "HAMi", []string{hami.Name}},
 	{"volcano", "Volcano", "Volcano vGPU and gpushare", []string{volcano.VGPUName, volcano.GPUShareName}},
+	{"tensorfusion", "TensorFusion", "TensorFusion", []string{tensorfusion.Name}},
 }
 
 // trustedSchedulers returns the scheduler names per allocator the flags
@@ -171,6 +194,9 @@ func (c *serveConfig) complete() error {
 	}
 	if c.qps < 0 || c.burst < 0 {
 		return usageError{errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative")}
+	}
+	if c.sharedGPUIDs != sharedGPUIDsSlot && c.sharedGPUIDs != sharedGPUIDsUUID {
+		return usageError{fmt.Errorf("--shared-gpu-ids %q: want %s or %s", c.sharedGPUIDs, sharedGPUIDsSlot, sharedGPUIDsUUID)}
 	}
 	if c.maxConns < 1 || c.requestTimeout <= 0 {
 		return usageError{errors.New("--max-connections and --request-timeout must be positive")}

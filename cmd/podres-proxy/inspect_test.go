@@ -137,7 +137,7 @@ func TestInspectJSONIsTheListOfRecords(t *testing.T) {
 	if train.UID != "uid-train" || train.SandboxID != "5f2a9c0e7d1b4a3c8e6f" || len(train.Devices) != 1 || len(train.Containers) != 2 {
 		t.Errorf("running pod in json: %+v", train)
 	}
-	if !strings.HasPrefix(out, "[\n  {\n    \"schemaVersion\": 2,") {
+	if !strings.HasPrefix(out, "[\n  {\n    \"schemaVersion\": 3,") {
 		t.Errorf("json is not indented:\n%s", out[:min(len(out), 80)])
 	}
 }

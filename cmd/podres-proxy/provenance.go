@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
@@ -77,13 +78,18 @@ func allocatorOf(rec *state.Record, inv *inventory.Snapshot, resource, id string
 	if rec == nil {
 		return ""
 	}
+	// The proxy answers ids as consumers spell them, a shared GPU's other
+	// sharers as <uuid>::<slot>, and MIG instances perhaps under
+	// --mig-resource-name (allocator.NormalizeID, trust/sharedgpu.go,
+	// allocator/mig.go).
+	base, _, _ := strings.Cut(id, "::")
 	devs, _ := allocator.Translate(rec.Devices, inv)
 	for _, d := range devs {
-		if d.Resource != resource {
-			continue
-		}
 		for _, x := range d.IDs {
-			if x == id {
+			if x != id && allocator.NormalizeID(x) != base {
+				continue
+			}
+			if d.Resource == resource || strings.HasPrefix(base, "MIG-") {
 				return d.Allocator
 			}
 		}

@@ -40,3 +40,23 @@ func TestRecordOfAPodNamePrefersTheLiveRecordThenTheNewestCurrentOne(t *testing.
 		}
 	}
 }
+
+// query --sources names the allocator of an id as the proxy answers it:
+// spelt as consumers match it, a shared GPU's slot id, a MIG instance under
+// its own resource.
+func TestAllocatorOfAnAnsweredID(t *testing.T) {
+	rec := &state.Record{Devices: []model.Device{
+		{Allocator: "tensorfusion", Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"gpu-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11"}, Shared: true},
+		{Allocator: "hami", Type: "NVIDIA", Resource: "nvidia.com/gpu", IDs: []string{"MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55"}},
+	}}
+	for _, c := range []struct{ resource, id, want string }{
+		{"nvidia.com/gpu", "GPU-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11", "tensorfusion"},
+		{"nvidia.com/gpu", "GPU-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11::2", "tensorfusion"},
+		{"nvidia.com/mig-1g.10gb", "MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55", "hami"},
+		{"example.com/dev", "GPU-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11", ""},
+	} {
+		if got := allocatorOf(rec, nil, c.resource, c.id); got != c.want {
+			t.Errorf("allocatorOf(%s, %s) = %q, want %q", c.resource, c.id, got, c.want)
+		}
+	}
+}

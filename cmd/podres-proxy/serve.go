@@ -21,7 +21,9 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
+	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/plugin"
@@ -71,6 +73,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		HAMi:            hami.Options{Resources: hamiResources, LegacyIndexing: c.hamiLegacyIndexing},
 		VolcanoVGPU:     volcano.VGPUOptions{Resource: c.gpuResource},
 		VolcanoGPUShare: volcano.GPUShareOptions{Resource: c.gpuResource},
+		TensorFusion:    tensorfusion.Options{Resource: c.gpuResource},
 	})
 	if err != nil {
 		return usageError{fmt.Errorf("--allocators: %w", err)}
@@ -117,6 +120,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if c.insecureTLS {
 		log.Warn("--kubelet-insecure-tls: the kubelet's serving certificate is not verified")
 	}
+	var deviceInfo *devinfo.Writer
+	if c.deviceInfoDir != "" {
+		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log, Inventory: inv.Snapshot})
+	}
 	srv, err := proxy.New(proxy.Config{
 		Socket:         c.socket,
 		KubeletSocket:  c.kubeletSocket,
@@ -134,6 +141,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		ResourceNames: names,
 		Trust:         trust,
 		Metrics:       metrics,
+
+		PlainSharedGPUIDs: c.sharedGPUIDs == sharedGPUIDsUUID,
+		MIGResource:       c.migResource,
+		DeviceInfo:        deviceInfoWriter(deviceInfo),
 	})
 	if err != nil {
 		return err
@@ -163,6 +174,12 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	start("inventory", inv.Run)
 	start("inventory file", publisher.Run)
 	start("proxy", srv.Serve)
+	if deviceInfo != nil {
+		// Files an earlier run left for pods gone meanwhile go at the first
+		// release.
+		deviceInfo.Adopt(c.rdmaResource)
+		start("device-info files", func(ctx context.Context) error { return deviceInfo.Run(ctx, store, devinfo.DefaultInterval) })
+	}
 	pm := newPluginMetrics(reg)
 	var reconciler *plugin.Reconciler
 	if c.criSocket != "" {

@@ -53,6 +53,7 @@ func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...strin
 		"--kubelet-token-file", k.TokenFile,
 		"--kubelet-ca-file", k.CAFile,
 		"--state-dir", stateDir,
+		"--device-info-dir", filepath.Join(dir, "devinfo"),
 		"--nri-socket", "",
 		"--cri-socket", "",
 		"--metrics-addr", metrics,
@@ -190,6 +191,8 @@ func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
 		{"serve", "--rate-limit-qps", "-1", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--max-devices-per-pod", "0", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--koordinator-scheduler-names", " , ", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
+		{"serve", "--shared-gpu-ids", "index", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
+		{"serve", "--tensorfusion-scheduler-names", "", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve"}, // neither --kubelet-pods-url nor NODE_IP
 	} {
 		var errOut bytes.Buffer

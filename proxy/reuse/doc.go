@@ -20,10 +20,11 @@
 //     steady List does not even look records up. When all three match, the
 //     cached output is spliced in as is. This holds because a pod's devices
 //     depend on nothing but its own record, its part of the kubelet's answer
-//     and the inventory, with one exception: the trust gate weighs a pod's
-//     devices against other pods' claims (Gate.Contest), so with the gate
-//     on, a pod with devices is reused only while the store's version has
-//     not moved at all (segment.withOthers).
+//     and the inventory, with two exceptions: the trust gate weighs a pod's
+//     devices against other pods' claims (Gate.Contest), and a shared GPU's
+//     sharers' ids depend on who else shares it (trust.SharedGPUs), so such
+//     a pod is reused only while the store's version has not moved at all
+//     (segment.withOthers).
 //   - Otherwise that pod alone is decoded, given its devices (the same merge
 //     Get uses, so List and Get agree) and Encoded. Its output is cached only
 //     when its devices came from the store: one that needed a /pods read

@@ -54,8 +54,9 @@ type segment struct {
 	seen    uint64              // the last answer that listed it
 	inLen   int                 // the length of the kubelet's segment, its key
 	// withOthers: the trust gate weighed its devices against other pods'
-	// claims (Gate.Contest), so it depends on every record, not only its
-	// own, and is valid only at the store version it was built at.
+	// claims (Gate.Contest), or its shared GPUs' ids depend on their other
+	// sharers, so it depends on every record, not only its own, and is
+	// valid only at the store version it was built at.
 	withOthers bool
 }
 
@@ -76,8 +77,9 @@ type Part struct {
 	Key   model.PodKey
 }
 
-// Store caches the rebuilt pods that came from the store alone.
-func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64, trust bool) {
+// Store caches the rebuilt pods that came from the store alone. withOthers
+// reports whether a pod's answer can change when another pod's record does.
+func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64, withOthers func(*state.Record) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range parts {
@@ -86,7 +88,7 @@ func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64
 			continue
 		}
 		e := &segment{key: p.Key, rec: p.Rec, checked: version, inv: inv, seen: gen, inLen: len(p.Pod),
-			withOthers: trust && len(p.Rec.Devices) > 0}
+			withOthers: withOthers(p.Rec)}
 		if !p.Same {
 			e.out = p.Out
 		}

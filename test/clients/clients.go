@@ -129,21 +129,23 @@ func MultusDeviceIDs(ctx context.Context, socket, namespace, name, resourceName 
 	return idsV1(resp.GetPodResources(), namespace, name, resourceName), nil
 }
 
-// GPUOwner is the pod and container DCGM exporter labels a GPU's metrics with.
+// GPUOwner is the pod and container DCGM exporter labels a GPU's metrics
+// with, and in virtual-GPU mode the vgpu label.
 type GPUOwner struct {
 	Namespace, Pod, Container string
+	// VGPU is the "<n>" of a "<id>::<n>" device id, which DCGM exporter's
+	// virtual-GPU mode sets as the series' vgpu label; empty otherwise.
+	VGPU string
 }
 
-// DCGMDeviceToPod is DCGM exporter's mapping (4.2.3-4.1.3 and later, default
-// "uid" id type): v1 List with a 10 s timeout and gRPC's default 4 MiB
-// limit, keeping nvidia.com/gpu (and nvidia.com/mig-*) devices, keyed by the
-// exact device id string, last one wins.
-func DCGMDeviceToPod(ctx context.Context, socket string) (map[string]GPUOwner, error) {
+// dcgmDevices calls f for every device id DCGM exporter reads from a v1
+// List: v1 List with a 10 s timeout and gRPC's default 4 MiB limit,
+// keeping nvidia.com/gpu (and nvidia.com/mig-*) devices.
+func dcgmDevices(ctx context.Context, socket string, f func(p *v1.PodResources, c *v1.ContainerResources, id string)) error {
 	resp, err := listV1(ctx, socket, grpcDefaultMaxSize)
 	if err != nil {
-		return nil, fmt.Errorf("dcgm-exporter: list pod resources: %w", err)
+		return fmt.Errorf("dcgm-exporter: list pod resources: %w", err)
 	}
-	out := map[string]GPUOwner{}
 	for _, p := range resp.GetPodResources() {
 		for _, c := range p.GetContainers() {
 			for _, d := range c.GetDevices() {
@@ -151,12 +153,49 @@ func DCGMDeviceToPod(ctx context.Context, socket string) (map[string]GPUOwner, e
 					continue
 				}
 				for _, id := range d.GetDeviceIds() {
-					out[id] = GPUOwner{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
+					f(p, c, id)
 				}
 			}
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// DCGMDeviceToPod is DCGM exporter's mapping (4.2.3-4.1.3 and later, default
+// "uid" id type, without --kubernetes-virtual-gpus): one owner per device
+// key, last one wins, keyed by the exact device id string and, for an id
+// "<id>::<n>" (NVIDIA's replica form), by <id> too, which is the key a
+// GPU's metrics are looked up by.
+func DCGMDeviceToPod(ctx context.Context, socket string) (map[string]GPUOwner, error) {
+	out := map[string]GPUOwner{}
+	err := dcgmDevices(ctx, socket, func(p *v1.PodResources, c *v1.ContainerResources, id string) {
+		o := GPUOwner{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
+		if base, _, ok := strings.Cut(id, "::"); ok {
+			out[base] = o
+		}
+		out[id] = o
+	})
+	return out, err
+}
+
+// DCGMDeviceToSharingPods is DCGM exporter's mapping with
+// --kubernetes-virtual-gpus (KUBERNETES_VIRTUAL_GPUS, 4.1.1-4.0.3 and
+// later): every owner of each device key, in answer order, each with the
+// vgpu label from its id's "::<n>" suffix; an id "<id>::<n>" is listed
+// under <id> and under itself, any other id under itself. A GPU's metrics
+// are emitted once per owner listed under its UUID, so the owners there
+// are the GPU's label sets.
+func DCGMDeviceToSharingPods(ctx context.Context, socket string) (map[string][]GPUOwner, error) {
+	out := map[string][]GPUOwner{}
+	err := dcgmDevices(ctx, socket, func(p *v1.PodResources, c *v1.ContainerResources, id string) {
+		o := GPUOwner{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
+		if base, n, ok := strings.Cut(id, "::"); ok {
+			o.VGPU = n
+			out[base] = append(out[base], o)
+		}
+		out[id] = append(out[id], o)
+	})
+	return out, err
 }
 
 // DCGMV1alpha1DeviceToPod is the same for DCGM exporter up to 4.2.3-4.1.1,

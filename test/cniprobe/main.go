@@ -9,7 +9,10 @@
 // Each ADD (and DEL) appends one JSON line to the record file: what the probe
 // saw and when, and whether the runtime already listed the pod's sandbox,
 // so the e2e suite can check that the devices were known before the sandbox
-// existed. Configuration (one plugin of a conflist):
+// existed. Like Multus (nadutils.CopyDeviceInfoForCNIFromDP), it then reads
+// the NPWG device-info file of the device it hands on, which Multus copies
+// into the pod's network-status, and records what it found.
+// Configuration (one plugin of a conflist):
 //
 //	{
 //	  "type": "podres-cniprobe",
@@ -17,6 +20,7 @@
 //	  "resourceName": "koordinator.sh/rdma",
 //	  "recordFile": "/tmp/cniprobe.jsonl",
 //	  "criSocket": "/run/containerd/containerd.sock",
+//	  "deviceInfoDir": "/var/run/k8s.cni.cncf.io/devinfo/dp",
 //	  "delegate": {"type": "bridge", ...}
 //	}
 package main
@@ -26,7 +30,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -46,6 +53,14 @@ const (
 	maxRecvMsgSize = 16 * 1024 * 1024
 )
 
+// defaultDeviceInfoDir is where Multus reads device plugins' device-info
+// files (nadutils: /var/run/k8s.cni.cncf.io/devinfo + dp).
+const defaultDeviceInfoDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"
+
+// maxDeviceInfoSize bounds the device-info file read: it is a few hundred
+// bytes, and the record file keeps it.
+const maxDeviceInfoSize = 64 << 10
+
 // conf is the probe's configuration.
 type conf struct {
 	types.PluginConf
@@ -57,6 +72,9 @@ type conf struct {
 	RecordFile string `json:"recordFile"`
 	// CRISocket, when set, is asked whether the sandbox is listed yet.
 	CRISocket string `json:"criSocket,omitempty"`
+	// DeviceInfoDir is where device-info files are read (default
+	// defaultDeviceInfoDir).
+	DeviceInfoDir string `json:"deviceInfoDir,omitempty"`
 	// Delegate is the configuration of the plugin that sets up the network.
 	Delegate map[string]any `json:"delegate"`
 }
@@ -89,6 +107,11 @@ type Record struct {
 	// the sandbox when the probe asked; SandboxState is its state then.
 	SandboxListed bool   `json:"sandboxListed"`
 	SandboxState  string `json:"sandboxState,omitempty"`
+	// DeviceInfo is the device-info file of the device handed to the
+	// delegate, as Multus would copy it into network-status; absent when
+	// there is none. DeviceInfoError says why it could not be read.
+	DeviceInfo      json.RawMessage `json:"deviceInfo,omitempty"`
+	DeviceInfoError string          `json:"deviceInfoError,omitempty"`
 	// Error is the error that failed the command, if any.
 	Error string `json:"error,omitempty"`
 	// ListMillis is how long List took.
@@ -169,14 +192,18 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return errors.Join(err, appendRecord(c.RecordFile, rec))
 	}
 	rec.PodFound, rec.DeviceIDs = found, ids
-	if err := appendRecord(c.RecordFile, rec); err != nil {
-		return err
-	}
 	// Multus hands the delegate the first unused id of the resource; with
 	// one network per pod that is the first one.
 	var deviceID string
 	if len(ids) > 0 {
 		deviceID = ids[0]
+		rec.DeviceInfo, err = deviceInfo(c.deviceInfoDir(), c.ResourceName, deviceID)
+		if err != nil {
+			rec.DeviceInfoError = err.Error() // Multus only logs it
+		}
+	}
+	if err := appendRecord(c.RecordFile, rec); err != nil {
+		return err
 	}
 	dconf, typ, err := c.delegateConf(deviceID)
 	if err != nil {
@@ -232,6 +259,45 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return fmt.Errorf("delegate %s CHECK: %w", typ, err)
 	}
 	return nil
+}
+
+func (c *conf) deviceInfoDir() string {
+	if c.DeviceInfoDir != "" {
+		return c.DeviceInfoDir
+	}
+	return defaultDeviceInfoDir
+}
+
+// deviceInfoPath is the file Multus reads for a device of a resource
+// (nadutils.getDPDeviceInfoPath): "/" in either replaced by "-".
+func deviceInfoPath(dir, resource, deviceID string) string {
+	return filepath.Join(dir, strings.ReplaceAll(resource, "/", "-")+"-"+strings.ReplaceAll(deviceID, "/", "-")+"-device.json")
+}
+
+// deviceInfo reads the device-info file of a device, nil when there is
+// none. Its content must be a JSON object, as Multus decodes it.
+func deviceInfo(dir, resource, deviceID string) (json.RawMessage, error) {
+	path := deviceInfoPath(dir, resource, deviceID)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read device-info: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxDeviceInfoSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read device-info %s: %w", path, err)
+	}
+	if len(b) > maxDeviceInfoSize {
+		return nil, fmt.Errorf("device-info %s is over %d bytes", path, maxDeviceInfoSize)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, fmt.Errorf("device-info %s is not a JSON object: %w", path, err)
+	}
+	return json.RawMessage(b), nil
 }
 
 // podDevices asks socket for the device ids of resource held by the pod

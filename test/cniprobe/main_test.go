@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -116,5 +117,28 @@ func TestDelegateConfCarriesNetworkAndDeviceID(t *testing.T) {
 	b, _, _ = c.delegateConf("")
 	if strings.Contains(string(b), "deviceID") {
 		t.Errorf("delegate config without a device has a deviceID: %s", b)
+	}
+}
+
+// The probe reads the device-info file of the device it hands on where
+// Multus does, and records what Multus would copy into network-status.
+func TestDeviceInfoIsReadWhereMultusReadsIt(t *testing.T) {
+	dir := t.TempDir()
+	const content = `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:3b:02.1"}}`
+	if err := os.WriteFile(filepath.Join(dir, "koordinator.sh-rdma-0000:3b:02.1-device.json"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := deviceInfo(dir, "koordinator.sh/rdma", "0000:3b:02.1")
+	if err != nil || string(got) != content {
+		t.Errorf("deviceInfo = %s, %v; want the file's content", got, err)
+	}
+	if got, err := deviceInfo(dir, "koordinator.sh/rdma", "0000:3b:02.2"); got != nil || err != nil {
+		t.Errorf("no file: deviceInfo = %s, %v; want nothing, no error (Multus only logs it)", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "r-x-device.json"), []byte("not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deviceInfo(dir, "r", "x"); err == nil {
+		t.Error("a file that is not JSON was taken")
 	}
 }

@@ -343,6 +343,10 @@ type probeRecord struct {
 	SandboxState  string    `json:"sandboxState"`
 	Error         string    `json:"error"`
 	ListMillis    int64     `json:"listMillis"`
+	// DeviceInfo is the device-info file the probe read, as Multus copies
+	// it into network-status; DeviceInfoError why it could not.
+	DeviceInfo      json.RawMessage `json:"deviceInfo"`
+	DeviceInfoError string          `json:"deviceInfoError"`
 }
 
 // probeRecords reads the CNI probe's records.

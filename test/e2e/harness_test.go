@@ -73,6 +73,9 @@ type harness struct {
 	stateDir     string
 	metricsAddr  string
 	probeRecords string
+	// deviceInfoDir is where serve writes device-info files and the CNI
+	// probe, like Multus, reads them.
+	deviceInfoDir string
 	// serveMissing says why the proxy's tests skip; empty when serve runs.
 	serveMissing string
 	// serveHelp is `podres-proxy serve -h`, to use flags only where known.
@@ -161,6 +164,8 @@ func newHarness() (*harness, error) {
 		proxySocket:  filepath.Join(root, "proxy", "kubelet.sock"),
 		stateDir:     filepath.Join(root, "state"),
 		probeRecords: filepath.Join(root, "cniprobe.jsonl"),
+
+		deviceInfoDir: filepath.Join(root, "devinfo", "dp"),
 	}, nil
 }
 
@@ -208,6 +213,9 @@ func (h *harness) setup() error {
 		"resourceName": rdmaResource,
 		"recordFile":   h.probeRecords,
 		"criSocket":    filepath.Join(h.root, "containerd", "containerd.sock"),
+		// Not the host's directory: the node is a test node on a shared
+		// machine.
+		"deviceInfoDir": h.deviceInfoDir,
 	})
 	if err != nil {
 		return fmt.Errorf("encode the CNI probe's config: %w", err)
@@ -503,6 +511,9 @@ func (h *harness) serveArgs() []string {
 		"--log-level", "debug",
 		// See hamiResource.
 		"--hami-resources", "vgpu=" + hamiResource,
+	}
+	if strings.Contains(h.serveHelp, "-device-info-dir") {
+		args = append(args, "--device-info-dir", h.deviceInfoDir)
 	}
 	if strings.Contains(h.serveHelp, "-prune-after") {
 		// A short grace period, so the removal test sees the prune.

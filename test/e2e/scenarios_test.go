@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -95,6 +96,24 @@ func TestCNIProbeSawVFDuringAddBeforeTheSandboxExisted(t *testing.T) {
 	}
 	if !slices.Equal(rdmaAdd.DeviceIDs, []string{rdmaVF}) {
 		t.Errorf("during ADD of %s the probe got %s devices %v, want the VF [%s]", rdmaPod.fullName(), rdmaResource, rdmaAdd.DeviceIDs, rdmaVF)
+	}
+	// Multus copies the VF's device-info file into the pod's network-status
+	// during the same ADD: serve must have written it before answering.
+	if !strings.Contains(h.serveHelp, "-device-info-dir") {
+		t.Skip("serve writes no device-info files (no --device-info-dir)")
+	}
+	var info struct {
+		Type string `json:"type"`
+		PCI  struct {
+			PCIAddress string `json:"pci-address"`
+		} `json:"pci"`
+	}
+	if len(rdmaAdd.DeviceInfo) == 0 {
+		t.Fatalf("during ADD of %s the probe found no device-info for %s (%s): Multus would show none in network-status",
+			rdmaPod.fullName(), rdmaVF, rdmaAdd.DeviceInfoError)
+	}
+	if err := json.Unmarshal(rdmaAdd.DeviceInfo, &info); err != nil || info.Type != "pci" || info.PCI.PCIAddress != rdmaVF {
+		t.Errorf("during ADD of %s the VF's device-info was %s (%v), want type pci with pci-address %s", rdmaPod.fullName(), rdmaAdd.DeviceInfo, err, rdmaVF)
 	}
 }
 

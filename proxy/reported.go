@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/trust"
+)
+
+// What happens to a pod's believed devices between the trust gate and the
+// answer: shared GPUs' ids (sharedgpu.go), the device-info files Multus
+// copies, and the resource MIG instances are reported as.
+
+// DeviceInfoWriter writes the NPWG device-info files of the devices a pod
+// is answered with (devinfo.Writer); the resolver tells it each time it
+// decides a pod's devices, before the answer leaves, because Multus reads
+// the file right after its List, during the same CNI ADD.
+type DeviceInfoWriter interface {
+	Hold(pod model.PodRef, devices []model.Device)
+}
+
+// reported is the last step of a pod's believed devices before
+// attribution: shared GPUs' sharers get their ids, and the device-info
+// files of its VFs and RDMA devices are written.
+func (r *resolver) reported(rec *state.Record, devs []model.Device, shared *trust.SharedGPUs) []model.Device {
+	devs = shared.Rewrite(rec.UID, devs)
+	if r.deviceInfo != nil && len(devs) > 0 {
+		r.deviceInfo.Hold(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, devs)
+	}
+	return devs
+}
+
+// relabel reports MIG instances under Providers.MIGResource, after attribution:
+// the allocators' requests (nvidia.com/gpu) decide the container, the
+// name only what consumers see.
+func (r *resolver) relabel(p plan) plan {
+	if r.migResource == "" {
+		return p
+	}
+	if p.toLast != nil {
+		p.toLast = allocator.MIGResource(p.toLast, r.migResource)
+	}
+	if p.assign != nil {
+		a := make(allocator.Assignment, len(p.assign))
+		for name, devs := range p.assign {
+			a[name] = allocator.MIGResource(devs, r.migResource)
+		}
+		p.assign = a
+	}
+	return p
+}

@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/trust"
+)
+
+// The resolver's side of the shared-GPU ids (trust/sharedgpu.go decides
+// them): the table of every shared GPU's sharers, kept per store
+// version and inventory snapshot like the holders (reported.go applies it).
+
+// sharedCache keeps the sharers' ids decided for one store version and
+// inventory snapshot. Each new table is built from the previous one, so a
+// pod keeps its slot for as long as it shares the GPU; a new table is a new
+// pointer, which is how plans built with the old one know they are stale;
+// a table that gives every pod the same ids keeps the old pointer.
+type sharedCache struct {
+	mu      sync.Mutex
+	version uint64
+	inv     *inventory.Snapshot
+	t       *trust.SharedGPUs
+}
+
+func (c *sharedCache) get(store *state.Store, gate *trust.Gate, inv *inventory.Snapshot) *trust.SharedGPUs {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v := store.Version(); c.t == nil || c.version != v || c.inv != inv {
+		records := store.Records()
+		if t := gate.SharedGPUs(c.t, records, inv); !t.Equal(c.t) {
+			c.t = t // else the same pointer: plans decided with it stay valid
+		}
+		c.version, c.inv = v, inv
+		// Record each sharer's slots, so that a restarted daemon gives
+		// them again. That changes the store's version once: the next
+		// call builds the same table from this one.
+		for _, r := range records {
+			if slots := c.t.Slots(r.UID); !maps.Equal(slots, r.GPUSlots) {
+				store.SetGPUSlots(r.UID, slots)
+			}
+		}
+	}
+	return c.t
+}
+
+// sharedGPUs returns the current table, nil when sharers keep the plain
+// UUID (Deps.PlainSharedGPUIDs).
+func (r *resolver) sharedGPUs(inv *inventory.Snapshot) *trust.SharedGPUs {
+	if r.plainSharedGPUIDs {
+		return nil
+	}
+	return r.shared.get(r.store, r.trust.Gate(), inv)
+}
+
+// dependsOnOthers reports whether a pod's answer can change when another
+// pod's record does: the trust gate weighs claims against each other, and
+// a GPU's sharers' ids depend on who else shares it.
+func (r *resolver) dependsOnOthers(rec *state.Record) bool {
+	if len(rec.Devices) == 0 {
+		return false
+	}
+	return r.trust != nil || !r.plainSharedGPUIDs && slices.ContainsFunc(rec.Devices, func(d model.Device) bool { return d.Shared })
+}

@@ -1,0 +1,50 @@
+package trust
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// sharerRecord is a running pod holding a share of gpu since at, with the
+// slots its record kept.
+func sharerRecord(uid, gpu string, at time.Time, slots map[string]int) *state.Record {
+	return &state.Record{
+		UID: uid, State: state.PhaseReady, SandboxID: "s-" + uid,
+		Provenance: state.Provenance{Sandbox: &state.Seen{Origin: state.OriginNRI, At: at}, Annotations: &state.Seen{Origin: state.OriginNRI, At: at}},
+		Devices:    []model.Device{{Allocator: hami.Name, Type: "NVIDIA", Resource: parse.DefaultGPUResource, IDs: []string{gpu}, Shared: true}},
+		GPUSlots:   slots,
+	}
+}
+
+// A restarted daemon (no previous table) gives each sharer the slot its
+// record kept, not the next free one in claim order.
+func TestSharedGPUsKeepTheRecordedSlotsAcrossARestart(t *testing.T) {
+	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	key := strings.ToLower(gpu)
+	records := []*state.Record{
+		sharerRecord("a", gpu, t0, nil),
+		sharerRecord("c", gpu, t0.Add(2*time.Second), map[string]int{key: 2}),
+		sharerRecord("d", gpu, t0.Add(3*time.Second), map[string]int{key: 1}),
+		sharerRecord("e", gpu, t0.Add(4*time.Second), nil),
+	}
+	var g *Gate // no trust gate
+	table := g.SharedGPUs(nil, records, nil)
+	for uid, want := range map[string]string{"a": gpu, "c": gpu + "::2", "d": gpu + "::1", "e": gpu + "::3"} {
+		if got := table.SharedGPUID(uid, gpu); got != want {
+			t.Errorf("%s is reported as %s, want %s", uid, got, want)
+		}
+	}
+	if s := table.Slots("c"); len(s) != 1 || s[key] != 2 {
+		t.Errorf("Slots(c) = %v, want its slot 2 to record", s)
+	}
+	if s := table.Slots("a"); s != nil {
+		t.Errorf("Slots(a) = %v, want none: the first sharer has the plain UUID", s)
+	}
+}
