@@ -190,13 +190,16 @@ func firstDiff(path string, a, b any) string {
 // chartEquivalents are the chart's values that stand for each kustomization
 // under deploy/ that installs podres-proxy (the base, and the base with its
 // components).
+// createNamespace: true makes the chart render the Namespace object the
+// kustomize base has (helm install needs the namespace to exist already).
 var chartEquivalents = map[string]map[string]any{
-	"base":                                {},
-	"testdata/cri-o":                      {"runtime": "cri-o"},
-	"testdata/kubelet-insecure-tls":       {"kubelet": map[string]any{"insecureTLS": true}},
-	"testdata/without-koordinator-device": {"koordinatorDevice": false},
-	"testdata/admission-policy":           {"admissionPolicy": map[string]any{"enabled": true}},
+	"base":                                {"createNamespace": true},
+	"testdata/cri-o":                      {"createNamespace": true, "runtime": "cri-o"},
+	"testdata/kubelet-insecure-tls":       {"createNamespace": true, "kubelet": map[string]any{"insecureTLS": true}},
+	"testdata/without-koordinator-device": {"createNamespace": true, "koordinatorDevice": false},
+	"testdata/admission-policy":           {"createNamespace": true, "admissionPolicy": map[string]any{"enabled": true}},
 	"testdata/all-components": {
+		"createNamespace":   true,
 		"runtime":           "cri-o",
 		"kubelet":           map[string]any{"insecureTLS": true},
 		"koordinatorDevice": false,
@@ -231,6 +234,12 @@ func TestChartComparisonNoticesADivergence(t *testing.T) {
 	// The comparison above must fail when the chart and the kustomization
 	// disagree: one flag, one volume path, one object too many.
 	base := normalise(t, renderDir(t, "base"))
+	withNamespace := func(v map[string]any) map[string]any {
+		if _, ok := v["createNamespace"]; !ok {
+			v["createNamespace"] = true
+		}
+		return v
+	}
 	for _, tc := range []struct {
 		name   string
 		values map[string]any
@@ -240,9 +249,10 @@ func TestChartComparisonNoticesADivergence(t *testing.T) {
 		{"the CRI-O volume on a containerd base", map[string]any{"runtime": "cri-o"}, "/var/run/crio"},
 		{"an object the base lacks", map[string]any{"admissionPolicy": map[string]any{"enabled": true}}, "only in the chart"},
 		{"an extra flag", map[string]any{"extraArgs": []any{"--log-level=debug"}}, "args"},
+		{"no namespace", map[string]any{"createNamespace": false}, "Namespace /podres-proxy: only in the kustomization"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := renderChart(tc.values)
+			objs, err := renderChart(withNamespace(tc.values))
 			if err != nil {
 				t.Fatal(err)
 			}
