@@ -6,7 +6,7 @@ VERSION ?= dev
 # Where node-up and node-down keep the node.
 ROOT ?= /var/tmp/podres-node
 
-.PHONY: build test test-from-empty lint e2e node-up node-down local-up local-down image image-oci
+.PHONY: build test test-from-empty lint e2e e2e-cluster node-up node-down local-up local-down cluster-up cluster-down image image-oci
 
 build: ## the static binary, into _output/bin, built as the Dockerfile builds it
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o _output/bin/podres-proxy ./cmd/podres-proxy
@@ -23,6 +23,9 @@ lint: ## gofmt, vet, staticcheck and shellcheck only
 e2e: ## the real-node end-to-end suite only (root)
 	PODRES_E2E=1 $(GO) test -count=1 -timeout 60m -v ./test/e2e/...
 
+e2e-cluster: ## the one-node cluster suite only (root): deploy/base and the Helm chart on a real control plane
+	PODRES_E2E=1 $(GO) test -count=1 -timeout 60m -v ./test/cluster/...
+
 node-up: ## a real node (containerd + NRI + CNI, a standalone kubelet) under ROOT (root)
 	hack/build-node.sh && hack/node-up.sh $(ROOT)
 
@@ -34,6 +37,12 @@ local-up: ## the quick start: a node, podres-proxy, demo pods (root)
 
 local-down: ## stops what local-up started
 	hack/local-down.sh
+
+cluster-up: ## a one-node cluster (control plane, containerd, kubelet) with podres-proxy from deploy/base (root)
+	hack/cluster-up.sh
+
+cluster-down: ## stops what cluster-up started
+	hack/cluster-down.sh
 
 image: ## the container image (needs a container engine)
 	docker build -t podres-proxy:dev .

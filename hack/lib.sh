@@ -6,15 +6,22 @@
 # Versions and paths (each can be overridden from the environment):
 #   PODRES_CACHE          cache of built artifacts (default <repo>/_output/cache)
 #   CONTAINERD_VERSION    containerd, its runc shim and ctr (default v2.4.2)
-#   KUBERNETES_VERSION    the kubelet (default v1.36.3)
+#   KUBERNETES_VERSION    the kubelet, and the control plane and kubectl of
+#                         hack/build-cluster.sh (default v1.36.3)
+#   ETCD_VERSION          etcd for hack/cluster-up.sh (default v3.6.8, the
+#                         version KUBERNETES_VERSION's go.mod requires)
 
 PODRES_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PODRES_CACHE="${PODRES_CACHE:-${PODRES_REPO}/_output/cache}"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.8}"
 
 CONTAINERD_BIN_DIR="${PODRES_CACHE}/containerd-${CONTAINERD_VERSION}/bin"
 KUBELET_BIN="${PODRES_CACHE}/kubelet-${KUBERNETES_VERSION}/bin/kubelet"
+# hack/build-cluster.sh: etcd, and the control plane with kubectl.
+ETCD_BIN="${PODRES_CACHE}/etcd-${ETCD_VERSION}/bin/etcd"
+CONTROL_PLANE_BIN_DIR="${PODRES_CACHE}/control-plane-${KUBERNETES_VERSION}/bin"
 # The pause image's cache entry is keyed by containerd's version (which
 # decides the image name) and by a hash of the pause program's source.
 PAUSE_DIR_PREFIX="${PODRES_CACHE}/pause-${CONTAINERD_VERSION}"
@@ -49,6 +56,81 @@ go_bin() {
 	else
 		die "no go toolchain found (PATH or /usr/local/go/bin)"
 	fi
+}
+
+# ---------------------------------------------------------------------------
+# Builds (hack/build-node.sh, hack/build-cluster.sh). These need GO set to
+# the go binary (go_bin).
+
+# Heartbeat interval of long builds, in seconds.
+HEARTBEAT="${PODRES_BUILD_HEARTBEAT:-30}"
+
+# run_logged runs a long command with its output in LOGFILE, printing a line
+# every HEARTBEAT seconds while it runs and the log's tail if it fails.
+# Usage: run_logged WHAT LOGFILE cmd args...
+run_logged() {
+	local what="$1" logfile="$2"
+	shift 2
+	local start pid rc=0
+	start="$(date +%s)"
+	log "${what}: started (log: ${logfile})"
+	"$@" >"${logfile}" 2>&1 &
+	pid=$!
+	while kill -0 "${pid}" 2>/dev/null; do
+		local waited=0
+		while ((waited < HEARTBEAT)) && kill -0 "${pid}" 2>/dev/null; do
+			sleep 1
+			waited=$((waited + 1))
+		done
+		if kill -0 "${pid}" 2>/dev/null; then
+			log "${what}: still running ($(($(date +%s) - start))s)"
+		fi
+	done
+	wait "${pid}" || rc=$?
+	if ((rc != 0)); then
+		tail -n 40 "${logfile}" >&2 || true
+		die "${what} failed (exit ${rc}); full log: ${logfile}"
+	fi
+	log "${what}: done in $(($(date +%s) - start))s"
+}
+
+# in_dir runs a command in a directory. Usage: in_dir DIR cmd args...
+in_dir() {
+	cd "$1" || return
+	shift
+	"$@"
+}
+
+# write_k8s_wrapper DIR MODULE writes, in DIR, a Go module named MODULE that
+# requires k8s.io/kubernetes at KUBERNETES_VERSION and replaces each staging
+# module that the published go.mod points at ./staging with the published
+# v0.X.Y of that module: the published go.mod cannot be built from outside
+# (go install refuses replace directives), a wrapper module can. The go.mod
+# is written by go mod init and go mod edit, from k8s.io/kubernetes's go.mod
+# as go mod edit -json reads it. Extra REQUIREMENTS (module@version) may
+# follow MODULE.
+write_k8s_wrapper() {
+	local dir="$1" module="$2"
+	shift 2
+	local gomod staging_version replaces m
+	gomod="$(cd "${dir}" && "${GO}" mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | jq -r .GoMod)"
+	[[ -f "${gomod}" ]] || die "could not download k8s.io/kubernetes@${KUBERNETES_VERSION}'s go.mod"
+	# v1.36.3 -> v0.36.3: the staging modules are published with major 0.
+	staging_version="v0.${KUBERNETES_VERSION#v*.}"
+	replaces="$("${GO}" mod edit -json "${gomod}" |
+		jq -r '.Replace[]? | select(.New.Path | startswith("./staging/")) | .Old.Path' | sort -u)"
+	[[ -n "${replaces}" ]] || die "no ./staging replace directives found in ${gomod}"
+	local edits=("-go=$("${GO}" mod edit -json "${gomod}" | jq -r .Go)" "-require=k8s.io/kubernetes@${KUBERNETES_VERSION}")
+	for m in "$@"; do
+		edits+=("-require=${m}")
+	done
+	while read -r m; do
+		edits+=("-replace=${m}=${m}@${staging_version}")
+	done <<<"${replaces}"
+	rm -f "${dir}/go.mod" "${dir}/go.sum"
+	(cd "${dir}" && "${GO}" mod init "${module}" >/dev/null 2>&1 && "${GO}" mod edit "${edits[@]}") ||
+		die "could not write the wrapper module ${module} in ${dir}"
+	log "${module}: $(wc -l <<<"${replaces}") staging modules replaced with ${staging_version}"
 }
 
 # pause_source_hash prints a short hash of the pause program's source and the
