@@ -319,8 +319,8 @@ func smoke(t *testing.T, name string) {
 	if err != nil {
 		t.Fatalf("podres-proxy's metrics: %v", err)
 	}
-	pod := createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: podSpec()})
-	pod = waitReady(t, name)
+	createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: podSpec()})
+	pod := waitReady(t, name)
 	checkOwnVFs(t, pod, "app")
 	adds, _ := probeAdds(pod.UID)
 	if len(adds) > 0 && adds[0].SandboxListed {
