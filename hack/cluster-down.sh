@@ -113,6 +113,19 @@ remove_created() {
 		log "removed ${d} (cluster-up.sh created it)"
 	done < <(sort -r "${ROOT}/created")
 	rm -f "${ROOT}/created"
+	# The kubelet's root existed before cluster-up.sh (another kubelet's
+	# device manager made it): remove what this cluster's kubelet added.
+	local before="${ROOT}/kubelet-root-before" e
+	if [[ -f "${before}" && -n "${KUBELET_ROOT}" && -d "${KUBELET_ROOT}" ]]; then
+		while read -r e; do
+			[[ "${e}" == device-plugins ]] && continue
+			if ! grep -qxF -- "${e}" "${before}"; then
+				rm -rf "${KUBELET_ROOT:?}/${e}"
+			fi
+		done < <(ls -A "${KUBELET_ROOT}")
+		rm -f "${before}"
+		log "removed what this cluster's kubelet wrote in ${KUBELET_ROOT} (the directory was there before)"
+	fi
 }
 
 # leftovers prints what of the cluster is still on the host.

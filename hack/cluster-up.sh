@@ -162,7 +162,13 @@ note_created() {
 prepare_host() {
 	: >"${ROOT}/created"
 	local d
-	for d in /var/lib/kubelet "$(dirname "${NRI_SOCK}")" "$(dirname "${PROXY_SOCKET_DIR}")" "${PROXY_STATE_DIR}" "${CONTAINERD_RUN}"; do
+	# Another kubelet's device manager may have made /var/lib/kubelet (it
+	# ignores --root-dir); then what is in it now is not this cluster's.
+	rm -f "${ROOT}/kubelet-root-before"
+	if [[ -d "${KUBELET_ROOT}" ]]; then
+		ls -A "${KUBELET_ROOT}" >"${ROOT}/kubelet-root-before"
+	fi
+	for d in "${KUBELET_ROOT}" "$(dirname "${NRI_SOCK}")" "$(dirname "${PROXY_SOCKET_DIR}")" "${PROXY_STATE_DIR}" "${CONTAINERD_RUN}"; do
 		note_created "${d}"
 	done
 	# HostToContainer propagation (the DaemonSet's /run/containerd mount)

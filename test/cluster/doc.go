@@ -1,0 +1,33 @@
+// Package cluster runs podres-proxy as users install it, on a real one-node
+// cluster that hack/cluster-up.sh starts (etcd, kube-apiserver with
+// Node,RBAC authorization, kube-controller-manager, kube-scheduler, containerd
+// with NRI and a CNI bridge, a kubelet with webhook authentication and
+// authorization). Its tests run only when asked for, as root:
+//
+//	hack/build-cluster.sh                      # once; cached afterwards
+//	PODRES_E2E=1 go test -v -count=1 -timeout 60m ./test/cluster/
+//
+// Without PODRES_E2E=1 (plain `go test ./...`) every test skips.
+//
+// The suite applies deploy/base with the real kubectl (-k), then creates
+// pods through the API that a test binder (test/binder) places as
+// Koordinator's scheduler does: the device allocation annotation is patched
+// onto the pod, then the pod is bound. The CNI network is a Multus-like
+// probe (test/cniprobe) in front of the bridge plugin: during each pod's CNI
+// ADD it asks podres-proxy's socket, as the DaemonSet serves it on the host,
+// for the pod's koordinator.sh/rdma devices, and records what it got.
+// The last test uninstalls the kustomize objects and installs the Helm chart
+// (deploy/helm/podres-proxy, with Helm's Go SDK), and runs the smoke check
+// again.
+//
+// Settings (environment):
+//
+//	PODRES_CLUSTER_E2E_ROOT       the cluster's directory (default
+//	                              /var/tmp/podres-cluster-e2e)
+//	PODRES_CLUSTER_E2E_ARTIFACTS  where logs are kept (default
+//	                              <repo>/_output/cluster-e2e)
+//
+// The cluster is torn down by hack/cluster-down.sh at the end, also when a
+// test fails or the run is interrupted; its logs are copied to the artifacts
+// directory first.
+package cluster

@@ -1,0 +1,293 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/podres-proxy/podres-proxy/test/binder"
+)
+
+// The binder's scheduler name: the one podres-proxy believes Koordinator's
+// allocations from by default.
+const schedulerName = "koord-scheduler"
+
+// harness is the running cluster.
+type harness struct {
+	repo, root, artifacts string
+	env                   map[string]string // ROOT/cluster.env
+	probeRecords          string
+	client                kubernetes.Interface
+	binder                *binder.Binder
+	stopBinder            context.CancelFunc
+}
+
+var h *harness
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if os.Getenv("PODRES_E2E") != "1" {
+		fmt.Println("cluster: PODRES_E2E is not 1: every test skips (see doc.go)")
+		return m.Run()
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "cluster: PODRES_E2E=1 needs root (it starts a cluster)")
+		return 1
+	}
+	var err error
+	h, err = newHarness()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
+		return 1
+	}
+	// An interrupted run still tears the cluster down.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "cluster: %v: tearing the cluster down\n", s)
+		h.teardown()
+		os.Exit(1)
+	}()
+	defer h.teardown()
+	if err := h.setup(); err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: setup: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+func newHarness() (*harness, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	repo := filepath.Clean(filepath.Join(wd, "..", ".."))
+	root := envOr("PODRES_CLUSTER_E2E_ROOT", "/var/tmp/podres-cluster-e2e")
+	artifacts := envOr("PODRES_CLUSTER_E2E_ARTIFACTS", filepath.Join(repo, "_output", "cluster-e2e"))
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		return nil, fmt.Errorf("create the artifacts directory: %w", err)
+	}
+	return &harness{repo: repo, root: root, artifacts: artifacts, probeRecords: filepath.Join(root, "cniprobe.jsonl")}, nil
+}
+
+func (h *harness) setup() error {
+	probeBin := filepath.Join(h.root, "cni", "bin", "podres-cniprobe")
+	if err := h.goBuild(probeBin, "./test/cniprobe"); err != nil {
+		return err
+	}
+	os.Remove(h.probeRecords)
+	// Multus-like: the probe asks the socket the DaemonSet serves on the host.
+	probe, err := json.Marshal(map[string]any{
+		"type":         "podres-cniprobe",
+		"socket":       "/var/run/podres-proxy/pod-resources/kubelet.sock",
+		"resourceName": binder.RDMAResource,
+		"recordFile":   h.probeRecords,
+		"criSocket":    "/run/containerd/containerd.sock",
+	})
+	if err != nil {
+		return fmt.Errorf("encode the CNI probe's config: %w", err)
+	}
+	if err := h.script("cluster-up", "hack/cluster-up.sh",
+		"PODRES_CLUSTER_ROOT="+h.root,
+		"PODRES_CLUSTER_DEPLOY=0",
+		"PODRES_CLUSTER_CNI_META_PLUGIN="+string(probe),
+		"PODRES_IMAGE_TAGS=v2"); err != nil {
+		return err
+	}
+	h.env, err = readEnv(filepath.Join(h.root, "cluster.env"))
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.env["KUBECONFIG_ADMIN"])
+	if err != nil {
+		return fmt.Errorf("load the admin kubeconfig: %w", err)
+	}
+	h.client, err = kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("client for the cluster: %w", err)
+	}
+	h.binder = &binder.Binder{Client: h.client, SchedulerName: schedulerName, NodeName: h.env["NODE_NAME"]}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stopBinder = cancel
+	go func() { _ = h.binder.Run(ctx) }()
+	return nil
+}
+
+func (h *harness) teardown() {
+	if h.stopBinder != nil {
+		h.stopBinder()
+	}
+	h.saveArtifacts()
+	if err := h.script("cluster-down", "hack/cluster-down.sh", "PODRES_CLUSTER_ROOT="+h.root); err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
+	}
+}
+
+// saveArtifacts copies the cluster's logs and settings, and the probe's
+// records, to the artifacts directory.
+func (h *harness) saveArtifacts() {
+	for _, rel := range []string{"logs", "cluster.env", "kubelet-config.yaml", "containerd/config.toml", "cni/net.d", "cniprobe.jsonl"} {
+		src := filepath.Join(h.root, rel)
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		dst := filepath.Join(h.artifacts, rel)
+		_ = os.RemoveAll(dst)
+		_ = os.MkdirAll(filepath.Dir(dst), 0o755)
+		if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "cluster: saving %s: %v: %s\n", rel, err, out)
+		}
+	}
+}
+
+// script runs a hack/ script; arguments of the form PODRES_X=Y go into its
+// environment.
+func (h *harness) script(name, path string, argsAndEnv ...string) error {
+	var args, env []string
+	for _, a := range argsAndEnv {
+		if strings.HasPrefix(a, "PODRES_") && strings.Contains(a, "=") {
+			env = append(env, a)
+		} else {
+			args = append(args, a)
+		}
+	}
+	cmd := exec.Command("bash", append([]string{filepath.Join(h.repo, path)}, args...)...)
+	cmd.Dir = h.repo
+	cmd.Env = append(os.Environ(), env...)
+	return h.runLogged(name, cmd)
+}
+
+// runLogged runs cmd with its output streamed to stderr and appended to
+// artifacts/NAME.log.
+func (h *harness) runLogged(name string, cmd *exec.Cmd) error {
+	f, err := os.OpenFile(filepath.Join(h.artifacts, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open %s's log: %w", name, err)
+	}
+	defer f.Close()
+	w := io.MultiWriter(f, os.Stderr)
+	cmd.Stdout, cmd.Stderr = w, w
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s failed after %v (log %s): %w", name, time.Since(start).Round(time.Second), f.Name(), err)
+	}
+	fmt.Fprintf(os.Stderr, "cluster: %s took %v\n", name, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// goBuild builds a package of the repo into out.
+func (h *harness) goBuild(out, pkg string) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(out), err)
+	}
+	goBin := "go"
+	if _, err := exec.LookPath(goBin); err != nil {
+		goBin = "/usr/local/go/bin/go"
+	}
+	cmd := exec.Command(goBin, "build", "-o", out, pkg)
+	cmd.Dir = h.repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return h.runLogged("go-build-"+filepath.Base(out), cmd)
+}
+
+// kubectl runs the cluster's kubectl as the cluster admin and returns its
+// output.
+func kubectl(args ...string) (string, error) {
+	cmd := exec.Command(h.env["KUBECTL"], append([]string{"--kubeconfig", h.env["KUBECONFIG_ADMIN"]}, args...)...)
+	cmd.Dir = h.repo
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// readEnv reads the KEY=VALUE lines cluster-up.sh wrote (values quoted by
+// bash's printf %q, which plain paths and words never need).
+func readEnv(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster's settings: %w", err)
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			if strings.ContainsAny(v, `\'"$`) {
+				return nil, fmt.Errorf("%s: %s has a quoted value, which this reader does not decode", path, k)
+			}
+			env[k] = v
+		}
+	}
+	for _, k := range []string{"KUBECTL", "KUBECONFIG_ADMIN", "NODE_NAME", "POD_RESOURCES_SOCK", "PROXY_SOCKET_DIR", "PAUSE_IMAGE"} {
+		if env[k] == "" {
+			return nil, fmt.Errorf("%s has no %s", path, k)
+		}
+	}
+	return env, sc.Err()
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// requireCluster skips the test unless the suite started a cluster.
+func requireCluster(t *testing.T) {
+	t.Helper()
+	if h == nil || h.client == nil {
+		t.Skip("cluster e2e disabled: set PODRES_E2E=1 and run as root (see doc.go)")
+	}
+}
+
+// poll calls fn every 100 ms until it returns nil, a permanent error or
+// timeout passes, and fails the test with fn's last error.
+func poll(t *testing.T, timeout time.Duration, what string, fn func() error) {
+	t.Helper()
+	if err := pollErr(timeout, fn); err != nil {
+		t.Fatalf("%s: not within %v: %v", what, timeout, err)
+	}
+}
+
+// pollErr calls fn every 100 ms until it returns nil, a permanent error or
+// timeout passes, and returns fn's last error.
+func pollErr(timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		var perm permanentError
+		if err == nil || errors.As(err, &perm) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// permanentError stops poll: waiting longer cannot help.
+type permanentError struct{ error }
+
+func permanentf(format string, args ...any) error {
+	return permanentError{fmt.Errorf(format, args...)}
+}

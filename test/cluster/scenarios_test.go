@@ -1,0 +1,697 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/podres-proxy/podres-proxy/test/binder"
+)
+
+// The namespace the test's workloads run in.
+const testNamespace = "podres-cluster-e2e"
+
+// How long a pod may take from creation to Ready on a busy 2-core machine.
+const podTimeout = 3 * time.Minute
+
+// --- what the tests look at ---------------------------------------------
+
+// probeRecord is one line the CNI probe wrote (test/cniprobe).
+type probeRecord struct {
+	Time          time.Time `json:"time"`
+	Command       string    `json:"command"`
+	Namespace     string    `json:"namespace"`
+	Name          string    `json:"name"`
+	UID           string    `json:"uid"`
+	PodFound      bool      `json:"podFound"`
+	DeviceIDs     []string  `json:"deviceIDs"`
+	SandboxListed bool      `json:"sandboxListed"`
+	Error         string    `json:"error"`
+}
+
+// probeAdds returns the probe's CNI ADD records for the pod with uid.
+func probeAdds(uid types.UID) ([]probeRecord, error) {
+	f, err := os.Open(h.probeRecords)
+	if err != nil {
+		return nil, fmt.Errorf("read the CNI probe's records: %w", err)
+	}
+	defer f.Close()
+	var out []probeRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r probeRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("decode CNI probe record %q: %w", sc.Text(), err)
+		}
+		if r.Command == "ADD" && r.UID == string(uid) {
+			out = append(out, r)
+		}
+	}
+	return out, sc.Err()
+}
+
+// allocatedVFs returns the VF addresses the binder wrote on the pod.
+func allocatedVFs(t *testing.T, uid types.UID) []string {
+	t.Helper()
+	ann, ok := h.binder.Allocation(uid)
+	if !ok {
+		t.Fatalf("the binder did not place pod %s", uid)
+	}
+	var alloc struct {
+		RDMA []struct {
+			Extension struct {
+				VFs []struct {
+					BusID string `json:"busID"`
+				} `json:"vfs"`
+			} `json:"extension"`
+		} `json:"rdma"`
+	}
+	if err := json.Unmarshal([]byte(ann), &alloc); err != nil {
+		t.Fatalf("the binder's annotation %q: %v", ann, err)
+	}
+	var out []string
+	for _, d := range alloc.RDMA {
+		for _, vf := range d.Extension.VFs {
+			out = append(out, vf.BusID)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// proxyGet asks podres-proxy's socket, where the DaemonSet serves it on the
+// host, for one pod.
+func proxyGet(namespace, name string) (*podresourcesv1.GetPodResourcesResponse, error) {
+	conn, err := grpc.NewClient("unix://"+h.env["PROXY_SOCKET_DIR"]+"/kubelet.sock",
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return podresourcesv1.NewPodResourcesListerClient(conn).Get(ctx,
+		&podresourcesv1.GetPodResourcesRequest{PodName: name, PodNamespace: namespace})
+}
+
+// containerDevices maps each container of the answer to its device ids of
+// resource.
+func containerDevices(resp *podresourcesv1.GetPodResourcesResponse, resource string) map[string][]string {
+	out := map[string][]string{}
+	for _, c := range resp.GetPodResources().GetContainers() {
+		for _, d := range c.GetDevices() {
+			if d.GetResourceName() == resource {
+				out[c.GetName()] = append(out[c.GetName()], d.GetDeviceIds()...)
+			}
+		}
+		slices.Sort(out[c.GetName()])
+	}
+	return out
+}
+
+// metric returns the sum of the daemon's metric samples whose line starts
+// with prefix (name and labels), from its /metrics on the node's loopback.
+func metric(prefix string) (float64, error) {
+	resp, err := http.Get("http://127.0.0.1:9477/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			f := strings.Fields(l)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				return 0, fmt.Errorf("metric line %q: %w", l, err)
+			}
+			sum += v
+		}
+	}
+	return sum, nil
+}
+
+// --- what the tests create ----------------------------------------------
+
+// rdmaContainer is a pause container requesting n VFs.
+func rdmaContainer(name string, n int64) corev1.Container {
+	q := *resource.NewQuantity(n, resource.DecimalSI)
+	return corev1.Container{
+		Name: name, Image: h.env["PAUSE_IMAGE"], ImagePullPolicy: corev1.PullNever,
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{binder.RDMAResource: q}},
+	}
+}
+
+// podSpec is a spec the binder places, with one container requesting a VF.
+func podSpec() corev1.PodSpec {
+	grace := int64(2)
+	return corev1.PodSpec{
+		SchedulerName:                 schedulerName,
+		TerminationGracePeriodSeconds: &grace,
+		Containers:                    []corev1.Container{rdmaContainer("app", 1)},
+	}
+}
+
+func ensureNamespace(t *testing.T) {
+	t.Helper()
+	_, err := h.client.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", testNamespace, err)
+	}
+}
+
+func createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ensureNamespace(t)
+	pod.Namespace = testNamespace
+	created, err := h.client.CoreV1().Pods(testNamespace).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", pod.Name, err)
+	}
+	return created
+}
+
+// waitReady waits until the pod named name (any UID but those in not) is
+// Ready, and returns it.
+func waitReady(t *testing.T, name string, not ...types.UID) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	poll(t, podTimeout, "pod "+name+" Ready", func() error {
+		p, err := h.client.CoreV1().Pods(testNamespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if slices.Contains(not, p.UID) || p.DeletionTimestamp != nil {
+			return fmt.Errorf("pod %s is still the old one (%s)", name, p.UID)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				pod = p
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s (%s) is %s, not Ready", name, p.UID, p.Status.Phase)
+	})
+	return pod
+}
+
+// workloadPods returns the pods whose label app is app.
+func workloadPods(t *testing.T, app string) []corev1.Pod {
+	t.Helper()
+	list, err := h.client.CoreV1().Pods(testNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		t.Fatalf("list pods of %s: %v", app, err)
+	}
+	return list.Items
+}
+
+// checkOwnVFs checks that the CNI probe, during each CNI ADD of the pod,
+// received exactly the VFs the binder allocated to that pod, and that
+// podres-proxy's Get gives them to container, and to no other container.
+func checkOwnVFs(t *testing.T, pod *corev1.Pod, container string) {
+	t.Helper()
+	checkOwnVFsAfterFailures(t, pod, container, false)
+}
+
+// checkOwnVFsAfterFailures is checkOwnVFs where failed CNI ADDs that
+// received no device are allowed when failuresAllowed (a pod whose ADD
+// failed while podres-proxy could not read /pods); one ADD must succeed.
+func checkOwnVFsAfterFailures(t *testing.T, pod *corev1.Pod, container string, failuresAllowed bool) {
+	t.Helper()
+	want := allocatedVFs(t, pod.UID)
+	if len(want) == 0 {
+		t.Fatalf("pod %s: the binder allocated no VF", pod.Name)
+	}
+	adds, err := probeAdds(pod.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(adds) == 0 {
+		t.Fatalf("pod %s (%s): the CNI probe saw no ADD", pod.Name, pod.UID)
+	}
+	succeeded := false
+	for _, a := range adds {
+		got := slices.Sorted(slices.Values(a.DeviceIDs))
+		if failuresAllowed && a.Error != "" && len(got) == 0 {
+			continue
+		}
+		succeeded = succeeded || a.Error == ""
+		if a.Error != "" || !slices.Equal(got, want) {
+			t.Errorf("pod %s (%s): CNI ADD at %s received %v (error %q), want its own VFs %v",
+				pod.Name, pod.UID, a.Time.Format(time.TimeOnly), a.DeviceIDs, a.Error, want)
+		}
+	}
+	if !succeeded {
+		t.Errorf("pod %s (%s): no CNI ADD succeeded", pod.Name, pod.UID)
+	}
+	resp, err := proxyGet(pod.Namespace, pod.Name)
+	if err != nil {
+		t.Fatalf("podres-proxy Get %s: %v", pod.Name, err)
+	}
+	devs := containerDevices(resp, binder.RDMAResource)
+	for name, ids := range devs {
+		if name != container && len(ids) > 0 {
+			t.Errorf("pod %s: container %s got %v; only %s requests VFs", pod.Name, name, ids, container)
+		}
+	}
+	if !slices.Equal(devs[container], want) {
+		t.Errorf("pod %s: podres-proxy gives container %s %v, want %v", pod.Name, container, devs[container], want)
+	}
+}
+
+// daemonPod returns the running podres-proxy pod in namespace.
+func daemonPod(t *testing.T, namespace string) *corev1.Pod {
+	t.Helper()
+	list, err := h.client.CoreV1().Pods(namespace).List(context.Background(),
+		metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=podres-proxy"})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("the podres-proxy pod in %s: %v (%d pods)", namespace, err, len(list.Items))
+	}
+	return &list.Items[0]
+}
+
+func restarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
+}
+
+// smoke creates a pod through the API, which the binder places, and checks
+// that the CNI probe received its VF during CNI ADD, before its sandbox
+// existed: podres-proxy could only learn the allocation from the kubelet's
+// /pods, read over HTTPS with its service-account token.
+func smoke(t *testing.T, name string) {
+	t.Helper()
+	before, err := metric(`podres_proxy_kubelet_pods_reads_total{result="ok"}`)
+	if err != nil {
+		t.Fatalf("podres-proxy's metrics: %v", err)
+	}
+	createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: podSpec()})
+	pod := waitReady(t, name)
+	checkOwnVFs(t, pod, "app")
+	adds, _ := probeAdds(pod.UID)
+	if len(adds) > 0 && adds[0].SandboxListed {
+		t.Errorf("pod %s: the runtime listed the sandbox before CNI ADD; the check proves nothing", name)
+	}
+	after, err := metric(`podres_proxy_kubelet_pods_reads_total{result="ok"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("podres_proxy_kubelet_pods_reads_total{result=\"ok\"} stayed at %v: the daemon did not read /pods", after)
+	}
+	if err := h.client.CoreV1().Pods(testNamespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("delete pod %s: %v", name, err)
+	}
+}
+
+// --- the scenarios, in order --------------------------------------------
+
+func TestBaseBecomesReadyAndReadsThePodsOfTheKubelet(t *testing.T) {
+	requireCluster(t)
+	if out, err := kubectl("apply", "-k", "deploy/base"); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Log(out)
+	}
+	// Ready means the readiness probe (/readyz on 127.0.0.1:9477) passed.
+	if out, err := kubectl("-n", "podres-proxy", "rollout", "status", "daemonset/podres-proxy", "--timeout=180s"); err != nil {
+		out2, _ := kubectl("-n", "podres-proxy", "describe", "pods")
+		t.Fatalf("%v\n%s", err, out2)
+	} else {
+		t.Log(out)
+	}
+	smoke(t, "smoke-kustomize")
+}
+
+func TestWorkloadsCreatedThroughTheAPIGetTheirOwnDevices(t *testing.T) {
+	requireCluster(t)
+	ensureNamespace(t)
+	ctx := context.Background()
+	two := int32(2)
+	labels := func(app string) map[string]string { return map[string]string{"app": app} }
+	template := func(app string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels(app)}, Spec: podSpec()}
+	}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "rdma-deploy"},
+		Spec: appsv1.DeploymentSpec{Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels("rdma-deploy")},
+			Template: template("rdma-deploy")},
+	}
+	if _, err := h.client.AppsV1().Deployments(testNamespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "rdma-sts"},
+		Spec: appsv1.StatefulSetSpec{Replicas: &two, ServiceName: "rdma-sts",
+			Selector: &metav1.LabelSelector{MatchLabels: labels("rdma-sts")}, Template: template("rdma-sts")},
+	}
+	if _, err := h.client.AppsV1().StatefulSets(testNamespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A native sidecar (an init container that keeps running), which the
+	// kubelet lists first: the VF goes to the container that requests it.
+	always := corev1.ContainerRestartPolicyAlways
+	spec := podSpec()
+	spec.InitContainers = []corev1.Container{{Name: "mesh", Image: h.env["PAUSE_IMAGE"],
+		ImagePullPolicy: corev1.PullNever, RestartPolicy: &always}}
+	createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "with-sidecar", Labels: labels("with-sidecar")}, Spec: spec})
+
+	for _, app := range []string{"rdma-deploy", "rdma-sts", "with-sidecar"} {
+		want := 2
+		if app == "with-sidecar" {
+			want = 1
+		}
+		poll(t, podTimeout, app+" pods created", func() error {
+			if n := len(workloadPods(t, app)); n != want {
+				return fmt.Errorf("%d pods, want %d", n, want)
+			}
+			return nil
+		})
+		for _, p := range workloadPods(t, app) {
+			t.Run(p.Name, func(t *testing.T) {
+				checkOwnVFs(t, waitReady(t, p.Name), "app")
+			})
+		}
+	}
+}
+
+func TestStatefulSetSuccessorSeesOnlyItsOwnDevices(t *testing.T) {
+	requireCluster(t)
+	old := waitReady(t, "rdma-sts-0")
+	oldVFs := allocatedVFs(t, old.UID)
+	if err := h.client.CoreV1().Pods(testNamespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	successor := waitReady(t, "rdma-sts-0", old.UID)
+	newVFs := allocatedVFs(t, successor.UID)
+	for _, vf := range newVFs {
+		if slices.Contains(oldVFs, vf) {
+			t.Fatalf("the binder gave the successor its predecessor's VF %s: the test proves nothing", vf)
+		}
+	}
+	checkOwnVFs(t, successor, "app")
+}
+
+func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
+	requireCluster(t)
+	daemon := daemonPod(t, "podres-proxy")
+	if _, err := kubectl("delete", "clusterrolebinding", "podres-proxy"); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	defer func() {
+		if !restored {
+			_, _ = kubectl("apply", "-k", "deploy/base")
+		}
+	}()
+	// The kubelet's answer: 403 naming what RBAC no longer grants (with
+	// fine-grained authorization, nodes/pods and then nodes/proxy).
+	denied := regexp.MustCompile(`403 Forbidden.*user=system:serviceaccount:podres-proxy:podres-proxy, verb=get, resource=nodes, subresource\(s\)=\[pods`)
+	deniedGet := func(name string) error {
+		_, err := proxyGet(testNamespace, name)
+		if err == nil {
+			return permanentf("Get of %s answered with its devices", name)
+		}
+		if status.Code(err) == codes.Unavailable && denied.MatchString(status.Convert(err).Message()) {
+			return nil
+		}
+		return fmt.Errorf("Get answered %v", err)
+	}
+	// A new pod needs a /pods read. The kubelet caches its last "allowed"
+	// for a few seconds (PODRES_CLUSTER_AUTHZ_TTL): a pod whose first read
+	// came in that window was learned, so try another new pod.
+	var pod *corev1.Pod
+	for i := 0; pod == nil; i++ {
+		if i == 5 {
+			t.Fatal("five new pods in a row were answered with their devices after the ClusterRoleBinding was deleted")
+		}
+		p := createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rbac-denied-%d", i)}, Spec: podSpec()})
+		err := pollErr(time.Minute, func() error { return deniedGet(p.Name) })
+		if err == nil {
+			pod = p
+		} else if _, perm := err.(permanentError); !perm {
+			t.Fatalf("Get of a new pod answered Unavailable with the kubelet's 403: not within a minute: %v", err)
+		} else {
+			t.Logf("%v: the kubelet still had podres-proxy's access cached", err)
+		}
+	}
+	// Multus-like, the CNI probe failed the pod's ADD rather than wiring it
+	// without its VF.
+	poll(t, podTimeout, "a failed CNI ADD of the new pod", func() error {
+		adds, err := probeAdds(pod.UID)
+		if err != nil {
+			return err
+		}
+		for _, a := range adds {
+			if len(a.DeviceIDs) > 0 {
+				return permanentf("CNI ADD at %s received %v while RBAC denied /pods", a.Time.Format(time.TimeOnly), a.DeviceIDs)
+			}
+			if a.Error != "" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d ADD records, none failed", len(adds))
+	})
+	if _, err := kubectl("apply", "-k", "deploy/base"); err != nil {
+		t.Fatal(err)
+	}
+	restored = true
+	// The kubelet caches authorization answers (PODRES_CLUSTER_AUTHZ_TTL,
+	// 5 s here): the daemon recovers once the kubelet asks again.
+	poll(t, time.Minute, "Get of the pod answered with its VF after the binding is restored", func() error {
+		resp, err := proxyGet(testNamespace, pod.Name)
+		if err != nil {
+			return err
+		}
+		if got := containerDevices(resp, binder.RDMAResource)["app"]; !slices.Equal(got, allocatedVFs(t, pod.UID)) {
+			return fmt.Errorf("app has %v", got)
+		}
+		return nil
+	})
+	now := daemonPod(t, "podres-proxy")
+	if now.UID != daemon.UID || restarts(now) != restarts(daemon) {
+		t.Errorf("the daemon was restarted (pod %s restarts %d, was %s restarts %d)", now.UID, restarts(now), daemon.UID, restarts(daemon))
+	}
+	// The pod whose CNI ADD failed meanwhile starts once the kubelet retries.
+	checkOwnVFsAfterFailures(t, waitReady(t, pod.Name), "app", true)
+}
+
+func TestRollingUpdateUnderAListLoop(t *testing.T) {
+	requireCluster(t)
+	// What every running test pod must be listed with: its own VFs.
+	want := map[string][]string{}
+	list, err := h.client.CoreV1().Pods(testNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			want[p.Name] = allocatedVFs(t, p.UID)
+		}
+	}
+	if len(want) < 3 {
+		t.Fatalf("only %d running test pods: the earlier tests did not leave their workloads", len(want))
+	}
+	old := daemonPod(t, "podres-proxy")
+
+	// A monitoring agent's loop (DCGM exporter, RTE): List every 100 ms on
+	// the socket the DaemonSet serves on the host.
+	type result struct {
+		at    time.Time
+		err   error
+		wrong string
+	}
+	var (
+		mu      sync.Mutex
+		results []result
+	)
+	done := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			resp, err := proxyList()
+			r := result{at: time.Now(), err: err}
+			if err == nil {
+				r.wrong = wrongAnswer(resp, want)
+			}
+			mu.Lock()
+			results = append(results, r)
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	if _, err := kubectl("-n", "podres-proxy", "set", "image", "daemonset/podres-proxy", "podres-proxy=podres-proxy:v2"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl("-n", "podres-proxy", "rollout", "status", "daemonset/podres-proxy", "--timeout=180s"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	updated := daemonPod(t, "podres-proxy")
+	// Keep listing a few seconds against the new daemon.
+	var lastErr time.Time
+	poll(t, time.Minute, "ten right answers in a row from the new daemon", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for i := len(results) - 1; i >= 0 && results[i].err == nil && results[i].wrong == ""; i-- {
+			n++
+		}
+		if n < 10 {
+			return fmt.Errorf("%d", n)
+		}
+		return nil
+	})
+	close(stop)
+	<-done
+	if updated.UID == old.UID || updated.Spec.Containers[0].Image != "podres-proxy:v2" {
+		t.Fatalf("the DaemonSet was not rolled: pod %s image %s", updated.UID, updated.Spec.Containers[0].Image)
+	}
+	var errs, wrong int
+	for _, r := range results {
+		if r.wrong != "" {
+			wrong++
+			if wrong <= 5 {
+				t.Errorf("List at %s answered wrongly: %s", r.at.Format(time.TimeOnly+".000"), r.wrong)
+			}
+		}
+		if r.err != nil {
+			errs++
+			lastErr = r.at
+			// Errors only while no daemon serves: the socket is gone or
+			// refuses, never an answer with a gRPC error from a daemon.
+			if c := status.Code(r.err); c != codes.Unavailable {
+				t.Errorf("List at %s failed with %v; only Unavailable (no daemon) is expected", r.at.Format(time.TimeOnly+".000"), r.err)
+			}
+		}
+	}
+	t.Logf("%d Lists during the update: %d errors (the last at %s), %d wrong answers", len(results), errs, lastErr.Format(time.TimeOnly), wrong)
+	// The new daemon found the store its predecessor wrote: it answers the
+	// running pods without reading the kubelet's /pods again.
+	reads, err := metric(`podres_proxy_kubelet_pods_reads_total`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads != 0 {
+		t.Errorf("the new daemon read /pods %v times: it re-learned pods its predecessor had stored", reads)
+	}
+}
+
+// proxyList calls List on podres-proxy's socket.
+func proxyList() (*podresourcesv1.ListPodResourcesResponse, error) {
+	conn, err := grpc.NewClient("unix://"+h.env["PROXY_SOCKET_DIR"]+"/kubelet.sock",
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+}
+
+// wrongAnswer says what is wrong with a List answer: a test pod listed
+// without its own VFs, or with another's. "" when nothing is.
+func wrongAnswer(resp *podresourcesv1.ListPodResourcesResponse, want map[string][]string) string {
+	var out []string
+	for _, p := range resp.GetPodResources() {
+		w, ok := want[p.GetName()]
+		if p.GetNamespace() != testNamespace || !ok {
+			continue
+		}
+		var got []string
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == binder.RDMAResource {
+					got = append(got, d.GetDeviceIds()...)
+				}
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, w) {
+			out = append(out, fmt.Sprintf("%s has %v, want %v", p.GetName(), got, w))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func TestHelmChartInstallsTheSameDaemon(t *testing.T) {
+	requireCluster(t)
+	if _, err := kubectl("delete", "-k", "deploy/base", "--wait", "--timeout=180s"); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "podres-proxy-helm"
+	if _, err := kubectl("create", "namespace", ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged"); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := h.env["KUBECONFIG_ADMIN"]
+	namespace := ns
+	flags := &genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &namespace}
+	cfg := new(action.Configuration)
+	if err := cfg.Init(flags, ns, "secret", func(format string, v ...any) { t.Logf(format, v...) }); err != nil {
+		t.Fatalf("helm: %v", err)
+	}
+	ch, err := loader.Load(h.repo + "/deploy/helm/podres-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace = "podres-proxy", ns
+	install.Wait, install.Timeout = true, 3*time.Minute
+	if _, err := install.Run(ch, map[string]any{}); err != nil {
+		out, _ := kubectl("-n", ns, "describe", "pods")
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	defer func() {
+		if _, err := action.NewUninstall(cfg).Run("podres-proxy"); err != nil {
+			t.Errorf("helm uninstall: %v", err)
+		}
+	}()
+	if out, err := kubectl("-n", ns, "rollout", "status", "daemonset/podres-proxy", "--timeout=180s"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	smoke(t, "smoke-helm")
+}
