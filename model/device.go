@@ -54,11 +54,6 @@ type Device struct {
 	CountsRequests bool `json:"countsRequests,omitempty"`
 }
 
-// Refused is a decoded device that was not reported, and why. Reason is
-// one of the trust rules' reasons (a metric label too); Class tells an
-// operator whether the annotation looks forged ("forged": it names a device
-// the pod has no right to) or broken ("malformed": an id no device can
-
 // ContainerScope names the containers of a PodSpec that a per-container
 // allocator's list covers, in PodSpec order.
 type ContainerScope string
@@ -95,5 +90,3 @@ type Refused struct {
 	Class     string   `json:"class"`
 	Detail    string   `json:"detail,omitempty"`
 }
-
-// ContainerScope names the containers of a PodSpec that a per-container

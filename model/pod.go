@@ -24,7 +24,7 @@ func (p PodRef) String() string { return p.Namespace + "/" + p.Name + " (uid " +
 type PodSpec struct {
 	// SchedulerName is the pod's spec.schedulerName. An allocator's
 	// annotation is believed only on a pod its scheduler placed (see
-	// proxy/allocator/trust.go); empty in records written before it was
+	// trust/gate.go); empty in records written before it was
 	// kept, which are read from /pods again before they are believed.
 	SchedulerName string          `json:"schedulerName,omitempty"`
 	Containers    []ContainerSpec `json:"containers"`

@@ -89,7 +89,7 @@ type Record struct {
 	// pod is then answered without those devices.
 	DecodeErrors []string `json:"decodeErrors,omitempty"`
 	// Refused are the decoded devices the proxy does not report, and why
-	// (the trust rules in proxy/allocator/trust.go), as of the last answer
+	// (the trust rules in trust/gate.go), as of the last answer
 	// computed for the pod: Devices minus what consumers were shown.
 	Refused []model.Refused `json:"refused,omitempty"`
 	// GPUSlots are the slots this pod is reported with on the GPUs it
