@@ -46,32 +46,18 @@ func NormalizeID(id string) string {
 // never modified: records are shared. When nothing changes the result is
 // devs itself, so the common case costs no allocation.
 func NormalizeIDs(devs []model.Device) []model.Device {
-	out := devs
-	copied := false
-	for i, d := range devs {
-		for j, id := range d.IDs {
-			n := NormalizeID(id)
-			if n == id {
-				continue
-			}
-			if !copied {
-				out = append([]model.Device(nil), devs...)
-				copied = true
-			}
-			if &out[i].IDs[0] == &devs[i].IDs[0] {
-				out[i].IDs = append([]string(nil), d.IDs...)
-			}
-			out[i].IDs[j] = n
+	out := model.MapIDs(devs, func(_ model.Device, id string) string { return NormalizeID(id) })
+	for i, d := range out {
+		if d.Parent == "" || NormalizeID(d.Parent) == d.Parent {
+			continue
 		}
-		if d.Parent != "" {
-			if n := NormalizeID(d.Parent); n != d.Parent {
-				if !copied {
-					out = append([]model.Device(nil), devs...)
-					copied = true
-				}
-				out[i].Parent = n
-			}
+		// Rare (a MIG parent written in another spelling): copy once more
+		// rather than track whether out is already a copy.
+		out = append([]model.Device(nil), out...)
+		for k := i; k < len(out); k++ {
+			out[k].Parent = NormalizeID(out[k].Parent)
 		}
+		break
 	}
 	return out
 }

@@ -90,3 +90,35 @@ type Refused struct {
 	Class     string   `json:"class"`
 	Detail    string   `json:"detail,omitempty"`
 }
+
+// MapIDs returns devs with each id of each device replaced by f(device, id).
+// devs is never modified (records are shared between readers); when f
+// changes nothing the result is devs itself, so the common case allocates
+// nothing.
+func MapIDs(devs []Device, f func(dev Device, id string) string) []Device {
+	var out []Device // nil until an id changes: then a copy of devs
+	for i, d := range devs {
+		var ids []string // nil until one of d's ids changes: then a copy of d.IDs
+		for j, id := range d.IDs {
+			n := f(d, id)
+			if n == id {
+				continue
+			}
+			if ids == nil {
+				ids = append([]string(nil), d.IDs...)
+			}
+			ids[j] = n
+		}
+		if ids == nil {
+			continue
+		}
+		if out == nil {
+			out = append([]Device(nil), devs...)
+		}
+		out[i].IDs = ids
+	}
+	if out == nil {
+		return devs
+	}
+	return out
+}

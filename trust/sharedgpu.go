@@ -93,28 +93,12 @@ func (s *SharedGPUs) Rewrite(uid string, devs []model.Device) []model.Device {
 	if s == nil || len(s.gpus) == 0 {
 		return devs
 	}
-	out := devs
-	copied := false
-	for i, d := range devs {
+	return model.MapIDs(devs, func(d model.Device, id string) string {
 		if !sharedGPU(d) {
-			continue
+			return id
 		}
-		for j, id := range d.IDs {
-			n := s.SharedGPUID(uid, id)
-			if n == id {
-				continue
-			}
-			if !copied {
-				out = append([]model.Device(nil), devs...)
-				copied = true
-			}
-			if &out[i].IDs[0] == &devs[i].IDs[0] {
-				out[i].IDs = append([]string(nil), d.IDs...)
-			}
-			out[i].IDs[j] = n
-		}
-	}
-	return out
+		return s.SharedGPUID(uid, id)
+	})
 }
 
 // sharedGPU reports whether dev is a share of a GPU whose sharers get slot
