@@ -141,9 +141,12 @@ leftovers() {
 	done
 	awk -v r="${ROOT}" -v k="${KUBELET_ROOT:-/nonexistent}" \
 		'index($5, r "/") == 1 || $5 == k || index($5, k "/") == 1 { print "mount " $5 }' /proc/self/mountinfo
-	if [[ -f "${ROOT}/bind-mount" ]] && awk -v m="$(cat "${ROOT}/bind-mount")" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; then
-		echo "mount $(cat "${ROOT}/bind-mount")"
-	fi
+	local m
+	while read -r m; do
+		if [[ -n "${m}" ]] && awk -v m="${m}" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+			echo "mount ${m}"
+		fi
+	done < <(cat "${ROOT}/bind-mounts" 2>/dev/null)
 	if [[ -n "${CNI_BRIDGE}" ]] && ip link show "${CNI_BRIDGE}" >/dev/null 2>&1; then echo "bridge ${CNI_BRIDGE}"; fi
 	if iptables -t nat -S 2>/dev/null | grep -q PODRES-CLUSTER; then echo "iptables chain PODRES-CLUSTER"; fi
 	return 0
@@ -162,9 +165,11 @@ main() {
 	if [[ -n "${KUBELET_ROOT}" ]]; then
 		unmount_under "${KUBELET_ROOT}"
 	fi
-	if [[ -f "${ROOT}/bind-mount" ]]; then
-		unmount_under "$(cat "${ROOT}/bind-mount")"
-		rm -f "${ROOT}/bind-mount"
+	if [[ -f "${ROOT}/bind-mounts" ]]; then
+		local m
+		while read -r m; do
+			[[ -n "${m}" ]] && unmount_under "${m}"
+		done <"${ROOT}/bind-mounts"
 	fi
 	remove_iptables_chain
 	remove_created
@@ -176,6 +181,7 @@ main() {
 		printf '  %s\n' "${left}" >&2
 		exit 1
 	fi
+	rm -f "${ROOT}/bind-mounts"
 	if [[ -n "${PODRES_CLUSTER_PURGE:-}" ]]; then
 		rm -rf "${ROOT}"
 		log "removed ${ROOT}"

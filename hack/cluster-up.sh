@@ -173,11 +173,21 @@ prepare_host() {
 	done
 	# HostToContainer propagation (the DaemonSet's /run/containerd mount)
 	# needs the host path on a shared or slave mount, as on systemd hosts.
+	: >"${ROOT}/bind-mounts"
 	if ! findmnt -n -o PROPAGATION -T "${CONTAINERD_RUN}" | grep -q shared; then
 		mount --bind "${CONTAINERD_RUN}" "${CONTAINERD_RUN}"
 		mount --make-shared "${CONTAINERD_RUN}"
-		echo "${CONTAINERD_RUN}" >"${ROOT}/bind-mount"
+		echo "${CONTAINERD_RUN}" >>"${ROOT}/bind-mounts"
 		log "${CONTAINERD_RUN}: bind-mounted onto itself as a shared mount"
+	fi
+	# The daemon's state store starts empty in every cluster: a store that
+	# was there before (not made above) is covered by one under ROOT.
+	if ! grep -qxF "${PROXY_STATE_DIR}" "${ROOT}/created"; then
+		rm -rf "${ROOT}/podres-proxy-state"
+		mkdir -p "${ROOT}/podres-proxy-state"
+		mount --bind "${ROOT}/podres-proxy-state" "${PROXY_STATE_DIR}"
+		echo "${PROXY_STATE_DIR}" >>"${ROOT}/bind-mounts"
+		log "${PROXY_STATE_DIR} was there before: covered by ${ROOT}/podres-proxy-state for this cluster"
 	fi
 }
 
