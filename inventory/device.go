@@ -123,18 +123,19 @@ func padHex(v uint64, width int) string {
 	return s
 }
 
-// lookupKey is how ids are compared: PCI addresses in canonical form, other
-// ids (UUIDs) case-insensitively, since tools differ in case.
-func lookupKey(id string) string {
+// IDKey is the form ids are compared in: PCI addresses in canonical form,
+// other ids (UUIDs) lower case, since tools differ in case. Two ids name the
+// same device when their keys are equal.
+func IDKey(id string) string {
 	if c, ok := CanonicalPCIAddress(id); ok {
 		return c
 	}
 	return strings.ToLower(strings.TrimSpace(id))
 }
 
-// comparePCI orders PCI addresses numerically (a five-digit VMD domain
+// ComparePCI orders PCI addresses numerically (a five-digit VMD domain
 // sorts after 0000) and before anything else, which is ordered by string.
-func comparePCI(a, b string) int {
+func ComparePCI(a, b string) int {
 	pa, oka := pciTuple(a)
 	pb, okb := pciTuple(b)
 	switch {
@@ -183,5 +184,3 @@ func clonePtr(p *int64) *int64 {
 	v := *p
 	return &v
 }
-
-func ptr(v int64) *int64 { return &v }

@@ -9,14 +9,19 @@
 // device only by minor (older Koordinator annotations) or by vendor index
 // (Volcano gpushare) into the ids consumers expect.
 //
-// Three sources feed it, merged in this order of precedence:
+// This package is the common vocabulary (Device, Snapshot, the Source
+// interface) and the combining of the sources (Inventory); each source is a
+// package of its own, as node-feature-discovery's source/<name>/ are, and
+// serve asks them in this order of precedence:
 //
-//   - Koordinator's Device object named after the node
+//   - inventory/devicecr: Koordinator's Device object named after the node
 //     (scheduling.koordinator.sh/v1alpha1, cluster-scoped), read from the API
 //     server: it is what the scheduler allocated from, so its ids are the ids
 //     in the pods' annotations;
-//   - a local inventory file an operator writes (docs/inventory.md);
-//   - PCI discovery from sysfs (and NVIDIA's procfs for GPU UUIDs and minors).
+//   - inventory/localfile: a local inventory file an operator writes
+//     (docs/inventory.md);
+//   - inventory/sysfs: PCI discovery from sysfs (and NVIDIA's procfs for GPU
+//     UUIDs and minors).
 //
 // A device found by several sources is one device: each field comes from the
 // first source, in that order, that knows it. So sysfs can supply the NUMA
@@ -25,5 +30,6 @@
 //
 // An Inventory keeps each source's last good answer: a source that fails
 // (API server down, RBAC missing, malformed file) is logged and the others
-// keep serving. Readers take an immutable Snapshot.
+// keep serving. Readers take an immutable Snapshot. inventory/publish writes
+// it to serve's state directory for inspect and query.
 package inventory

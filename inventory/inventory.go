@@ -34,49 +34,11 @@ var ErrAbsent = errors.New("absent")
 
 // Options configure an Inventory.
 type Options struct {
-	// Sources in order of precedence, highest first.
+	// Sources in order of precedence, highest first (see the package doc).
 	Sources []Source
 	// Logger receives source failures and inventory changes; nil means
 	// logrus's standard logger.
 	Logger logrus.FieldLogger
-}
-
-// Config selects the daemon's sources; each is off when left nil or empty.
-// It exists so that the order of precedence is decided here, not by
-// whoever wires the flags.
-type Config struct {
-	// DeviceCR reads Koordinator's Device object when not nil.
-	DeviceCR *DeviceCROptions
-	// File is the local inventory file; "" means none.
-	File string
-	// Sysfs discovers PCI devices when not nil.
-	Sysfs *SysfsOptions
-	// Logger as in Options.
-	Logger logrus.FieldLogger
-}
-
-// NewFromConfig returns an Inventory over the configured sources in the
-// order device-cr, file, sysfs.
-func NewFromConfig(c Config) (*Inventory, error) {
-	var sources []Source
-	if c.DeviceCR != nil {
-		s, err := NewDeviceCRSource(*c.DeviceCR)
-		if err != nil {
-			return nil, err
-		}
-		sources = append(sources, s)
-	}
-	if c.File != "" {
-		sources = append(sources, NewFileSource(c.File, 0))
-	}
-	if c.Sysfs != nil {
-		opts := *c.Sysfs
-		if opts.Logger == nil {
-			opts.Logger = c.Logger
-		}
-		sources = append(sources, NewSysfsSource(opts))
-	}
-	return New(Options{Sources: sources, Logger: c.Logger}), nil
 }
 
 // Inventory merges its sources' last good answers into a Snapshot and keeps
@@ -113,6 +75,16 @@ func New(opts Options) *Inventory {
 	}
 	inv.current.Store(NewSnapshot(nil))
 	return inv
+}
+
+// Sources returns the names of the inventory's sources, highest precedence
+// first.
+func (inv *Inventory) Sources() []string {
+	names := make([]string, len(inv.sources))
+	for i, s := range inv.sources {
+		names[i] = s.src.Name()
+	}
+	return names
 }
 
 // Snapshot returns the current inventory; never nil.

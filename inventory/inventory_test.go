@@ -1,4 +1,4 @@
-package inventory
+package inventory_test
 
 import (
 	"context"
@@ -8,23 +8,26 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 )
 
 func TestRunReloadsSourcesAtTheirIntervalAndStopsWhenCancelled(t *testing.T) {
-	src := newFakeSource("fake", time.Millisecond)
-	inv := New(Options{Sources: []Source{src}, Logger: logrus.New()})
+	src := inventorytest.NewFakeSource("fake", time.Millisecond)
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{src}, Logger: logrus.New()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	changed := inv.Changed()
 	go func() { done <- inv.Run(ctx) }()
 
-	src.answers <- answer{devices: []Device{{Type: TypeGPU, ID: "GPU-1", Healthy: true}}}
+	src.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-1", Healthy: true}}}
 	<-changed
 	if _, ok := inv.Lookup("GPU-1"); !ok {
 		t.Fatal("the first answer is not in the inventory")
 	}
 	changed = inv.Changed()
-	src.answers <- answer{devices: []Device{{Type: TypeGPU, ID: "GPU-2", Healthy: true}}}
+	src.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-2", Healthy: true}}}
 	<-changed
 	if _, ok := inv.Lookup("GPU-2"); !ok {
 		t.Fatal("the second answer, loaded on the ticker, is not in the inventory")
@@ -42,43 +45,43 @@ func TestRunReloadsSourcesAtTheirIntervalAndStopsWhenCancelled(t *testing.T) {
 }
 
 func TestRunLoadsASourceWithoutIntervalOnce(t *testing.T) {
-	src := newFakeSource("once", 0)
-	src.answers <- answer{devices: []Device{{Type: TypeGPU, ID: "GPU-1"}}}
-	inv := New(Options{Sources: []Source{src}, Logger: logrus.New()})
+	src := inventorytest.NewFakeSource("once", 0)
+	src.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-1"}}}
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{src}, Logger: logrus.New()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := inv.Run(ctx); err != nil {
 		t.Fatalf("Run() = %v, want nil once every source is done", err)
 	}
-	if src.loads != 1 {
-		t.Errorf("%d loads, want 1", src.loads)
+	if n := src.Loads(); n != 1 {
+		t.Errorf("%d loads, want 1", n)
 	}
 }
 
 func TestASourceThatPanicsIsLoggedAndTheOthersServe(t *testing.T) {
-	bad := newFakeSource("bad", 0)
-	good := newFakeSource("good", 0)
-	bad.answers <- answer{panic: "index out of range"}
-	good.answers <- answer{devices: []Device{{Type: TypeGPU, ID: "GPU-1"}}}
-	log, hook := quietLogger()
-	inv := New(Options{Sources: []Source{bad, good}, Logger: log})
+	bad := inventorytest.NewFakeSource("bad", 0)
+	good := inventorytest.NewFakeSource("good", 0)
+	bad.Answers <- inventorytest.Answer{Panic: "index out of range"}
+	good.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-1"}}}
+	log, hook := inventorytest.QuietLogger()
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{bad, good}, Logger: log})
 	inv.Refresh(context.Background())
 	if _, ok := inv.Lookup("GPU-1"); !ok {
 		t.Error("the good source's device is missing")
 	}
-	if errs := entriesAt(hook, logrus.ErrorLevel); len(errs) != 1 || !strings.Contains(errs[0], "panicked: index out of range") {
+	if errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel); len(errs) != 1 || !strings.Contains(errs[0], "panicked: index out of range") {
 		t.Errorf("errors logged = %q, want the panic", errs)
 	}
 }
 
 func TestAnUnchangedInventoryIsNotRepublished(t *testing.T) {
-	src := newFakeSource("fake", 0)
-	inv := New(Options{Sources: []Source{src}, Logger: logrus.New()})
-	devices := []Device{{Type: TypeGPU, ID: "GPU-1", NUMANode: ptr(0)}}
-	src.answers <- answer{devices: devices}
+	src := inventorytest.NewFakeSource("fake", 0)
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{src}, Logger: logrus.New()})
+	devices := []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-1", NUMANode: new(int64(0))}}
+	src.Answers <- inventorytest.Answer{Devices: devices}
 	inv.Refresh(context.Background())
 	first, changed := inv.Snapshot(), inv.Changed()
-	src.answers <- answer{devices: devices}
+	src.Answers <- inventorytest.Answer{Devices: devices}
 	inv.Refresh(context.Background())
 	if inv.Snapshot() != first {
 		t.Error("the same answer published a new snapshot")
@@ -90,51 +93,45 @@ func TestAnUnchangedInventoryIsNotRepublished(t *testing.T) {
 	}
 }
 
-func TestNewFromConfigOrdersTheSourcesByPrecedence(t *testing.T) {
-	api := newFakeAPIServer(t)
-	node := newTwoNUMANode(t)
-	path := t.TempDir() + "/inventory.json"
-	// The file says the GPU the Device object calls unhealthy is on node 0;
-	// sysfs says node 1.
-	writeFile(t, path, `{"devices":[{"type":"gpu","id":"`+uuid1+`","numaNode":0,"index":5}]}`)
-	inv, err := NewFromConfig(Config{
-		DeviceCR: &DeviceCROptions{APIServer: api.URL, TokenFile: api.tokenFile, CAFile: api.caFile, NodeName: "node-1"},
-		File:     path,
-		Sysfs:    &SysfsOptions{SysfsRoot: node.sys, ProcRoot: node.proc},
-		Logger:   logrus.New(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv.Refresh(context.Background())
-	gpu, _ := inv.Lookup(uuid1)
-	if want := "gpu id=" + uuid1 + " vendor=nvidia minor=0 index=5 bus=0000:af:00.0 numa=0 healthy=false vfs=[] source=device-cr"; describe(gpu) != want {
-		t.Errorf("GPU = %s\nwant  %s", describe(gpu), want)
-	}
-	if _, err := NewFromConfig(Config{DeviceCR: &DeviceCROptions{}}); err == nil {
-		t.Error("NewFromConfig accepted a Device object source without node name")
-	}
-}
-
 // The daemon refreshes before serving and then runs the inventory: each
 // source must be asked once at start, not twice (a second Device object
 // read from the API server, a second sysfs scan).
 func TestRunAfterRefreshDoesNotLoadAgainAtOnce(t *testing.T) {
-	src := newFakeSource("once", 0)
-	src.answers <- answer{devices: []Device{{Type: TypeGPU, ID: "GPU-1"}}}
-	inv := New(Options{Sources: []Source{src}, Logger: logrus.New()})
+	src := inventorytest.NewFakeSource("once", 0)
+	src.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-1"}}}
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{src}, Logger: logrus.New()})
 	inv.Refresh(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := inv.Run(ctx); err != nil {
 		t.Fatalf("Run() = %v", err)
 	}
-	src.mu.Lock()
-	defer src.mu.Unlock()
-	if src.loads != 1 {
-		t.Errorf("%d loads for Refresh then Run, want 1", src.loads)
+	if n := src.Loads(); n != 1 {
+		t.Errorf("%d loads for Refresh then Run, want 1", n)
 	}
 	if _, ok := inv.Lookup("GPU-1"); !ok {
 		t.Error("the device Refresh loaded is gone")
+	}
+}
+
+func TestNUMASourceNamesTheSourceThatGaveTheNodeNotTheOneThatGaveTheDevice(t *testing.T) {
+	inv := inventorytest.TwoSourceInventory(t)
+	for id, want := range map[string]string{
+		inventorytest.GPU1: "source=device-cr numa=1 from sysfs",
+		"0000:d8:00.0":     "source=device-cr numa=1 from sysfs",
+		"0000:d8:00.2":     "source=device-cr numa=1 from sysfs",     // the Device object left the VF's node out
+		"0000:d8:00.3":     "source=device-cr numa=0 from device-cr", // it wins over sysfs where it says one
+	} {
+		d, ok := inv.Lookup(id)
+		if !ok {
+			t.Fatalf("Lookup(%s) found nothing", id)
+		}
+		numa := "?"
+		if d.NUMANode != nil {
+			numa = string(rune('0' + *d.NUMANode))
+		}
+		if got := "source=" + d.Source + " numa=" + numa + " from " + d.NUMASource; got != want {
+			t.Errorf("%s: %s, want %s", id, got, want)
+		}
 	}
 }

@@ -47,11 +47,11 @@ func NewSnapshot(devices []Device) *Snapshot {
 		s.devices = append(s.devices, d.clone())
 	}
 	slices.SortStableFunc(s.devices, func(a, b Device) int {
-		return cmp.Or(cmp.Compare(a.Type, b.Type), comparePCI(a.BusID, b.BusID), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(a.Type, b.Type), ComparePCI(a.BusID, b.BusID), cmp.Compare(a.ID, b.ID))
 	})
 	for i := range s.devices {
 		d := &s.devices[i]
-		slices.SortStableFunc(d.VFs, func(a, b VF) int { return comparePCI(a.BusID, b.BusID) })
+		slices.SortStableFunc(d.VFs, func(a, b VF) int { return ComparePCI(a.BusID, b.BusID) })
 		s.addKey(d.ID, ref{dev: i, vf: -1})
 		s.addKey(d.BusID, ref{dev: i, vf: -1})
 		for j, vf := range d.VFs {
@@ -75,7 +75,7 @@ func (s *Snapshot) addKey(id string, r ref) {
 	if id == "" {
 		return
 	}
-	k := lookupKey(id)
+	k := IDKey(id)
 	if _, dup := s.byKey[k]; !dup {
 		s.byKey[k] = r
 	}
@@ -98,7 +98,7 @@ func (s *Snapshot) Lookup(id string) (Device, bool) {
 	if s == nil {
 		return Device{}, false
 	}
-	r, ok := s.byKey[lookupKey(id)]
+	r, ok := s.byKey[IDKey(id)]
 	if !ok {
 		return Device{}, false
 	}
@@ -246,7 +246,7 @@ func (s *Snapshot) Allocatable(names ResourceNames) []*podresourcesv1.ContainerD
 	var items []item
 	seen := make(map[[2]string]bool)
 	add := func(resource, id string, numa *int64) {
-		k := [2]string{resource, lookupKey(id)}
+		k := [2]string{resource, IDKey(id)}
 		if id == "" || seen[k] {
 			return
 		}
@@ -271,7 +271,7 @@ func (s *Snapshot) Allocatable(names ResourceNames) []*podresourcesv1.ContainerD
 		}
 	}
 	slices.SortFunc(items, func(a, b item) int {
-		return cmp.Or(cmp.Compare(a.resource, b.resource), comparePCI(a.id, b.id))
+		return cmp.Or(cmp.Compare(a.resource, b.resource), ComparePCI(a.id, b.id))
 	})
 	out := make([]*podresourcesv1.ContainerDevices, 0, len(items))
 	for _, it := range items {
@@ -306,10 +306,10 @@ func merge(lists ...[]Device) []Device {
 }
 
 func sameDevice(a, b Device) bool {
-	if a.BusID != "" && b.BusID != "" && lookupKey(a.BusID) == lookupKey(b.BusID) {
+	if a.BusID != "" && b.BusID != "" && IDKey(a.BusID) == IDKey(b.BusID) {
 		return true
 	}
-	return a.ID != "" && a.Type == b.Type && lookupKey(a.ID) == lookupKey(b.ID)
+	return a.ID != "" && a.Type == b.Type && IDKey(a.ID) == IDKey(b.ID)
 }
 
 func fillIn(dst *Device, src Device) {
@@ -332,7 +332,7 @@ func fillIn(dst *Device, src Device) {
 		dst.NUMANode, dst.NUMASource = clonePtr(src.NUMANode), src.NUMASource
 	}
 	for _, vf := range src.VFs {
-		j := slices.IndexFunc(dst.VFs, func(o VF) bool { return lookupKey(o.BusID) == lookupKey(vf.BusID) })
+		j := slices.IndexFunc(dst.VFs, func(o VF) bool { return IDKey(o.BusID) == IDKey(vf.BusID) })
 		if j < 0 {
 			dst.VFs = append(dst.VFs, VF{BusID: vf.BusID, NUMANode: clonePtr(vf.NUMANode), NUMASource: vf.NUMASource})
 			continue

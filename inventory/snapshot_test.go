@@ -1,10 +1,13 @@
-package inventory
+package inventory_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 )
 
 func TestCanonicalPCIAddressAcceptsTheFormsToolsPrint(t *testing.T) {
@@ -25,7 +28,7 @@ func TestCanonicalPCIAddressAcceptsTheFormsToolsPrint(t *testing.T) {
 		"0000:3b:00.0.1":    "",
 		"0000:3g:00.0":      "",
 	} {
-		got, ok := CanonicalPCIAddress(in)
+		got, ok := inventory.CanonicalPCIAddress(in)
 		if got != want || ok != (want != "") {
 			t.Errorf("CanonicalPCIAddress(%q) = %q, %v; want %q", in, got, ok, want)
 		}
@@ -33,48 +36,48 @@ func TestCanonicalPCIAddressAcceptsTheFormsToolsPrint(t *testing.T) {
 }
 
 func TestMergedInventoryTakesEachFieldFromTheFirstSourceThatKnowsIt(t *testing.T) {
-	deviceCR := newFakeSource(SourceDeviceCR, 0)
-	file := newFakeSource(SourceFile, 0)
-	sysfs := newFakeSource(SourceSysfs, 0)
-	deviceCR.answers <- answer{devices: []Device{
+	deviceCR := inventorytest.NewFakeSource(inventory.SourceDeviceCR, 0)
+	file := inventorytest.NewFakeSource(inventory.SourceFile, 0)
+	sysfs := inventorytest.NewFakeSource(inventory.SourceSysfs, 0)
+	deviceCR.Answers <- inventorytest.Answer{Devices: []inventory.Device{
 		// Koordinator knows the UUID and that the GPU is broken, not its node.
-		{Type: TypeGPU, ID: uuid0, Minor: ptr(2), BusID: "0000:3b:00.0", Healthy: false},
-		{Type: TypeRDMA, ID: "0000:d8:00.0", BusID: "0000:d8:00.0", Healthy: true,
-			VFs: []VF{{BusID: "0000:d8:00.2"}}},
+		{Type: inventory.TypeGPU, ID: inventorytest.GPU0, Minor: new(int64(2)), BusID: "0000:3b:00.0", Healthy: false},
+		{Type: inventory.TypeRDMA, ID: "0000:d8:00.0", BusID: "0000:d8:00.0", Healthy: true,
+			VFs: []inventory.VF{{BusID: "0000:d8:00.2"}}},
 	}}
-	file.answers <- answer{devices: []Device{
+	file.Answers <- inventorytest.Answer{Devices: []inventory.Device{
 		// The operator wrote the index and the node, and a second id spelling.
-		{Type: TypeGPU, ID: "gpu-5F1D6B3C-8A2E-4F0B-9C1D-2E3F4A5B6C7D", Index: ptr(7), NUMANode: ptr(0), Healthy: true},
-		{Type: TypeFPGA, ID: "fpga-0", Healthy: true},
+		{Type: inventory.TypeGPU, ID: "gpu-5F1D6B3C-8A2E-4F0B-9C1D-2E3F4A5B6C7D", Index: new(int64(7)), NUMANode: new(int64(0)), Healthy: true},
+		{Type: inventory.TypeFPGA, ID: "fpga-0", Healthy: true},
 	}}
-	sysfs.answers <- answer{devices: []Device{
+	sysfs.Answers <- inventorytest.Answer{Devices: []inventory.Device{
 		// sysfs disagrees on the node (too late) and knows the vendor; it
 		// found the GPU by address only.
-		{Type: TypeGPU, BusID: "0000:3b:00.0", Vendor: VendorNVIDIA, NUMANode: ptr(1), Minor: ptr(9), Healthy: true},
-		{Type: TypeRDMA, ID: "0000:d8:00.0", BusID: "0000:d8:00.0", NUMANode: ptr(1), Minor: ptr(0), Healthy: true,
-			VFs: []VF{{BusID: "0000:d8:00.2", NUMANode: ptr(1)}, {BusID: "0000:d8:00.3", NUMANode: ptr(1)}}},
-		{Type: TypeGPU, ID: uuid1, BusID: "0000:af:00.0", NUMANode: ptr(1), Healthy: true},
+		{Type: inventory.TypeGPU, BusID: "0000:3b:00.0", Vendor: inventory.VendorNVIDIA, NUMANode: new(int64(1)), Minor: new(int64(9)), Healthy: true},
+		{Type: inventory.TypeRDMA, ID: "0000:d8:00.0", BusID: "0000:d8:00.0", NUMANode: new(int64(1)), Minor: new(int64(0)), Healthy: true,
+			VFs: []inventory.VF{{BusID: "0000:d8:00.2", NUMANode: new(int64(1))}, {BusID: "0000:d8:00.3", NUMANode: new(int64(1))}}},
+		{Type: inventory.TypeGPU, ID: inventorytest.GPU1, BusID: "0000:af:00.0", NUMANode: new(int64(1)), Healthy: true},
 	}}
-	inv := New(Options{Sources: []Source{deviceCR, file, sysfs}, Logger: logrus.New()})
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{deviceCR, file, sysfs}, Logger: logrus.New()})
 	inv.Refresh(context.Background())
 
-	equalLines(t, "devices", describeAll(inv.Devices()), []string{
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Devices()), []string{
 		"fpga id=fpga-0 vendor= minor=? index=? bus= numa=? healthy=true vfs=[] source=file",
-		"gpu id=" + uuid0 + " vendor=nvidia minor=2 index=7 bus=0000:3b:00.0 numa=0 healthy=false vfs=[] source=device-cr",
-		"gpu id=" + uuid1 + " vendor= minor=? index=? bus=0000:af:00.0 numa=1 healthy=true vfs=[] source=sysfs",
+		"gpu id=" + inventorytest.GPU0 + " vendor=nvidia minor=2 index=7 bus=0000:3b:00.0 numa=0 healthy=false vfs=[] source=device-cr",
+		"gpu id=" + inventorytest.GPU1 + " vendor= minor=? index=? bus=0000:af:00.0 numa=1 healthy=true vfs=[] source=sysfs",
 		"rdma id=0000:d8:00.0 vendor= minor=0 index=? bus=0000:d8:00.0 numa=1 healthy=true vfs=[0000:d8:00.2@1 0000:d8:00.3@1] source=device-cr",
 	})
 }
 
 func TestLookupFindsDevicesByIDAddressAndVFAddress(t *testing.T) {
-	snap := NewSnapshot([]Device{
-		{Type: TypeGPU, ID: uuid0, Minor: ptr(2), Index: ptr(0), BusID: "0000:3b:00.0", NUMANode: ptr(0), Healthy: true, Source: SourceSysfs},
-		{Type: TypeRDMA, ID: "0000:d8:00.0", Minor: ptr(0), BusID: "0000:d8:00.0", NUMANode: ptr(1), Healthy: true, Source: SourceSysfs,
-			VFs: []VF{{BusID: "0000:d8:00.3"}, {BusID: "0000:d8:00.2", NUMANode: ptr(0)}}},
+	snap := inventory.NewSnapshot([]inventory.Device{
+		{Type: inventory.TypeGPU, ID: inventorytest.GPU0, Minor: new(int64(2)), Index: new(int64(0)), BusID: "0000:3b:00.0", NUMANode: new(int64(0)), Healthy: true, Source: inventory.SourceSysfs},
+		{Type: inventory.TypeRDMA, ID: "0000:d8:00.0", Minor: new(int64(0)), BusID: "0000:d8:00.0", NUMANode: new(int64(1)), Healthy: true, Source: inventory.SourceSysfs,
+			VFs: []inventory.VF{{BusID: "0000:d8:00.3"}, {BusID: "0000:d8:00.2", NUMANode: new(int64(0))}}},
 	})
 	for _, tc := range []struct{ query, want string }{
-		{"GPU-5F1D6B3C-8A2E-4F0B-9C1D-2E3F4A5B6C7D", "gpu id=" + uuid0},
-		{"00000000:3B:00.0", "gpu id=" + uuid0},
+		{"GPU-5F1D6B3C-8A2E-4F0B-9C1D-2E3F4A5B6C7D", "gpu id=" + inventorytest.GPU0},
+		{"00000000:3B:00.0", "gpu id=" + inventorytest.GPU0},
 		{"d8:00.0", "rdma id=0000:d8:00.0"},
 		// A VF is described as a device of its own, on its own node, or
 		// else its PF's.
@@ -82,67 +85,67 @@ func TestLookupFindsDevicesByIDAddressAndVFAddress(t *testing.T) {
 		{"0000:d8:00.3", "rdma id=0000:d8:00.3 vendor= minor=? index=? bus=0000:d8:00.3 numa=1 healthy=true vfs=[] source=sysfs physfn=0000:d8:00.0"},
 	} {
 		d, ok := snap.Lookup(tc.query)
-		if got := describe(d); !ok || len(got) < len(tc.want) || got[:len(tc.want)] != tc.want {
+		if got := inventorytest.Describe(d); !ok || len(got) < len(tc.want) || got[:len(tc.want)] != tc.want {
 			t.Errorf("Lookup(%q) = %s, %v; want %s...", tc.query, got, ok, tc.want)
 		}
 	}
 	if d, ok := snap.Lookup("GPU-nope"); ok {
-		t.Errorf("Lookup(GPU-nope) = %s", describe(d))
+		t.Errorf("Lookup(GPU-nope) = %s", inventorytest.Describe(d))
 	}
-	if d, ok := snap.ByMinor(TypeRDMA, 0); !ok || d.ID != "0000:d8:00.0" {
-		t.Errorf("ByMinor(rdma, 0) = %s, %v", describe(d), ok)
+	if d, ok := snap.ByMinor(inventory.TypeRDMA, 0); !ok || d.ID != "0000:d8:00.0" {
+		t.Errorf("ByMinor(rdma, 0) = %s, %v", inventorytest.Describe(d), ok)
 	}
-	if d, ok := snap.ByMinor(TypeGPU, 0); ok {
-		t.Errorf("ByMinor(gpu, 0) = %s: minors are per type", describe(d))
+	if d, ok := snap.ByMinor(inventory.TypeGPU, 0); ok {
+		t.Errorf("ByMinor(gpu, 0) = %s: minors are per type", inventorytest.Describe(d))
 	}
-	if d, ok := snap.ByIndex(TypeGPU, 0); !ok || d.ID != uuid0 {
-		t.Errorf("ByIndex(gpu, 0) = %s, %v", describe(d), ok)
+	if d, ok := snap.ByIndex(inventory.TypeGPU, 0); !ok || d.ID != inventorytest.GPU0 {
+		t.Errorf("ByIndex(gpu, 0) = %s, %v", inventorytest.Describe(d), ok)
 	}
 	if pf, _ := snap.Lookup("0000:d8:00.0"); pf.VFs[0].BusID != "0000:d8:00.2" {
-		t.Errorf("VFs are not in address order: %s", describe(pf))
+		t.Errorf("VFs are not in address order: %s", inventorytest.Describe(pf))
 	}
 }
 
 func TestContainerDevicesHasTheKubeletsShape(t *testing.T) {
-	snap := NewSnapshot([]Device{{Type: TypeGPU, ID: uuid0, NUMANode: ptr(1), Healthy: true}})
-	equalLines(t, "known device", render(t, snap.ContainerDevices("nvidia.com/gpu", uuid0)), []string{"nvidia.com/gpu " + uuid0 + " numa=1"})
-	unknown := snap.ContainerDevices("nvidia.com/gpu", uuid1)
-	equalLines(t, "unknown device", render(t, unknown), []string{"nvidia.com/gpu " + uuid1 + " numa=nil"})
+	snap := inventory.NewSnapshot([]inventory.Device{{Type: inventory.TypeGPU, ID: inventorytest.GPU0, NUMANode: new(int64(1)), Healthy: true}})
+	inventorytest.EqualLines(t, "known device", inventorytest.Render(t, snap.ContainerDevices("nvidia.com/gpu", inventorytest.GPU0)), []string{"nvidia.com/gpu " + inventorytest.GPU0 + " numa=1"})
+	unknown := snap.ContainerDevices("nvidia.com/gpu", inventorytest.GPU1)
+	inventorytest.EqualLines(t, "unknown device", inventorytest.Render(t, unknown), []string{"nvidia.com/gpu " + inventorytest.GPU1 + " numa=nil"})
 	if unknown[0].Topology != nil {
 		t.Errorf("unknown device has topology %v, want nil (not an empty TopologyInfo)", unknown[0].Topology)
 	}
 }
 
 func TestAllocatableListsHealthyNamedDevicesOnceEach(t *testing.T) {
-	snap := NewSnapshot([]Device{
-		{Type: TypeGPU, ID: uuid0, NUMANode: ptr(0), Healthy: true},
-		{Type: TypeGPU, ID: uuid1, NUMANode: ptr(1), Healthy: false},                                 // unhealthy
-		{Type: TypeGPU, BusID: "0000:5e:00.0", NUMANode: ptr(0), Healthy: true},                      // no id
-		{Type: "npu", ID: "npu-0", Healthy: true},                                                    // no resource name
-		{Type: TypeRDMA, ID: "0000:d8:00.0", BusID: "0000:d8:00.0", NUMANode: ptr(1), Healthy: true}, // no VFs
-		{Type: TypeRDMA, ID: "0000:d8:00.1", BusID: "0000:d8:00.1", NUMANode: ptr(1), Healthy: true,
-			VFs: []VF{{BusID: "0000:d8:01.2", NUMANode: ptr(1)}, {BusID: "0000:d8:01.3"}}},
-		{Type: TypeFPGA, ID: "fpga-0", Vendor: "xilinx", Healthy: true},
-		{Type: TypeFPGA, ID: "FPGA-0", Healthy: true}, // the same id again
+	snap := inventory.NewSnapshot([]inventory.Device{
+		{Type: inventory.TypeGPU, ID: inventorytest.GPU0, NUMANode: new(int64(0)), Healthy: true},
+		{Type: inventory.TypeGPU, ID: inventorytest.GPU1, NUMANode: new(int64(1)), Healthy: false},                    // unhealthy
+		{Type: inventory.TypeGPU, BusID: "0000:5e:00.0", NUMANode: new(int64(0)), Healthy: true},                      // no id
+		{Type: "npu", ID: "npu-0", Healthy: true},                                                                     // no resource name
+		{Type: inventory.TypeRDMA, ID: "0000:d8:00.0", BusID: "0000:d8:00.0", NUMANode: new(int64(1)), Healthy: true}, // no VFs
+		{Type: inventory.TypeRDMA, ID: "0000:d8:00.1", BusID: "0000:d8:00.1", NUMANode: new(int64(1)), Healthy: true,
+			VFs: []inventory.VF{{BusID: "0000:d8:01.2", NUMANode: new(int64(1))}, {BusID: "0000:d8:01.3"}}},
+		{Type: inventory.TypeFPGA, ID: "fpga-0", Vendor: "xilinx", Healthy: true},
+		{Type: inventory.TypeFPGA, ID: "FPGA-0", Healthy: true}, // the same id again
 	})
-	names := DefaultResourceNames()
+	names := inventory.DefaultResourceNames()
 	names["fpga/xilinx"] = "xilinx.com/fpga"
-	equalLines(t, "allocatable", render(t, snap.Allocatable(names)), []string{
+	inventorytest.EqualLines(t, "allocatable", inventorytest.Render(t, snap.Allocatable(names)), []string{
 		"koordinator.sh/fpga FPGA-0 numa=nil",
 		"koordinator.sh/rdma 0000:d8:00.0 numa=1",
 		"koordinator.sh/rdma 0000:d8:01.2 numa=1",
 		"koordinator.sh/rdma 0000:d8:01.3 numa=1",
-		"nvidia.com/gpu " + uuid0 + " numa=0",
+		"nvidia.com/gpu " + inventorytest.GPU0 + " numa=0",
 		"xilinx.com/fpga fpga-0 numa=nil",
 	})
 }
 
 func TestSnapshotDoesNotShareStateWithItsInput(t *testing.T) {
-	in := []Device{{Type: TypeGPU, ID: uuid0, NUMANode: ptr(0), VFs: []VF{{BusID: "0000:3b:00.4"}}}}
-	snap := NewSnapshot(in)
+	in := []inventory.Device{{Type: inventory.TypeGPU, ID: inventorytest.GPU0, NUMANode: new(int64(0)), VFs: []inventory.VF{{BusID: "0000:3b:00.4"}}}}
+	snap := inventory.NewSnapshot(in)
 	*in[0].NUMANode = 5
 	in[0].VFs[0].BusID = "0000:3b:00.5"
-	if got := describe(snap.Devices()[0]); got != "gpu id="+uuid0+" vendor= minor=? index=? bus= numa=0 healthy=false vfs=[0000:3b:00.4@?] source=" {
+	if got := inventorytest.Describe(snap.Devices()[0]); got != "gpu id="+inventorytest.GPU0+" vendor= minor=? index=? bus= numa=0 healthy=false vfs=[0000:3b:00.4@?] source=" {
 		t.Errorf("snapshot changed with its input: %s", got)
 	}
 }

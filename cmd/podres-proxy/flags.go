@@ -18,7 +18,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
-	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -98,8 +98,8 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
 	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
-	fs.StringVar(&c.apiTokenFile, "api-token-file", inventory.DefaultTokenFile, "bearer token for the API server")
-	fs.StringVar(&c.apiCAFile, "api-ca-file", inventory.DefaultCAFile, "CA bundle to verify the API server")
+	fs.StringVar(&c.apiTokenFile, "api-token-file", devicecr.DefaultTokenFile, "bearer token for the API server")
+	fs.StringVar(&c.apiCAFile, "api-ca-file", devicecr.DefaultCAFile, "CA bundle to verify the API server")
 	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
 	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")
 	fs.StringVar(&c.procfsRoot, "procfs-root", "/proc", "where NVIDIA's driver publishes GPU UUIDs (driver/nvidia/gpus)")

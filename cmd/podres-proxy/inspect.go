@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -115,7 +115,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 // where the inventory puts it: the answer to "why does this pod have this
 // device, and where does its NUMA node come from". Devices named by minor
 // or index are translated through the inventory first, as the proxy does.
-func printPlacement(out io.Writer, records []*state.Record, published *inventory.Published, path string, invErr error, now time.Time) error {
+func printPlacement(out io.Writer, records []*state.Record, published *publish.File, path string, invErr error, now time.Time) error {
 	hasDevices := slices.ContainsFunc(records, func(r *state.Record) bool { return len(r.Devices) > 0 })
 	switch {
 	case !hasDevices:

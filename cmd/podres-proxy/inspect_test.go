@@ -14,6 +14,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -254,8 +255,8 @@ func TestAgeReadsLikeKubectl(t *testing.T) {
 // does.
 func writeInventory(t *testing.T, dir string, devices ...inventory.Device) {
 	t.Helper()
-	err := inventory.WritePublished(filepath.Join(dir, inventory.PublishedFileName), &inventory.Published{
-		Version: inventory.PublishedVersion, WrittenAt: time.Now().Add(-90 * time.Second),
+	err := publish.Write(filepath.Join(dir, publish.FileName), &publish.File{
+		Version: publish.Version, WrittenAt: time.Now().Add(-90 * time.Second),
 		Sources: []string{inventory.SourceDeviceCR, inventory.SourceSysfs}, Devices: devices,
 	})
 	if err != nil {
@@ -368,7 +369,7 @@ func TestInspectInventoryPrintsEveryDeviceAndVFWithItsNUMASource(t *testing.T) {
 	)
 
 	code, out, _ = runCmd(t, "inspect", "--inventory", "--state-dir", dir, "-o", "json")
-	var published inventory.Published
+	var published publish.File
 	if err := json.Unmarshal([]byte(out), &published); code != 0 || err != nil {
 		t.Fatalf("exit %d, %v:\n%s", code, err, out)
 	}

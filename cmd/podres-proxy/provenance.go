@@ -9,6 +9,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -30,9 +31,9 @@ const (
 var errNoInventoryFile = errors.New("no inventory file (podres-proxy serve writes it at start)")
 
 // readInventory reads the inventory serve published in a state directory.
-func readInventory(stateDir string) (*inventory.Published, string, error) {
-	path := filepath.Join(stateDir, inventory.PublishedFileName)
-	p, err := inventory.ReadPublished(path)
+func readInventory(stateDir string) (*publish.File, string, error) {
+	path := filepath.Join(stateDir, publish.FileName)
+	p, err := publish.Read(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, path, errNoInventoryFile
 	}

@@ -25,6 +25,10 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
+	"github.com/podres-proxy/podres-proxy/inventory/localfile"
+	"github.com/podres-proxy/podres-proxy/inventory/publish"
+	"github.com/podres-proxy/podres-proxy/inventory/sysfs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/proxy"
@@ -169,7 +173,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	// before serving too, so that the file is there once serve is ready; a
 	// failure to write it is logged and retried, never fatal.
 	inv.Refresh(ctx)
-	publisher := inventory.NewPublisher(inv, filepath.Join(c.stateDir, inventory.PublishedFileName))
+	publisher := publish.New(inv, filepath.Join(c.stateDir, publish.FileName), log)
 	_ = publisher.Publish()
 	start("inventory", inv.Run)
 	start("inventory file", publisher.Run)
@@ -243,9 +247,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 // period (30 s by default) even if a part hangs.
 const shutdownGrace = 15 * time.Second
 
-// inventory builds the device inventory from the configured sources.
+// inventory builds the device inventory from the configured sources, in
+// their order of precedence (see package inventory): the Device object,
+// the operator's file, sysfs.
 func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, error) {
-	cfg := inventory.Config{File: c.inventoryFile, Logger: log}
+	var sources []inventory.Source
 	switch {
 	case !c.deviceCR:
 	case c.nodeName == "":
@@ -253,12 +259,19 @@ func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, e
 	case c.apiServer == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "":
 		log.Info("Device object inventory off: not in a cluster and no --api-server")
 	default:
-		cfg.DeviceCR = &inventory.DeviceCROptions{APIServer: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile, NodeName: c.nodeName}
+		src, err := devicecr.New(devicecr.Options{APIServer: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile, NodeName: c.nodeName})
+		if err != nil {
+			return nil, err
+		}
+		sources = append(sources, src)
+	}
+	if c.inventoryFile != "" {
+		sources = append(sources, localfile.New(c.inventoryFile, 0))
 	}
 	if c.sysfsRoot != "" {
-		cfg.Sysfs = &inventory.SysfsOptions{SysfsRoot: c.sysfsRoot, ProcRoot: c.procfsRoot, Logger: log}
+		sources = append(sources, sysfs.New(sysfs.Options{SysfsRoot: c.sysfsRoot, ProcRoot: c.procfsRoot, Logger: log}))
 	}
-	return inventory.NewFromConfig(cfg)
+	return inventory.New(inventory.Options{Sources: sources, Logger: log}), nil
 }
 
 // serveMetrics serves /metrics, /healthz (the process answers) and /readyz

@@ -11,12 +11,16 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/podres-proxy/podres-proxy/internal/poll"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
@@ -326,5 +330,19 @@ func TestServeRefusesAPodOverTheDeviceLimit(t *testing.T) {
 	}
 	if logs := srv.logs.String(); !strings.Contains(logs, "pod ml/greedy: 2 devices, 1 allowed per pod (--max-devices-per-pod)") {
 		t.Errorf("serve did not log the refusal naming the pod:\n%s", logs)
+	}
+}
+
+// serve's inventory asks its sources in their order of precedence: the
+// Device object, the operator's file, sysfs (package inventory's doc).
+func TestServeOrdersTheInventorySourcesByPrecedence(t *testing.T) {
+	c := &serveConfig{deviceCR: true, nodeName: "node-1", apiServer: "https://127.0.0.1:6443",
+		inventoryFile: filepath.Join(t.TempDir(), "inventory.json"), sysfsRoot: t.TempDir(), procfsRoot: t.TempDir()}
+	inv, err := c.inventory(logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := inv.Sources(), []string{inventory.SourceDeviceCR, inventory.SourceFile, inventory.SourceSysfs}; !slices.Equal(got, want) {
+		t.Errorf("sources %q, want %q", got, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
+	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -137,7 +138,7 @@ func TestQuerySourcesStillAnswersWhenTheKubeletAndTheStateDirectoryCannotBeRead(
 	for _, note := range []string{
 		"note: --sources: cannot compare with the kubelet's own answer: ask " + filepath.Join(missing, "kubelet.sock"),
 		"note: --sources: no allocators: read state directory " + missing,
-		"note: --sources: NUMA sources of added devices unknown: " + filepath.Join(missing, inventory.PublishedFileName),
+		"note: --sources: NUMA sources of added devices unknown: " + filepath.Join(missing, publish.FileName),
 	} {
 		if !strings.Contains(errOut, note) {
 			t.Errorf("stderr lacks %q:\n%s", note, errOut)
@@ -173,14 +174,14 @@ func TestInspectOfARunningServeShowsEachDevicesAllocatorAndWhereItsNUMANodeCameF
 	if code != 0 {
 		t.Fatalf("inspect --inventory -o json: exit %d: %s", code, errOut)
 	}
-	var published inventory.Published
+	var published publish.File
 	if err := json.Unmarshal([]byte(out), &published); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(published.Sources, []string{inventory.SourceFile, inventory.SourceSysfs}) || len(published.Devices) != 3 {
 		t.Errorf("published sources %v and %d devices; want file, sysfs and the node's 3 devices", published.Sources, len(published.Devices))
 	}
-	if fi, err := os.Stat(filepath.Join(stateDir, inventory.PublishedFileName)); err != nil || fi.Mode().Perm() != 0o640 {
+	if fi, err := os.Stat(filepath.Join(stateDir, publish.FileName)); err != nil || fi.Mode().Perm() != 0o640 {
 		t.Errorf("inventory.json: %v, %v; want mode 0640", fi, err)
 	}
 }

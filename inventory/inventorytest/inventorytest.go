@@ -8,8 +8,10 @@
 // directory. They are built on disk at test time because sysfs names hold
 // colons, which Go module zips reject.
 //
-// It imports nothing of the inventory, so that the inventory's own
-// (internal) tests can use it.
+// It also holds what the tests of the inventory and of its sources share: a
+// Source the test drives, one-line descriptions of devices and answers that
+// compare and print well, and the checks every decoder's output passes.
+// The inventory's own tests are therefore external (package inventory_test).
 package inventorytest
 
 import (

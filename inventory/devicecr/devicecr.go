@@ -1,4 +1,9 @@
-package inventory
+// Package devicecr is the inventory source that reads Koordinator's Device
+// object named after the node (scheduling.koordinator.sh/v1alpha1,
+// cluster-scoped) from the API server over HTTPS with the service account's
+// token. It is the source of highest precedence: the scheduler allocated
+// from it, so its ids are the ids in the pods' annotations.
+package devicecr
 
 import (
 	"context"
@@ -14,14 +19,16 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/internal/bearer"
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/internal/decode"
 )
 
 // Defaults of the Device object source: the in-cluster service account.
 const (
-	DefaultDeviceCRInterval = 60 * time.Second
-	DefaultDeviceCRTimeout  = 10 * time.Second
-	DefaultTokenFile        = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	DefaultCAFile           = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	DefaultInterval  = 60 * time.Second
+	DefaultTimeout   = 10 * time.Second
+	DefaultTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	DefaultCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 )
 
 // maxDeviceCRSize bounds the Device object read: a node's devices with all
@@ -32,8 +39,8 @@ const maxDeviceCRSize = 8 << 20
 // vendor.
 const gpuVendorLabel = "node.koordinator.sh/gpu-vendor"
 
-// DeviceCROptions configure a DeviceCRSource.
-type DeviceCROptions struct {
+// Options configure a Source.
+type Options struct {
 	// APIServer is the API server's base URL; "" means
 	// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
 	APIServer string
@@ -46,19 +53,19 @@ type DeviceCROptions struct {
 	CAFile string
 	// NodeName is this node's name, which the Device object is named after.
 	NodeName string
-	// Interval between reads; 0 means DefaultDeviceCRInterval.
+	// Interval between reads; 0 means DefaultInterval.
 	Interval time.Duration
-	// Timeout of one read; 0 means DefaultDeviceCRTimeout.
+	// Timeout of one read; 0 means DefaultTimeout.
 	Timeout time.Duration
 }
 
-// DeviceCRSource reads Koordinator's Device object named after the node
+// Source reads Koordinator's Device object named after the node
 // (scheduling.koordinator.sh/v1alpha1, cluster-scoped) from the API server.
 // It decodes only what the inventory needs: spec.devices[] type, id, minor,
 // health, topology.nodeID, topology.busID and vfGroups[].vfs[].busID, and
 // the GPU vendor label. A missing object means no devices; a 403 names the
 // RBAC rule the service account lacks.
-type DeviceCRSource struct {
+type Source struct {
 	url       string
 	server    string
 	node      string
@@ -69,12 +76,12 @@ type DeviceCRSource struct {
 
 	// Made at the first Load, so that a missing CA file is a failed read
 	// (logged; the other sources keep serving), not a failed start.
-	// Guarded by Inventory's per-source serialization of Load.
+	// Guarded by the Inventory's per-source serialization of Load.
 	http *bearer.Client
 }
 
-// NewDeviceCRSource returns a source for the Device object of opts.NodeName.
-func NewDeviceCRSource(opts DeviceCROptions) (*DeviceCRSource, error) {
+// New returns a source for the Device object of opts.NodeName.
+func New(opts Options) (*Source, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("device-cr source: the node name is required (set NODE_NAME from spec.nodeName)")
 	}
@@ -90,7 +97,7 @@ func NewDeviceCRSource(opts DeviceCROptions) (*DeviceCRSource, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return nil, fmt.Errorf("device-cr source: API server URL %q: want https://host:port", server)
 	}
-	s := &DeviceCRSource{
+	s := &Source{
 		server:    strings.TrimSuffix(server, "/"),
 		node:      opts.NodeName,
 		tokenFile: opts.TokenFile,
@@ -106,22 +113,22 @@ func NewDeviceCRSource(opts DeviceCROptions) (*DeviceCRSource, error) {
 		s.caFile = DefaultCAFile
 	}
 	if s.interval == 0 {
-		s.interval = DefaultDeviceCRInterval
+		s.interval = DefaultInterval
 	}
 	if s.timeout == 0 {
-		s.timeout = DefaultDeviceCRTimeout
+		s.timeout = DefaultTimeout
 	}
 	return s, nil
 }
 
-// Name implements Source.
-func (s *DeviceCRSource) Name() string { return SourceDeviceCR }
+// Name implements inventory.Source.
+func (s *Source) Name() string { return inventory.SourceDeviceCR }
 
-// Interval implements Source.
-func (s *DeviceCRSource) Interval() time.Duration { return s.interval }
+// Interval implements inventory.Source.
+func (s *Source) Interval() time.Duration { return s.interval }
 
-// Load implements Source: one GET of the Device object.
-func (s *DeviceCRSource) Load(ctx context.Context) ([]Device, error) {
+// Load implements inventory.Source: one GET of the Device object.
+func (s *Source) Load(ctx context.Context) ([]inventory.Device, error) {
 	if s.http == nil {
 		client, err := bearer.New(bearer.Config{What: "API server", TokenFile: s.tokenFile, CAFile: s.caFile, Proxy: http.ProxyFromEnvironment})
 		if err != nil {
@@ -158,7 +165,7 @@ func (s *DeviceCRSource) Load(ctx context.Context) ([]Device, error) {
 		return devices, nil
 	case http.StatusNotFound:
 		return nil, fmt.Errorf("the Device object %s (scheduling.koordinator.sh/v1alpha1) was not found: koordlet has not reported this node's devices, or Koordinator is not installed%s: %w",
-			s.node, apiMessage(body), ErrAbsent)
+			s.node, apiMessage(body), inventory.ErrAbsent)
 	case http.StatusUnauthorized:
 		return nil, fmt.Errorf("getting Device %s: 401 Unauthorized: the API server rejected the token in %s%s", s.node, s.tokenFile, apiMessage(body))
 	case http.StatusForbidden:
@@ -216,10 +223,10 @@ type deviceObject struct {
 // decodeDeviceCR decodes a Device object. Devices without id or bus address
 // cannot be matched with anything and are skipped, as are VFs without a
 // valid address; an object for another node is an error.
-func decodeDeviceCR(body []byte, node string) ([]Device, error) {
+func decodeDeviceCR(body []byte, node string) ([]inventory.Device, error) {
 	var obj deviceObject
 	if err := json.Unmarshal(body, &obj); err != nil {
-		return nil, jsonError(body, err)
+		return nil, decode.JSONError(body, err)
 	}
 	if obj.Kind != "" && obj.Kind != "Device" {
 		return nil, fmt.Errorf("got a %s, not a Device", obj.Kind)
@@ -228,29 +235,29 @@ func decodeDeviceCR(body []byte, node string) ([]Device, error) {
 		return nil, fmt.Errorf("got the Device of node %q, not %q", obj.Metadata.Name, node)
 	}
 	vendor := strings.ToLower(obj.Metadata.Labels[gpuVendorLabel])
-	var devices []Device
+	var devices []inventory.Device
 	for _, cd := range obj.Spec.Devices {
-		d := Device{Type: cd.Type, ID: cd.ID, Minor: nonNegative(cd.Minor), Healthy: cd.Health}
-		if c, ok := CanonicalPCIAddress(cd.ID); ok {
+		d := inventory.Device{Type: cd.Type, ID: cd.ID, Minor: decode.NonNegative(cd.Minor), Healthy: cd.Health}
+		if c, ok := inventory.CanonicalPCIAddress(cd.ID); ok {
 			d.ID = c
 		}
 		if cd.Topology != nil {
-			d.NUMANode = nonNegative(cd.Topology.NodeID)
-			d.BusID, _ = CanonicalPCIAddress(cd.Topology.BusID)
+			d.NUMANode = decode.NonNegative(cd.Topology.NodeID)
+			d.BusID, _ = inventory.CanonicalPCIAddress(cd.Topology.BusID)
 		}
 		if d.BusID == "" {
-			d.BusID, _ = CanonicalPCIAddress(d.ID)
+			d.BusID, _ = inventory.CanonicalPCIAddress(d.ID)
 		}
 		if d.ID == "" && d.BusID == "" {
 			continue
 		}
-		if d.Type == TypeGPU {
+		if d.Type == inventory.TypeGPU {
 			d.Vendor = vendor
 		}
 		for _, g := range cd.VFGroups {
 			for _, vf := range g.VFs {
-				if c, ok := CanonicalPCIAddress(vf.BusID); ok {
-					d.VFs = append(d.VFs, VF{BusID: c})
+				if c, ok := inventory.CanonicalPCIAddress(vf.BusID); ok {
+					d.VFs = append(d.VFs, inventory.VF{BusID: c})
 				}
 			}
 		}

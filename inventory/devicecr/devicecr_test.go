@@ -1,4 +1,4 @@
-package inventory
+package devicecr
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 
@@ -58,7 +60,7 @@ func newFakeAPIServer(t *testing.T) *fakeAPIServer {
 	f.caFile = filepath.Join(dir, "ca.crt")
 	f.tokenFile = filepath.Join(dir, "token")
 	tlstest.ServerCA(t, f.caFile, f.Server)
-	writeFile(t, f.tokenFile, "token-1\n")
+	inventorytest.WriteFile(t, f.tokenFile, "token-1\n")
 	return f
 }
 
@@ -84,9 +86,9 @@ func (f *fakeAPIServer) requests() (tokens, paths []string) {
 	return append([]string(nil), f.tokens...), append([]string(nil), f.paths...)
 }
 
-func (f *fakeAPIServer) source(t *testing.T) *DeviceCRSource {
+func (f *fakeAPIServer) source(t *testing.T) *Source {
 	t.Helper()
-	src, err := NewDeviceCRSource(DeviceCROptions{APIServer: f.URL, TokenFile: f.tokenFile, CAFile: f.caFile, NodeName: "node-1"})
+	src, err := New(Options{APIServer: f.URL, TokenFile: f.tokenFile, CAFile: f.caFile, NodeName: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +102,7 @@ func statusJSON(code int, reason, message string) string {
 
 func TestDeviceCRReadsTheNodesDeviceWithTheServiceAccountTokenOverVerifiedTLS(t *testing.T) {
 	api := newFakeAPIServer(t)
-	devices := load(t, api.source(t))
+	devices := inventorytest.Load(t, api.source(t))
 
 	tokens, paths := api.requests()
 	if len(tokens) != 1 || tokens[0] != "Bearer token-1" {
@@ -110,9 +112,9 @@ func TestDeviceCRReadsTheNodesDeviceWithTheServiceAccountTokenOverVerifiedTLS(t 
 		t.Errorf("paths = %q, want the cluster-scoped Device named after the node", paths)
 	}
 	// The FPGA has neither id nor address: nothing can refer to it.
-	equalLines(t, "devices", describeAll(devices), []string{
-		"gpu id=" + uuid0 + " vendor=nvidia minor=2 index=? bus=0000:3b:00.0 numa=0 healthy=true vfs=[] source=",
-		"gpu id=" + uuid1 + " vendor=nvidia minor=0 index=? bus= numa=? healthy=false vfs=[] source=",
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(devices), []string{
+		"gpu id=" + inventorytest.GPU0 + " vendor=nvidia minor=2 index=? bus=0000:3b:00.0 numa=0 healthy=true vfs=[] source=",
+		"gpu id=" + inventorytest.GPU1 + " vendor=nvidia minor=0 index=? bus= numa=? healthy=false vfs=[] source=",
 		"rdma id=0000:d8:00.0 vendor= minor=0 index=? bus=0000:d8:00.0 numa=1 healthy=true vfs=[0000:d8:00.2@? 0000:d8:00.3@?] source=",
 	})
 }
@@ -120,9 +122,9 @@ func TestDeviceCRReadsTheNodesDeviceWithTheServiceAccountTokenOverVerifiedTLS(t 
 func TestDeviceCRSendsTheRotatedToken(t *testing.T) {
 	api := newFakeAPIServer(t)
 	src := api.source(t)
-	load(t, src)
-	writeFile(t, api.tokenFile, "token-2")
-	load(t, src)
+	inventorytest.Load(t, src)
+	inventorytest.WriteFile(t, api.tokenFile, "token-2")
+	inventorytest.Load(t, src)
 	if tokens, _ := api.requests(); len(tokens) != 2 || tokens[1] != "Bearer token-2" {
 		t.Errorf("Authorization headers = %q, want the rotated token second", tokens)
 	}
@@ -130,7 +132,7 @@ func TestDeviceCRSendsTheRotatedToken(t *testing.T) {
 
 func TestDeviceCRRefusesAServerTheCADoesNotVouchFor(t *testing.T) {
 	api := newFakeAPIServer(t)
-	src, err := NewDeviceCRSource(DeviceCROptions{APIServer: api.URL, TokenFile: api.tokenFile, CAFile: tlstest.OtherCA(t, filepath.Join(t.TempDir(), "other-ca.crt")), NodeName: "node-1"})
+	src, err := New(Options{APIServer: api.URL, TokenFile: api.tokenFile, CAFile: tlstest.OtherCA(t, filepath.Join(t.TempDir(), "other-ca.crt")), NodeName: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +147,8 @@ func TestDeviceCRRefusesAServerTheCADoesNotVouchFor(t *testing.T) {
 
 func TestDeviceCRNotFoundMeansNoDevicesAndAnInfoLine(t *testing.T) {
 	api := newFakeAPIServer(t)
-	log, hook := quietLogger()
-	inv := New(Options{Sources: []Source{api.source(t)}, Logger: log})
+	log, hook := inventorytest.QuietLogger()
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{api.source(t)}, Logger: log})
 	inv.Refresh(context.Background())
 	if n := len(inv.Devices()); n != 3 {
 		t.Fatalf("%d devices, want 3", n)
@@ -157,10 +159,10 @@ func TestDeviceCRNotFoundMeansNoDevicesAndAnInfoLine(t *testing.T) {
 	if n := len(inv.Devices()); n != 0 {
 		t.Errorf("%d devices after the Device object was deleted, want 0", n)
 	}
-	if errs := entriesAt(hook, logrus.ErrorLevel); len(errs) != 0 {
+	if errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel); len(errs) != 0 {
 		t.Errorf("a missing Device object was logged as an error: %q", errs)
 	}
-	infos := strings.Join(entriesAt(hook, logrus.InfoLevel), "\n")
+	infos := strings.Join(inventorytest.EntriesAt(hook, logrus.InfoLevel), "\n")
 	if !strings.Contains(infos, "node-1") || !strings.Contains(infos, "not found") {
 		t.Errorf("info lines %q do not say the node's Device was not found", infos)
 	}
@@ -170,16 +172,16 @@ func TestDeviceCRForbiddenLogsTheMissingRBACRuleAndTheOtherSourcesKeepServing(t 
 	api := newFakeAPIServer(t)
 	api.answer(http.StatusForbidden, statusJSON(403, "Forbidden",
 		`devices.scheduling.koordinator.sh \"node-1\" is forbidden: User \"system:serviceaccount:kube-system:podres-proxy\" cannot get resource \"devices\"`))
-	path := filepath.Join(t.TempDir(), "inventory.json")
-	writeFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":0}]}`)
-	log, hook := quietLogger()
-	inv := New(Options{Sources: []Source{api.source(t), NewFileSource(path, 0)}, Logger: log})
+	file := inventorytest.NewFakeSource(inventory.SourceFile, 0)
+	file.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-1", NUMANode: new(int64(0)), Healthy: true}}}
+	log, hook := inventorytest.QuietLogger()
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{api.source(t), file}, Logger: log})
 	inv.Refresh(context.Background())
 
-	equalLines(t, "devices", describeAll(inv.Devices()), []string{
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Devices()), []string{
 		"gpu id=GPU-1 vendor= minor=? index=? bus= numa=0 healthy=true vfs=[] source=file",
 	})
-	errs := entriesAt(hook, logrus.ErrorLevel)
+	errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel)
 	if len(errs) != 1 {
 		t.Fatalf("errors logged = %q, want one", errs)
 	}
@@ -207,17 +209,17 @@ func TestDeviceCRFailuresKeepTheLastGoodAnswer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := newFakeAPIServer(t)
-			log, hook := quietLogger()
-			inv := New(Options{Sources: []Source{api.source(t)}, Logger: log})
+			log, hook := inventorytest.QuietLogger()
+			inv := inventory.New(inventory.Options{Sources: []inventory.Source{api.source(t)}, Logger: log})
 			inv.Refresh(context.Background())
 			good := inv.Snapshot()
 
 			tc.fail(api)
 			inv.Refresh(context.Background())
 			if inv.Snapshot() != good {
-				t.Errorf("the inventory changed: %q", describeAll(inv.Devices()))
+				t.Errorf("the inventory changed: %q", inventorytest.DescribeAll(inv.Devices()))
 			}
-			if errs := entriesAt(hook, logrus.ErrorLevel); len(errs) != 1 || !strings.Contains(errs[0], tc.error) {
+			if errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel); len(errs) != 1 || !strings.Contains(errs[0], tc.error) {
 				t.Errorf("errors logged = %q, want one containing %q", errs, tc.error)
 			}
 		})
@@ -227,7 +229,7 @@ func TestDeviceCRFailuresKeepTheLastGoodAnswer(t *testing.T) {
 func TestNewDeviceCRSourceFindsTheAPIServerInThePodsEnvironment(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
-	src, err := NewDeviceCRSource(DeviceCROptions{NodeName: "node-1"})
+	src, err := New(Options{NodeName: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,14 +243,14 @@ func TestNewDeviceCRSourceFindsTheAPIServerInThePodsEnvironment(t *testing.T) {
 
 func TestNewDeviceCRSourceRejectsIncompleteOptions(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	for name, opts := range map[string]DeviceCROptions{
+	for name, opts := range map[string]Options{
 		"no node name":   {APIServer: "https://10.0.0.1:443"},
 		"not in a pod":   {NodeName: "node-1"},
 		"not a URL":      {APIServer: "10.0.0.1:443", NodeName: "node-1"},
 		"not https/http": {APIServer: "ftp://10.0.0.1", NodeName: "node-1"},
 	} {
-		if _, err := NewDeviceCRSource(opts); err == nil {
-			t.Errorf("%s: NewDeviceCRSource(%+v) succeeded", name, opts)
+		if _, err := New(opts); err == nil {
+			t.Errorf("%s: New(%+v) succeeded", name, opts)
 		}
 	}
 }

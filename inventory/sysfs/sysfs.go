@@ -1,4 +1,9 @@
-package inventory
+// Package sysfs is the inventory source that discovers the node's GPUs and
+// RDMA NICs, with their SR-IOV virtual functions, and their NUMA nodes from
+// sysfs, as node-feature-discovery's source/pci does; NVIDIA's procfs adds the
+// GPUs' UUIDs and minors. It is where a NUMA node comes from when neither the
+// Device object nor the operator's file says.
+package sysfs
 
 import (
 	"bufio"
@@ -14,12 +19,15 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/internal/decode"
 )
 
-// DefaultSysfsInterval is how often a SysfsSource rescans: PCI devices rarely
+// DefaultInterval is how often a Source rescans: PCI devices rarely
 // change, but VFs appear when an operator (or the SR-IOV operator) sets
 // sriov_numvfs after boot.
-const DefaultSysfsInterval = 60 * time.Second
+const DefaultInterval = 60 * time.Second
 
 // PCI vendor ids and class codes the sysfs source recognises.
 const (
@@ -29,8 +37,8 @@ const (
 	pciClassInfiniBand = 0x0207 // class 0x0207xx
 )
 
-// SysfsOptions configure a SysfsSource.
-type SysfsOptions struct {
+// Options configure a Source.
+type Options struct {
 	// SysfsRoot is where sysfs is mounted; "" means /sys. Tests point it at
 	// a fixture tree.
 	SysfsRoot string
@@ -38,14 +46,14 @@ type SysfsOptions struct {
 	// UUIDs and minors are read from
 	// <ProcRoot>/driver/nvidia/gpus/<PCI address>/information.
 	ProcRoot string
-	// Interval between scans; 0 means DefaultSysfsInterval.
+	// Interval between scans; 0 means DefaultInterval.
 	Interval time.Duration
 	// Logger receives one warning per GPU whose UUID cannot be read; nil
 	// means logrus's standard logger.
 	Logger logrus.FieldLogger
 }
 
-// SysfsSource discovers GPUs and RDMA NICs (with their SR-IOV VFs) and their
+// Source discovers GPUs and RDMA NICs (with their SR-IOV VFs) and their
 // NUMA nodes from sysfs:
 //
 //   - a GPU is a display-class device (0x03xxxx) of NVIDIA or AMD. NVIDIA
@@ -63,16 +71,16 @@ type SysfsOptions struct {
 //
 // numa_node -1 means unknown. Devices sysfs knows nothing of (health of
 // GPUs) are reported healthy.
-type SysfsSource struct {
+type Source struct {
 	sysfs, proc string
 	interval    time.Duration
 	log         logrus.FieldLogger
 	warned      map[string]bool // GPUs already warned about; Load is serialized
 }
 
-// NewSysfsSource returns a sysfs source.
-func NewSysfsSource(opts SysfsOptions) *SysfsSource {
-	s := &SysfsSource{sysfs: opts.SysfsRoot, proc: opts.ProcRoot, interval: opts.Interval, log: opts.Logger, warned: make(map[string]bool)}
+// New returns a sysfs source.
+func New(opts Options) *Source {
+	s := &Source{sysfs: opts.SysfsRoot, proc: opts.ProcRoot, interval: opts.Interval, log: opts.Logger, warned: make(map[string]bool)}
 	if s.sysfs == "" {
 		s.sysfs = "/sys"
 	}
@@ -80,7 +88,7 @@ func NewSysfsSource(opts SysfsOptions) *SysfsSource {
 		s.proc = "/proc"
 	}
 	if s.interval == 0 {
-		s.interval = DefaultSysfsInterval
+		s.interval = DefaultInterval
 	}
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
@@ -88,26 +96,26 @@ func NewSysfsSource(opts SysfsOptions) *SysfsSource {
 	return s
 }
 
-// Name implements Source.
-func (s *SysfsSource) Name() string { return SourceSysfs }
+// Name implements inventory.Source.
+func (s *Source) Name() string { return inventory.SourceSysfs }
 
-// Interval implements Source.
-func (s *SysfsSource) Interval() time.Duration { return s.interval }
+// Interval implements inventory.Source.
+func (s *Source) Interval() time.Duration { return s.interval }
 
-// Load implements Source: one scan of <SysfsRoot>/bus/pci/devices.
-func (s *SysfsSource) Load(ctx context.Context) ([]Device, error) {
+// Load implements inventory.Source: one scan of <SysfsRoot>/bus/pci/devices.
+func (s *Source) Load(ctx context.Context) ([]inventory.Device, error) {
 	dir := filepath.Join(s.sysfs, "bus", "pci", "devices")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing PCI devices: %w", err)
 	}
-	var devices []Device
+	var devices []inventory.Device
 	var enumerated []int // NVIDIA GPUs the driver enumerates, for Index
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		addr, ok := CanonicalPCIAddress(e.Name())
+		addr, ok := inventory.CanonicalPCIAddress(e.Name())
 		if !ok {
 			continue
 		}
@@ -133,21 +141,21 @@ func (s *SysfsSource) Load(ctx context.Context) ([]Device, error) {
 	}
 	// NVML, and so nvidia-smi, numbers the GPUs the driver shows in PCI
 	// address order.
-	slices.SortFunc(enumerated, func(a, b int) int { return comparePCI(devices[a].BusID, devices[b].BusID) })
+	slices.SortFunc(enumerated, func(a, b int) int { return inventory.ComparePCI(devices[a].BusID, devices[b].BusID) })
 	for i, di := range enumerated {
-		devices[di].Index = ptr(int64(i))
+		devices[di].Index = new(int64(i))
 	}
 	return devices, nil
 }
 
 // gpu describes a GPU; listed reports whether NVIDIA's driver enumerates it.
-func (s *SysfsSource) gpu(path, addr string, vendor uint64) (d Device, listed bool) {
-	d = Device{Type: TypeGPU, BusID: addr, NUMANode: readNUMA(path), Healthy: true}
+func (s *Source) gpu(path, addr string, vendor uint64) (d inventory.Device, listed bool) {
+	d = inventory.Device{Type: inventory.TypeGPU, BusID: addr, NUMANode: readNUMA(path), Healthy: true}
 	if vendor == pciVendorAMD {
-		d.Vendor, d.ID = VendorAMD, addr
+		d.Vendor, d.ID = inventory.VendorAMD, addr
 		return d, false
 	}
-	d.Vendor = VendorNVIDIA
+	d.Vendor = inventory.VendorNVIDIA
 	infoPath := filepath.Join(s.proc, "driver", "nvidia", "gpus", addr, "information")
 	info, err := readNVIDIAInfo(infoPath)
 	if err != nil {
@@ -175,7 +183,7 @@ type nvidiaInfo struct {
 // "Key: value". Its UUID reads as question marks until the GPU has been
 // initialised (no persistence mode); it is then unknown.
 func readNVIDIAInfo(path string) (nvidiaInfo, error) {
-	content, err := readLimited(path, 64<<10)
+	content, err := decode.ReadLimited(path, 64<<10, 0)
 	if err != nil {
 		return nvidiaInfo{}, err
 	}
@@ -212,8 +220,8 @@ var (
 )
 
 // rdma describes an RDMA NIC's physical function and its VFs.
-func rdma(path, addr string) Device {
-	d := Device{Type: TypeRDMA, ID: addr, BusID: addr, NUMANode: readNUMA(path), Healthy: true}
+func rdma(path, addr string) inventory.Device {
+	d := inventory.Device{Type: inventory.TypeRDMA, ID: addr, BusID: addr, NUMANode: readNUMA(path), Healthy: true}
 	ibdevs, _ := os.ReadDir(filepath.Join(path, "infiniband"))
 	for _, ib := range ibdevs {
 		if m := ibdevMinor.FindStringSubmatch(ib.Name()); m != nil && d.Minor == nil {
@@ -246,7 +254,7 @@ func rdma(path, addr string) Device {
 		if err != nil {
 			continue
 		}
-		vfAddr, ok := CanonicalPCIAddress(filepath.Base(target))
+		vfAddr, ok := inventory.CanonicalPCIAddress(filepath.Base(target))
 		if !ok {
 			continue
 		}
@@ -254,7 +262,7 @@ func rdma(path, addr string) Device {
 	}
 	slices.SortFunc(links, func(a, b vfLink) int { return a.n - b.n })
 	for _, l := range links {
-		d.VFs = append(d.VFs, VF{BusID: l.addr, NUMANode: readNUMA(l.path)})
+		d.VFs = append(d.VFs, inventory.VF{BusID: l.addr, NUMANode: readNUMA(l.path)})
 	}
 	return d
 }

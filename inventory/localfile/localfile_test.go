@@ -1,4 +1,4 @@
-package inventory
+package localfile
 
 import (
 	"context"
@@ -8,13 +8,16 @@ import (
 	"testing"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 )
 
 // documentedExample returns the first JSON block of docs/inventory.md, so
 // that the documented format is the tested one.
 func documentedExample(t testing.TB) []byte {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "inventory.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "inventory.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,25 +30,25 @@ func documentedExample(t testing.TB) []byte {
 }
 
 func TestParseFileReadsTheDocumentedExample(t *testing.T) {
-	devices, err := ParseFile(documentedExample(t))
+	devices, err := Parse(documentedExample(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalLines(t, "devices", describeAll(devices), []string{
-		"gpu id=" + uuid0 + " vendor=nvidia minor=2 index=0 bus=0000:3b:00.0 numa=0 healthy=true vfs=[] source=",
-		"gpu id=" + uuid1 + " vendor=nvidia minor=0 index=1 bus=0000:af:00.0 numa=1 healthy=false vfs=[] source=",
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(devices), []string{
+		"gpu id=" + inventorytest.GPU0 + " vendor=nvidia minor=2 index=0 bus=0000:3b:00.0 numa=0 healthy=true vfs=[] source=",
+		"gpu id=" + inventorytest.GPU1 + " vendor=nvidia minor=0 index=1 bus=0000:af:00.0 numa=1 healthy=false vfs=[] source=",
 		"rdma id=0000:d8:00.0 vendor= minor=0 index=? bus=0000:d8:00.0 numa=1 healthy=true vfs=[0000:d8:00.2@? 0000:d8:00.3@1] source=",
 		"fpga id=fpga-0 vendor= minor=? index=? bus=0000:5e:00.0 numa=? healthy=true vfs=[] source=",
 	})
 }
 
 func TestParseFileWritesPCIAddressesInSysfsForm(t *testing.T) {
-	devices, err := ParseFile([]byte(`{"devices":[{"type":"rdma","id":"0000:D8:00.0","vfs":[{"busID":"00000000:D8:00.2"}]},
+	devices, err := Parse([]byte(`{"devices":[{"type":"rdma","id":"0000:D8:00.0","vfs":[{"busID":"00000000:D8:00.2"}]},
 		{"type":"gpu","id":"GPU-x","busID":"3b:00.0"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalLines(t, "devices", describeAll(devices), []string{
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(devices), []string{
 		"rdma id=0000:d8:00.0 vendor= minor=? index=? bus=0000:d8:00.0 numa=? healthy=true vfs=[0000:d8:00.2@?] source=",
 		"gpu id=GPU-x vendor= minor=? index=? bus=0000:3b:00.0 numa=? healthy=true vfs=[] source=",
 	})
@@ -68,9 +71,9 @@ func TestParseFileRejectsMistakesWithAMessageSayingWhere(t *testing.T) {
 		{"not an object", `[]`, "cannot unmarshal array"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseFile([]byte(tc.file))
+			_, err := Parse([]byte(tc.file))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("ParseFile() error = %v, want one containing %q", err, tc.want)
+				t.Errorf("Parse() error = %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
@@ -78,22 +81,22 @@ func TestParseFileRejectsMistakesWithAMessageSayingWhere(t *testing.T) {
 
 func TestFileSourceReloadsTheFileWhenItChanges(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "inventory.json")
-	writeFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":0}]}`)
-	inv := New(Options{Sources: []Source{NewFileSource(path, 0)}, Logger: logrus.New()})
+	inventorytest.WriteFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":0}]}`)
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{New(path, 0)}, Logger: logrus.New()})
 	inv.Refresh(context.Background())
 	if got := inv.Topology("GPU-1"); len(got) != 1 || got[0] != 0 {
 		t.Fatalf("Topology(GPU-1) = %v, want [0]", got)
 	}
 
 	changed := inv.Changed()
-	writeFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":1},{"type":"gpu","id":"GPU-2"}]}`)
+	inventorytest.WriteFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":1},{"type":"gpu","id":"GPU-2"}]}`)
 	inv.Refresh(context.Background())
 	select {
 	case <-changed:
 	default:
 		t.Fatal("the snapshot did not change after the file did")
 	}
-	equalLines(t, "devices", describeAll(inv.Devices()), []string{
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Devices()), []string{
 		"gpu id=GPU-1 vendor= minor=? index=? bus= numa=1 healthy=true vfs=[] source=file",
 		"gpu id=GPU-2 vendor= minor=? index=? bus= numa=? healthy=true vfs=[] source=file",
 	})
@@ -101,38 +104,38 @@ func TestFileSourceReloadsTheFileWhenItChanges(t *testing.T) {
 
 func TestFileSourceKeepsTheLastGoodInventoryWhenTheFileIsMalformed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "inventory.json")
-	writeFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":0}]}`)
-	log, hook := quietLogger()
-	inv := New(Options{Sources: []Source{NewFileSource(path, 0)}, Logger: log})
+	inventorytest.WriteFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":0}]}`)
+	log, hook := inventorytest.QuietLogger()
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{New(path, 0)}, Logger: log})
 	inv.Refresh(context.Background())
 	good := inv.Snapshot()
 
-	writeFile(t, path, "{\"devices\": [\n{\"type\": \"gpu\", \"id\": \"GPU-1\", \"numaNode\": 0,}]}")
+	inventorytest.WriteFile(t, path, "{\"devices\": [\n{\"type\": \"gpu\", \"id\": \"GPU-1\", \"numaNode\": 0,}]}")
 	inv.Refresh(context.Background())
 	inv.Refresh(context.Background()) // the same error is logged once
 	if inv.Snapshot() != good {
-		t.Errorf("a malformed file replaced the inventory: %q", describeAll(inv.Devices()))
+		t.Errorf("a malformed file replaced the inventory: %q", inventorytest.DescribeAll(inv.Devices()))
 	}
-	errs := entriesAt(hook, logrus.ErrorLevel)
+	errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel)
 	if len(errs) != 1 || !strings.Contains(errs[0], path) || !strings.Contains(errs[0], "line 2") || !strings.Contains(errs[0], "last good") {
 		t.Errorf("errors logged = %q, want one naming the file, the line and that the last good answer is kept", errs)
 	}
 
-	writeFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":1}]}`)
+	inventorytest.WriteFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":1}]}`)
 	inv.Refresh(context.Background())
 	if got := inv.Topology("GPU-1"); len(got) != 1 || got[0] != 1 {
 		t.Errorf("after the fix Topology(GPU-1) = %v, want [1]", got)
 	}
-	if infos := entriesAt(hook, logrus.InfoLevel); !strings.Contains(strings.Join(infos, "\n"), "answers again") {
+	if infos := inventorytest.EntriesAt(hook, logrus.InfoLevel); !strings.Contains(strings.Join(infos, "\n"), "answers again") {
 		t.Errorf("no recovery logged; info lines: %q", infos)
 	}
 }
 
 func TestFileSourceMissingFileMeansNoDevices(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "inventory.json")
-	writeFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1"}]}`)
-	log, hook := quietLogger()
-	inv := New(Options{Sources: []Source{NewFileSource(path, 0)}, Logger: log})
+	inventorytest.WriteFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1"}]}`)
+	log, hook := inventorytest.QuietLogger()
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{New(path, 0)}, Logger: log})
 	inv.Refresh(context.Background())
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
@@ -141,10 +144,10 @@ func TestFileSourceMissingFileMeansNoDevices(t *testing.T) {
 	if n := len(inv.Devices()); n != 0 {
 		t.Errorf("%d devices after the file was removed, want 0", n)
 	}
-	if errs := entriesAt(hook, logrus.ErrorLevel); len(errs) != 0 {
+	if errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel); len(errs) != 0 {
 		t.Errorf("a missing file was logged as an error: %q", errs)
 	}
-	if infos := strings.Join(entriesAt(hook, logrus.InfoLevel), "\n"); !strings.Contains(infos, "does not exist") {
+	if infos := strings.Join(inventorytest.EntriesAt(hook, logrus.InfoLevel), "\n"); !strings.Contains(infos, "does not exist") {
 		t.Errorf("info lines %q do not say the file does not exist", infos)
 	}
 }

@@ -1,4 +1,9 @@
-package inventory
+// Package publish writes the device inventory serve sees to a file in its
+// state directory (docs/inventory.md), and reads it back, for the commands
+// that cannot ask the daemon: inspect and query --sources read it to say
+// on which NUMA node a device is and which source said so. The file is
+// replaced atomically at start and after every change.
+package publish
 
 import (
 	"context"
@@ -12,26 +17,29 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/inventory/internal/decode"
 )
 
-// PublishedFileName is the name of the file, in serve's state directory,
+// FileName is the name of the file, in serve's state directory,
 // that holds the inventory as serve last saw it (docs/inventory.md).
-const PublishedFileName = "inventory.json"
+const FileName = "inventory.json"
 
-// PublishedVersion is the version of the published file's format. It
+// Version is the version of the published file's format. It
 // changes when a field is removed or changes meaning; readers ignore fields
 // they do not know, so adding one does not change it.
-const PublishedVersion = 1
+const Version = 1
 
-// Published is the inventory as the daemon published it for readers that
+// File is the inventory as the daemon published it for readers that
 // cannot ask it: `podres-proxy inspect` and `query --sources` read it to say
 // on which NUMA node a device is and which source said so.
-type Published struct {
-	// Version is PublishedVersion when written.
+type File struct {
+	// Version is Version when written.
 	Version int `json:"version"`
 	// WrittenAt is when the daemon wrote the file: at start and after every
 	// change of the inventory.
@@ -41,19 +49,23 @@ type Published struct {
 	Sources []string `json:"sources"`
 	// Devices are the merged inventory, each with the source that reported
 	// it and the source of its NUMA node.
-	Devices []Device `json:"devices"`
+	Devices []inventory.Device `json:"devices"`
 }
 
 // Snapshot returns a snapshot of the published devices, to look them up by
 // id as the daemon did.
-func (p *Published) Snapshot() *Snapshot { return NewSnapshot(p.Devices) }
+func (p *File) Snapshot() *inventory.Snapshot { return inventory.NewSnapshot(p.Devices) }
 
-// ReadPublished reads a published file. It takes no lock: the file is
+// maxFileSize bounds what Read reads: an inventory of a few hundred devices
+// is a few tens of KiB.
+const maxFileSize = 4 << 20
+
+// Read reads a published file. It takes no lock: the file is
 // replaced by a rename, so it is always complete. A file of another version
 // is an error, not a guess. It lives in the state directory, so a symbolic
 // link planted there is not followed (inspect and query run as root).
-func ReadPublished(path string) (*Published, error) {
-	data, err := readLimitedFlags(path, maxFileSize, syscall.O_NOFOLLOW|syscall.O_NONBLOCK)
+func Read(path string) (*File, error) {
+	data, err := decode.ReadLimited(path, maxFileSize, syscall.O_NOFOLLOW|syscall.O_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}
@@ -61,34 +73,34 @@ func ReadPublished(path string) (*Published, error) {
 		Version *int `json:"version"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, jsonError(data, err))
+		return nil, fmt.Errorf("%s: %w", path, decode.JSONError(data, err))
 	}
-	if head.Version == nil || *head.Version != PublishedVersion {
+	if head.Version == nil || *head.Version != Version {
 		v := "none"
 		if head.Version != nil {
 			v = fmt.Sprint(*head.Version)
 		}
-		return nil, fmt.Errorf("%s: version %s, this podres-proxy reads version %d", path, v, PublishedVersion)
+		return nil, fmt.Errorf("%s: version %s, this podres-proxy reads version %d", path, v, Version)
 	}
-	var p Published
+	var p File
 	if err := json.Unmarshal(data, &p); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, jsonError(data, err))
+		return nil, fmt.Errorf("%s: %w", path, decode.JSONError(data, err))
 	}
 	return &p, nil
 }
 
-// WritePublished writes p to path atomically, so that readers without a
+// Write writes p to path atomically, so that readers without a
 // lock see the old content or the new one: a temporary file in the same
 // directory is written and fsynced, renamed over path, and the directory is
 // fsynced. The file is indented JSON with a final newline, mode 0640 like
 // the state store's records.
-func WritePublished(path string, p *Published) (err error) {
+func Write(path string, p *File) (err error) {
 	c := *p
 	if c.Sources == nil {
 		c.Sources = []string{}
 	}
 	if c.Devices == nil {
-		c.Devices = []Device{}
+		c.Devices = []inventory.Device{}
 	}
 	data, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
@@ -101,16 +113,6 @@ func WritePublished(path string, p *Published) (err error) {
 	return atomicfile.SyncDir(filepath.Dir(path))
 }
 
-// Sources returns the names of the inventory's sources, highest precedence
-// first.
-func (inv *Inventory) Sources() []string {
-	names := make([]string, len(inv.sources))
-	for i, s := range inv.sources {
-		names[i] = s.src.Name()
-	}
-	return names
-}
-
 // Retry delays of a Publisher whose write failed.
 const (
 	publishRetryMin = time.Second
@@ -121,22 +123,27 @@ const (
 // publishes once before serving, so that readers find the inventory as soon
 // as the daemon is ready, then runs it to publish every change.
 type Publisher struct {
-	inv      *Inventory
+	inv      *inventory.Inventory
 	path     string
+	log      logrus.FieldLogger
 	clock    clock.PassiveClock
 	retryMin time.Duration
 
-	mu      sync.Mutex // serializes writes and guards the fields below
-	last    *Snapshot  // the snapshot the file holds; nil before the first write
-	lastErr string     // the last write error logged, to log changes only
+	mu      sync.Mutex          // serializes writes and guards the fields below
+	last    *inventory.Snapshot // the snapshot the file holds; nil before the first write
+	lastErr string              // the last write error logged, to log changes only
 
 	// written, when set (by tests), is called after each write attempt.
-	written func(*Snapshot, error)
+	written func(*inventory.Snapshot, error)
 }
 
-// NewPublisher returns a Publisher writing inv's snapshots to path.
-func NewPublisher(inv *Inventory, path string) *Publisher {
-	return &Publisher{inv: inv, path: path, clock: clock.RealClock{}, retryMin: publishRetryMin}
+// New returns a Publisher writing inv's snapshots to path and logging its
+// failures to log; nil means logrus's standard logger.
+func New(inv *inventory.Inventory, path string, log logrus.FieldLogger) *Publisher {
+	if log == nil {
+		log = logrus.StandardLogger()
+	}
+	return &Publisher{inv: inv, path: path, log: log, clock: clock.RealClock{}, retryMin: publishRetryMin}
 }
 
 // Publish writes the current snapshot unless the file already holds it.
@@ -152,8 +159,8 @@ func (p *Publisher) Publish() error {
 	if p.last == nil {
 		p.removeTemporaryFiles()
 	}
-	err := WritePublished(p.path, &Published{
-		Version:   PublishedVersion,
+	err := Write(p.path, &File{
+		Version:   Version,
 		WrittenAt: p.clock.Now().UTC(),
 		Sources:   p.inv.Sources(),
 		Devices:   snap.Devices(),
@@ -161,11 +168,11 @@ func (p *Publisher) Publish() error {
 	if err == nil {
 		p.last = snap
 		if p.lastErr != "" {
-			p.inv.log.WithField("file", p.path).Info("inventory file written again")
+			p.log.WithField("file", p.path).Info("inventory file written again")
 		}
 		p.lastErr = ""
 	} else if msg := err.Error(); msg != p.lastErr {
-		p.inv.log.WithError(err).WithField("file", p.path).Error("cannot write the inventory file for inspect and query; retrying")
+		p.log.WithError(err).WithField("file", p.path).Error("cannot write the inventory file for inspect and query; retrying")
 		p.lastErr = msg
 	}
 	if p.written != nil {
@@ -182,7 +189,7 @@ func (p *Publisher) removeTemporaryFiles() {
 	stale, _ := filepath.Glob(filepath.Join(dir, atomicfile.TempPattern(name)))
 	for _, f := range stale {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			p.inv.log.WithError(err).WithField("file", f).Warn("could not remove the temporary file of an interrupted write")
+			p.log.WithError(err).WithField("file", f).Warn("could not remove the temporary file of an interrupted write")
 		}
 	}
 }
