@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
 // Source is one place devices are learned from.
@@ -87,7 +86,8 @@ func (inv *Inventory) Sources() []string {
 	return names
 }
 
-// Snapshot returns the current inventory; never nil.
+// Snapshot returns the current inventory; never nil. Callers asking several
+// questions that must agree ask one Snapshot.
 func (inv *Inventory) Snapshot() *Snapshot { return inv.current.Load() }
 
 // Changed returns a channel that is closed the next time the snapshot
@@ -96,37 +96,6 @@ func (inv *Inventory) Changed() <-chan struct{} {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	return inv.changed
-}
-
-// Devices, Lookup, ByMinor, ByIndex, Topology and Allocatable ask the
-// current snapshot. Callers asking several questions that must agree take
-// one Snapshot and ask it instead.
-
-// Devices returns every device of the current snapshot; see Snapshot.Devices.
-func (inv *Inventory) Devices() []Device { return inv.Snapshot().Devices() }
-
-// Lookup asks the current snapshot; see Snapshot.Lookup.
-func (inv *Inventory) Lookup(id string) (Device, bool) { return inv.Snapshot().Lookup(id) }
-
-// HasType asks the current snapshot; see Snapshot.HasType.
-func (inv *Inventory) HasType(typ string) bool { return inv.Snapshot().HasType(typ) }
-
-// ByMinor asks the current snapshot; see Snapshot.ByMinor.
-func (inv *Inventory) ByMinor(typ string, minor int64) (Device, bool) {
-	return inv.Snapshot().ByMinor(typ, minor)
-}
-
-// ByIndex asks the current snapshot; see Snapshot.ByIndex.
-func (inv *Inventory) ByIndex(typ string, index int64) (Device, bool) {
-	return inv.Snapshot().ByIndex(typ, index)
-}
-
-// Topology asks the current snapshot; see Snapshot.Topology.
-func (inv *Inventory) Topology(id string) []int64 { return inv.Snapshot().Topology(id) }
-
-// Allocatable asks the current snapshot; see Snapshot.Allocatable.
-func (inv *Inventory) Allocatable(names ResourceNames) []*podresourcesv1.ContainerDevices {
-	return inv.Snapshot().Allocatable(names)
 }
 
 // Refresh loads every source once, concurrently, and returns when all have

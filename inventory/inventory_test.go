@@ -23,13 +23,13 @@ func TestRunReloadsSourcesAtTheirIntervalAndStopsWhenCancelled(t *testing.T) {
 
 	src.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-1", Healthy: true}}}
 	<-changed
-	if _, ok := inv.Lookup("GPU-1"); !ok {
+	if _, ok := inv.Snapshot().Lookup("GPU-1"); !ok {
 		t.Fatal("the first answer is not in the inventory")
 	}
 	changed = inv.Changed()
 	src.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-2", Healthy: true}}}
 	<-changed
-	if _, ok := inv.Lookup("GPU-2"); !ok {
+	if _, ok := inv.Snapshot().Lookup("GPU-2"); !ok {
 		t.Fatal("the second answer, loaded on the ticker, is not in the inventory")
 	}
 
@@ -66,7 +66,7 @@ func TestASourceThatPanicsIsLoggedAndTheOthersServe(t *testing.T) {
 	log, hook := inventorytest.QuietLogger()
 	inv := inventory.New(inventory.Options{Sources: []inventory.Source{bad, good}, Logger: log})
 	inv.Refresh(context.Background())
-	if _, ok := inv.Lookup("GPU-1"); !ok {
+	if _, ok := inv.Snapshot().Lookup("GPU-1"); !ok {
 		t.Error("the good source's device is missing")
 	}
 	if errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel); len(errs) != 1 || !strings.Contains(errs[0], "panicked: index out of range") {
@@ -109,7 +109,7 @@ func TestRunAfterRefreshDoesNotLoadAgainAtOnce(t *testing.T) {
 	if n := src.Loads(); n != 1 {
 		t.Errorf("%d loads for Refresh then Run, want 1", n)
 	}
-	if _, ok := inv.Lookup("GPU-1"); !ok {
+	if _, ok := inv.Snapshot().Lookup("GPU-1"); !ok {
 		t.Error("the device Refresh loaded is gone")
 	}
 }
@@ -122,7 +122,7 @@ func TestNUMASourceNamesTheSourceThatGaveTheNodeNotTheOneThatGaveTheDevice(t *te
 		"0000:d8:00.2":     "source=device-cr numa=1 from sysfs",     // the Device object left the VF's node out
 		"0000:d8:00.3":     "source=device-cr numa=0 from device-cr", // it wins over sysfs where it says one
 	} {
-		d, ok := inv.Lookup(id)
+		d, ok := inv.Snapshot().Lookup(id)
 		if !ok {
 			t.Fatalf("Lookup(%s) found nothing", id)
 		}

@@ -61,7 +61,7 @@ func TestMergedInventoryTakesEachFieldFromTheFirstSourceThatKnowsIt(t *testing.T
 	inv := inventory.New(inventory.Options{Sources: []inventory.Source{deviceCR, file, sysfs}, Logger: logrus.New()})
 	inv.Refresh(context.Background())
 
-	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Devices()), []string{
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Snapshot().Devices()), []string{
 		"fpga id=fpga-0 vendor= minor=? index=? bus= numa=? healthy=true vfs=[] source=file",
 		"gpu id=" + inventorytest.GPU0 + " vendor=nvidia minor=2 index=7 bus=0000:3b:00.0 numa=0 healthy=false vfs=[] source=device-cr",
 		"gpu id=" + inventorytest.GPU1 + " vendor= minor=? index=? bus=0000:af:00.0 numa=1 healthy=true vfs=[] source=sysfs",

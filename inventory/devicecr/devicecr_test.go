@@ -150,13 +150,13 @@ func TestDeviceCRNotFoundMeansNoDevicesAndAnInfoLine(t *testing.T) {
 	log, hook := inventorytest.QuietLogger()
 	inv := inventory.New(inventory.Options{Sources: []inventory.Source{api.source(t)}, Logger: log})
 	inv.Refresh(context.Background())
-	if n := len(inv.Devices()); n != 3 {
+	if n := len(inv.Snapshot().Devices()); n != 3 {
 		t.Fatalf("%d devices, want 3", n)
 	}
 
 	api.answer(http.StatusNotFound, statusJSON(404, "NotFound", `devices.scheduling.koordinator.sh \"node-1\" not found`))
 	inv.Refresh(context.Background())
-	if n := len(inv.Devices()); n != 0 {
+	if n := len(inv.Snapshot().Devices()); n != 0 {
 		t.Errorf("%d devices after the Device object was deleted, want 0", n)
 	}
 	if errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel); len(errs) != 0 {
@@ -178,7 +178,7 @@ func TestDeviceCRForbiddenLogsTheMissingRBACRuleAndTheOtherSourcesKeepServing(t 
 	inv := inventory.New(inventory.Options{Sources: []inventory.Source{api.source(t), file}, Logger: log})
 	inv.Refresh(context.Background())
 
-	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Devices()), []string{
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Snapshot().Devices()), []string{
 		"gpu id=GPU-1 vendor= minor=? index=? bus= numa=0 healthy=true vfs=[] source=file",
 	})
 	errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel)
@@ -217,7 +217,7 @@ func TestDeviceCRFailuresKeepTheLastGoodAnswer(t *testing.T) {
 			tc.fail(api)
 			inv.Refresh(context.Background())
 			if inv.Snapshot() != good {
-				t.Errorf("the inventory changed: %q", inventorytest.DescribeAll(inv.Devices()))
+				t.Errorf("the inventory changed: %q", inventorytest.DescribeAll(inv.Snapshot().Devices()))
 			}
 			if errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel); len(errs) != 1 || !strings.Contains(errs[0], tc.error) {
 				t.Errorf("errors logged = %q, want one containing %q", errs, tc.error)

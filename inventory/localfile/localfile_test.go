@@ -84,7 +84,7 @@ func TestFileSourceReloadsTheFileWhenItChanges(t *testing.T) {
 	inventorytest.WriteFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":0}]}`)
 	inv := inventory.New(inventory.Options{Sources: []inventory.Source{New(path, 0)}, Logger: logrus.New()})
 	inv.Refresh(context.Background())
-	if got := inv.Topology("GPU-1"); len(got) != 1 || got[0] != 0 {
+	if got := inv.Snapshot().Topology("GPU-1"); len(got) != 1 || got[0] != 0 {
 		t.Fatalf("Topology(GPU-1) = %v, want [0]", got)
 	}
 
@@ -96,7 +96,7 @@ func TestFileSourceReloadsTheFileWhenItChanges(t *testing.T) {
 	default:
 		t.Fatal("the snapshot did not change after the file did")
 	}
-	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Devices()), []string{
+	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Snapshot().Devices()), []string{
 		"gpu id=GPU-1 vendor= minor=? index=? bus= numa=1 healthy=true vfs=[] source=file",
 		"gpu id=GPU-2 vendor= minor=? index=? bus= numa=? healthy=true vfs=[] source=file",
 	})
@@ -114,7 +114,7 @@ func TestFileSourceKeepsTheLastGoodInventoryWhenTheFileIsMalformed(t *testing.T)
 	inv.Refresh(context.Background())
 	inv.Refresh(context.Background()) // the same error is logged once
 	if inv.Snapshot() != good {
-		t.Errorf("a malformed file replaced the inventory: %q", inventorytest.DescribeAll(inv.Devices()))
+		t.Errorf("a malformed file replaced the inventory: %q", inventorytest.DescribeAll(inv.Snapshot().Devices()))
 	}
 	errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel)
 	if len(errs) != 1 || !strings.Contains(errs[0], path) || !strings.Contains(errs[0], "line 2") || !strings.Contains(errs[0], "last good") {
@@ -123,7 +123,7 @@ func TestFileSourceKeepsTheLastGoodInventoryWhenTheFileIsMalformed(t *testing.T)
 
 	inventorytest.WriteFile(t, path, `{"devices":[{"type":"gpu","id":"GPU-1","numaNode":1}]}`)
 	inv.Refresh(context.Background())
-	if got := inv.Topology("GPU-1"); len(got) != 1 || got[0] != 1 {
+	if got := inv.Snapshot().Topology("GPU-1"); len(got) != 1 || got[0] != 1 {
 		t.Errorf("after the fix Topology(GPU-1) = %v, want [1]", got)
 	}
 	if infos := inventorytest.EntriesAt(hook, logrus.InfoLevel); !strings.Contains(strings.Join(infos, "\n"), "answers again") {
@@ -141,7 +141,7 @@ func TestFileSourceMissingFileMeansNoDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv.Refresh(context.Background())
-	if n := len(inv.Devices()); n != 0 {
+	if n := len(inv.Snapshot().Devices()); n != 0 {
 		t.Errorf("%d devices after the file was removed, want 0", n)
 	}
 	if errs := inventorytest.EntriesAt(hook, logrus.ErrorLevel); len(errs) != 0 {

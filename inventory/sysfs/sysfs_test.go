@@ -49,7 +49,7 @@ func TestSysfsFixtureGivesTheAllocatableAnswerAndTopology(t *testing.T) {
 	inv := inventory.New(inventory.Options{Sources: []inventory.Source{node.source(nil)}, Logger: logrus.New()})
 	inv.Refresh(context.Background())
 
-	inventorytest.EqualLines(t, "allocatable", inventorytest.Render(t, inv.Allocatable(inventory.DefaultResourceNames())), []string{
+	inventorytest.EqualLines(t, "allocatable", inventorytest.Render(t, inv.Snapshot().Allocatable(inventory.DefaultResourceNames())), []string{
 		"koordinator.sh/rdma 0000:d8:00.2 numa=1",
 		"koordinator.sh/rdma 0000:d8:00.3 numa=1",
 		"nvidia.com/gpu " + inventorytest.GPU0 + " numa=0",
@@ -63,7 +63,7 @@ func TestSysfsFixtureGivesTheAllocatableAnswerAndTopology(t *testing.T) {
 		"GPU-unknown":      "",
 	} {
 		var got []string
-		for _, n := range inv.Topology(id) {
+		for _, n := range inv.Snapshot().Topology(id) {
 			got = append(got, string(rune('0'+n)))
 		}
 		if strings.Join(got, ",") != want {
@@ -72,10 +72,10 @@ func TestSysfsFixtureGivesTheAllocatableAnswerAndTopology(t *testing.T) {
 	}
 	inventorytest.EqualLines(t, "List entries of a VF", inventorytest.Render(t, inv.Snapshot().ContainerDevices("koordinator.sh/rdma", "0000:d8:00.2")),
 		[]string{"koordinator.sh/rdma 0000:d8:00.2 numa=1"})
-	if d, ok := inv.ByMinor(inventory.TypeGPU, 0); !ok || d.ID != inventorytest.GPU1 {
+	if d, ok := inv.Snapshot().ByMinor(inventory.TypeGPU, 0); !ok || d.ID != inventorytest.GPU1 {
 		t.Errorf("ByMinor(gpu, 0) = %s, %v; want the GPU at 0000:af:00.0", inventorytest.Describe(d), ok)
 	}
-	if d, ok := inv.ByIndex(inventory.TypeGPU, 0); !ok || d.ID != inventorytest.GPU0 {
+	if d, ok := inv.Snapshot().ByIndex(inventory.TypeGPU, 0); !ok || d.ID != inventorytest.GPU0 {
 		t.Errorf("ByIndex(gpu, 0) = %s, %v; want the GPU at 0000:3b:00.0 (first in PCI order)", inventorytest.Describe(d), ok)
 	}
 }
