@@ -18,6 +18,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
+	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -62,14 +63,14 @@ type serveConfig struct {
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	c := &serveConfig{}
 	fs := newFlagSet("serve", stderr)
-	fs.StringVar(&c.socket, "socket", defaultSocket, "where to serve the PodResources API; consumers mount its directory in place of /var/lib/kubelet/pod-resources")
-	fs.StringVar(&c.kubeletSocket, "kubelet-socket", defaultKubeletSocket, "the kubelet's PodResources socket (path or unix:// URL)")
+	fs.StringVar(&c.socket, "socket", cmdline.DefaultSocket, "where to serve the PodResources API; consumers mount its directory in place of /var/lib/kubelet/pod-resources")
+	fs.StringVar(&c.kubeletSocket, "kubelet-socket", cmdline.DefaultKubeletSocket, "the kubelet's PodResources socket (path or unix:// URL)")
 	fs.StringVar(&c.podsURL, "kubelet-pods-url", "", "the kubelet's /pods endpoint (default https://$NODE_IP:10250/pods; http://127.0.0.1:10255/pods for the read-only port)")
 	fs.StringVar(&c.tokenFile, "kubelet-token-file", defaultTokenFile, "bearer token for /pods, re-read when it changes; the default service-account token is sent only when the file exists")
 	fs.StringVar(&c.caFile, "kubelet-ca-file", "", "CA bundle to verify the kubelet's serving certificate (default the system roots)")
 	fs.BoolVar(&c.insecureTLS, "kubelet-insecure-tls", false, "do not verify the kubelet's serving certificate (self-signed kubelet certificates)")
 	fs.DurationVar(&c.podsTimeout, "kubelet-pods-timeout", 5*time.Second, "time limit for one /pods read")
-	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir, "the persisted state store (one JSON file per pod) and inventory.json, the device inventory for inspect and query --sources")
+	fs.StringVar(&c.stateDir, "state-dir", cmdline.DefaultStateDir, "the persisted state store (one JSON file per pod) and inventory.json, the device inventory for inspect and query --sources")
 	fs.DurationVar(&c.pruneAfter, "prune-after", state.DefaultPruneAfter, "how long removed pods stay in the state store")
 	fs.StringVar(&c.nriSocket, "nri-socket", defaultNRISocket, "the runtime's NRI socket; empty disables the NRI plugin")
 	fs.StringVar(&c.nriName, "nri-plugin-name", "podres-proxy", "NRI plugin name (ignored when the runtime launches the plugin)")
@@ -107,11 +108,11 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.migResource, "mig-resource-name", "", "resource name MIG instances (MIG-<uuid>) are reported as, e.g. nvidia.com/mig-1g.10gb (DCGM exporter matches nvidia.com/gpu and nvidia.com/mig-*); empty: their GPU's (--gpu-resource-name)")
 	fs.StringVar(&c.deviceInfoDir, "device-info-dir", devinfo.DefaultDir, "where to write the NPWG device-info files of the VFs and RDMA devices pods are answered with, which Multus copies into the pod's network-status; empty disables")
 	return c, func(args []string) error {
-		if err := parseFlags(fs, args); err != nil {
+		if err := cmdline.Parse(fs, args); err != nil {
 			return err
 		}
 		if fs.NArg() > 0 {
-			return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+			return cmdline.Usage(fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 		}
 		fs.Visit(func(f *flag.Flag) {
 			if f.Name == "kubelet-token-file" {
@@ -175,15 +176,15 @@ func (c *serveConfig) trustedSchedulers() (map[string][]string, error) {
 // combination of flags.
 func (c *serveConfig) complete() error {
 	if _, err := c.trustedSchedulers(); err != nil {
-		return usageError{err}
+		return cmdline.Usage(err)
 	}
 	if c.maxDevicesPerPod <= 0 {
-		return usageError{fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod)}
+		return cmdline.Usage(fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod))
 	}
 	if c.podsURL == "" {
 		ip := os.Getenv("NODE_IP")
 		if ip == "" {
-			return usageError{errors.New("set --kubelet-pods-url, or NODE_IP (the downward API's status.hostIP) for the default https://$NODE_IP:10250/pods")}
+			return cmdline.Usage(errors.New("set --kubelet-pods-url, or NODE_IP (the downward API's status.hostIP) for the default https://$NODE_IP:10250/pods"))
 		}
 		c.podsURL = "https://" + net.JoinHostPort(ip, "10250") + "/pods"
 	}
@@ -193,13 +194,13 @@ func (c *serveConfig) complete() error {
 		}
 	}
 	if c.qps < 0 || c.burst < 0 {
-		return usageError{errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative")}
+		return cmdline.Usage(errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative"))
 	}
 	if c.sharedGPUIDs != sharedGPUIDsSlot && c.sharedGPUIDs != sharedGPUIDsUUID {
-		return usageError{fmt.Errorf("--shared-gpu-ids %q: want %s or %s", c.sharedGPUIDs, sharedGPUIDsSlot, sharedGPUIDsUUID)}
+		return cmdline.Usage(fmt.Errorf("--shared-gpu-ids %q: want %s or %s", c.sharedGPUIDs, sharedGPUIDsSlot, sharedGPUIDsUUID))
 	}
 	if c.maxConns < 1 || c.requestTimeout <= 0 {
-		return usageError{errors.New("--max-connections and --request-timeout must be positive")}
+		return cmdline.Usage(errors.New("--max-connections and --request-timeout must be positive"))
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,11 +13,13 @@ import (
 
 	"flag"
 
-	"github.com/spf13/pflag"
+	"github.com/podres-proxy/podres-proxy/internal/cmdline"
+	"github.com/podres-proxy/podres-proxy/internal/inspect"
+	"github.com/podres-proxy/podres-proxy/internal/query"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's
-// name and returns an error to print; a usageError also prints the usage.
+// name and returns an error to print; a cmdline.UsageError exits with 2.
 type command struct {
 	name    string
 	summary string
@@ -28,14 +29,11 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the proxy, the NRI plugin and the CRI reconciler", runServe},
-		{"inspect", "print the state store (works while serve runs)", runInspect},
-		{"query", "ask a PodResources socket: list | get NAMESPACE/NAME | allocatable", runQuery},
+		{"inspect", "print the state store (works while serve runs)", inspect.Run},
+		{"query", "ask a PodResources socket: list | get NAMESPACE/NAME | allocatable", query.Run},
 		{"version", "print the version", runVersion},
 	}
 }
-
-// usageError marks a mistake in the command line: exit status 2.
-type usageError struct{ error }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -56,20 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], stdout, stderr)
-		var ue usageError
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp), errors.Is(err, pflag.ErrHelp):
-			return 0
-		case errors.As(err, &ue):
-			fmt.Fprintf(stderr, "podres-proxy %s: %v\n", c.name, err)
-			return 2
-		default:
-			fmt.Fprintf(stderr, "podres-proxy %s: %v\n", c.name, err)
-			return 1
-		}
+		return cmdline.ExitCode(c.name, c.run(ctx, args[1:], stdout, stderr), stderr)
 	}
 	fmt.Fprintf(stderr, "podres-proxy: unknown command %q\n", args[0])
 	usage(stderr)
@@ -88,37 +73,9 @@ func usage(w io.Writer) {
 
 // newFlagSet returns a flag set that reports errors instead of exiting.
 // serve's flags use it: their names and -h are an interface the deployment
-// files and their tests read.
+// files and their tests read. inspect and query use cmdline.NewFlagSet.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("podres-proxy "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
-}
-
-// newCommandFlagSet returns a flag set for the commands that take
-// positional arguments (inspect, query): pflag's, so that flags may come
-// before, between or after them, as with kubectl.
-func newCommandFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("podres-proxy "+name, pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-// parseFlags parses args, turning flag errors into usage errors.
-func parseFlags(fs interface{ Parse([]string) error }, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) || errors.Is(err, pflag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	return nil
-}
-
-// checkOutput validates an -o flag.
-func checkOutput(output string) error {
-	if output != "table" && output != "json" {
-		return usageError{fmt.Errorf("unknown output format %q (want table or json)", output)}
-	}
-	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
+	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/inventory/localfile"
@@ -37,13 +38,10 @@ import (
 )
 
 const (
-	defaultSocket        = "/var/run/podres-proxy/pod-resources/kubelet.sock"
-	defaultKubeletSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
-	defaultTokenFile     = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	defaultStateDir      = "/var/lib/podres-proxy"
-	defaultNRISocket     = "/var/run/nri/nri.sock"
-	defaultCRISocket     = "unix:///run/containerd/containerd.sock"
-	defaultMetricsAddr   = "127.0.0.1:9477"
+	defaultTokenFile   = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	defaultNRISocket   = "/var/run/nri/nri.sock"
+	defaultCRISocket   = "unix:///run/containerd/containerd.sock"
+	defaultMetricsAddr = "127.0.0.1:9477"
 )
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -56,7 +54,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
 	level, err := logrus.ParseLevel(c.logLevel)
 	if err != nil {
-		return usageError{fmt.Errorf("--log-level: %w", err)}
+		return cmdline.Usage(fmt.Errorf("--log-level: %w", err))
 	}
 	log.SetLevel(level)
 	return serve(ctx, c, log)
@@ -70,7 +68,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 
 	hamiResources, err := allocator.ParseResourceMap(c.hamiResources)
 	if err != nil {
-		return usageError{fmt.Errorf("--hami-resources: %w", err)}
+		return cmdline.Usage(fmt.Errorf("--hami-resources: %w", err))
 	}
 	decoders, err := allocator.NewFormats(strings.Split(c.allocators, ","), allocator.Options{
 		Koordinator:     koordinator.Options{GPUResource: c.gpuResource, RDMAResource: c.rdmaResource, FPGAResource: c.fpgaResource},
@@ -80,7 +78,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		TensorFusion:    tensorfusion.Options{Resource: c.gpuResource},
 	})
 	if err != nil {
-		return usageError{fmt.Errorf("--allocators: %w", err)}
+		return cmdline.Usage(fmt.Errorf("--allocators: %w", err))
 	}
 	allocators := allocator.NewSet(log, metrics.AnnotationError, decoders...)
 	allocators.LimitDevicesPerPod(c.maxDevicesPerPod)
@@ -89,7 +87,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	schedulers, err := c.trustedSchedulers()
 	if err != nil {
-		return usageError{err}
+		return cmdline.Usage(err)
 	}
 	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: schedulers, Log: log, OnRefuse: metrics.AllocationRefused})
 	inv, err := c.inventory(log)

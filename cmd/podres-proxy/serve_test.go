@@ -20,12 +20,21 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
+	"github.com/podres-proxy/podres-proxy/internal/tabletest"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 
 const gpuUUID = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+
+// runCmd runs podres-proxy with args and returns its exit status and output.
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
 
 // freePort returns a loopback address nothing listens on.
 func freePort(t *testing.T) string {
@@ -112,10 +121,10 @@ func TestServeAnswersQueryAndInspect(t *testing.T) {
 	if code := run(context.Background(), []string{"query", "list", "--socket", socket}, &out, &errOut); code != 0 {
 		t.Fatalf("query list exited %d: %s", code, errOut.String())
 	}
-	if !regexpLine(out.String(), "ml", "trainer", "train", "nvidia.com/gpu", gpuUUID) {
+	if !tabletest.HasLine(out.String(), "ml", "trainer", "train", "nvidia.com/gpu", gpuUUID) {
 		t.Errorf("query list does not show the GPU on the train container:\n%s", out.String())
 	}
-	if regexpLine(out.String(), "logs", "nvidia.com/gpu") {
+	if tabletest.HasLine(out.String(), "logs", "nvidia.com/gpu") {
 		t.Errorf("query list shows the GPU on the sidecar:\n%s", out.String())
 	}
 
@@ -207,23 +216,6 @@ func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
 }
 
 // regexpLine reports whether some line contains all the words in order.
-func regexpLine(text string, words ...string) bool {
-	for _, line := range strings.Split(text, "\n") {
-		rest, ok := line, true
-		for _, w := range words {
-			i := strings.Index(rest, w)
-			if i < 0 {
-				ok = false
-				break
-			}
-			rest = rest[i+len(w):]
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
 
 // syncWriter is a buffer the serve goroutine writes logs to while the test reads them.
 type syncWriter struct {
@@ -322,10 +314,10 @@ func TestServeRefusesAPodOverTheDeviceLimit(t *testing.T) {
 	if code := run(context.Background(), []string{"query", "list", "--socket", srv.socket}, &out, &errOut); code != 0 {
 		t.Fatalf("query list exited %d: %s", code, errOut.String())
 	}
-	if regexpLine(out.String(), "greedy", "GPU-") {
+	if tabletest.HasLine(out.String(), "greedy", "GPU-") {
 		t.Errorf("the pod over the limit is shown with devices:\n%s", out.String())
 	}
-	if !regexpLine(out.String(), "modest", "train", "nvidia.com/gpu", gpuUUID) {
+	if !tabletest.HasLine(out.String(), "modest", "train", "nvidia.com/gpu", gpuUUID) {
 		t.Errorf("the pod within the limit lost its GPU:\n%s", out.String())
 	}
 	if logs := srv.logs.String(); !strings.Contains(logs, "pod ml/greedy: 2 devices, 1 allowed per pod (--max-devices-per-pod)") {

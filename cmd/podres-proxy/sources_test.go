@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
+	"github.com/podres-proxy/podres-proxy/internal/provenance"
+	"github.com/podres-proxy/podres-proxy/internal/tabletest"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
@@ -42,28 +44,6 @@ func provenanceNode(t *testing.T) (socket, kubeletSocket, stateDir string) {
 	return socket, k.Socket, stateDir
 }
 
-// rows returns the lines of a table after its header, split into fields.
-func rows(t *testing.T, table string) [][]string {
-	t.Helper()
-	lines := strings.Split(strings.TrimRight(table, "\n"), "\n")
-	var out [][]string
-	for _, l := range lines[1:] {
-		out = append(out, strings.Fields(l))
-	}
-	return out
-}
-
-func equalRows(t *testing.T, what string, got [][]string, want ...string) {
-	t.Helper()
-	var g []string
-	for _, r := range got {
-		g = append(g, strings.Join(r, " "))
-	}
-	if !slices.Equal(g, want) {
-		t.Errorf("%s:\ngot:\n\t%s\nwant:\n\t%s", what, strings.Join(g, "\n\t"), strings.Join(want, "\n\t"))
-	}
-}
-
 func TestQuerySourcesTellsTheKubeletsDevicesFromTheAllocatorsAndNamesTheSourceOfEachNUMANode(t *testing.T) {
 	socket, kubeletSocket, stateDir := provenanceNode(t)
 	gpu, vf := inventorytest.GPU0, inventorytest.RDMAVF0
@@ -76,7 +56,7 @@ func TestQuerySourcesTellsTheKubeletsDevicesFromTheAllocatorsAndNamesTheSourceOf
 	if header := strings.Fields(strings.SplitN(out, "\n", 2)[0]); !slices.Equal(header, []string{"NAMESPACE", "POD", "CONTAINER", "RESOURCE", "DEVICE", "NUMA", "SOURCE", "NUMA-SOURCE"}) {
 		t.Errorf("header %q", header)
 	}
-	equalRows(t, "query list --sources", rows(t, out),
+	tabletest.EqualRows(t, "query list --sources", tabletest.Rows(t, out),
 		"ml trainer train example.com/dev dev-1 1 kubelet kubelet",
 		"ml trainer train nvidia.com/gpu "+gpu+" 0 koordinator file",
 		"ml trainer train koordinator.sh/rdma "+vf+" 1 koordinator sysfs",
@@ -91,7 +71,7 @@ func TestQuerySourcesTellsTheKubeletsDevicesFromTheAllocatorsAndNamesTheSourceOf
 		PodResources struct {
 			Name string `json:"name"`
 		} `json:"podResources"`
-		DeviceSources []deviceOrigin `json:"deviceSources"`
+		DeviceSources []provenance.DeviceOrigin `json:"deviceSources"`
 	}
 	if err := json.Unmarshal([]byte(out), &answer); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
@@ -117,7 +97,7 @@ func TestQuerySourcesTellsTheKubeletsDevicesFromTheAllocatorsAndNamesTheSourceOf
 	if code != 0 || errOut != "" {
 		t.Fatalf("query allocatable --sources: exit %d, stderr %q", code, errOut)
 	}
-	equalRows(t, "query allocatable --sources", rows(t, out),
+	tabletest.EqualRows(t, "query allocatable --sources", tabletest.Rows(t, out),
 		"example.com/dev dev-0 0 kubelet kubelet",
 		"example.com/dev dev-1 1 kubelet kubelet",
 		"koordinator.sh/rdma "+inventorytest.RDMAVF0+" 1 sysfs sysfs",
@@ -144,7 +124,7 @@ func TestQuerySourcesStillAnswersWhenTheKubeletAndTheStateDirectoryCannotBeRead(
 			t.Errorf("stderr lacks %q:\n%s", note, errOut)
 		}
 	}
-	equalRows(t, "query list --sources with nothing to compare with", rows(t, out),
+	tabletest.EqualRows(t, "query list --sources with nothing to compare with", tabletest.Rows(t, out),
 		"ml trainer train example.com/dev dev-1 1 unknown unknown",
 		"ml trainer train nvidia.com/gpu "+inventorytest.GPU0+" 0 unknown unknown",
 		"ml trainer train koordinator.sh/rdma "+inventorytest.RDMAVF0+" 1 unknown unknown",
@@ -157,14 +137,14 @@ func TestInspectOfARunningServeShowsEachDevicesAllocatorAndWhereItsNUMANodeCameF
 	if code != 0 || errOut != "" {
 		t.Fatalf("inspect: exit %d, stderr %q", code, errOut)
 	}
-	if !regexpLine(out, "trainer", "nvidia.com/gpu="+inventorytest.GPU0+"(koordinator),koordinator.sh/rdma="+inventorytest.RDMAVF0+"(koordinator)") {
+	if !tabletest.HasLine(out, "trainer", "nvidia.com/gpu="+inventorytest.GPU0+"(koordinator),koordinator.sh/rdma="+inventorytest.RDMAVF0+"(koordinator)") {
 		t.Errorf("the pod's row does not name the allocator of each device:\n%s", out)
 	}
 	_, placement, ok := strings.Cut(out, "Where the devices are")
 	if !ok {
 		t.Fatalf("no placement section:\n%s", out)
 	}
-	equalRows(t, "placement", rows(t, placement)[1:],
+	tabletest.EqualRows(t, "placement", tabletest.Rows(t, placement)[1:],
 		"ml/trainer nvidia.com/gpu "+inventorytest.GPU0+" koordinator 0 from file",
 		"ml/trainer koordinator.sh/rdma "+inventorytest.RDMAVF0+" koordinator 1 from sysfs",
 	)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
+	"github.com/podres-proxy/podres-proxy/internal/tabletest"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -46,10 +47,10 @@ func TestServeShowsWhyAnAllocationIsRefused(t *testing.T) {
 	if code := run(context.Background(), []string{"query", "list", "--socket", srv.socket}, &out, &errOut); code != 0 {
 		t.Fatalf("query list exited %d: %s", code, errOut.String())
 	}
-	if !regexpLine(out.String(), "ml", "trainer", "train", "nvidia.com/gpu", gpuUUID) {
+	if !tabletest.HasLine(out.String(), "ml", "trainer", "train", "nvidia.com/gpu", gpuUUID) {
 		t.Errorf("the scheduler's own pod lost its GPU:\n%s", out.String())
 	}
-	if regexpLine(out.String(), "tenant", "nvidia.com/gpu") {
+	if tabletest.HasLine(out.String(), "tenant", "nvidia.com/gpu") {
 		t.Errorf("a refused allocation is answered:\n%s", out.String())
 	}
 
@@ -64,14 +65,14 @@ func TestServeShowsWhyAnAllocationIsRefused(t *testing.T) {
 		{"tenant/copycat", "koordinator nvidia.com/gpu=" + gpuUUID, "wrong-scheduler (forged)", `pod scheduled by "default-scheduler"`},
 		{"tenant/escape", "koordinator nvidia.com/gpu=", `\x1b[2J"`, "unsafe-id (malformed)"},
 	} {
-		if !regexpLine(table, words...) {
+		if !tabletest.HasLine(table, words...) {
 			t.Errorf("inspect lacks a line with %q:\n%s", words, table)
 		}
 	}
 	if strings.ContainsRune(table, '\x1b') {
 		t.Errorf("inspect prints a tenant's terminal escape raw:\n%q", table)
 	}
-	if regexpLine(table, "ml", "trainer", "[refused]") {
+	if tabletest.HasLine(table, "ml", "trainer", "[refused]") {
 		t.Errorf("inspect marks the scheduler's own pod refused:\n%s", table)
 	}
 

@@ -6,6 +6,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 )
 
 // version is set at build time: -ldflags "-X main.version=v0.1.0".
@@ -13,7 +15,7 @@ var version = "dev"
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("version", stderr)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cmdline.Parse(fs, args); err != nil {
 		return err
 	}
 	rev := ""

@@ -1,4 +1,4 @@
-package main
+package inspect
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/internal/cmdline"
+	"github.com/podres-proxy/podres-proxy/internal/tabletest"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -57,16 +59,17 @@ func newStateDir(t *testing.T) string {
 	return dir
 }
 
+// runCmd runs inspect as podres-proxy does and returns its exit status.
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut)
+	code = cmdline.ExitCode("inspect", Run(context.Background(), args, &out, &errOut), &errOut)
 	return code, out.String(), errOut.String()
 }
 
 func TestInspectTableShowsEachPodWithDevicesContainersAndDecodeErrors(t *testing.T) {
 	dir := newStateDir(t)
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--state-dir", dir)
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
@@ -112,7 +115,7 @@ func TestInspectTableShowsEachPodWithDevicesContainersAndDecodeErrors(t *testing
 
 func TestInspectJSONIsTheListOfRecords(t *testing.T) {
 	dir := newStateDir(t)
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir, "-o", "json")
+	code, out, errOut := runCmd(t, "--state-dir", dir, "-o", "json")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
@@ -145,11 +148,11 @@ func TestInspectJSONIsTheListOfRecords(t *testing.T) {
 
 func TestInspectOfAnEmptyDirectoryPrintsAnEmptyList(t *testing.T) {
 	dir := t.TempDir()
-	code, out, _ := runCmd(t, "inspect", "--state-dir", dir, "-o", "json")
+	code, out, _ := runCmd(t, "--state-dir", dir, "-o", "json")
 	if code != 0 || out != "[]\n" {
 		t.Errorf("json of an empty state directory: exit %d, %q; want []", code, out)
 	}
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--state-dir", dir)
 	if code != 0 || out != "" || !strings.Contains(errOut, "no pods in state directory") {
 		t.Errorf("table of an empty state directory: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -158,7 +161,7 @@ func TestInspectOfAnEmptyDirectoryPrintsAnEmptyList(t *testing.T) {
 func TestInspectFiltersByNamespaceAndName(t *testing.T) {
 	dir := newStateDir(t)
 	// The flag may come after the pod, as with kubectl.
-	code, out, errOut := runCmd(t, "inspect", "ml/train-0", "--state-dir", dir, "-o", "json")
+	code, out, errOut := runCmd(t, "ml/train-0", "--state-dir", dir, "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -170,7 +173,7 @@ func TestInspectFiltersByNamespaceAndName(t *testing.T) {
 		t.Errorf("ml/train-0 gave %d records, want both sandboxes of that name: %+v", len(recs), recs)
 	}
 
-	code, out, errOut = runCmd(t, "inspect", "--state-dir", dir, "ml/nope")
+	code, out, errOut = runCmd(t, "--state-dir", dir, "ml/nope")
 	want := "no pod ml/nope in state directory " + dir
 	if code != 1 || out != "" || !strings.Contains(errOut, want) {
 		t.Errorf("unknown pod: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, out, errOut, want)
@@ -183,7 +186,7 @@ func TestInspectWarnsAboutUnreadableFilesAndPrintsTheRest(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"schemaVersion": 2, "uid": "uid-bro`), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--state-dir", dir)
 	if code != 0 {
 		t.Fatalf("exit %d with one bad file; want 0", code)
 	}
@@ -200,7 +203,7 @@ func TestInspectWarnsAboutUnreadableFilesAndPrintsTheRest(t *testing.T) {
 
 func TestInspectFailsWhenTheDirectoryCannotBeRead(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--state-dir", dir)
 	if code != 1 || out != "" || !strings.Contains(errOut, dir) {
 		t.Errorf("missing directory: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -208,11 +211,11 @@ func TestInspectFailsWhenTheDirectoryCannotBeRead(t *testing.T) {
 
 func TestInspectRejectsBadArguments(t *testing.T) {
 	for _, args := range [][]string{
-		{"inspect", "-o", "yaml"},
-		{"inspect", "just-a-name"},
-		{"inspect", "a/b", "c/d"},
-		{"inspect", "/name"},
-		{"inspect", "--no-such-flag"},
+		{"-o", "yaml"},
+		{"just-a-name"},
+		{"a/b", "c/d"},
+		{"/name"},
+		{"--no-such-flag"},
 	} {
 		if code, _, errOut := runCmd(t, args...); code != 2 || errOut == "" {
 			t.Errorf("%q: exit %d, stderr %q; want a usage error (2)", args, code, errOut)
@@ -270,7 +273,7 @@ func TestInspectShowsWhereTheInventoryPutsEachDeviceAndWhoSaidSo(t *testing.T) {
 	dir := newStateDir(t)
 	writeInventory(t, dir, inventory.Device{Type: "gpu", ID: "GPU-aaa", BusID: "0000:3b:00.0", NUMANode: int64p(0),
 		NUMASource: inventory.SourceSysfs, Healthy: true, Source: inventory.SourceDeviceCR})
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--state-dir", dir)
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
@@ -282,7 +285,7 @@ func TestInspectShowsWhereTheInventoryPutsEachDeviceAndWhoSaidSo(t *testing.T) {
 	if !strings.Contains(head, `default/web (uid uid-web)`) {
 		t.Errorf("the decode errors are not listed before the placement:\n%s", out)
 	}
-	equalRows(t, "placement", rows(t, placement),
+	tabletest.EqualRows(t, "placement", tabletest.Rows(t, placement),
 		"ml/train-0 nvidia.com/gpu GPU-aaa example 0 from sysfs",
 		"ml/train-0 nvidia.com/gpu GPU-bbb example not in the inventory",
 	)
@@ -304,26 +307,26 @@ func TestInspectTranslatesDevicesNamedByMinorThroughTheInventoryAsTheProxyDoes(t
 	writeInventory(t, dir, inventory.Device{Type: "gpu", ID: "GPU-minor-1", Minor: int64p(1), NUMANode: int64p(1),
 		NUMASource: inventory.SourceDeviceCR, Healthy: true, Source: inventory.SourceDeviceCR})
 
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--state-dir", dir)
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	if !regexpLine(out, "legacy", "nvidia.com/gpu=minor:1(koordinator)") {
+	if !tabletest.HasLine(out, "legacy", "nvidia.com/gpu=minor:1(koordinator)") {
 		t.Errorf("the DEVICES column should show what the annotation named:\n%s", out)
 	}
 	_, placement, _ := strings.Cut(out, "Where the devices are")
-	equalRows(t, "placement", rows(t, placement)[1:], "ml/legacy nvidia.com/gpu GPU-minor-1 koordinator 1 from device-cr")
+	tabletest.EqualRows(t, "placement", tabletest.Rows(t, placement)[1:], "ml/legacy nvidia.com/gpu GPU-minor-1 koordinator 1 from device-cr")
 
 	// Without the device in the inventory the number stays.
 	writeInventory(t, dir)
-	_, out, _ = runCmd(t, "inspect", "--state-dir", dir)
+	_, out, _ = runCmd(t, "--state-dir", dir)
 	_, placement, _ = strings.Cut(out, "Where the devices are")
-	equalRows(t, "placement", rows(t, placement)[1:], "ml/legacy nvidia.com/gpu minor:1 koordinator not in the inventory")
+	tabletest.EqualRows(t, "placement", tabletest.Rows(t, placement)[1:], "ml/legacy nvidia.com/gpu minor:1 koordinator not in the inventory")
 }
 
 func TestInspectWithoutAnInventorySaysSoAndStillPrintsThePods(t *testing.T) {
 	dir := newStateDir(t)
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--state-dir", dir)
 	if code != 0 || errOut != "" {
 		t.Fatalf("no inventory file: exit %d, stderr %q", code, errOut)
 	}
@@ -334,7 +337,7 @@ func TestInspectWithoutAnInventorySaysSoAndStillPrintsThePods(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "inventory.json"), []byte(`{"version": 7}`), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut = runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut = runCmd(t, "--state-dir", dir)
 	if code != 0 || !strings.Contains(errOut, "warning: "+filepath.Join(dir, "inventory.json")+": version 7, this podres-proxy reads version 1") {
 		t.Errorf("an inventory file of another version: exit %d, stderr %q; want a warning", code, errOut)
 	}
@@ -353,14 +356,14 @@ func TestInspectInventoryPrintsEveryDeviceAndVFWithItsNUMASource(t *testing.T) {
 			VFs: []inventory.VF{{BusID: "0000:d8:00.2"}, {BusID: "0000:d8:00.3", NUMANode: int64p(0), NUMASource: inventory.SourceDeviceCR}}},
 		inventory.Device{Type: "gpu", BusID: "0000:af:00.0", Source: inventory.SourceSysfs, Healthy: true},
 	)
-	code, out, errOut := runCmd(t, "inspect", "--inventory", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--inventory", "--state-dir", dir)
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	if first := strings.SplitN(out, "\n", 2)[0]; first != "Node inventory, written by serve 90s ago to "+filepath.Join(dir, "inventory.json")+" (sources: device-cr, sysfs):" {
 		t.Errorf("first line %q", first)
 	}
-	equalRows(t, "inventory", rows(t, strings.SplitN(out, "\n", 2)[1]),
+	tabletest.EqualRows(t, "inventory", tabletest.Rows(t, strings.SplitN(out, "\n", 2)[1]),
 		"gpu GPU-aaa 0000:3b:00.0 - 0 from sysfs device-cr true 2 0 nvidia",
 		"gpu <none> 0000:af:00.0 - unknown (device from sysfs) sysfs true - - <none>",
 		"rdma 0000:d8:00.0 0000:d8:00.0 - 1 from sysfs sysfs false - - <none>",
@@ -368,7 +371,7 @@ func TestInspectInventoryPrintsEveryDeviceAndVFWithItsNUMASource(t *testing.T) {
 		"rdma 0000:d8:00.3 0000:d8:00.3 0000:d8:00.0 0 from device-cr sysfs false - - <none>",
 	)
 
-	code, out, _ = runCmd(t, "inspect", "--inventory", "--state-dir", dir, "-o", "json")
+	code, out, _ = runCmd(t, "--inventory", "--state-dir", dir, "-o", "json")
 	var published publish.File
 	if err := json.Unmarshal([]byte(out), &published); code != 0 || err != nil {
 		t.Fatalf("exit %d, %v:\n%s", code, err, out)
@@ -380,11 +383,11 @@ func TestInspectInventoryPrintsEveryDeviceAndVFWithItsNUMASource(t *testing.T) {
 
 func TestInspectInventoryFailsWithoutTheFileAndTakesNoPod(t *testing.T) {
 	dir := newStateDir(t)
-	code, out, errOut := runCmd(t, "inspect", "--inventory", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--inventory", "--state-dir", dir)
 	if code != 1 || out != "" || !strings.Contains(errOut, filepath.Join(dir, "inventory.json")+": no inventory file") {
 		t.Errorf("missing inventory file: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	if code, _, errOut := runCmd(t, "inspect", "--inventory", "ml/train-0", "--state-dir", dir); code != 2 {
+	if code, _, errOut := runCmd(t, "--inventory", "ml/train-0", "--state-dir", dir); code != 2 {
 		t.Errorf("--inventory with a pod: exit %d, stderr %q; want a usage error", code, errOut)
 	}
 }

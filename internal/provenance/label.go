@@ -1,12 +1,8 @@
-package main
+package provenance
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -16,11 +12,11 @@ import (
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
-// deviceOrigin is one device of a PodResources answer and where it came
+// DeviceOrigin is one device of a PodResources answer and where it came
 // from; query --sources prints one per (pod, container, resource, id), or
 // per (resource, id) of GetAllocatableResources. Its JSON form is part of
 // query's documented output (docs/inventory.md).
-type deviceOrigin struct {
+type DeviceOrigin struct {
 	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
 	Container string `json:"container,omitempty"`
@@ -40,13 +36,13 @@ type deviceOrigin struct {
 	NUMASource string `json:"numaSource,omitempty"`
 }
 
-// provenance is what query --sources labels an answer's devices with. Each
-// part is nil when it could not be read; a note on stderr says so and the
+// Evidence is what query --sources labels an answer's devices with. Each
+// part is nil when it could not be read; query notes that on stderr, and the
 // devices it would have explained are labelled unknown.
-type provenance struct {
-	kubelet proto.Message       // the kubelet's answer to the same question
-	records []*state.Record     // the state store's records
-	inv     *inventory.Snapshot // the inventory serve published
+type Evidence struct {
+	Kubelet   proto.Message       // the kubelet's answer to the same question
+	Records   []*state.Record     // the state store's records
+	Inventory *inventory.Snapshot // the inventory serve published
 }
 
 // podDevice identifies a device of one container, as the kubelet's answer
@@ -57,7 +53,7 @@ type podDevice struct {
 
 // kubeletDevices indexes the kubelet's answer; ok is false when there is
 // none to compare with.
-func (p *provenance) kubeletDevices() (pods map[podDevice]bool, allocatable map[[2]string]bool, ok bool) {
+func (p *Evidence) kubeletDevices() (pods map[podDevice]bool, allocatable map[[2]string]bool, ok bool) {
 	pods, allocatable = map[podDevice]bool{}, map[[2]string]bool{}
 	addPod := func(pr *v1.PodResources) {
 		for _, c := range pr.GetContainers() {
@@ -68,7 +64,7 @@ func (p *provenance) kubeletDevices() (pods map[podDevice]bool, allocatable map[
 			}
 		}
 	}
-	switch r := p.kubelet.(type) {
+	switch r := p.Kubelet.(type) {
 	case *v1.ListPodResourcesResponse:
 		for _, pr := range r.GetPodResources() {
 			addPod(pr)
@@ -87,28 +83,28 @@ func (p *provenance) kubeletDevices() (pods map[podDevice]bool, allocatable map[
 	return pods, allocatable, true
 }
 
-// label returns the devices of an answer with their origins, pods sorted as
+// Label returns the devices of an answer with their origins, pods sorted as
 // the table prints them, containers and devices in answer order.
-func (p *provenance) label(resp proto.Message) []deviceOrigin {
+func (p *Evidence) Label(resp proto.Message) []DeviceOrigin {
 	kubeletPods, kubeletAllocatable, haveKubelet := p.kubeletDevices()
-	var out []deviceOrigin
+	var out []DeviceOrigin
 	switch r := resp.(type) {
 	case *v1.ListPodResourcesResponse:
-		for _, pr := range sortedPods(r.GetPodResources()) {
+		for _, pr := range SortedPods(r.GetPodResources()) {
 			out = append(out, p.labelPod(pr, kubeletPods, haveKubelet)...)
 		}
 	case *v1.GetPodResourcesResponse:
 		out = p.labelPod(r.GetPodResources(), kubeletPods, haveKubelet)
 	case *v1.AllocatableResourcesResponse:
 		for _, g := range byDevice(r.GetDevices()) {
-			o := deviceOrigin{Resource: g.resource, DeviceID: g.id, NUMA: g.numa, Source: originUnknown}
+			o := DeviceOrigin{Resource: g.resource, DeviceID: g.id, NUMA: g.numa, Source: Unknown}
 			if haveKubelet && kubeletAllocatable[[2]string{g.resource, g.id}] {
-				o.Source, o.NUMASource = originKubelet, numaSource(g.numa, originKubelet)
-			} else if f := numaOf(p.inv, g.id); f.known {
-				d, _ := p.inv.Lookup(g.id)
+				o.Source, o.NUMASource = Kubelet, numaSource(g.numa, Kubelet)
+			} else if f := NUMAOf(p.Inventory, g.id); f.known {
+				d, _ := p.Inventory.Lookup(g.id)
 				o.Source, o.NUMASource = d.Source, numaSource(g.numa, f.sourceOf(g.numa))
 			} else {
-				o.NUMASource = numaSource(g.numa, originUnknown)
+				o.NUMASource = numaSource(g.numa, Unknown)
 			}
 			out = append(out, o)
 		}
@@ -116,23 +112,23 @@ func (p *provenance) label(resp proto.Message) []deviceOrigin {
 	return out
 }
 
-func (p *provenance) labelPod(pr *v1.PodResources, kubelet map[podDevice]bool, haveKubelet bool) []deviceOrigin {
-	rec := recordOf(p.records, model.PodKey{Namespace: pr.GetNamespace(), Name: pr.GetName()})
-	var out []deviceOrigin
+func (p *Evidence) labelPod(pr *v1.PodResources, kubelet map[podDevice]bool, haveKubelet bool) []DeviceOrigin {
+	rec := recordOf(p.Records, model.PodKey{Namespace: pr.GetNamespace(), Name: pr.GetName()})
+	var out []DeviceOrigin
 	for _, c := range pr.GetContainers() {
 		for _, g := range byDevice(c.GetDevices()) {
-			o := deviceOrigin{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName(),
-				Resource: g.resource, DeviceID: g.id, NUMA: g.numa, Source: originUnknown}
+			o := DeviceOrigin{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName(),
+				Resource: g.resource, DeviceID: g.id, NUMA: g.numa, Source: Unknown}
 			switch {
 			case haveKubelet && kubelet[podDevice{pr.GetNamespace(), pr.GetName(), c.GetName(), g.resource, g.id}]:
-				o.Source, o.NUMASource = originKubelet, numaSource(g.numa, originKubelet)
+				o.Source, o.NUMASource = Kubelet, numaSource(g.numa, Kubelet)
 			default:
-				if a := allocatorOf(rec, p.inv, g.resource, g.id); a != "" {
+				if a := allocatorOf(rec, p.Inventory, g.resource, g.id); a != "" {
 					// The proxy added it, with the inventory's node.
 					o.Source = a
-					o.NUMASource = numaSource(g.numa, numaOf(p.inv, g.id).sourceOf(g.numa))
+					o.NUMASource = numaSource(g.numa, NUMAOf(p.Inventory, g.id).sourceOf(g.numa))
 				} else {
-					o.NUMASource = numaSource(g.numa, originUnknown)
+					o.NUMASource = numaSource(g.numa, Unknown)
 				}
 			}
 			out = append(out, o)
@@ -144,9 +140,9 @@ func (p *provenance) labelPod(pr *v1.PodResources, kubelet map[podDevice]bool, h
 // sourceOf returns the inventory source of the node an answer gave a
 // device, "unknown" when the inventory does not put it on those nodes (no
 // inventory, or it changed since the answer).
-func (f numaFacts) sourceOf(numa []int64) string {
+func (f NUMAFacts) sourceOf(numa []int64) string {
 	if !f.known || f.numa == nil || !slices.Equal(numa, []int64{*f.numa}) {
-		return originUnknown
+		return Unknown
 	}
 	return f.source
 }
@@ -189,55 +185,8 @@ func byDevice(devs []*v1.ContainerDevices) []oneDevice {
 	return out
 }
 
-// printOrigins prints one row per device with its origins.
-func printOrigins(out io.Writer, resp proto.Message, origins []deviceOrigin) error {
-	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
-	if _, ok := resp.(*v1.AllocatableResourcesResponse); ok {
-		fmt.Fprintln(w, "RESOURCE\tDEVICE\tNUMA\tSOURCE\tNUMA-SOURCE")
-		for _, o := range origins {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", o.Resource, o.DeviceID, orDash(ints(o.NUMA)), o.Source, orDash(o.NUMASource))
-		}
-		return w.Flush()
-	}
-	fmt.Fprintln(w, "NAMESPACE\tPOD\tCONTAINER\tRESOURCE\tDEVICE\tNUMA\tSOURCE\tNUMA-SOURCE")
-	for _, o := range origins {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Namespace, o.Pod, o.Container, o.Resource, o.DeviceID,
-			orDash(ints(o.NUMA)), o.Source, orDash(o.NUMASource))
-	}
-	return w.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// withOrigins adds "deviceSources" to the answer's JSON object. The answer's
-// own fields stay exactly as without --sources, so that jq filters written
-// for the plain answer keep working.
-func withOrigins(answer []byte, origins []deviceOrigin) ([]byte, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(answer, &obj); err != nil {
-		return nil, fmt.Errorf("encode answer: not a JSON object: %w", err)
-	}
-	if origins == nil {
-		origins = []deviceOrigin{}
-	}
-	b, err := json.Marshal(origins)
-	if err != nil {
-		return nil, fmt.Errorf("encode device sources: %w", err)
-	}
-	if obj == nil {
-		obj = map[string]json.RawMessage{}
-	}
-	obj["deviceSources"] = b
-	return json.MarshalIndent(obj, "", "  ")
-}
-
-// sortedPods orders pods as the table prints them: by namespace/name.
-func sortedPods(pods []*v1.PodResources) []*v1.PodResources {
+// SortedPods orders pods as the table prints them: by namespace/name.
+func SortedPods(pods []*v1.PodResources) []*v1.PodResources {
 	out := slices.Clone(pods)
 	slices.SortStableFunc(out, func(a, b *v1.PodResources) int {
 		return strings.Compare(a.GetNamespace()+"/"+a.GetName(), b.GetNamespace()+"/"+b.GetName())

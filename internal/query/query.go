@@ -1,7 +1,12 @@
-package main
+// Package query is `podres-proxy query`: a PodResources client that asks
+// the proxy's socket, or the kubelet's, and prints the answer as a table or
+// as JSON; with --sources each device is labelled with where it and its
+// NUMA node came from (package provenance).
+package query
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,12 +22,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/internal/cmdline"
+	"github.com/podres-proxy/podres-proxy/internal/provenance"
+	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
-const queryUsage = `usage: podres-proxy query list|get NAMESPACE/NAME|allocatable [--socket PATH] [-o table|json]
+const usage = `usage: podres-proxy query list|get NAMESPACE/NAME|allocatable [--socket PATH] [-o table|json]
            [--sources [--kubelet-socket PATH] [--state-dir DIR]]
 
 Asks a PodResources socket, the proxy's or the kubelet's, and prints the answer.
@@ -34,30 +42,31 @@ inventory source), and the source of its NUMA node, from the inventory serve
 keeps in DIR/inventory.json. The table then has one row per device; the json
 output is the answer with a "deviceSources" list added.`
 
-// runQuery is a PodResources client, so operators can compare the proxy's
+// Run is the query command: args are the arguments after "query". It is a
+// PodResources client, so operators can compare the proxy's
 // answer with the kubelet's (--socket /var/lib/kubelet/pod-resources/kubelet.sock).
-func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCommandFlagSet("query", stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, queryUsage); fs.PrintDefaults() }
-	socket := fs.String("socket", defaultSocket, "PodResources socket to ask (path or unix:// URL)")
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := cmdline.NewFlagSet("query", stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
+	socket := fs.String("socket", cmdline.DefaultSocket, "PodResources socket to ask (path or unix:// URL)")
 	output := fs.StringP("output", "o", "table", "output format: table or json")
 	timeout := fs.Duration("timeout", 10*time.Second, "time limit for the call (with --sources, for it and the kubelet's together)")
 	sources := fs.Bool("sources", false, "label each device with where it came from (kubelet or the allocator) and where its NUMA node came from")
-	kubeletSocket := fs.String("kubelet-socket", defaultKubeletSocket, "with --sources: the kubelet's own PodResources socket, whose answer tells the kubelet's devices apart")
-	stateDir := fs.String("state-dir", defaultStateDir, "with --sources: serve's state directory (pod records and inventory.json)")
-	if err := parseFlags(fs, args); err != nil {
+	kubeletSocket := fs.String("kubelet-socket", cmdline.DefaultKubeletSocket, "with --sources: the kubelet's own PodResources socket, whose answer tells the kubelet's devices apart")
+	stateDir := fs.String("state-dir", cmdline.DefaultStateDir, "with --sources: serve's state directory (pod records and inventory.json)")
+	if err := cmdline.Parse(fs, args); err != nil {
 		return err
 	}
 	ops := fs.Args()
-	if err := checkOutput(*output); err != nil {
+	if err := cmdline.CheckOutput(*output); err != nil {
 		return err
 	}
-	stderr = terminalWriter{stderr}
+	stderr = terminal.NewWriter(stderr)
 	if *output != "json" {
-		stdout = terminalWriter{stdout}
+		stdout = terminal.NewWriter(stdout)
 	}
 	if len(ops) == 0 {
-		return usageError{fmt.Errorf("missing operation: list, get NAMESPACE/NAME or allocatable")}
+		return cmdline.Usage(fmt.Errorf("missing operation: list, get NAMESPACE/NAME or allocatable"))
 	}
 	var call func(ctx context.Context, c v1.PodResourcesListerClient) (proto.Message, error)
 	switch op := ops[0]; {
@@ -68,7 +77,7 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case op == "get" && len(ops) == 2:
 		ns, name, ok := strings.Cut(ops[1], "/")
 		if !ok || ns == "" || name == "" {
-			return usageError{fmt.Errorf("get wants NAMESPACE/NAME, got %q", ops[1])}
+			return cmdline.Usage(fmt.Errorf("get wants NAMESPACE/NAME, got %q", ops[1]))
 		}
 		call = func(ctx context.Context, c v1.PodResourcesListerClient) (proto.Message, error) {
 			return c.Get(ctx, &v1.GetPodResourcesRequest{PodNamespace: ns, PodName: name})
@@ -78,14 +87,14 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return c.GetAllocatableResources(ctx, &v1.AllocatableResourcesRequest{})
 		}
 	default:
-		return usageError{fmt.Errorf("unknown operation %q (want list, get NAMESPACE/NAME or allocatable)", strings.Join(ops, " "))}
+		return cmdline.Usage(fmt.Errorf("unknown operation %q (want list, get NAMESPACE/NAME or allocatable)", strings.Join(ops, " ")))
 	}
 
 	if _, err := unixsock.Target(*socket); err != nil {
-		return usageError{err}
+		return cmdline.Usage(err)
 	}
 	if _, err := unixsock.Target(*kubeletSocket); err != nil {
-		return usageError{fmt.Errorf("--kubelet-socket: %w", err)}
+		return cmdline.Usage(fmt.Errorf("--kubelet-socket: %w", err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -93,9 +102,9 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var origins []deviceOrigin
+	var origins []provenance.DeviceOrigin
 	if *sources {
-		origins = gatherProvenance(ctx, *kubeletSocket, *stateDir, call, stderr).label(resp)
+		origins = gatherEvidence(ctx, *kubeletSocket, *stateDir, call, stderr).Label(resp)
 	}
 	if *output == "json" {
 		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: false}.Marshal(resp)
@@ -136,15 +145,15 @@ func ask(ctx context.Context, socket string, call func(context.Context, v1.PodRe
 	return resp, nil
 }
 
-// gatherProvenance reads what --sources needs: the kubelet's own answer to
+// gatherEvidence reads what --sources needs: the kubelet's own answer to
 // the same question, serve's records and its inventory. Whatever cannot be
 // read is noted on stderr and left out; the devices it would have explained
 // are labelled unknown, and the answer is still printed.
-func gatherProvenance(ctx context.Context, kubeletSocket, stateDir string,
-	call func(context.Context, v1.PodResourcesListerClient) (proto.Message, error), stderr io.Writer) *provenance {
-	p := &provenance{}
+func gatherEvidence(ctx context.Context, kubeletSocket, stateDir string,
+	call func(context.Context, v1.PodResourcesListerClient) (proto.Message, error), stderr io.Writer) *provenance.Evidence {
+	p := &provenance.Evidence{}
 	var err error
-	if p.kubelet, err = ask(ctx, kubeletSocket, call); err != nil {
+	if p.Kubelet, err = ask(ctx, kubeletSocket, call); err != nil {
 		fmt.Fprintf(stderr, "note: --sources: cannot compare with the kubelet's own answer: %v\n", err)
 	}
 	records, errs := state.ReadDir(stateDir)
@@ -157,15 +166,15 @@ func gatherProvenance(ctx context.Context, kubeletSocket, stateDir string,
 		}
 		fmt.Fprintf(stderr, "note: --sources: %v\n", err)
 	}
-	p.records = records
-	published, path, err := readInventory(stateDir)
+	p.Records = records
+	published, path, err := provenance.ReadInventory(stateDir)
 	switch {
-	case errors.Is(err, errNoInventoryFile):
+	case errors.Is(err, provenance.ErrNoInventoryFile):
 		fmt.Fprintf(stderr, "note: --sources: NUMA sources of added devices unknown: %s: %v\n", path, err)
 	case err != nil:
 		fmt.Fprintf(stderr, "note: --sources: NUMA sources of added devices unknown: %v\n", err)
 	default:
-		p.inv = published.Snapshot()
+		p.Inventory = published.Snapshot()
 	}
 	return p
 }
@@ -176,7 +185,7 @@ func printTable(out io.Writer, resp proto.Message) error {
 	switch r := resp.(type) {
 	case *v1.ListPodResourcesResponse:
 		fmt.Fprintln(w, "NAMESPACE\tPOD\tCONTAINER\tRESOURCE\tDEVICES\tNUMA\tCPUS")
-		for _, p := range sortedPods(r.GetPodResources()) {
+		for _, p := range provenance.SortedPods(r.GetPodResources()) {
 			podRows(w, p)
 		}
 	case *v1.GetPodResourcesResponse:
@@ -260,4 +269,51 @@ func ints(xs []int64) string {
 		s[i] = strconv.FormatInt(x, 10)
 	}
 	return strings.Join(s, ",")
+}
+
+// printOrigins prints one row per device with its origins.
+func printOrigins(out io.Writer, resp proto.Message, origins []provenance.DeviceOrigin) error {
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	if _, ok := resp.(*v1.AllocatableResourcesResponse); ok {
+		fmt.Fprintln(w, "RESOURCE\tDEVICE\tNUMA\tSOURCE\tNUMA-SOURCE")
+		for _, o := range origins {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", o.Resource, o.DeviceID, orDash(ints(o.NUMA)), o.Source, orDash(o.NUMASource))
+		}
+		return w.Flush()
+	}
+	fmt.Fprintln(w, "NAMESPACE\tPOD\tCONTAINER\tRESOURCE\tDEVICE\tNUMA\tSOURCE\tNUMA-SOURCE")
+	for _, o := range origins {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Namespace, o.Pod, o.Container, o.Resource, o.DeviceID,
+			orDash(ints(o.NUMA)), o.Source, orDash(o.NUMASource))
+	}
+	return w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// withOrigins adds "deviceSources" to the answer's JSON object. The answer's
+// own fields stay exactly as without --sources, so that jq filters written
+// for the plain answer keep working.
+func withOrigins(answer []byte, origins []provenance.DeviceOrigin) ([]byte, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(answer, &obj); err != nil {
+		return nil, fmt.Errorf("encode answer: not a JSON object: %w", err)
+	}
+	if origins == nil {
+		origins = []provenance.DeviceOrigin{}
+	}
+	b, err := json.Marshal(origins)
+	if err != nil {
+		return nil, fmt.Errorf("encode device sources: %w", err)
+	}
+	if obj == nil {
+		obj = map[string]json.RawMessage{}
+	}
+	obj["deviceSources"] = b
+	return json.MarshalIndent(obj, "", "  ")
 }

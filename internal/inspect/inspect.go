@@ -1,4 +1,8 @@
-package main
+// Package inspect is `podres-proxy inspect`: it prints serve's state store
+// and the device inventory serve published, for an operator, without a
+// lock, so that it works while serve runs. Each pod's devices are shown with
+// the allocator that named them, and where the inventory puts them.
+package inspect
 
 import (
 	"context"
@@ -13,12 +17,15 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/internal/cmdline"
+	"github.com/podres-proxy/podres-proxy/internal/provenance"
+	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
-const inspectUsage = `usage: podres-proxy inspect [--state-dir DIR] [-o table|json] [NAMESPACE/NAME]
+const usage = `usage: podres-proxy inspect [--state-dir DIR] [-o table|json] [NAMESPACE/NAME]
        podres-proxy inspect --inventory [--state-dir DIR] [-o table|json]
 
 Prints the pods in the state store, as the files in DIR/pods say, with the
@@ -30,29 +37,30 @@ records in the format of docs/state-format.md.
 With --inventory it prints the node inventory instead (json: the file, in the
 format of docs/inventory.md).`
 
-// runInspect prints the state store. Files that cannot be read are reported
+// Run is the inspect command: args are the arguments after "inspect". It
+// prints the state store. Files that cannot be read are reported
 // on stderr and the rest is still printed; only a state directory that
 // cannot be read at all, or a NAMESPACE/NAME with no record, is an error.
-func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCommandFlagSet("inspect", stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, inspectUsage); fs.PrintDefaults() }
-	dir := fs.String("state-dir", defaultStateDir, "the state directory to read")
+func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := cmdline.NewFlagSet("inspect", stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
+	dir := fs.String("state-dir", cmdline.DefaultStateDir, "the state directory to read")
 	output := fs.StringP("output", "o", "table", "output format: table or json")
 	showInventory := fs.Bool("inventory", false, "print the node inventory serve wrote to DIR/inventory.json instead of the pods")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cmdline.Parse(fs, args); err != nil {
 		return err
 	}
 	pods := fs.Args()
-	if err := checkOutput(*output); err != nil {
+	if err := cmdline.CheckOutput(*output); err != nil {
 		return err
 	}
-	stderr = terminalWriter{stderr}
+	stderr = terminal.NewWriter(stderr)
 	if *output != "json" {
-		stdout = terminalWriter{stdout}
+		stdout = terminal.NewWriter(stdout)
 	}
 	if *showInventory {
 		if len(pods) > 0 {
-			return usageError{fmt.Errorf("--inventory prints the whole node inventory; it takes no NAMESPACE/NAME (the pods' devices are shown without --inventory)")}
+			return cmdline.Usage(fmt.Errorf("--inventory prints the whole node inventory; it takes no NAMESPACE/NAME (the pods' devices are shown without --inventory)"))
 		}
 		return printInventory(stdout, *dir, *output, time.Now())
 	}
@@ -62,11 +70,11 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	case 1:
 		ns, name, ok := strings.Cut(pods[0], "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			return usageError{fmt.Errorf("want NAMESPACE/NAME, got %q", pods[0])}
+			return cmdline.Usage(fmt.Errorf("want NAMESPACE/NAME, got %q", pods[0]))
 		}
 		filter = &model.PodKey{Namespace: ns, Name: name}
 	default:
-		return usageError{fmt.Errorf("want at most one NAMESPACE/NAME, got %q", strings.Join(pods, " "))}
+		return cmdline.Usage(fmt.Errorf("want at most one NAMESPACE/NAME, got %q", strings.Join(pods, " ")))
 	}
 
 	records, errs := state.ReadDir(*dir)
@@ -100,8 +108,8 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	// The inventory is an addition: without it the pods are still printed.
-	inv, invPath, invErr := readInventory(*dir)
-	if invErr != nil && !errors.Is(invErr, errNoInventoryFile) {
+	inv, invPath, invErr := provenance.ReadInventory(*dir)
+	if invErr != nil && !errors.Is(invErr, provenance.ErrNoInventoryFile) {
 		fmt.Fprintf(stderr, "warning: %v\n", invErr)
 	}
 	now := time.Now()
@@ -120,7 +128,7 @@ func printPlacement(out io.Writer, records []*state.Record, published *publish.F
 	switch {
 	case !hasDevices:
 		return nil
-	case errors.Is(invErr, errNoInventoryFile):
+	case errors.Is(invErr, provenance.ErrNoInventoryFile):
 		_, err := fmt.Fprintf(out, "\nNUMA nodes unknown: no node inventory in %s (podres-proxy serve writes it at start).\n", path)
 		return err
 	case invErr != nil:
@@ -137,11 +145,11 @@ func printPlacement(out io.Writer, records []*state.Record, published *publish.F
 		for _, d := range devs {
 			if len(d.IDs) == 0 {
 				// Named by a number the inventory does not know.
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, deviceIDs(d)[0], d.Allocator, numaFacts{})
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, deviceIDs(d)[0], d.Allocator, provenance.NUMAFacts{})
 				continue
 			}
 			for _, id := range d.IDs {
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, printableID(id), d.Allocator, numaOf(inv, id))
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, d.Resource, printableID(id), d.Allocator, provenance.NUMAOf(inv, id))
 			}
 		}
 	}
@@ -151,8 +159,8 @@ func printPlacement(out io.Writer, records []*state.Record, published *publish.F
 // printInventory prints the inventory serve published: a table of every
 // device and VF, or the file itself as json.
 func printInventory(out io.Writer, dir, output string, now time.Time) error {
-	published, path, err := readInventory(dir)
-	if errors.Is(err, errNoInventoryFile) {
+	published, path, err := provenance.ReadInventory(dir)
+	if errors.Is(err, provenance.ErrNoInventoryFile) {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err != nil {
@@ -176,10 +184,10 @@ func printInventory(out io.Writer, dir, output string, now time.Time) error {
 	snap := published.Snapshot()
 	for _, d := range snap.Devices() {
 		fmt.Fprintf(w, "%s\t%s\t%s\t-\t%s\t%s\t%t\t%s\t%s\t%s\n", d.Type, orNone(d.ID), orNone(d.BusID),
-			numaFactsOf(d), d.Source, d.Healthy, optInt(d.Minor), optInt(d.Index), orNone(d.Vendor))
+			provenance.NUMAFactsOf(d), d.Source, d.Healthy, optInt(d.Minor), optInt(d.Index), orNone(d.Vendor))
 		for _, vf := range d.VFs {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t-\t-\t%s\n", d.Type, vf.BusID, vf.BusID, orNone(d.BusID),
-				numaOf(snap, vf.BusID), d.Source, d.Healthy, orNone(d.Vendor))
+				provenance.NUMAOf(snap, vf.BusID), d.Source, d.Healthy, orNone(d.Vendor))
 		}
 	}
 	return w.Flush()

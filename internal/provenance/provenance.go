@@ -1,4 +1,10 @@
-package main
+// Package provenance says where each device of a PodResources answer came
+// from, and where its NUMA node came from: the kubelet's own answer, the
+// allocator whose annotation serve's state store decoded it from, or the
+// inventory source that reported it. query --sources labels answers with
+// it, and inspect shows where the inventory serve published puts each
+// device of the state store.
+package provenance
 
 import (
 	"errors"
@@ -18,24 +24,24 @@ import (
 // --sources name it: the allocator names of model.Device.Allocator, the
 // inventory sources of inventory.Device.Source, and these.
 const (
-	// originKubelet: the kubelet's own answer has the device (its device
+	// Kubelet: the kubelet's own answer has the device (its device
 	// plugin's); its NUMA node is the kubelet's too.
-	originKubelet = "kubelet"
-	// originUnknown: neither the kubelet nor the state store accounts for
-	// it, or they could not be asked.
-	originUnknown = "unknown"
+	Kubelet = "kubelet"
+	// Unknown: neither the kubelet nor the state store accounts for it,
+	// or they could not be asked.
+	Unknown = "unknown"
 )
 
-// errNoInventoryFile is returned by readInventory when serve has not
+// ErrNoInventoryFile is returned by ReadInventory when serve has not
 // written the file (an older serve, or none ever ran on this directory).
-var errNoInventoryFile = errors.New("no inventory file (podres-proxy serve writes it at start)")
+var ErrNoInventoryFile = errors.New("no inventory file (podres-proxy serve writes it at start)")
 
-// readInventory reads the inventory serve published in a state directory.
-func readInventory(stateDir string) (*publish.File, string, error) {
+// ReadInventory reads the inventory serve published in a state directory.
+func ReadInventory(stateDir string) (*publish.File, string, error) {
 	path := filepath.Join(stateDir, publish.FileName)
 	p, err := publish.Read(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, path, errNoInventoryFile
+		return nil, path, ErrNoInventoryFile
 	}
 	return p, path, err
 }
@@ -98,37 +104,38 @@ func allocatorOf(rec *state.Record, inv *inventory.Snapshot, resource, id string
 	return ""
 }
 
-// numaFacts describes where the inventory puts a device: its NUMA node and
+// NUMAFacts describes where the inventory puts a device: its NUMA node and
 // the source that said so, or why it cannot.
-type numaFacts struct {
+type NUMAFacts struct {
 	known  bool   // the inventory has the device
 	numa   *int64 // nil when the inventory does not know the node
 	source string // the source of numa, else of the device
 }
 
-// numaOf looks a device id up in the inventory; inv nil means there is no
+// NUMAOf looks a device id up in the inventory; inv nil means there is no
 // inventory to ask.
-func numaOf(inv *inventory.Snapshot, id string) numaFacts {
+func NUMAOf(inv *inventory.Snapshot, id string) NUMAFacts {
 	if inv == nil || id == "" {
-		return numaFacts{}
+		return NUMAFacts{}
 	}
 	d, ok := inv.Lookup(id)
 	if !ok {
-		return numaFacts{}
+		return NUMAFacts{}
 	}
-	return numaFactsOf(d)
+	return NUMAFactsOf(d)
 }
 
-func numaFactsOf(d inventory.Device) numaFacts {
+// NUMAFactsOf is NUMAOf for a device already looked up.
+func NUMAFactsOf(d inventory.Device) NUMAFacts {
 	src := d.NUMASource
 	if src == "" {
 		src = d.Source // no node, or a file written by hand without numaSource
 	}
-	return numaFacts{known: true, numa: d.NUMANode, source: src}
+	return NUMAFacts{known: true, numa: d.NUMANode, source: src}
 }
 
 // String is how inspect prints it: "1 from sysfs".
-func (f numaFacts) String() string {
+func (f NUMAFacts) String() string {
 	switch {
 	case !f.known:
 		return "not in the inventory"

@@ -1,14 +1,9 @@
-package main
+package inspect
 
 import (
-	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"google.golang.org/grpc"
-	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -39,39 +34,9 @@ func TestInspectEscapesDeviceIDsForTheTerminal(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := runCmd(t, "inspect", "--state-dir", dir)
+	code, out, errOut := runCmd(t, "--state-dir", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	assertEscaped(t, "inspect", out)
-}
-
-type evilLister struct {
-	v1.UnimplementedPodResourcesListerServer
-}
-
-func (evilLister) List(context.Context, *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
-	return &v1.ListPodResourcesResponse{PodResources: []*v1.PodResources{{
-		Name: "evil", Namespace: "ml",
-		Containers: []*v1.ContainerResources{{Name: "app", Devices: []*v1.ContainerDevices{
-			{ResourceName: "nvidia.com/gpu", DeviceIds: []string{evilID}},
-		}}},
-	}}}, nil
-}
-
-func TestQueryEscapesDeviceIDsForTheTerminal(t *testing.T) {
-	sock := filepath.Join(shortTempDir(t), "evil.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	v1.RegisterPodResourcesListerServer(srv, evilLister{})
-	go srv.Serve(l)
-	defer srv.Stop()
-	code, out, errOut := runCmd(t, "query", "list", "--socket", sock)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	assertEscaped(t, "query list", out)
 }

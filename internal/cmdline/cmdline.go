@@ -1,0 +1,78 @@
+// Package cmdline holds what podres-proxy's commands share about their
+// command lines: the paths they use by default, usage errors and the exit
+// status each error gives, flag sets whose flags may come between the
+// arguments, and the -o formats.
+package cmdline
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/spf13/pflag"
+)
+
+// The paths serve uses, and inspect and query read, by default.
+const (
+	DefaultSocket        = "/var/run/podres-proxy/pod-resources/kubelet.sock"
+	DefaultKubeletSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	DefaultStateDir      = "/var/lib/podres-proxy"
+)
+
+// UsageError marks a mistake in the command line: exit status 2.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// Usage marks err as a mistake in the command line.
+func Usage(err error) error { return UsageError{err} }
+
+// ExitCode is the exit status of a command that returned err, which it
+// prints, after "podres-proxy NAME: ", to stderr: 0 for nil and for a help
+// request, 2 for a usage error, 1 for any other error.
+func ExitCode(name string, err error, stderr io.Writer) int {
+	var ue UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp), errors.Is(err, pflag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "podres-proxy %s: %v\n", name, err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "podres-proxy %s: %v\n", name, err)
+		return 1
+	}
+}
+
+// NewFlagSet returns a flag set for the commands that take positional
+// arguments (inspect, query): pflag's, so that flags may come before,
+// between or after them, as with kubectl. It reports errors instead of
+// exiting.
+func NewFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("podres-proxy "+name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// Parse parses args, turning flag errors into usage errors.
+func Parse(fs interface{ Parse([]string) error }, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, pflag.ErrHelp) {
+			return err
+		}
+		return UsageError{err}
+	}
+	return nil
+}
+
+// CheckOutput validates an -o flag.
+func CheckOutput(output string) error {
+	if output != "table" && output != "json" {
+		return UsageError{fmt.Errorf("unknown output format %q (want table or json)", output)}
+	}
+	return nil
+}
