@@ -60,8 +60,8 @@ func (f *Source) Name() string { return inventory.SourceFile }
 // Interval implements inventory.Source.
 func (f *Source) Interval() time.Duration { return f.interval }
 
-// Load implements inventory.Source. It parses the file only when its content differs
-// from the last read.
+// Load implements inventory.Source. It parses the file only when its
+// content differs from the last read.
 func (f *Source) Load(ctx context.Context) ([]inventory.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
