@@ -6,6 +6,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 )
 
@@ -14,7 +15,7 @@ import (
 // or rebuilt with the devices its plan gives it.
 
 // rebuildFunc decodes one pod segment, adds the plan's devices and encodes it.
-type rebuildFunc func(seg []byte, p plan) ([]byte, error)
+type rebuildFunc func(seg []byte, p merge.Plan) ([]byte, error)
 
 // listAnswer builds the proxy's List answer from the kubelet's Encoded one
 // (package reuse explains the reuse). arrived is when the query
@@ -50,12 +51,12 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 			}
 		}
 		rec, ok := s.p.Store.Live(p.Key)
-		if !ok || (len(rec.Devices) > 0 && !s.resolver.vettable(rec)) {
+		if !ok || (len(rec.Devices) > 0 && !s.resolver.Vettable(rec)) {
 			read = append(read, i)
 			continue
 		}
 		p.Rec = rec
-		if err := rebuildPart(p, rebuild, s.resolver.planFor(rec, inv)); err != nil {
+		if err := rebuildPart(p, rebuild, s.resolver.PlanFor(rec, inv)); err != nil {
 			return nil, err
 		}
 	}
@@ -64,7 +65,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 		for j, i := range read {
 			keys[j] = parts[i].Key
 		}
-		plans, _, err := s.resolver.plans(ctx, keys, arrived, inv)
+		plans, _, err := s.resolver.Plans(ctx, keys, arrived, inv)
 		if err != nil {
 			return nil, err
 		}
@@ -75,12 +76,12 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 		}
 	}
 	if rebuilt := pods - reused; rebuilt > 0 || reused > 0 {
-		s.p.Metrics.listPods(reused, rebuilt)
+		s.p.Metrics.ListPods(reused, rebuilt)
 	}
 
 	out := reuse.Splice(parts)
 	if pods > reused {
-		cache.Store(parts, inv, version, gen, s.resolver.dependsOnOthers)
+		cache.Store(parts, inv, version, gen, s.resolver.DependsOnOthers)
 	}
 	cache.Drop(gen, pods)
 	return out, nil
@@ -88,8 +89,8 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 
 // rebuildPart sets a pod's output: the kubelet's segment itself when there is
 // nothing to add, so a pod without devices is never decoded.
-func rebuildPart(p *reuse.Part, rebuild rebuildFunc, pl plan) (err error) {
-	if pl.empty() {
+func rebuildPart(p *reuse.Part, rebuild rebuildFunc, pl merge.Plan) (err error) {
+	if pl.Empty() {
 		p.Out, p.Same = p.Pod, true
 		return nil
 	}
