@@ -6,6 +6,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 )
 
@@ -13,13 +14,14 @@ import (
 // (package reuse explains how answers are reused per pod), each pod reused
 // or rebuilt with the devices its plan gives it.
 
-// rebuildFunc decodes one pod segment, adds the plan's devices and encodes it.
-type rebuildFunc func(seg []byte, p plan) ([]byte, error)
+// rebuildFunc decodes one pod segment, adds the plan's devices and encodes
+// it as a whole field (reuse.EncodePod).
+type rebuildFunc func(seg []byte, p merge.Plan) ([]byte, error)
 
 // listAnswer builds the proxy's List answer from the kubelet's Encoded one
 // (package reuse explains the reuse). arrived is when the query
 // arrived: pods unknown to the store wait for a /pods read started after it.
-func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reuse.Encoded, arrived time.Time, inv *inventory.Snapshot, rebuild rebuildFunc) ([]byte, error) {
+func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reuse.Encoded, arrived time.Time, inv *inventory.Snapshot, rebuild rebuildFunc) (*reuse.Answer, error) {
 	buf := reuse.PartsPool.Get().(*[]reuse.Part)
 	defer func() {
 		clear(*buf) // keep no answer alive through the pool
@@ -50,12 +52,12 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 			}
 		}
 		rec, ok := s.p.Store.Live(p.Key)
-		if !ok || (len(rec.Devices) > 0 && !s.resolver.vettable(rec)) {
+		if !ok || (len(rec.Devices) > 0 && !s.resolver.Vettable(rec)) {
 			read = append(read, i)
 			continue
 		}
 		p.Rec = rec
-		if err := rebuildPart(p, rebuild, s.resolver.planFor(rec, inv)); err != nil {
+		if err := rebuildPart(p, rebuild, s.resolver.PlanFor(rec, inv)); err != nil {
 			return nil, err
 		}
 	}
@@ -64,7 +66,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 		for j, i := range read {
 			keys[j] = parts[i].Key
 		}
-		plans, _, err := s.resolver.plans(ctx, keys, arrived, inv)
+		plans, _, err := s.resolver.Plans(ctx, keys, arrived, inv)
 		if err != nil {
 			return nil, err
 		}
@@ -75,22 +77,22 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 		}
 	}
 	if rebuilt := pods - reused; rebuilt > 0 || reused > 0 {
-		s.p.Metrics.listPods(reused, rebuilt)
+		s.p.Metrics.ListPods(reused, rebuilt)
 	}
 
-	out := reuse.Splice(parts)
+	out := reuse.Splice(kubelet, parts)
 	if pods > reused {
-		cache.Store(parts, inv, version, gen, s.resolver.dependsOnOthers)
+		cache.Store(parts, inv, version, gen, s.resolver.DependsOnOthers)
 	}
 	cache.Drop(gen, pods)
 	return out, nil
 }
 
-// rebuildPart sets a pod's output: the kubelet's segment itself when there is
+// rebuildPart sets a pod's output: the kubelet's field itself when there is
 // nothing to add, so a pod without devices is never decoded.
-func rebuildPart(p *reuse.Part, rebuild rebuildFunc, pl plan) (err error) {
-	if pl.empty() {
-		p.Out, p.Same = p.Pod, true
+func rebuildPart(p *reuse.Part, rebuild rebuildFunc, pl merge.Plan) (err error) {
+	if pl.Empty() {
+		p.Out, p.Same = p.Field, true
 		return nil
 	}
 	p.Out, err = rebuild(p.Pod, pl)

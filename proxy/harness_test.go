@@ -23,6 +23,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -140,15 +141,15 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	h.logs = test.NewLocal(log)
-	metrics := proxy.NewMetrics(h.reg)
+	m := metrics.New(h.reg)
 	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := allocator.NewSet(log, metrics.AnnotationError, decoders...)
+	set := allocator.NewSet(log, m.AnnotationError, decoders...)
 	var gate *trust.Gate
 	if h.trusting {
-		h.trustOpts.Log, h.trustOpts.OnRefuse = log, metrics.AllocationRefused
+		h.trustOpts.Log, h.trustOpts.OnRefuse = log, m.AllocationRefused
 		gate = trust.NewGate(set, h.trustOpts)
 	}
 	if h.stateDir != "" {
@@ -165,7 +166,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	providers := proxy.Providers{Store: h.store, Pods: client.Pods, Allocators: set, Inventory: h.inv, Trust: gate, Metrics: metrics}
+	providers := proxy.Providers{Store: h.store, Pods: client.Pods, Allocators: set, Inventory: h.inv, Trust: gate, Metrics: m}
 	for _, f := range h.providers {
 		f(&providers)
 	}

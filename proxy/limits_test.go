@@ -19,7 +19,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
-	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
 )
 
 // hangGuard bounds how long a test waits for an event that a broken limit
@@ -165,9 +165,9 @@ func TestClientThatStopsReadingHoldsOnlyAFewCalls(t *testing.T) {
 			t.Fatalf("server sent GOAWAY %v after %d answered calls", f.ErrCode, len(answered))
 		}
 	}
-	if len(answered) > proxy.MaxStreamsPerConnection {
+	if len(answered) > limits.MaxStreamsPerConnection {
 		t.Fatalf("a client that reads nothing had %d calls taken on at once, want at most %d (%d refused)",
-			len(answered), proxy.MaxStreamsPerConnection, len(refused))
+			len(answered), limits.MaxStreamsPerConnection, len(refused))
 	}
 }
 

@@ -5,14 +5,15 @@
 // tell it from the kubelet except that they now see those devices.
 //
 // The server is composed like the kubelet's own: its Providers are gathered
-// in one struct. The upstream kubelet answers which pods and containers
-// exist; the store, the /pods reader the server owns (every read is recorded
-// in the store) and the allocators say which devices each pod gets
-// (resolve.go), the trust checker which of them are believed, and one
-// inventory snapshot per call where they sit (merge.go). List answers are
-// reused pod by pod (package reuse tells how, in one place); a call a
-// moment after another shares its kubelet call (shared.go). Every input is
-// bounded (limits.go, ratelimit.go, socket.go).
+// in one struct. The upstream kubelet (package upstream) answers which pods
+// and containers exist; the store, the /pods reader the server owns (every
+// read is recorded in the store) and the allocators say which devices each
+// pod gets, the trust checker which of them are believed, and one inventory
+// snapshot per call where they sit (package merge). List answers are reused
+// pod by pod (package reuse tells how, in one place); a call a moment after
+// another shares its kubelet call (upstream.Shared). Every input is bounded
+// (package limits; the socket's permissions, socket.go). Its metrics are
+// package metrics'.
 package proxy
 
 import (
@@ -29,13 +30,12 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
-	"github.com/podres-proxy/podres-proxy/state"
-	"github.com/podres-proxy/podres-proxy/trust"
+	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 )
 
 // Config configures a Server.
@@ -44,20 +44,21 @@ type Config struct {
 	Socket string
 	// KubeletSocket is the kubelet's PodResources socket (path or unix:// URL).
 	KubeletSocket string
-	// MaxMessageSize bounds kubelet answers; 0 means DefaultMaxMessageSize.
+	// MaxMessageSize bounds kubelet answers; 0 means
+	// upstream.DefaultMaxMessageSize.
 	MaxMessageSize int
 	// RateLimitQPS and RateLimitBurst are the endpoint's token bucket;
 	// QPS <= 0 disables it.
 	RateLimitQPS   float64
 	RateLimitBurst int
 	// MaxConnections caps open client connections; 0 means
-	// DefaultMaxConnections.
+	// limits.DefaultMaxConnections.
 	MaxConnections int
 	// RequestTimeout bounds every call without a sooner deadline of its
-	// own, and every kubelet call; 0 means DefaultRequestTimeout.
+	// own, and every kubelet call; 0 means limits.DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// IdleTimeout closes connections without calls for this long; 0 means
-	// DefaultIdleTimeout.
+	// limits.DefaultIdleTimeout.
 	IdleTimeout time.Duration
 	// PodsTimeout bounds a shared /pods read; 0 means
 	// kubeletpods.DefaultReadTimeout.
@@ -65,61 +66,22 @@ type Config struct {
 	Log         logrus.FieldLogger
 }
 
-// Providers are what the server composes its answers from, gathered in one
-// struct as the kubelet's PodResourcesProviders are. The upstream kubelet,
-// dialled from Config, says which pods and containers exist; these say which
-// devices each pod gets and where they sit.
-type Providers struct {
-	// Store holds the pods' records: their sandboxes, specs and decoded
-	// devices.
-	Store *state.Store
-	// Pods reads the kubelet's /pods. The server shares reads between
-	// concurrent queries (kubeletpods.Reader) and records each read in
-	// Store. Nil answers pods unknown to the store with Unavailable.
-	Pods kubeletpods.Fetch
-	// Allocators attribute a pod's devices to its containers.
-	Allocators *allocator.Set
-	// Inventory returns the current device inventory. Each call takes one
-	// snapshot and answers from it alone: the devices' NUMA nodes, the
-	// allocatable devices and the translation of devices named by minor or
-	// index. Nil: no inventory.
-	Inventory func() *inventory.Snapshot
-	// ResourceNames name the inventory's devices in GetAllocatableResources;
-	// nil means inventory.DefaultResourceNames.
-	ResourceNames inventory.ResourceNames
-	// Trust decides which decoded devices are reported (package trust);
-	// serve always sets it. Nil reports every decoded device, for tests of
-	// attribution alone.
-	Trust   *trust.Gate
-	Metrics *Metrics
-	// PlainSharedGPUIDs reports every sharer of a GPU under the GPU's plain
-	// UUID, as before shared-GPU ids (trust/sharedgpu.go); false
-	// gives each sharer after the first "<uuid>::<slot>".
-	PlainSharedGPUIDs bool
-	// MIGResource, when set, is the resource MIG instances are reported
-	// as (e.g. nvidia.com/mig-1g.10gb); empty keeps their GPU's.
-	MIGResource string
-	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
-	// devices pods are answered with; nil writes none.
-	DeviceInfo DeviceInfoWriter
-}
-
 // Server is the PodResources proxy.
 type Server struct {
 	cfg      Config
 	p        Providers
 	log      logrus.FieldLogger
-	up       *upstream
-	resolver *resolver
+	up       *upstream.Client
+	resolver *merge.Resolver
 	grpc     *grpc.Server
 	ready    atomic.Bool
 
 	// Each List method's pods, reused per pod (answers.go), and each
-	// method's shared kubelet calls (shared.go).
+	// method's shared kubelet calls (upstream.Shared).
 	segV1, segV1alpha1 reuse.Cache
-	listV1             *sharedCall[[]byte]
-	listV1alpha1       *sharedCall[[]byte]
-	allocatable        *sharedCall[*v1.AllocatableResourcesResponse]
+	listV1             *upstream.Shared[*reuse.Answer]
+	listV1alpha1       *upstream.Shared[*reuse.Answer]
+	allocatable        *upstream.Shared[*v1.AllocatableResourcesResponse]
 }
 
 // New checks the configuration and prepares the server; nothing is dialled
@@ -135,14 +97,14 @@ func New(cfg Config, p Providers) (*Server, error) {
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
-	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
-	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)
-	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
+	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, limits.DefaultMaxConnections)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, limits.DefaultRequestTimeout)
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, limits.DefaultIdleTimeout)
 	if cfg.MaxConnections < 0 || cfg.RequestTimeout < 0 || cfg.IdleTimeout < 0 {
 		return nil, fmt.Errorf("proxy: negative limit (connections %d, request timeout %v, idle timeout %v)",
 			cfg.MaxConnections, cfg.RequestTimeout, cfg.IdleTimeout)
 	}
-	up, err := newUpstream(cfg.KubeletSocket, cfg.MaxMessageSize, cfg.RequestTimeout, p.Metrics)
+	up, err := upstream.New(cfg.KubeletSocket, cfg.MaxMessageSize, cfg.RequestTimeout, p.Metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -154,24 +116,28 @@ func New(cfg Config, p Providers) (*Server, error) {
 		p:   p,
 		log: log,
 		up:  up,
-		resolver: &resolver{
-			store:      p.Store,
-			pods:       newReader(p, cfg.PodsTimeout),
-			allocators: p.Allocators,
-			trust:      newChecker(p.Trust, p.Store),
-			metrics:    p.Metrics,
-			log:        log,
+		resolver: merge.NewResolver(merge.Options{
+			Store:      p.Store,
+			Pods:       newReader(p, cfg.PodsTimeout),
+			Allocators: p.Allocators,
+			Trust:      newChecker(p.Trust, p.Store),
+			Metrics:    p.Metrics,
+			Log:        log,
 
-			plainSharedGPUIDs: p.PlainSharedGPUIDs,
-			migResource:       p.MIGResource,
-			deviceInfo:        p.DeviceInfo,
-		},
+			PlainSharedGPUIDs: p.PlainSharedGPUIDs,
+			MIGResource:       p.MIGResource,
+			DeviceInfo:        p.DeviceInfo,
+		}),
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client
-	// can hold is bounded (see limits.go).
-	s.grpc = grpc.NewServer(serverOptions(cfg, rateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil))...)
-	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
-	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
+	// can hold is bounded (package limits).
+	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil)
+	opts := limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit)
+	// List answers leave in the pieces they were built from (package reuse).
+	s.grpc = grpc.NewServer(append(opts, grpc.ForceServerCodecV2(reuse.Codec{}))...)
+	v1s, v1alpha1s := &v1Server{s: s}, &v1alpha1Server{s: s}
+	s.grpc.RegisterService(reuse.ServeList[v1.ListPodResourcesRequest](v1.PodResourcesLister_ServiceDesc, v1s.list), v1s)
+	s.grpc.RegisterService(reuse.ServeList[v1alpha1.ListPodResourcesRequest](v1alpha1.PodResourcesLister_ServiceDesc, v1alpha1s.list), v1alpha1s)
 	s.shareCalls()
 	return s, nil
 }
@@ -188,7 +154,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
 	errc := make(chan error, 1)
 	go func() {
-		errc <- s.grpc.Serve(newLimitListener(l, s.cfg.MaxConnections, s.p.Metrics.connectionRejected))
+		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.p.Metrics.ConnectionRejected))
 	}()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
@@ -227,30 +193,38 @@ type v1Server struct {
 	s *Server
 }
 
-func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
-	defer func() { v.s.p.Metrics.request("v1", "List", err != nil) }()
-	out, err := v.s.listV1.do(ctx)
+// List is the typed List, for callers in the process; gRPC clients are
+// answered by list, which hands gRPC the answer as it was built
+// (reuse.ServeList).
+func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
+	a, err := v.list(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return reuse.PreEncoded(&v1.ListPodResourcesResponse{}, out), nil
+	resp := &v1.ListPodResourcesResponse{}
+	return resp, proto.Unmarshal(a.Bytes(), resp)
+}
+
+func (v *v1Server) list(ctx context.Context) (_ *reuse.Answer, err error) {
+	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
+	return v.s.listV1.Do(ctx)
 }
 
 // listV1 makes one shared v1 List: the kubelet's answer, then the proxy's
 // built from it, reusing what it can per pod.
-func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, error) {
+func (s *Server) listV1Answer(ctx context.Context, started time.Time) (*reuse.Answer, error) {
 	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
 	}
 	inv := s.snapshot()
-	out, err := s.listAnswer(ctx, &s.segV1, kubelet, started, inv, func(seg []byte, p plan) ([]byte, error) {
+	out, err := s.listAnswer(ctx, &s.segV1, kubelet, started, inv, func(seg []byte, p merge.Plan) ([]byte, error) {
 		var pod v1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {
 			return nil, reuse.ErrNotAPod(err)
 		}
-		mergeV1(&pod, p, inv)
-		return proto.Marshal(&pod)
+		merge.V1(&pod, p, inv)
+		return reuse.EncodePod(&pod)
 	})
 	if err != nil {
 		s.log.WithError(err).Warn("List answered with an error")
@@ -260,7 +234,7 @@ func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, e
 
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
 	arrived := time.Now()
-	defer func() { v.s.p.Metrics.request("v1", "Get", err != nil) }()
+	defer func() { v.s.p.Metrics.Request("v1", "Get", err != nil) }()
 	resp, err = v.s.up.Get(ctx, req)
 	if err != nil {
 		return nil, err // "pod X in namespace Y not found" (Unknown) passes through as is
@@ -270,19 +244,19 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 		return resp, nil
 	}
 	inv := v.s.snapshot()
-	plans, _, err := v.s.resolver.plans(ctx, keysV1([]*v1.PodResources{pod}), arrived, inv)
+	plans, _, err := v.s.resolver.Plans(ctx, keysV1([]*v1.PodResources{pod}), arrived, inv)
 	if err != nil {
 		v.s.log.WithError(err).Warn("Get answered with an error")
 		return nil, err
 	}
-	mergeV1(pod, plans[0], inv)
+	merge.V1(pod, plans[0], inv)
 	return resp, nil
 }
 
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
-	defer func() { v.s.p.Metrics.request("v1", "GetAllocatableResources", err != nil) }()
+	defer func() { v.s.p.Metrics.Request("v1", "GetAllocatableResources", err != nil) }()
 	// The answer is shared by every caller of the call: gRPC only reads it.
-	return v.s.allocatable.do(ctx)
+	return v.s.allocatable.Do(ctx)
 }
 
 // allocatableAnswer makes one shared GetAllocatableResources call.
@@ -291,7 +265,7 @@ func (s *Server) allocatableAnswer(ctx context.Context, _ time.Time) (*v1.Alloca
 	if err != nil {
 		return nil, err
 	}
-	mergeAllocatable(resp, s.snapshot().Allocatable(s.p.ResourceNames), s.p.Allocators.ReplacedResources())
+	merge.Allocatable(resp, s.snapshot().Allocatable(s.p.ResourceNames), s.p.Allocators.ReplacedResources())
 	return resp, nil
 }
 
@@ -302,28 +276,34 @@ type v1alpha1Server struct {
 	s *Server
 }
 
-func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
-	defer func() { v.s.p.Metrics.request("v1alpha1", "List", err != nil) }()
-	out, err := v.s.listV1alpha1.do(ctx)
+// List is the typed List, for callers in the process (see v1Server.List).
+func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (*v1alpha1.ListPodResourcesResponse, error) {
+	a, err := v.list(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return reuse.PreEncoded(&v1alpha1.ListPodResourcesResponse{}, out), nil
+	resp := &v1alpha1.ListPodResourcesResponse{}
+	return resp, proto.Unmarshal(a.Bytes(), resp)
+}
+
+func (v *v1alpha1Server) list(ctx context.Context) (_ *reuse.Answer, err error) {
+	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
+	return v.s.listV1alpha1.Do(ctx)
 }
 
 // listV1alpha1Answer makes one shared v1alpha1 List.
-func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]byte, error) {
+func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) (*reuse.Answer, error) {
 	kubelet, err := s.up.ListV1alpha1(ctx, &v1alpha1.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, s.snapshot(), func(seg []byte, p plan) ([]byte, error) {
+	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, s.snapshot(), func(seg []byte, p merge.Plan) ([]byte, error) {
 		var pod v1alpha1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {
 			return nil, reuse.ErrNotAPod(err)
 		}
-		mergeV1alpha1(&pod, p)
-		return proto.Marshal(&pod)
+		merge.V1alpha1(&pod, p)
+		return reuse.EncodePod(&pod)
 	})
 	if err != nil {
 		s.log.WithError(err).Warn("v1alpha1 List answered with an error")
@@ -332,52 +312,10 @@ func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]b
 }
 
 // shareCalls sets up the methods whose kubelet calls concurrent callers
-// share (shared.go). The requests of these methods have no fields, so one
+// share (upstream.Shared). The requests of these methods have no fields, so one
 // caller's request stands for all.
 func (s *Server) shareCalls() {
-	s.listV1 = &sharedCall[[]byte]{method: "List", fn: s.listV1Answer, metrics: s.p.Metrics}
-	s.listV1alpha1 = &sharedCall[[]byte]{method: "v1alpha1.List", fn: s.listV1alpha1Answer, metrics: s.p.Metrics}
-	s.allocatable = &sharedCall[*v1.AllocatableResourcesResponse]{method: "GetAllocatableResources", fn: s.allocatableAnswer, metrics: s.p.Metrics}
-}
-
-// newChecker returns the trust checker of gate, nil without a gate.
-func newChecker(gate *trust.Gate, store *state.Store) *trust.Checker {
-	if gate == nil {
-		return nil
-	}
-	return trust.NewChecker(gate, store)
-}
-
-// snapshot returns the inventory to answer one call from: one snapshot per
-// call, so that every pod of an answer, and every question about a device
-// (its NUMA nodes, its id, whether the node has it), sees the same inventory.
-func (s *Server) snapshot() *inventory.Snapshot {
-	if s.p.Inventory == nil {
-		return nil
-	}
-	return s.p.Inventory()
-}
-
-// newReader returns the shared /pods reader of p.Pods, which records every
-// read in the store once, however many queries share it: pods seen there
-// become pending records with their spec and decoded allocations, which is
-// what lets a pod first learned from NRI cost one /pods read, once. Nil
-// without p.Pods.
-func newReader(p Providers, timeout time.Duration) *kubeletpods.Reader {
-	if p.Pods == nil {
-		return nil
-	}
-	record := func(ctx context.Context) ([]model.KubeletPod, error) {
-		pods, err := p.Pods(ctx)
-		if err != nil {
-			return nil, err
-		}
-		p.Store.ObserveKubeletPods(pods)
-		return pods, nil
-	}
-	var onRead func(time.Duration, error)
-	if p.Metrics != nil {
-		onRead = p.Metrics.ObservePodsRead
-	}
-	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, OnRead: onRead})
+	s.listV1 = upstream.NewShared("List", s.listV1Answer, s.p.Metrics)
+	s.listV1alpha1 = upstream.NewShared("v1alpha1.List", s.listV1alpha1Answer, s.p.Metrics)
+	s.allocatable = upstream.NewShared("GetAllocatableResources", s.allocatableAnswer, s.p.Metrics)
 }

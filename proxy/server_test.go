@@ -17,7 +17,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/state"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
@@ -412,9 +412,9 @@ func TestConcurrentGetsOfNewPodsShareReads(t *testing.T) {
 	}
 	h.k.SetPods(pods...)
 	// Eight clients of eight calls each: one connection carries at most
-	// proxy.MaxStreamsPerConnection calls at once.
+	// limits.MaxStreamsPerConnection calls at once.
 	var clients []v1.PodResourcesListerClient
-	for range 64 / proxy.MaxStreamsPerConnection {
+	for range 64 / limits.MaxStreamsPerConnection {
 		clients = append(clients, h.v1())
 	}
 	var wg sync.WaitGroup

@@ -20,7 +20,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
-	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
@@ -78,10 +79,10 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.criSocket, "cri-socket", defaultCRISocket, "the runtime's CRI socket, to reconcile what NRI missed; empty disables reconciling")
 	fs.DurationVar(&c.criInterval, "cri-reconcile-interval", 30*time.Second, "how often to reconcile the state store against CRI")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics, /healthz and /readyz; empty disables")
-	fs.Float64Var(&c.qps, "rate-limit-qps", proxy.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
-	fs.IntVar(&c.burst, "rate-limit-burst", proxy.DefaultRateLimitBurst, "burst of the rate limit")
-	fs.IntVar(&c.maxConns, "max-connections", proxy.DefaultMaxConnections, "client connections served at once; more are closed at once")
-	fs.DurationVar(&c.requestTimeout, "request-timeout", proxy.DefaultRequestTimeout, "deadline of a call whose client set none sooner, /pods read and kubelet call included")
+	fs.Float64Var(&c.qps, "rate-limit-qps", limits.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
+	fs.IntVar(&c.burst, "rate-limit-burst", limits.DefaultRateLimitBurst, "burst of the rate limit")
+	fs.IntVar(&c.maxConns, "max-connections", limits.DefaultMaxConnections, "client connections served at once; more are closed at once")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", limits.DefaultRequestTimeout, "deadline of a call whose client set none sooner, /pods read and kubelet call included")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.gpuResource, "gpu-resource-name", parse.DefaultGPUResource, "resource name allocated GPUs (and the inventory's GPUs) are reported as; DCGM exporter expects nvidia.com/gpu")
 	fs.StringVar(&c.rdmaResource, "rdma-resource-name", koordinator.DefaultRDMAResource, "resource name allocated RDMA devices (and the inventory's NICs and VFs) are reported as; Multus matches it with the NetworkAttachmentDefinition's resourceName")
@@ -131,7 +132,7 @@ const (
 
 // deviceInfoWriter is w as the proxy's dependency: nil when disabled (a nil
 // *devinfo.Writer in the interface would not be nil).
-func deviceInfoWriter(w *devinfo.Writer) proxy.DeviceInfoWriter {
+func deviceInfoWriter(w *devinfo.Writer) merge.DeviceInfoWriter {
 	if w == nil {
 		return nil
 	}

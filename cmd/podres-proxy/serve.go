@@ -33,6 +33,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/proxy"
+	proxymetrics "github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
@@ -64,7 +65,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := proxy.NewMetrics(reg)
+	metrics := proxymetrics.New(reg)
 
 	hamiResources, err := allocator.ParseResourceMap(c.hamiResources)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/provenance"
 	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
-	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -133,7 +133,7 @@ func ask(ctx context.Context, socket string, call func(context.Context, v1.PodRe
 	}
 	conn, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(proxy.DefaultMaxMessageSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(upstream.DefaultMaxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", socket, err)
 	}

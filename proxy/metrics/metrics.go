@@ -1,4 +1,10 @@
-package proxy
+// Package metrics is the PodResources server's Prometheus metrics, in one
+// place so that every part of the server counts into the same families.
+// The endpoint counters mirror the kubelet's
+// kubelet_pod_resources_endpoint_* family (same split by method and
+// server_api_version label), so existing dashboards translate one to one.
+// Every method is safe on a nil *Metrics, which counts nothing (tests).
+package metrics
 
 import (
 	"time"
@@ -7,9 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// Metrics are the proxy's Prometheus metrics. The endpoint counters mirror
-// the kubelet's kubelet_pod_resources_endpoint_* family (same split by method
-// and server_api_version label) so existing dashboards translate one to one.
+// Metrics are the proxy's Prometheus metrics.
 type Metrics struct {
 	requestsTotal          *prometheus.CounterVec
 	requestsList           *prometheus.CounterVec
@@ -32,8 +36,8 @@ type Metrics struct {
 
 const namespace = "podres_proxy"
 
-// NewMetrics creates the metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// New creates the metrics and registers them with reg.
+func New(reg prometheus.Registerer) *Metrics {
 	endpoint := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
@@ -131,8 +135,8 @@ func (m *Metrics) AnnotationError(allocator string) {
 	m.annotationErrors.WithLabelValues(allocator).Inc()
 }
 
-// listPods counts the pods of one List answer by how they were made.
-func (m *Metrics) listPods(reused, rebuilt int) {
+// ListPods counts the pods of one List answer by how they were made.
+func (m *Metrics) ListPods(reused, rebuilt int) {
 	if m == nil {
 		return
 	}
@@ -140,8 +144,8 @@ func (m *Metrics) listPods(reused, rebuilt int) {
 	m.listPodsTotal.WithLabelValues("rebuilt").Add(float64(rebuilt))
 }
 
-// shared counts the callers of one shared kubelet call beyond the first.
-func (m *Metrics) shared(method string, others int) {
+// Shared counts the callers of one shared kubelet call beyond the first.
+func (m *Metrics) Shared(method string, others int) {
 	if m == nil || others <= 0 {
 		return
 	}
@@ -157,24 +161,25 @@ func (m *Metrics) AllocationRefused(allocator, reason string) {
 	m.allocationsRefused.WithLabelValues(allocator, reason).Inc()
 }
 
-// connectionRejected counts a connection refused by the connection cap.
-func (m *Metrics) connectionRejected() {
+// ConnectionRejected counts a connection refused by the connection cap.
+func (m *Metrics) ConnectionRejected() {
 	if m == nil {
 		return
 	}
 	m.connectionsRejected.Inc()
 }
 
-func (m *Metrics) upstream(method string, code codes.Code, d time.Duration) {
+// Upstream records the latency of one kubelet call, by method and code.
+func (m *Metrics) Upstream(method string, code codes.Code, d time.Duration) {
 	if m == nil {
 		return
 	}
 	m.upstreamDuration.WithLabelValues(method, code.String()).Observe(d.Seconds())
 }
 
-// request counts a call the way the kubelet does: requests_total plus the
+// Request counts a call the way the kubelet does: requests_total plus the
 // per-method counter, and the per-method error counter when it failed.
-func (m *Metrics) request(version, method string, failed bool) {
+func (m *Metrics) Request(version, method string, failed bool) {
 	if m == nil {
 		return
 	}
@@ -198,4 +203,21 @@ func (m *Metrics) request(version, method string, failed bool) {
 			errs.WithLabelValues(version).Inc()
 		}
 	}
+}
+
+// RateLimited counts a call rejected by the rate limit.
+func (m *Metrics) RateLimited() {
+	if m == nil {
+		return
+	}
+	m.rateLimited.Inc()
+}
+
+// Unattributed counts a pod answered while its spec was unknown and /pods
+// unreachable.
+func (m *Metrics) Unattributed() {
+	if m == nil {
+		return
+	}
+	m.unattributed.Inc()
 }

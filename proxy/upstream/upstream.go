@@ -1,4 +1,11 @@
-package proxy
+// Package upstream is the PodResources server's client of the kubelet's
+// PodResources API: one connection, made lazily and remade when the kubelet
+// restarts, every call bounded in time and its latency recorded, the
+// kubelet's codes and messages passed through untouched (they are part of
+// the API). Concurrent callers of a method share its kubelet calls (Shared),
+// because the kubelet's limit of 100 calls a second is shared with every
+// other agent on the node.
+package upstream
 
 import (
 	"context"
@@ -13,6 +20,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
+	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 )
 
@@ -21,18 +29,22 @@ import (
 // 16 MiB, and the proxy must never be the first to fail.
 const DefaultMaxMessageSize = 64 << 20
 
-// upstream is the connection to the kubelet's PodResources socket. The
+// Client is the connection to the kubelet's PodResources socket. The
 // connection is made lazily and remade by gRPC when the kubelet restarts
 // (its socket is replaced by a new inode); a missing socket makes calls fail
 // fast with Unavailable instead of stopping the daemon.
-type upstream struct {
+type Client struct {
 	conn    *grpc.ClientConn
 	v1      v1.PodResourcesListerClient
-	metrics *Metrics
+	metrics *metrics.Metrics
 	timeout time.Duration // bounds calls whose context has no sooner deadline
 }
 
-func newUpstream(socket string, maxMsg int, timeout time.Duration, m *Metrics) (*upstream, error) {
+// New prepares the client of the kubelet's socket (a path or unix:// URL);
+// nothing is dialled until the first call. maxMsg bounds answers (<= 0:
+// DefaultMaxMessageSize), and timeout every call whose context has no
+// sooner deadline.
+func New(socket string, maxMsg int, timeout time.Duration, m *metrics.Metrics) (*Client, error) {
 	target, err := unixsock.Target(socket)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet socket: %w", err)
@@ -54,7 +66,7 @@ func newUpstream(socket string, maxMsg int, timeout time.Duration, m *Metrics) (
 	if err != nil {
 		return nil, fmt.Errorf("kubelet socket %s: %w", socket, err)
 	}
-	return &upstream{
+	return &Client{
 		conn:    conn,
 		v1:      v1.NewPodResourcesListerClient(conn),
 		metrics: m,
@@ -62,11 +74,12 @@ func newUpstream(socket string, maxMsg int, timeout time.Duration, m *Metrics) (
 	}, nil
 }
 
-func (u *upstream) Close() error { return u.conn.Close() }
+// Close closes the connection.
+func (u *Client) Close() error { return u.conn.Close() }
 
 // bound gives a kubelet call a deadline when ctx has none sooner: a kubelet
 // that accepts a call and never answers must not hold a handler forever.
-func (u *upstream) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+func (u *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if u.timeout <= 0 {
 		return context.WithCancel(ctx)
 	}
@@ -75,13 +88,13 @@ func (u *upstream) bound(ctx context.Context) (context.Context, context.CancelFu
 
 // observe records an upstream call's latency and passes its error through
 // untouched: the kubelet's own codes and messages are part of the API.
-func (u *upstream) observe(method string, start time.Time, err error) error {
-	u.metrics.upstream(method, status.Code(err), time.Since(start))
+func (u *Client) observe(method string, start time.Time, err error) error {
+	u.metrics.Upstream(method, status.Code(err), time.Since(start))
 	return err
 }
 
-// List returns the kubelet's v1 List answer still reuse.Encoded (see rawCodec).
-func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (reuse.Encoded, error) {
+// List returns the kubelet's v1 List answer still reuse.Encoded (see reuse.Codec).
+func (u *Client) List(ctx context.Context, req *v1.ListPodResourcesRequest) (reuse.Encoded, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
@@ -90,7 +103,8 @@ func (u *upstream) List(ctx context.Context, req *v1.ListPodResourcesRequest) (r
 	return resp, u.observe("List", start, err)
 }
 
-func (u *upstream) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1.GetPodResourcesResponse, error) {
+// Get returns the kubelet's Get answer.
+func (u *Client) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1.GetPodResourcesResponse, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
@@ -98,7 +112,8 @@ func (u *upstream) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1
 	return resp, u.observe("Get", start, err)
 }
 
-func (u *upstream) GetAllocatableResources(ctx context.Context, req *v1.AllocatableResourcesRequest) (*v1.AllocatableResourcesResponse, error) {
+// GetAllocatableResources returns the kubelet's answer.
+func (u *Client) GetAllocatableResources(ctx context.Context, req *v1.AllocatableResourcesRequest) (*v1.AllocatableResourcesResponse, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
@@ -107,7 +122,7 @@ func (u *upstream) GetAllocatableResources(ctx context.Context, req *v1.Allocata
 }
 
 // ListV1alpha1 returns the kubelet's v1alpha1 List answer still reuse.Encoded.
-func (u *upstream) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (reuse.Encoded, error) {
+func (u *Client) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (reuse.Encoded, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()

@@ -1,4 +1,4 @@
-package proxy
+package limits
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func fromProcess(pid int32) context.Context {
 
 func TestOneClientsFloodDoesNotStarveAnother(t *testing.T) {
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	call := func(ctx context.Context) bool {
 		_, err := limit(ctx, nil, &grpc.UnaryServerInfo{}, ok)
@@ -73,7 +73,7 @@ func TestALoneClientGetsTheKubeletsRateAfterShortLivedClientsCameBy(t *testing.T
 	// kubelet's 100/s. The kubelet would refuse none of its calls, and with
 	// nobody else calling, the proxy must not either.
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	for pid := range int32(20) {
 		if _, err := limit(fromProcess(1000+pid), nil, &grpc.UnaryServerInfo{}, ok); err != nil {
@@ -100,7 +100,7 @@ func TestALoneClientInBurstsIsNeverRefusedWhereTheKubeletWouldAllow(t *testing.T
 	// v1alpha1 List) while other clients came by seconds ago. Calling alone,
 	// it must never be refused where the kubelet's own limiter allows.
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := rateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
 	kubelet := rate.NewLimiter(DefaultRateLimitQPS, DefaultRateLimitBurst)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	for pid := range int32(5) { // short-lived clients, a few seconds ago
@@ -141,7 +141,7 @@ func TestPeerCredentialsNameTheCallingProcess(t *testing.T) {
 			return h(ctx, req)
 		}))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go srv.Serve(newLimitListener(l, 4, nil))
+	go srv.Serve(NewListener(l, 4, nil))
 	defer srv.Stop()
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -1,4 +1,4 @@
-package proxy
+package merge
 
 import (
 	"maps"
@@ -11,7 +11,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/trust"
 )
 
-// The resolver's side of the shared-GPU ids (trust/sharedgpu.go decides
+// The Resolver's side of the shared-GPU ids (trust/sharedgpu.go decides
 // them): the table of every shared GPU's sharers, kept per store
 // version and inventory snapshot like the holders (reported.go applies it).
 
@@ -50,19 +50,19 @@ func (c *sharedCache) get(store *state.Store, gate *trust.Gate, inv *inventory.S
 
 // sharedGPUs returns the current table, nil when sharers keep the plain
 // UUID (Deps.PlainSharedGPUIDs).
-func (r *resolver) sharedGPUs(inv *inventory.Snapshot) *trust.SharedGPUs {
-	if r.plainSharedGPUIDs {
+func (r *Resolver) sharedGPUs(inv *inventory.Snapshot) *trust.SharedGPUs {
+	if r.o.PlainSharedGPUIDs {
 		return nil
 	}
-	return r.shared.get(r.store, r.trust.Gate(), inv)
+	return r.shared.get(r.o.Store, r.o.Trust.Gate(), inv)
 }
 
-// dependsOnOthers reports whether a pod's answer can change when another
+// DependsOnOthers reports whether a pod's answer can change when another
 // pod's record does: the trust gate weighs claims against each other, and
 // a GPU's sharers' ids depend on who else shares it.
-func (r *resolver) dependsOnOthers(rec *state.Record) bool {
+func (r *Resolver) DependsOnOthers(rec *state.Record) bool {
 	if len(rec.Devices) == 0 {
 		return false
 	}
-	return r.trust != nil || !r.plainSharedGPUIDs && slices.ContainsFunc(rec.Devices, func(d model.Device) bool { return d.Shared })
+	return r.o.Trust != nil || !r.o.PlainSharedGPUIDs && slices.ContainsFunc(rec.Devices, func(d model.Device) bool { return d.Shared })
 }

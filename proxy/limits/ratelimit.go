@@ -1,4 +1,4 @@
-package proxy
+package limits
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
+
+	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 )
 
 // The kubelet's PodResources rate limit: one token bucket for the whole
@@ -153,10 +155,10 @@ func (f *fairLimiter) othersCalledSince(c *clientBucket, t time.Time) bool {
 	return false
 }
 
-// rateLimit returns an interceptor that rejects calls beyond a client's
+// RateLimit returns an interceptor that rejects calls beyond a client's
 // fair share of qps (with burst) before they reach a handler or the
 // kubelet. qps <= 0 disables it. clk is the clock; nil means the real one.
-func rateLimit(qps float64, burst int, m *Metrics, clk clock.PassiveClock) grpc.UnaryServerInterceptor {
+func RateLimit(qps float64, burst int, m *metrics.Metrics, clk clock.PassiveClock) grpc.UnaryServerInterceptor {
 	if qps <= 0 {
 		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(ctx, req)
@@ -166,9 +168,7 @@ func rateLimit(qps float64, burst int, m *Metrics, clk clock.PassiveClock) grpc.
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		ok, wait := l.allow(clientKey(ctx))
 		if !ok {
-			if m != nil {
-				m.rateLimited.Inc()
-			}
+			m.RateLimited()
 			return nil, errRateLimited
 		}
 		if wait > 0 {

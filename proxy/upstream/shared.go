@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"context"
@@ -9,15 +9,17 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 )
 
-// sharedCallTimeout bounds a call that several callers wait for: a List's
+// sharedTimeout bounds a call that several callers wait for: a List's
 // kubelet call plus, for a pod being created, the /pods read it waits for
 // (itself bounded by kubeletpods.DefaultReadTimeout). Callers leave earlier
 // on their own deadlines; the call goes on for the others.
-const sharedCallTimeout = 30 * time.Second
+const sharedTimeout = 30 * time.Second
 
-// sharedCall lets concurrent callers of one method share its work: a kubelet
+// Shared lets concurrent callers of one method share its work: a kubelet
 // call and what is built from it. Every caller must get an answer that
 // started after it arrived (a List asked while a pod is being created must
 // list it), so a caller never joins the call in flight, which may have
@@ -32,13 +34,13 @@ const sharedCallTimeout = 30 * time.Second
 // every caller that shared it. A caller's own deadline or cancellation ends
 // its wait, not a call others wait for; a call that nobody waits for any
 // more is cancelled.
-type sharedCall[T any] struct {
+type Shared[T any] struct {
 	method string
 	// fn makes the call, with the time it started, which is after every
 	// caller's arrival, and a context: the caller's when it has the call to
 	// itself, the call's own (30 s) when others wait for it.
 	fn      func(ctx context.Context, started time.Time) (T, error)
-	metrics *Metrics
+	metrics *metrics.Metrics
 	// joined, when set, is told each time a caller starts waiting: a hook
 	// for tests, which await it instead of sleeping.
 	joined func(method string)
@@ -46,6 +48,12 @@ type sharedCall[T any] struct {
 	mu   sync.Mutex
 	cur  *flight[T] // the call in flight, if any
 	next *flight[T] // the call that starts when cur ends, if anyone waits
+}
+
+// NewShared returns the shared calls of method (its name in errors and
+// metrics), each made by fn.
+func NewShared[T any](method string, fn func(ctx context.Context, started time.Time) (T, error), m *metrics.Metrics) *Shared[T] {
+	return &Shared[T]{method: method, fn: fn, metrics: m}
 }
 
 // flight is one shared call and its callers.
@@ -59,8 +67,8 @@ type flight[T any] struct {
 	err     error // set before done is closed
 }
 
-// do returns the result of a call that started after do was called.
-func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
+// Do returns the result of a call that started after Do was called.
+func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, status.FromContextError(err).Err()
@@ -81,7 +89,7 @@ func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
 			joined(c.method)
 		}
 		callCtx, cancel := context.WithCancelCause(ctx)
-		bound := time.AfterFunc(sharedCallTimeout, func() { cancel(c.timeoutCause()) })
+		bound := time.AfterFunc(sharedTimeout, func() { cancel(c.timeoutCause()) })
 		f.val, f.err = c.fn(callCtx, f.started)
 		bound.Stop()
 		f.err = c.timedOut(callCtx, f.err)
@@ -120,8 +128,9 @@ func (c *sharedCall[T]) do(ctx context.Context) (T, error) {
 	}
 }
 
-// setJoined sets the joined hook.
-func (c *sharedCall[T]) setJoined(f func(method string)) {
+// SetJoined sets a hook told each time a caller starts waiting: tests
+// await it instead of sleeping.
+func (c *Shared[T]) SetJoined(f func(method string)) {
 	c.mu.Lock()
 	c.joined = f
 	c.mu.Unlock()
@@ -129,23 +138,23 @@ func (c *sharedCall[T]) setJoined(f func(method string)) {
 
 // timedOut turns the error of a call its timer cancelled into the
 // DeadlineExceeded it is (the timer cancels, so gRPC reports Canceled).
-func (c *sharedCall[T]) timedOut(ctx context.Context, err error) error {
+func (c *Shared[T]) timedOut(ctx context.Context, err error) error {
 	if err != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return status.Error(codes.DeadlineExceeded, context.Cause(ctx).Error())
 	}
 	return err
 }
 
-func (c *sharedCall[T]) timeoutCause() error {
-	return fmt.Errorf("kubelet %s call took longer than %v: %w", c.method, sharedCallTimeout, context.DeadlineExceeded)
+func (c *Shared[T]) timeoutCause() error {
+	return fmt.Errorf("kubelet %s call took longer than %v: %w", c.method, sharedTimeout, context.DeadlineExceeded)
 }
 
 // startLocked makes f, a call that callers wait for, the call in flight
 // and runs it in a goroutine of its own: it must go on when one of them
 // gives up. c.mu is held.
-func (c *sharedCall[T]) startLocked(f *flight[T]) {
+func (c *Shared[T]) startLocked(f *flight[T]) {
 	f.started = time.Now()
-	ctx, cancel := context.WithTimeoutCause(context.Background(), sharedCallTimeout, c.timeoutCause())
+	ctx, cancel := context.WithTimeoutCause(context.Background(), sharedTimeout, c.timeoutCause())
 	f.cancel = cancel
 	c.cur = f
 	go func() {
@@ -157,7 +166,7 @@ func (c *sharedCall[T]) startLocked(f *flight[T]) {
 
 // finish ends the call in flight: it starts the next call if anyone waits
 // for one, then hands f's result to its callers.
-func (c *sharedCall[T]) finish(f *flight[T]) {
+func (c *Shared[T]) finish(f *flight[T]) {
 	c.mu.Lock()
 	c.cur = nil
 	if next := c.next; next != nil {
@@ -169,5 +178,5 @@ func (c *sharedCall[T]) finish(f *flight[T]) {
 	callers := f.callers
 	c.mu.Unlock()
 	close(f.done)
-	c.metrics.shared(c.method, callers-1)
+	c.metrics.Shared(c.method, callers-1)
 }

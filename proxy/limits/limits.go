@@ -1,4 +1,10 @@
-package proxy
+// Package limits bounds what a client of the PodResources server can hold:
+// connections, calls in flight, request size, call time, idle time, and its
+// share of the kubelet's rate limit. The kubelet trusts its clients; the
+// proxy cannot, because it runs under a 128 MiB memory limit and Multus
+// waits on it during every CNI ADD, so one buggy or hostile client must not
+// be able to starve the others or grow the daemon until it is killed.
+package limits
 
 import (
 	"context"
@@ -53,16 +59,18 @@ const (
 	minClientPingInterval = 5 * time.Second
 )
 
-// serverOptions returns the gRPC server options that put the limits above
-// in place, with the interceptors (deadline first, then the rate limit, so
-// a rejected call costs no deadline timer).
-func serverOptions(cfg Config, limit grpc.UnaryServerInterceptor) []grpc.ServerOption {
+// ServerOptions returns the gRPC server options that put the limits above
+// in place: idle closes connections without calls for that long, request
+// bounds every call without a sooner deadline of its own, and limit is the
+// rate limit (RateLimit), which runs first, so a rejected call costs no
+// deadline timer.
+func ServerOptions(idle, request time.Duration, limit grpc.UnaryServerInterceptor) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.Creds(peerCredentials{}),
 		grpc.MaxConcurrentStreams(MaxStreamsPerConnection),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle:     cfg.IdleTimeout,
+			MaxConnectionIdle:     idle,
 			MaxConnectionAge:      maxConnectionAge,
 			MaxConnectionAgeGrace: maxConnectionAgeGrace,
 			// Ping a connection silent for a minute, and close it when the
@@ -74,7 +82,7 @@ func serverOptions(cfg Config, limit grpc.UnaryServerInterceptor) []grpc.ServerO
 			MinTime:             minClientPingInterval,
 			PermitWithoutStream: true,
 		}),
-		grpc.ChainUnaryInterceptor(limit, deadline(cfg.RequestTimeout)),
+		grpc.ChainUnaryInterceptor(limit, deadline(request)),
 	}
 }
 
@@ -99,7 +107,9 @@ type limitListener struct {
 	rejected func() // counts a refused connection; may be nil
 }
 
-func newLimitListener(l net.Listener, max int, rejected func()) *limitListener {
+// NewListener caps the connections l has open at once at max; rejected,
+// when set, is told of each connection closed over the cap.
+func NewListener(l net.Listener, max int, rejected func()) net.Listener {
 	return &limitListener{Listener: l, max: int64(max), rejected: rejected}
 }
 

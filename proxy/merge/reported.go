@@ -1,4 +1,4 @@
-package proxy
+package merge
 
 import (
 	"github.com/podres-proxy/podres-proxy/allocator"
@@ -12,7 +12,7 @@ import (
 // copies, and the resource MIG instances are reported as.
 
 // DeviceInfoWriter writes the NPWG device-info files of the devices a pod
-// is answered with (devinfo.Writer); the resolver tells it each time it
+// is answered with (devinfo.Writer); the Resolver tells it each time it
 // decides a pod's devices, before the answer leaves, because Multus reads
 // the file right after its List, during the same CNI ADD.
 type DeviceInfoWriter interface {
@@ -22,10 +22,10 @@ type DeviceInfoWriter interface {
 // reported is the last step of a pod's believed devices before
 // attribution: shared GPUs' sharers get their ids, and the device-info
 // files of its VFs and RDMA devices are written.
-func (r *resolver) reported(rec *state.Record, devs []model.Device, shared *trust.SharedGPUs) []model.Device {
+func (r *Resolver) reported(rec *state.Record, devs []model.Device, shared *trust.SharedGPUs) []model.Device {
 	devs = shared.Rewrite(rec.UID, devs)
-	if r.deviceInfo != nil && len(devs) > 0 {
-		r.deviceInfo.Hold(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, devs)
+	if r.o.DeviceInfo != nil && len(devs) > 0 {
+		r.o.DeviceInfo.Hold(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, devs)
 	}
 	return devs
 }
@@ -33,17 +33,17 @@ func (r *resolver) reported(rec *state.Record, devs []model.Device, shared *trus
 // relabel reports MIG instances under Providers.MIGResource, after attribution:
 // the allocators' requests (nvidia.com/gpu) decide the container, the
 // name only what consumers see.
-func (r *resolver) relabel(p plan) plan {
-	if r.migResource == "" {
+func (r *Resolver) relabel(p Plan) Plan {
+	if r.o.MIGResource == "" {
 		return p
 	}
 	if p.toLast != nil {
-		p.toLast = allocator.MIGResource(p.toLast, r.migResource)
+		p.toLast = allocator.MIGResource(p.toLast, r.o.MIGResource)
 	}
 	if p.assign != nil {
 		a := make(allocator.Assignment, len(p.assign))
 		for name, devs := range p.assign {
-			a[name] = allocator.MIGResource(devs, r.migResource)
+			a[name] = allocator.MIGResource(devs, r.o.MIGResource)
 		}
 		p.assign = a
 	}

@@ -1,4 +1,17 @@
-package proxy
+// Package merge is how the devices a centralized scheduler recorded join
+// the kubelet's answer: which devices each pod gets (Resolver: from the
+// store's record, or a /pods read for a pod not yet known, vetted by the
+// trust gate, translated and attributed to containers, into a Plan) and how
+// a Plan is added to the kubelet's decoded pod (V1, V1alpha1) and to
+// GetAllocatableResources (Allocatable). List and Get both go through it,
+// which is what keeps their answers in agreement.
+//
+// The merge edits the kubelet's decoded answer in place instead of building
+// a new one: fields this build does not know (a newer kubelet's) survive in
+// the messages' unknown fields, and everything the kubelet reported
+// (cpu_ids, memory, dynamic_resources, its own devices, container order) is
+// untouched.
+package merge
 
 import (
 	"slices"
@@ -11,14 +24,9 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// The merge edits the kubelet's decoded answer in place instead of building a
-// new one: fields this build does not know (a newer kubelet's) survive in the
-// messages' unknown fields, and everything the kubelet reported (cpu_ids,
-// memory, dynamic_resources, its own devices, container order) is untouched.
-
-// mergeV1 adds a plan's devices to a v1 pod.
-func mergeV1(pod *v1.PodResources, p plan, inv *inventory.Snapshot) {
-	if p.empty() || len(pod.GetContainers()) == 0 {
+// V1 adds a plan's devices to a v1 pod.
+func V1(pod *v1.PodResources, p Plan, inv *inventory.Snapshot) {
+	if p.Empty() || len(pod.GetContainers()) == 0 {
 		return
 	}
 	if p.toLast != nil {
@@ -93,10 +101,10 @@ func (s deviceSet) hasOrAdd(resource, id string) bool {
 	return false
 }
 
-// mergeV1alpha1 adds a plan's devices to a v1alpha1 pod. v1alpha1 lists app
+// V1alpha1 adds a plan's devices to a v1alpha1 pod. v1alpha1 lists app
 // containers only and has no topology, exactly as the kubelet's.
-func mergeV1alpha1(pod *v1alpha1.PodResources, p plan) {
-	if p.empty() || len(pod.GetContainers()) == 0 {
+func V1alpha1(pod *v1alpha1.PodResources, p Plan) {
+	if p.Empty() || len(pod.GetContainers()) == 0 {
 		return
 	}
 	if p.toLast != nil {
@@ -127,7 +135,7 @@ func addV1alpha1(c *v1alpha1.ContainerResources, devs []model.Device) {
 	}
 }
 
-// mergeAllocatable adds inventory devices to GetAllocatableResources, skipping
+// Allocatable adds inventory devices to GetAllocatableResources, skipping
 // any (resource, id) the kubelet already reports, so NFD and RTE, which
 // subtract List from Allocatable per resource name, count each device once.
 // A device on several NUMA nodes comes as one entry per node, so only the
@@ -137,7 +145,7 @@ func addV1alpha1(c *v1alpha1.ContainerResources, devs []model.Device) {
 // that name no GPU) the kubelet's entries are dropped when the inventory
 // has devices of that resource: List reports the real GPUs there, and
 // allocatable must name the same ones.
-func mergeAllocatable(resp *v1.AllocatableResourcesResponse, extra []*v1.ContainerDevices, replaced map[string]bool) {
+func Allocatable(resp *v1.AllocatableResourcesResponse, extra []*v1.ContainerDevices, replaced map[string]bool) {
 	if len(replaced) > 0 {
 		known := map[string]bool{}
 		for _, d := range extra {

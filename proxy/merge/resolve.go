@@ -1,4 +1,4 @@
-package proxy
+package merge
 
 import (
 	"context"
@@ -16,12 +16,13 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
 
-// plan is what the proxy adds to one pod of a kubelet answer.
-type plan struct {
+// Plan is what the proxy adds to one pod of a kubelet answer.
+type Plan struct {
 	// assign gives each container its devices, by name.
 	assign allocator.Assignment
 	// toLast holds devices of a pod whose spec was never seen while /pods is
@@ -30,35 +31,46 @@ type plan struct {
 	toLast []model.Device
 }
 
-func (p plan) empty() bool { return len(p.assign) == 0 && len(p.toLast) == 0 }
+// Empty reports whether the plan adds nothing.
+func (p Plan) Empty() bool { return len(p.assign) == 0 && len(p.toLast) == 0 }
 
-// resolver decides, for the pods of a kubelet answer, which devices to add.
+// Resolver decides, for the pods of a kubelet answer, which devices to add.
 // It answers from the store when the pod's sandbox is live and everything
 // needed is known; otherwise it waits for a /pods read that started after the
 // query arrived (shared with concurrent queries), because a pod being created
 // (Multus asks during CNI ADD, before the sandbox exists) must be answered
 // with its annotation, and PodResources has no UID to tell a recreated pod
 // from its predecessor.
-type resolver struct {
-	store      *state.Store
-	pods       *kubeletpods.Reader // nil: no /pods source, every read fails
-	allocators *allocator.Set
-	trust      *trust.Checker // nil: every decoded device is reported
-	shared     sharedCache    // the ids of shared GPUs' sharers (sharedgpu.go)
-	// plainSharedGPUIDs reports every sharer of a GPU under its plain UUID.
-	plainSharedGPUIDs bool
-	// migResource, when set, is the resource MIG instances are reported as.
-	migResource string
-	// deviceInfo writes the NPWG device-info files of the VFs and RDMA
-	// devices answered; nil writes none.
-	deviceInfo DeviceInfoWriter
-	metrics    *Metrics
-	log        logrus.FieldLogger
-	cache      planCache
+type Resolver struct {
+	o      Options
+	shared sharedCache // the ids of shared GPUs' sharers (sharedgpu.go)
+	cache  planCache
 }
 
-// planCache remembers the plan of each record version. Records are
-// immutable and replaced on every change, so a plan stays valid as long as
+// Options are what a Resolver decides from.
+type Options struct {
+	Store *state.Store
+	// Pods reads /pods, shared between queries; nil: every read fails.
+	Pods       *kubeletpods.Reader
+	Allocators *allocator.Set
+	// Trust vets decoded devices; nil reports every decoded device.
+	Trust *trust.Checker
+	// PlainSharedGPUIDs reports every sharer of a GPU under its plain UUID.
+	PlainSharedGPUIDs bool
+	// MIGResource, when set, is the resource MIG instances are reported as.
+	MIGResource string
+	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
+	// devices answered; nil writes none.
+	DeviceInfo DeviceInfoWriter
+	Metrics    *metrics.Metrics
+	Log        logrus.FieldLogger
+}
+
+// NewResolver returns the resolver of o.
+func NewResolver(o Options) *Resolver { return &Resolver{o: o} }
+
+// planCache remembers the Plan of each record version. Records are
+// immutable and replaced on every change, so a Plan stays valid as long as
 // the store hands out the same record; attributing devices parses every
 // container's requests, which would otherwise be most of a steady List.
 type planCache struct {
@@ -66,7 +78,7 @@ type planCache struct {
 	m  map[string]cachedPlan // by pod UID
 }
 
-// A plan is valid for the record, the inventory snapshot and, when the
+// A Plan is valid for the record, the inventory snapshot and, when the
 // trust gate contested its devices against other pods' claims, the holders
 // it was decided with (they change with any pod's record), and the shared
 // GPUs' ids (likewise).
@@ -75,10 +87,10 @@ type cachedPlan struct {
 	inv     *inventory.Snapshot
 	holders *trust.Holders
 	shared  *trust.SharedGPUs
-	plan    plan
+	plan    Plan
 }
 
-func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs) (plan, bool) {
+func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs) (Plan, bool) {
 	c.mu.RLock()
 	e, ok := c.m[rec.UID]
 	c.mu.RUnlock()
@@ -88,7 +100,7 @@ func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *tru
 // put stores a plan. When the cache holds more than twice the store's
 // records (pods removed, or recreated under new UIDs), it is emptied first:
 // the next queries recompute the plans they need.
-func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs, p plan, records int) {
+func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs, p Plan, records int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) > 2*records+64 {
@@ -100,19 +112,19 @@ func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *tru
 // errNoPodsSource is returned when a read is needed but none is configured.
 var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 
-// plans returns one plan per key, and whether every plan came from the
+// Plans returns one Plan per key, and whether every Plan came from the
 // store alone (no /pods read), in which case the same keys, store version
 // and inventory give the same plans. It fails with Unavailable when some pod
 // is unknown to the store and /pods cannot be read: an answer silently
 // missing that pod's devices is worse than an error, since Multus would
 // configure the pod's network without its VF and Antrea caches empty answers.
-func (r *resolver) plans(ctx context.Context, keys []model.PodKey, arrived time.Time, inv *inventory.Snapshot) (plans []plan, fromStore bool, err error) {
-	plans = make([]plan, len(keys))
+func (r *Resolver) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time, inv *inventory.Snapshot) (plans []Plan, fromStore bool, err error) {
+	plans = make([]Plan, len(keys))
 	var need []int
 	for i, k := range keys {
-		rec, ok := r.store.Live(k)
-		if ok && (len(rec.Devices) == 0 || r.vettable(rec)) {
-			plans[i] = r.planFor(rec, inv)
+		rec, ok := r.o.Store.Live(k)
+		if ok && (len(rec.Devices) == 0 || r.Vettable(rec)) {
+			plans[i] = r.PlanFor(rec, inv)
 			continue
 		}
 		need = append(need, i)
@@ -123,22 +135,20 @@ func (r *resolver) plans(ctx context.Context, keys []model.PodKey, arrived time.
 	snap, err := r.read(ctx, arrived)
 	if err != nil {
 		for _, i := range need {
-			rec, ok := r.store.Live(keys[i])
+			rec, ok := r.o.Store.Live(keys[i])
 			if !ok {
 				return nil, false, status.Errorf(codes.Unavailable,
 					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
 					keys[i].Name, keys[i].Namespace, err)
 			}
-			if r.trust != nil {
+			if r.o.Trust != nil {
 				// Its spec is unknown, so its allocation cannot be vetted:
-				// planFor refuses it, visibly, rather than guess.
-				plans[i] = r.planFor(rec, inv)
+				// PlanFor refuses it, visibly, rather than guess.
+				plans[i] = r.PlanFor(rec, inv)
 				continue
 			}
-			plans[i] = plan{toLast: r.translate(rec, inv)}
-			if r.metrics != nil {
-				r.metrics.unattributed.Inc()
-			}
+			plans[i] = Plan{toLast: r.translate(rec, inv)}
+			r.o.Metrics.Unattributed()
 		}
 		return plans, false, nil
 	}
@@ -149,20 +159,20 @@ func (r *resolver) plans(ctx context.Context, keys []model.PodKey, arrived time.
 			// was just deleted. Answer what the kubelet answered.
 			continue
 		}
-		rec, ok := r.store.Get(kp.UID)
+		rec, ok := r.o.Store.Get(kp.UID)
 		if !ok {
 			continue // pruned meanwhile; nothing to add for a deleted pod
 		}
-		plans[i] = r.planFor(rec, inv)
+		plans[i] = r.PlanFor(rec, inv)
 	}
 	return plans, false, nil
 }
 
-func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.PodList, error) {
-	if r.pods == nil {
+func (r *Resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.PodList, error) {
+	if r.o.Pods == nil {
 		return nil, errNoPodsSource
 	}
-	snap, err := r.pods.ReadAfter(ctx, arrived)
+	snap, err := r.o.Pods.ReadAfter(ctx, arrived)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, fmt.Errorf("waiting for /pods: %w", ctxErr)
@@ -172,23 +182,23 @@ func (r *resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Po
 	return snap, nil
 }
 
-// planFor attributes a record's devices to its containers.
-func (r *resolver) planFor(rec *state.Record, inv *inventory.Snapshot) plan {
+// PlanFor attributes a record's devices to its containers.
+func (r *Resolver) PlanFor(rec *state.Record, inv *inventory.Snapshot) Plan {
 	if len(rec.Devices) == 0 {
 		if len(rec.Edited) > 0 {
 			r.vet(rec, nil, inv, nil) // no devices, but the edit is refused and shown
 		}
-		return plan{}
+		return Plan{}
 	}
 	var holders *trust.Holders
-	if r.trust != nil {
-		holders = r.trust.Holders(inv)
+	if r.o.Trust != nil {
+		holders = r.o.Trust.Holders(inv)
 	}
 	shared := r.sharedGPUs(inv)
 	if p, ok := r.cache.get(rec, inv, holders, shared); ok {
 		return p
 	}
-	// A plan that needed the inventory to name a device can change when
+	// A Plan that needed the inventory to name a device can change when
 	// the inventory does; those (pods from older schedulers) are
 	// recomputed every time.
 	cacheable := !allocator.NamedByNumber(rec.Devices)
@@ -196,20 +206,20 @@ func (r *resolver) planFor(rec *state.Record, inv *inventory.Snapshot) plan {
 	devs = allocator.NormalizeIDs(devs)
 	devs = withoutRefusedIDs(devs, r.vet(rec, devs, inv, holders))
 	devs = r.reported(rec, devs, shared)
-	var p plan
+	var p Plan
 	if len(devs) == 0 {
-		p = plan{}
-	} else if a, ok := r.allocators.Assign(rec.Spec, devs); ok {
-		if !r.plainSharedGPUIDs {
+		p = Plan{}
+	} else if a, ok := r.o.Allocators.Assign(rec.Spec, devs); ok {
+		if !r.o.PlainSharedGPUIDs {
 			a = trust.OnePlainPerPod(rec.Spec, a)
 		}
-		p = plan{assign: a}
+		p = Plan{assign: a}
 	} else {
-		p = plan{toLast: devs}
+		p = Plan{toLast: devs}
 	}
 	p = r.relabel(p)
 	if cacheable {
-		r.cache.put(rec, inv, holders, shared, p, r.store.Len())
+		r.cache.put(rec, inv, holders, shared, p, r.o.Store.Len())
 	}
 	return p
 }
@@ -251,28 +261,28 @@ func ptrEqual[T comparable](a, b *T) bool {
 // it cannot find stay empty and are left out of the answer; that is logged
 // at debug level, since it repeats on every query until the inventory
 // knows the device.
-func (r *resolver) translate(rec *state.Record, inv *inventory.Snapshot) []model.Device {
+func (r *Resolver) translate(rec *state.Record, inv *inventory.Snapshot) []model.Device {
 	devs, problems := allocator.Translate(rec.Devices, inv)
-	if len(problems) > 0 && r.log != nil {
-		r.log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
+	if len(problems) > 0 && r.o.Log != nil {
+		r.o.Log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
 	}
 	return devs
 }
 
-// vettable reports whether the record says enough to vet its devices
+// Vettable reports whether the record says enough to vet its devices
 // without reading /pods: its spec, with the scheduler name when a trust gate
 // is set.
-func (r *resolver) vettable(rec *state.Record) bool {
-	if r.trust == nil {
+func (r *Resolver) Vettable(rec *state.Record) bool {
+	if r.o.Trust == nil {
 		return rec.Spec != nil
 	}
-	return r.trust.Vettable(rec)
+	return r.o.Trust.Vettable(rec)
 }
 
 // vet returns the devices of rec the trust gate believes (see trust.Checker).
-func (r *resolver) vet(rec *state.Record, devs []model.Device, inv *inventory.Snapshot, holders *trust.Holders) []model.Device {
-	if r.trust == nil {
+func (r *Resolver) vet(rec *state.Record, devs []model.Device, inv *inventory.Snapshot, holders *trust.Holders) []model.Device {
+	if r.o.Trust == nil {
 		return devs
 	}
-	return r.trust.Vet(rec, devs, inv, holders)
+	return r.o.Trust.Vet(rec, devs, inv, holders)
 }

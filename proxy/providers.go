@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
+	"github.com/podres-proxy/podres-proxy/proxy/metrics"
+	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/trust"
+)
+
+// Providers are what the server composes its answers from, gathered in one
+// struct as the kubelet's PodResourcesProviders are. The upstream kubelet,
+// dialled from Config, says which pods and containers exist; these say which
+// devices each pod gets and where they sit.
+type Providers struct {
+	// Store holds the pods' records: their sandboxes, specs and decoded
+	// devices.
+	Store *state.Store
+	// Pods reads the kubelet's /pods. The server shares reads between
+	// concurrent queries (kubeletpods.Reader) and records each read in
+	// Store. Nil answers pods unknown to the store with Unavailable.
+	Pods kubeletpods.Fetch
+	// Allocators attribute a pod's devices to its containers.
+	Allocators *allocator.Set
+	// Inventory returns the current device inventory. Each call takes one
+	// snapshot and answers from it alone: the devices' NUMA nodes, the
+	// allocatable devices and the translation of devices named by minor or
+	// index. Nil: no inventory.
+	Inventory func() *inventory.Snapshot
+	// ResourceNames name the inventory's devices in GetAllocatableResources;
+	// nil means inventory.DefaultResourceNames.
+	ResourceNames inventory.ResourceNames
+	// Trust decides which decoded devices are reported (package trust);
+	// serve always sets it. Nil reports every decoded device, for tests of
+	// attribution alone.
+	Trust   *trust.Gate
+	Metrics *metrics.Metrics
+	// PlainSharedGPUIDs reports every sharer of a GPU under the GPU's plain
+	// UUID, as before shared-GPU ids (trust/sharedgpu.go); false
+	// gives each sharer after the first "<uuid>::<slot>".
+	PlainSharedGPUIDs bool
+	// MIGResource, when set, is the resource MIG instances are reported
+	// as (e.g. nvidia.com/mig-1g.10gb); empty keeps their GPU's.
+	MIGResource string
+	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
+	// devices pods are answered with; nil writes none.
+	DeviceInfo merge.DeviceInfoWriter
+}
+
+// newChecker returns the trust checker of gate, nil without a gate.
+func newChecker(gate *trust.Gate, store *state.Store) *trust.Checker {
+	if gate == nil {
+		return nil
+	}
+	return trust.NewChecker(gate, store)
+}
+
+// snapshot returns the inventory to answer one call from: one snapshot per
+// call, so that every pod of an answer, and every question about a device
+// (its NUMA nodes, its id, whether the node has it), sees the same inventory.
+func (s *Server) snapshot() *inventory.Snapshot {
+	if s.p.Inventory == nil {
+		return nil
+	}
+	return s.p.Inventory()
+}
+
+// newReader returns the shared /pods reader of p.Pods, which records every
+// read in the store once, however many queries share it: pods seen there
+// become pending records with their spec and decoded allocations, which is
+// what lets a pod first learned from NRI cost one /pods read, once. Nil
+// without p.Pods.
+func newReader(p Providers, timeout time.Duration) *kubeletpods.Reader {
+	if p.Pods == nil {
+		return nil
+	}
+	record := func(ctx context.Context) ([]model.KubeletPod, error) {
+		pods, err := p.Pods(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.Store.ObserveKubeletPods(pods)
+		return pods, nil
+	}
+	var onRead func(time.Duration, error)
+	if p.Metrics != nil {
+		onRead = p.Metrics.ObservePodsRead
+	}
+	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, OnRead: onRead})
+}
