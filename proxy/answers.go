@@ -14,14 +14,13 @@ import (
 // (package reuse explains how answers are reused per pod), each pod reused
 // or rebuilt with the devices its plan gives it.
 
-// rebuildFunc decodes one pod segment, adds the plan's devices and encodes
-// it as a whole field (reuse.EncodePod).
+// rebuildFunc decodes one pod segment, adds the plan's devices and encodes it.
 type rebuildFunc func(seg []byte, p merge.Plan) ([]byte, error)
 
 // listAnswer builds the proxy's List answer from the kubelet's Encoded one
 // (package reuse explains the reuse). arrived is when the query
 // arrived: pods unknown to the store wait for a /pods read started after it.
-func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reuse.Encoded, arrived time.Time, inv *inventory.Snapshot, rebuild rebuildFunc) (*reuse.Answer, error) {
+func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reuse.Encoded, arrived time.Time, inv *inventory.Snapshot, rebuild rebuildFunc) ([]byte, error) {
 	buf := reuse.PartsPool.Get().(*[]reuse.Part)
 	defer func() {
 		clear(*buf) // keep no answer alive through the pool
@@ -80,7 +79,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 		s.p.Metrics.ListPods(reused, rebuilt)
 	}
 
-	out := reuse.Splice(kubelet, parts)
+	out := reuse.Splice(parts)
 	if pods > reused {
 		cache.Store(parts, inv, version, gen, s.resolver.DependsOnOthers)
 	}
@@ -88,11 +87,11 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 	return out, nil
 }
 
-// rebuildPart sets a pod's output: the kubelet's field itself when there is
+// rebuildPart sets a pod's output: the kubelet's segment itself when there is
 // nothing to add, so a pod without devices is never decoded.
 func rebuildPart(p *reuse.Part, rebuild rebuildFunc, pl merge.Plan) (err error) {
 	if pl.Empty() {
-		p.Out, p.Same = p.Field, true
+		p.Out, p.Same = p.Pod, true
 		return nil
 	}
 	p.Out, err = rebuild(p.Pod, pl)

@@ -79,8 +79,8 @@ type Server struct {
 	// Each List method's pods, reused per pod (answers.go), and each
 	// method's shared kubelet calls (upstream.Shared).
 	segV1, segV1alpha1 reuse.Cache
-	listV1             *upstream.Shared[*reuse.Answer]
-	listV1alpha1       *upstream.Shared[*reuse.Answer]
+	listV1             *upstream.Shared[[]byte]
+	listV1alpha1       *upstream.Shared[[]byte]
 	allocatable        *upstream.Shared[*v1.AllocatableResourcesResponse]
 }
 
@@ -132,12 +132,9 @@ func New(cfg Config, p Providers) (*Server, error) {
 	// Unlike the kubelet, which trusts its clients, every resource a client
 	// can hold is bounded (package limits).
 	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil)
-	opts := limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit)
-	// List answers leave in the pieces they were built from (package reuse).
-	s.grpc = grpc.NewServer(append(opts, grpc.ForceServerCodecV2(reuse.Codec{}))...)
-	v1s, v1alpha1s := &v1Server{s: s}, &v1alpha1Server{s: s}
-	s.grpc.RegisterService(reuse.ServeList[v1.ListPodResourcesRequest](v1.PodResourcesLister_ServiceDesc, v1s.list), v1s)
-	s.grpc.RegisterService(reuse.ServeList[v1alpha1.ListPodResourcesRequest](v1alpha1.PodResourcesLister_ServiceDesc, v1alpha1s.list), v1alpha1s)
+	s.grpc = grpc.NewServer(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit)...)
+	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
+	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
 	s.shareCalls()
 	return s, nil
 }
@@ -193,26 +190,18 @@ type v1Server struct {
 	s *Server
 }
 
-// List is the typed List, for callers in the process; gRPC clients are
-// answered by list, which hands gRPC the answer as it was built
-// (reuse.ServeList).
-func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
-	a, err := v.list(ctx)
+func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
+	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
+	out, err := v.s.listV1.Do(ctx)
 	if err != nil {
 		return nil, err
 	}
-	resp := &v1.ListPodResourcesResponse{}
-	return resp, proto.Unmarshal(a.Bytes(), resp)
-}
-
-func (v *v1Server) list(ctx context.Context) (_ *reuse.Answer, err error) {
-	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
-	return v.s.listV1.Do(ctx)
+	return reuse.PreEncoded(&v1.ListPodResourcesResponse{}, out), nil
 }
 
 // listV1 makes one shared v1 List: the kubelet's answer, then the proxy's
 // built from it, reusing what it can per pod.
-func (s *Server) listV1Answer(ctx context.Context, started time.Time) (*reuse.Answer, error) {
+func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, error) {
 	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
@@ -224,7 +213,7 @@ func (s *Server) listV1Answer(ctx context.Context, started time.Time) (*reuse.An
 			return nil, reuse.ErrNotAPod(err)
 		}
 		merge.V1(&pod, p, inv)
-		return reuse.EncodePod(&pod)
+		return proto.Marshal(&pod)
 	})
 	if err != nil {
 		s.log.WithError(err).Warn("List answered with an error")
@@ -276,23 +265,17 @@ type v1alpha1Server struct {
 	s *Server
 }
 
-// List is the typed List, for callers in the process (see v1Server.List).
-func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (*v1alpha1.ListPodResourcesResponse, error) {
-	a, err := v.list(ctx)
+func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
+	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
+	out, err := v.s.listV1alpha1.Do(ctx)
 	if err != nil {
 		return nil, err
 	}
-	resp := &v1alpha1.ListPodResourcesResponse{}
-	return resp, proto.Unmarshal(a.Bytes(), resp)
-}
-
-func (v *v1alpha1Server) list(ctx context.Context) (_ *reuse.Answer, err error) {
-	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
-	return v.s.listV1alpha1.Do(ctx)
+	return reuse.PreEncoded(&v1alpha1.ListPodResourcesResponse{}, out), nil
 }
 
 // listV1alpha1Answer makes one shared v1alpha1 List.
-func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) (*reuse.Answer, error) {
+func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]byte, error) {
 	kubelet, err := s.up.ListV1alpha1(ctx, &v1alpha1.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, err
@@ -303,7 +286,7 @@ func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) (*re
 			return nil, reuse.ErrNotAPod(err)
 		}
 		merge.V1alpha1(&pod, p)
-		return reuse.EncodePod(&pod)
+		return proto.Marshal(&pod)
 	})
 	if err != nil {
 		s.log.WithError(err).Warn("v1alpha1 List answered with an error")

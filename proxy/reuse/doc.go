@@ -26,28 +26,21 @@
 //     a pod is reused only while the store's version has not moved at all
 //     (segment.withOthers).
 //   - Otherwise that pod alone is decoded, given its devices (the same merge
-//     Get uses, so List and Get agree) and encoded as the whole field it is
-//     in the answer (EncodePod). Its output is cached only
+//     Get uses, so List and Get agree) and Encoded. Its output is cached only
 //     when its devices came from the store: one that needed a /pods read
 //     depended on that read too.
 //   - Fields that are not pods (a newer kubelet's) are copied through, and
 //     a pod's own unknown fields survive its decode and encode.
 //
 // The answer is then the kubelet's fields, in the kubelet's order, each pod
-// replaced by its output, and it is never joined into one buffer: Splice
-// lays it out as pieces (an Answer: runs of the kubelet's own bytes and the
-// cached outputs, each pointed to, not copied), and the server hands gRPC
-// the pieces as they are. gRPC's generated List handlers return typed
-// messages, which its protobuf codec would encode anew, so the server
-// registers a copy of each service's description whose List handler returns
-// the Answer (ServeList), and its codec (Codec) gives gRPC's transport the
-// pieces as a mem.BufferSlice, written out frame by frame. A steady List so
-// costs a walk over the kubelet's bytes and one map lookup per pod; the
-// answer's bytes are copied once, into the connection's frames, as a
-// pass-through's are; and a pod that changed is rebuilt alone. Entries of
-// pods the latest answer no longer lists are dropped, and the cache holds
-// at most MaxCacheBytes per List method.
+// replaced by its output: a steady List costs a walk over the bytes, one map
+// lookup and one copy per pod, and a pod that changed is rebuilt alone.
+// Entries of pods the latest answer no longer lists are dropped, and the
+// cache holds at most MaxCacheBytes per List method.
 //
-// Without this package (every pod rebuilt, the answer encoded by gRPC's
-// protobuf codec), answers are the same bytes; they only cost more.
+// The proxy's answer goes back to gRPC still encoded too: PreEncoded sets
+// the spliced bytes as the unknown fields of an empty response message,
+// which protobuf writes out verbatim, so the generated handlers return it
+// without a codec of their own. Without this package (every pod rebuilt),
+// answers are the same; they only cost more.
 package reuse

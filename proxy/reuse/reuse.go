@@ -5,9 +5,12 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -47,7 +50,7 @@ type segment struct {
 	rec     *state.Record       // the live record the output was built from
 	checked uint64              // a store version at which rec was still the pod's live record
 	inv     *inventory.Snapshot // the inventory snapshot it was built with
-	out     []byte              // the proxy's field (EncodePod); nil: the kubelet's, unchanged
+	out     []byte              // the proxy's segment; nil: the kubelet's, unchanged
 	seen    uint64              // the last answer that listed it
 	inLen   int                 // the length of the kubelet's segment, its key
 	// withOthers: the trust gate weighed its devices against other pods'
@@ -66,11 +69,10 @@ func (e *segment) size() int {
 // copy through.
 type Part struct {
 	Field []byte        // the whole field, tag included
-	Off   int           // where Field starts in the kubelet's answer
 	Pod   []byte        // a pod's segment, nil for other fields
-	Out   []byte        // the pod's output: a whole field, tag included (EncodePod)
+	Out   []byte        // the pod's output
 	Need  bool          // the pod must be rebuilt
-	Same  bool          // Out is Field, the kubelet's own: nothing was added
+	Same  bool          // Out is the kubelet's segment: nothing was added
 	Rec   *state.Record // the live record Out was built from, when it came from the store alone
 	Key   model.PodKey
 }
@@ -121,8 +123,7 @@ func (c *Cache) Drop(gen uint64, pods int) {
 var PartsPool = sync.Pool{New: func() any { return new([]Part) }}
 
 // Split appends the fields of an Encoded List answer to parts.
-func Split(parts []Part, answer []byte) ([]Part, error) {
-	b := answer
+func Split(parts []Part, b []byte) ([]Part, error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -132,7 +133,7 @@ func Split(parts []Part, answer []byte) ([]Part, error) {
 		if m < 0 {
 			return parts, Malformed(protowire.ParseError(m))
 		}
-		p := Part{Field: b[:n+m], Off: len(answer) - len(b)}
+		p := Part{Field: b[:n+m]}
 		if num == podsField && typ == protowire.BytesType {
 			p.Pod, _ = protowire.ConsumeBytes(b[n : n+m])
 			if p.Pod == nil {
@@ -145,7 +146,7 @@ func Split(parts []Part, answer []byte) ([]Part, error) {
 	return parts, nil
 }
 
-// PodKey reads a pod segment's namespace and name.
+// podKey reads a pod segment's namespace and name.
 func PodKey(seg []byte) (model.PodKey, error) {
 	var k model.PodKey
 	for len(seg) > 0 {
@@ -170,20 +171,70 @@ func PodKey(seg []byte) (model.PodKey, error) {
 	return k, nil
 }
 
-// EncodePod encodes a rebuilt pod as the field it is in a List answer
-// (tag, length, message), so that a cached output is one piece of the
-// answers it goes into.
-func EncodePod(pod proto.Message) ([]byte, error) {
-	size := proto.Size(pod)
-	b := protowire.AppendTag(make([]byte, 0, protowire.SizeTag(podsField)+protowire.SizeBytes(size)), podsField, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(size))
-	return proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, pod)
+// Splice encodes the answer: every field as the kubelet sent it, but
+// each pod's output in place of its segment.
+func Splice(parts []Part) []byte {
+	size := 0
+	for i := range parts {
+		if p := &parts[i]; p.Pod == nil {
+			size += len(p.Field)
+		} else {
+			size += protowire.SizeTag(podsField) + protowire.SizeBytes(len(p.Out))
+		}
+	}
+	out := make([]byte, 0, size)
+	for i := range parts {
+		p := &parts[i]
+		if p.Pod == nil {
+			out = append(out, p.Field...)
+			continue
+		}
+		out = protowire.AppendTag(out, podsField, protowire.BytesType)
+		out = protowire.AppendBytes(out, p.Out)
+	}
+	return out
 }
 
-// Malformed is the error of a kubelet answer that is not valid protobuf,
+// malformed is the error of a kubelet answer that is not valid protobuf,
 // as gRPC would have reported had it decoded the answer itself.
 func Malformed(err error) error {
 	return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+}
+
+// Encoded is a message still in its wire form: the kubelet's answer as
+// received, before it is decoded (see Codec).
+type Encoded []byte
+
+// Codec is the codec of the upstream List calls. Requests are marshalled
+// by gRPC's own protobuf codec; responses are kept Encoded, so that the
+// proxy can split them into pods without decoding them.
+// Its name is "proto": the calls go out as application/grpc+proto, which
+// gRPC servers (the kubelet's among them) read with their protobuf codec.
+type Codec struct{}
+
+var protoCodec = encoding.GetCodecV2(proto.Name)
+
+func (Codec) Name() string { return proto.Name }
+
+func (Codec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
+
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	e, ok := v.(*Encoded)
+	if !ok {
+		return protoCodec.Unmarshal(data, v)
+	}
+	*e = data.Materialize()
+	return nil
+}
+
+// PreEncoded turns an empty response message into one that gRPC sends as
+// the given wire bytes: protobuf writes a message's unknown fields out
+// verbatim, and a message with no known fields set is nothing else. This is
+// how a handler generated for a typed response returns bytes it already
+// Encoded, without registering its own copy of the service.
+func PreEncoded[M interface{ ProtoReflect() protoreflect.Message }](m M, wire []byte) M {
+	m.ProtoReflect().SetUnknown(wire)
+	return m
 }
 
 // ErrNotAPod is for rebuildFuncs: a segment that does not decode.
@@ -221,7 +272,7 @@ func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, liv
 			if e.checked == version {
 				p.Out = e.out
 				if p.Out == nil {
-					p.Out, p.Same = p.Field, true
+					p.Out = p.Pod
 				}
 				reused++
 				continue

@@ -14,12 +14,11 @@ import (
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
-// A List answer leaves in the pieces it was built from (package reuse):
-// the kubelet's own bytes and the pods' cached outputs, never joined and
-// never encoded again by gRPC. What a client receives must still be, byte
-// for byte, what gRPC's protobuf codec would have sent for the answer: the
-// kubelet's pods in the kubelet's order, each as Get answers it, unknown
-// fields included.
+// A List answer is spliced from the kubelet's own bytes and the pods'
+// cached outputs (package reuse), never decoded and encoded as a whole.
+// What a client receives must still be, byte for byte, what gRPC's
+// protobuf codec would have sent for the answer: the kubelet's pods in the
+// kubelet's order, each as Get answers it, unknown fields included.
 
 // rawList is the bytes of one List answer, as a gRPC client receives them.
 func rawList(t *testing.T, conn *grpc.ClientConn, method string, req proto.Message) []byte {
