@@ -21,6 +21,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
@@ -64,11 +65,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := proxy.NewMetrics(reg)
 
-	hamiResources, err := allocator.ParseResourceMap(c.hamiResources)
+	hamiResources, err := registry.ParseResourceMap(c.hamiResources)
 	if err != nil {
 		return usageError{fmt.Errorf("--hami-resources: %w", err)}
 	}
-	decoders, err := allocator.NewFormats(strings.Split(c.allocators, ","), allocator.Options{
+	decoders, err := registry.NewFormats(strings.Split(c.allocators, ","), registry.Options{
 		Koordinator:     koordinator.Options{GPUResource: c.gpuResource, RDMAResource: c.rdmaResource, FPGAResource: c.fpgaResource},
 		HAMi:            hami.Options{Resources: hamiResources, LegacyIndexing: c.hamiLegacyIndexing},
 		VolcanoVGPU:     volcano.VGPUOptions{Resource: c.gpuResource},
