@@ -28,6 +28,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/plugin"
+	"github.com/podres-proxy/podres-proxy/plugin/cri"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -182,9 +183,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		start("device-info files", func(ctx context.Context) error { return deviceInfo.Run(ctx, store, devinfo.DefaultInterval) })
 	}
 	pm := newPluginMetrics(reg)
-	var reconciler *plugin.Reconciler
+	var reconciler *cri.Reconciler
 	if c.criSocket != "" {
-		reconciler, err = plugin.NewReconciler(store, plugin.ReconcilerOptions{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: pm})
+		reconciler, err = cri.NewReconciler(store, cri.Options{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: pm})
 		if err != nil {
 			cancel()
 			_ = g.Wait()
