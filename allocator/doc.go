@@ -7,7 +7,7 @@
 // One Format per scheduler's annotation format, each in a package of its
 // own (koordinator, hami, volcano, tensorfusion; parse holds what they
 // share), is gathered by registry.NewFormats, which builds them by name from the
-// --allocators flag, in a Set, which is the state.Decoder the store calls
+// --allocators flag, in a Set, which is the decode.Decoder the store calls
 // and the attribution policy the proxy calls (Assign). Translate gives ids to devices an allocator named
 // by number only. Whether a decoded device is believed is package trust's
 // question.
