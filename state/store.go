@@ -6,6 +6,10 @@
 //
 // Open persists a store in a state directory (docs/state-format.md describes
 // its layout and file format for operators); New keeps it in memory only.
+// The Record and its file format are package state/record's, the directory
+// and its background writer state/persist's, and decoding the allocation
+// annotations before the store's lock state/decode's: this package is the
+// records in memory and how each source changes them.
 //
 // Records handed out are immutable snapshots: every change builds a new
 // Record, so readers (the proxy's hot path) take a read lock for a map lookup

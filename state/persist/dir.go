@@ -20,6 +20,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
+	"github.com/podres-proxy/podres-proxy/internal/nofollow"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
@@ -99,7 +100,7 @@ func Open(dir string, opts Options) (*Writer, []*record.Record, error) {
 		return nil, nil, err
 	}
 	for _, sub := range []string{podsDirName, corruptDirName} {
-		if err := checkDirNoFollow(filepath.Join(dir, sub)); err != nil {
+		if err := nofollow.CheckDir(filepath.Join(dir, sub)); err != nil {
 			lock.Close()
 			return nil, nil, fmt.Errorf("state directory: %w", err)
 		}
@@ -222,7 +223,7 @@ func (p *Writer) load() ([]*record.Record, error) {
 			p.log.WithField("file", path).Debug("ignoring a file that is not a pod record")
 			continue
 		}
-		data, err := readFileNoFollow(path)
+		data, err := nofollow.ReadFile(path)
 		var r *record.Record
 		if err == nil {
 			r, err = record.Load(name, data)
@@ -243,7 +244,7 @@ func (p *Writer) setAside(path, name string, why error) {
 	p.corrupt++
 	p.mu.Unlock()
 	log := p.log.WithField("file", path).WithField("reason", why.Error())
-	err := checkDirNoFollow(p.corruptDir)
+	err := nofollow.CheckDir(p.corruptDir)
 	if err == nil {
 		err = os.MkdirAll(p.corruptDir, 0o750)
 	}
@@ -277,7 +278,7 @@ func (e *FileError) Unwrap() error { return e.Err }
 // directory yet has no records. Records come sorted by namespace, name, uid.
 func ReadDir(dir string) ([]*record.Record, []error) {
 	podsDir := filepath.Join(dir, podsDirName)
-	if err := checkDirNoFollow(podsDir); err != nil {
+	if err := nofollow.CheckDir(podsDir); err != nil {
 		return nil, []error{fmt.Errorf("read state directory %s: %w", dir, err)}
 	}
 	entries, err := os.ReadDir(podsDir)
@@ -297,7 +298,7 @@ func ReadDir(dir string) ([]*record.Record, []error) {
 			continue
 		}
 		path := filepath.Join(podsDir, name)
-		data, err := readFileNoFollow(path)
+		data, err := nofollow.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // pruned since the directory was listed
 		}
