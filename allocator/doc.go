@@ -6,8 +6,8 @@
 //
 // One Format per scheduler's annotation format, each in a package of its
 // own (koordinator, hami, volcano, tensorfusion; parse holds what they
-// share), is gathered by NewFormats, which builds them by name from the
-// --allocators flag, in a Set, which is the state.Decoder the store calls
+// share), is gathered by registry.NewFormats, which builds them by name from the
+// --allocators flag, in a Set, which is the decode.Decoder the store calls
 // and the attribution policy the proxy calls (Assign). Translate gives ids to devices an allocator named
 // by number only. Whether a decoded device is believed is package trust's
 // question.
@@ -45,7 +45,7 @@
 // nothing for pods of one scheduler. A pod carrying two allocators'
 // annotations for one device shows it once per container and resource (the
 // merge never repeats an id there), but may show it on two containers if the
-// allocators attribute it differently. NewFormats puts the replacing
+// allocators attribute it differently. registry.NewFormats puts the replacing
 // decoders (HAMi, Volcano vGPU) first, so that a replacement drops only the
 // kubelet's own entries, never a device another allocator added.
 //

@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -24,7 +25,7 @@ func TestSchedulersOwnAnnotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
+	decoders, err := registry.NewFormats(registry.Names(), registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/decode"
 )
 
 // Format decodes one scheduler's annotation format.
@@ -32,7 +32,7 @@ type Format interface {
 }
 
 // Set is the decoders of every allocator the daemon understands. It is the
-// state.Decoder the store calls and holds the attribution policy (Assign).
+// decode.Decoder the store calls and holds the attribution policy (Assign).
 // It is safe for concurrent use if its decoders and onError are.
 type Set struct {
 	log        logrus.FieldLogger
@@ -48,7 +48,7 @@ type Set struct {
 // the store and in every List answer.
 const DefaultMaxDevicesPerPod = 256
 
-var _ state.Decoder = (*Set)(nil)
+var _ decode.Decoder = (*Set)(nil)
 
 // NewSet returns a set of decoders, consulted in the order given. log gets a
 // warning per malformed annotation (nil: logrus's standard logger); onError,
@@ -105,7 +105,7 @@ func (s *Set) AllocatorOf(key string) string {
 	return ""
 }
 
-// Decode implements state.Decoder: it runs every decoder and returns the
+// Decode implements decode.Decoder: it runs every decoder and returns the
 // devices they trust, in decoder order. For each annotation a decoder could
 // not (fully) understand it logs a warning naming the pod and the allocator,
 // calls onError, and returns an error prefixed with the allocator's name; the

@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/internal/bearer"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -213,7 +214,7 @@ func (c *Client) pods(ctx context.Context) ([]model.KubeletPod, error) {
 	}
 
 	body := &limitedBody{r: resp.Body, left: c.maxBody}
-	pods, err := decodePodsFrom(body, c.maxKept, c.keep)
+	pods, err := podsjson.DecodeFrom(body, c.maxKept, c.keep)
 	if body.over {
 		return nil, fmt.Errorf("answer is larger than the limit of %d bytes", c.maxBody)
 	}

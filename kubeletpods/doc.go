@@ -5,9 +5,10 @@
 //
 // Client does one read: TLS verified by default, the bearer token and CA
 // re-read when they change (internal/bearer, the client the Device object
-// source uses too), a bounded answer, and a decoder that skips all but the few
-// fields podres-proxy needs. Reader shares reads between concurrent queries
-// while guaranteeing each query a read that started after it arrived: the
+// source uses too), a bounded answer, and a decoder (package podsjson) that
+// skips all but the few fields podres-proxy needs. Reader shares reads
+// between concurrent queries while guaranteeing each query a read that
+// started after it arrived: the
 // freshness a query about a pod that is being created needs (Multus asks
 // during CNI ADD, before the runtime has told anyone about the pod).
 package kubeletpods

@@ -11,95 +11,10 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/plugin/cri"
+	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
 	"github.com/podres-proxy/podres-proxy/state"
 )
-
-func TestNewReconcilerAcceptsUnixURLsAndAbsolutePaths(t *testing.T) {
-	store := state.New(state.Options{})
-	for endpoint, want := range map[string]string{
-		"unix:///run/containerd/containerd.sock": "unix:///run/containerd/containerd.sock",
-		"/run/crio/crio.sock":                    "unix:///run/crio/crio.sock",
-		"":                                       "",
-		"run/containerd/containerd.sock":         "",
-		"unix://relative.sock":                   "",
-		"tcp://127.0.0.1:1234":                   "",
-	} {
-		r, err := NewReconciler(store, ReconcilerOptions{Endpoint: endpoint})
-		switch {
-		case want == "" && err == nil:
-			t.Errorf("NewReconciler(%q) succeeded, want an error", endpoint)
-		case want != "" && err != nil:
-			t.Errorf("NewReconciler(%q): %v", endpoint, err)
-		case want != "" && r.target != want:
-			t.Errorf("NewReconciler(%q) dials %q, want %q", endpoint, r.target, want)
-		}
-	}
-	if _, err := NewReconciler(nil, ReconcilerOptions{Endpoint: "/run/x.sock"}); err == nil {
-		t.Error("NewReconciler(nil store) succeeded, want an error")
-	}
-}
-
-func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
-	store := state.New(state.Options{Decoder: newTestDecoder()})
-	// Known before: a pod the runtime no longer has, and a container of a
-	// listed pod that is gone.
-	gone := k8sPod("gone")
-	store.ObserveSandbox(state.OriginNRI, sandbox(gone, true))
-	ready := criPod("ready", criv1.PodSandboxState_SANDBOX_READY)
-	store.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: ready.Id, UID: ready.Metadata.Uid, Namespace: "default", Name: "ready", Ready: true})
-	store.ObserveContainer(state.OriginNRI, model.RuntimeContainer{ID: ready.Id + "-gone", SandboxID: ready.Id, Name: "gone", State: model.ContainerRunning})
-
-	notReady := criPod("notready", criv1.PodSandboxState_SANDBOX_NOTREADY)
-	plain := &criv1.PodSandbox{Id: "sb-plain", Metadata: &criv1.PodSandboxMetadata{Name: "plain"}} // no uid: not Kubernetes'
-	cri := &fakeCRI{}
-	cri.set([]*criv1.PodSandbox{ready, notReady, plain}, []*criv1.Container{
-		criCtr(ready, "created", criv1.ContainerState_CONTAINER_CREATED),
-		criCtr(ready, "running", criv1.ContainerState_CONTAINER_RUNNING),
-		criCtr(ready, "exited", criv1.ContainerState_CONTAINER_EXITED),
-		criCtr(ready, "unknown", criv1.ContainerState_CONTAINER_UNKNOWN),
-		criCtr(plain, "app", criv1.ContainerState_CONTAINER_RUNNING),
-	})
-	dir := shortTempDir(t)
-	sock := filepath.Join(dir, "cri.sock")
-	serveCRI(t, sock, cri)
-	r, err := NewReconciler(store, ReconcilerOptions{Endpoint: "unix://" + sock, Log: testLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.ReconcileOnce(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-
-	for uid, want := range map[string]state.Phase{
-		"uid-ready": state.PhaseReady, "uid-notready": state.PhaseStopped, gone.Uid: state.PhaseRemoved,
-	} {
-		if got := phase(store, uid); got != want {
-			t.Errorf("pod %s: phase %q, want %q", uid, got, want)
-		}
-	}
-	for name, want := range map[string]model.ContainerState{
-		"created": model.ContainerCreated, "running": model.ContainerRunning,
-		"exited": model.ContainerStopped, "unknown": model.ContainerUnknown,
-		"gone": model.ContainerRemoved, // CRI lists exited containers: one not listed is gone
-	} {
-		if got := ctrState(store, "uid-ready", ready.Id+"-"+name); got != want {
-			t.Errorf("container %s: state %q, want %q", name, got, want)
-		}
-	}
-	if n := len(store.Records()); n != 3 {
-		t.Errorf("store has %d records, want 3 (a sandbox without uid is not a pod):\n%s", n, dump(store))
-	}
-	rec, _ := store.Get("uid-notready")
-	if rec.Name != "notready" || rec.Namespace != "default" || rec.SandboxID != notReady.Id {
-		t.Errorf("pod recorded as %s/%s sandbox %s", rec.Namespace, rec.Name, rec.SandboxID)
-	}
-	if rec.Annotations["example.com/gpu"] != "GPU-notready" {
-		t.Errorf("annotations not recorded: %v", rec.Annotations)
-	}
-	if rec.Provenance.Sandbox == nil || rec.Provenance.Sandbox.Origin != state.OriginCRI {
-		t.Errorf("sandbox source %+v, want cri", rec.Provenance.Sandbox)
-	}
-}
 
 // containerd does not send StopPodSandbox and RemovePodSandbox for pods
 // created before it restarted, nor RemoveContainer for containers that had
@@ -120,12 +35,12 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	waitStore(t, store, "container running", func() bool { return ctrState(store, pod.Uid, ctr.Id) == model.ContainerRunning })
 
 	// The pod is stopped without NRI events.
-	cri := &fakeCRI{}
-	criSandbox := criPod("web", criv1.PodSandboxState_SANDBOX_NOTREADY)
-	cri.set([]*criv1.PodSandbox{criSandbox}, []*criv1.Container{criCtr(criSandbox, "app", criv1.ContainerState_CONTAINER_EXITED)})
+	fake := &critest.Runtime{}
+	criSandbox := critest.Pod("web", criv1.PodSandboxState_SANDBOX_NOTREADY)
+	fake.Set([]*criv1.PodSandbox{criSandbox}, []*criv1.Container{critest.Ctr(criSandbox, "app", criv1.ContainerState_CONTAINER_EXITED)})
 	sock := filepath.Join(dir, "cri.sock")
-	serveCRI(t, sock, cri)
-	r, err := NewReconciler(store, ReconcilerOptions{Endpoint: sock, Log: testLog()})
+	critest.Serve(t, sock, fake)
+	r, err := cri.NewReconciler(store, cri.Options{Endpoint: sock, Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,57 +55,13 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	}
 
 	// Then it is removed, again without events.
-	cri.set(nil, nil)
+	fake.Set(nil, nil)
 	if err := r.ReconcileOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := phase(store, pod.Uid); got != state.PhaseRemoved {
 		t.Errorf("pod removed without events: phase %q after reconcile, want removed", got)
 	}
-}
-
-func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T) {
-	store := state.New(state.Options{})
-	dir := shortTempDir(t)
-	sock := filepath.Join(dir, "cri.sock")
-	metrics := newTestMetrics()
-	r, err := NewReconciler(store, ReconcilerOptions{
-		Endpoint: "unix://" + sock, Interval: 10 * time.Millisecond, Timeout: time.Second,
-		Log: testLog(), Metrics: metrics,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v after cancel, want nil", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	}()
-
-	errorsSoFar := func() int { return metrics.get(func(m *testMetrics) int { return m.reconcileErrors }) }
-	poll.Until(t, "reconciles failing while there is no runtime", func() bool { return errorsSoFar() >= 2 })
-
-	web := criPod("web", criv1.PodSandboxState_SANDBOX_READY)
-	cri := &fakeCRI{}
-	cri.set([]*criv1.PodSandbox{web}, nil)
-	stop := serveCRI(t, sock, cri)
-	waitStore(t, store, "the pod once the runtime is up", func() bool { return phase(store, "uid-web") == state.PhaseReady })
-
-	// The runtime restarts; meanwhile the pod went away.
-	stop()
-	failed := errorsSoFar()
-	poll.Until(t, "a reconcile failing while the runtime is down", func() bool { return errorsSoFar() > failed })
-	serveCRI(t, sock, &fakeCRI{})
-	waitStore(t, store, "the pod removed after the restart", func() bool { return phase(store, "uid-web") == state.PhaseRemoved })
 }
 
 // After a reconnect, Synchronize lists a sandbox that stopped while the
@@ -203,14 +74,14 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 	pod := k8sPod("web")
 	rt := startRuntime(t, dir, []*api.PodSandbox{pod}, nil)
 
-	cri := &fakeCRI{}
-	criSandbox := criPod("web", criv1.PodSandboxState_SANDBOX_READY)
+	fake := &critest.Runtime{}
+	criSandbox := critest.Pod("web", criv1.PodSandboxState_SANDBOX_READY)
 	criSandbox.Id, criSandbox.Metadata.Uid = pod.Id, pod.Uid
-	cri.set([]*criv1.PodSandbox{criSandbox}, nil)
+	fake.Set([]*criv1.PodSandbox{criSandbox}, nil)
 	sock := filepath.Join(dir, "cri.sock")
-	serveCRI(t, sock, cri)
+	critest.Serve(t, sock, fake)
 	metrics := newTestMetrics()
-	r, err := NewReconciler(store, ReconcilerOptions{Endpoint: sock, Interval: time.Hour, Log: testLog(), Metrics: metrics})
+	r, err := cri.NewReconciler(store, cri.Options{Endpoint: sock, Interval: time.Hour, Log: testLog(), Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +98,8 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 
 	// The pod stops while the plugin is disconnected; the runtime still
 	// lists its sandbox in the next Synchronize.
-	cri.set([]*criv1.PodSandbox{func() *criv1.PodSandbox {
-		sb := criPod("web", criv1.PodSandboxState_SANDBOX_NOTREADY)
+	fake.Set([]*criv1.PodSandbox{func() *criv1.PodSandbox {
+		sb := critest.Pod("web", criv1.PodSandboxState_SANDBOX_NOTREADY)
 		sb.Id, sb.Metadata.Uid = pod.Id, pod.Uid
 		return sb
 	}()}, nil)

@@ -1,6 +1,6 @@
-// Package plugin records pod and container lifecycle into the state store:
-// an NRI plugin that applies the runtime's events as they happen, and a CRI
-// reconciler that closes the gaps NRI leaves.
+// Package plugin is the NRI plugin: it records pod and container lifecycle
+// into the state store, applying the runtime's events as they happen. The
+// CRI reconciler that closes the gaps NRI leaves is package plugin/cri.
 //
 // # NRI plugin
 //
@@ -38,18 +38,17 @@
 // NRI misses things: events sent while the plugin was disconnected are lost,
 // containerd does not send StopPodSandbox and RemovePodSandbox for pods
 // created before it restarted, and exited containers are absent from
-// Synchronize and never get RemoveContainer. [Reconciler] therefore lists the
-// runtime's sandboxes and containers over CRI (ListPodSandbox and
-// ListContainers) at start and then periodically, and reconciles the store
-// with source [state.OriginCRI]. A runtime socket that is missing or
-// restarting is logged and retried; it is never fatal.
+// Synchronize and never get RemoveContainer. The reconciler in package
+// plugin/cri therefore lists the runtime's sandboxes and containers over CRI
+// and reconciles the store with source [state.OriginCRI]; the daemon
+// triggers it when the plugin re-synchronizes (Options.OnSynchronized).
 //
 // # Usage
 //
 //	p, err := plugin.New(store, plugin.Options{Socket: nriSocket, Log: log})
 //	...
 //	go p.Run(ctx) // returns nil when ctx is done
-//	r, err := plugin.NewReconciler(store, plugin.ReconcilerOptions{Endpoint: criSocket, Log: log})
+//	r, err := cri.NewReconciler(store, cri.Options{Endpoint: criSocket, Log: log})
 //	...
 //	go r.Run(ctx)
 //

@@ -15,8 +15,6 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc"
-	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -382,75 +380,4 @@ func (rp *runningPlugin) cut() {
 		c.Close()
 	}
 	rp.conns = nil
-}
-
-// fakeCRI serves ListPodSandbox and ListContainers from test data.
-type fakeCRI struct {
-	criv1.UnimplementedRuntimeServiceServer
-
-	mu   sync.Mutex
-	pods []*criv1.PodSandbox
-	ctrs []*criv1.Container
-}
-
-func (f *fakeCRI) set(pods []*criv1.PodSandbox, ctrs []*criv1.Container) {
-	f.mu.Lock()
-	f.pods, f.ctrs = pods, ctrs
-	f.mu.Unlock()
-}
-
-func (f *fakeCRI) ListPodSandbox(context.Context, *criv1.ListPodSandboxRequest) (*criv1.ListPodSandboxResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return &criv1.ListPodSandboxResponse{Items: f.pods}, nil
-}
-
-func (f *fakeCRI) ListContainers(context.Context, *criv1.ListContainersRequest) (*criv1.ListContainersResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return &criv1.ListContainersResponse{Containers: f.ctrs}, nil
-}
-
-// serveCRI serves f on a unix socket at path until the returned stop is
-// called or the test ends; stop removes the socket.
-func serveCRI(t testing.TB, path string, f *fakeCRI) (stop func()) {
-	t.Helper()
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	criv1.RegisterRuntimeServiceServer(srv, f)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(l)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			srv.Stop()
-			<-done
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-func criPod(name string, st criv1.PodSandboxState) *criv1.PodSandbox {
-	return &criv1.PodSandbox{
-		Id:          "sb-" + name,
-		Metadata:    &criv1.PodSandboxMetadata{Name: name, Uid: "uid-" + name, Namespace: "default"},
-		State:       st,
-		Annotations: map[string]string{"example.com/gpu": "GPU-" + name, "unrelated": "x"},
-	}
-}
-
-func criCtr(pod *criv1.PodSandbox, name string, st criv1.ContainerState) *criv1.Container {
-	return &criv1.Container{
-		Id:           pod.Id + "-" + name,
-		PodSandboxId: pod.Id,
-		Metadata:     &criv1.ContainerMetadata{Name: name},
-		State:        st,
-	}
 }

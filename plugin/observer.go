@@ -2,7 +2,8 @@ package plugin
 
 import "time"
 
-// Observer receives what the plugin and the reconciler measure; the daemon
+// Observer receives what the plugin measures (the CRI reconciler's
+// counters are cri.Observer's); the daemon
 // backs it with Prometheus collectors, so this package imports none.
 // Implementations must be safe for concurrent use and must not block: they
 // are called from NRI handlers.
@@ -16,15 +17,11 @@ type Observer interface {
 	Connected(up bool)
 	// Reconnect counts a connection attempt after the first one.
 	Reconnect()
-	// Reconciled counts one CRI reconcile, how long it took and its error,
-	// nil on success.
-	Reconciled(took time.Duration, err error)
 }
 
 // NoObserver discards everything. Embed it to implement part of Observer.
 type NoObserver struct{}
 
-func (NoObserver) Event(string, time.Duration)     {}
-func (NoObserver) Connected(bool)                  {}
-func (NoObserver) Reconnect()                      {}
-func (NoObserver) Reconciled(time.Duration, error) {}
+func (NoObserver) Event(string, time.Duration) {}
+func (NoObserver) Connected(bool)              {}
+func (NoObserver) Reconnect()                  {}

@@ -23,7 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -459,14 +459,14 @@ func TestBenchmarkReport(t *testing.T) {
 	fmt.Fprintf(&out, "64 concurrent Gets of pods being created: %d /pods read(s)\n", e.h.k.PodsReads()-before)
 
 	body := e.h.k.PodListJSON()
-	decoded, err := kubeletpods.DecodePods(body)
+	decoded, err := podsjson.Decode(body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := testing.Benchmark(func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for i := 0; i < b.N; i++ {
-			if _, err := kubeletpods.DecodePods(body); err != nil {
+			if _, err := podsjson.Decode(body); err != nil {
 				b.Fatal(err)
 			}
 		}

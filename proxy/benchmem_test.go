@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
@@ -130,7 +131,7 @@ func TestBenchProxyProcess(t *testing.T) {
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
+	decoders, err := registry.NewFormats(registry.Names(), registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

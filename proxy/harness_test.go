@@ -18,6 +18,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
@@ -142,7 +143,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	log.SetOutput(io.Discard)
 	h.logs = test.NewLocal(log)
 	m := metrics.New(h.reg)
-	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
+	decoders, err := registry.NewFormats(registry.Names(), registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/decode"
 )
 
 // What /pods reports (specs, allocator annotations) becomes records here,
@@ -18,7 +19,7 @@ import (
 // pending pods that /pods no longer lists are removed. Sandbox state is left
 // to the runtime sources.
 func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
-	pre := predecoded{}
+	pre := decode.Batch{}
 	for i := range pods {
 		if p := &pods[i]; p.UID != "" && !p.Terminal() {
 			s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
@@ -71,7 +72,7 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 				// after the sandbox started), keeping the copy's source and
 				// time, which say since when the pod holds its devices; a pod
 				// that started with none gets none later.
-				fixed, edited := fixAnnotations(r.Annotations, s.relevant(p.Annotations))
+				fixed, edited := decode.Fixed(r.Annotations, s.relevant(p.Annotations))
 				if s.setAnnotations(r, fixed, seen.Origin, seen.At, false) {
 					changed = true
 				}
@@ -92,34 +93,6 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 			s.setPhase(OriginKubelet, uid, PhaseRemoved)
 		}
 	}
-}
-
-// fixAnnotations returns the allocation annotations of a pod whose sandbox
-// started with runtime, given what the API says now: runtime's values, plus
-// the keys only the API has when runtime had any; and, sorted, the keys
-// whose API value differs from runtime's, that the API dropped, or that it
-// added to a pod that started with none.
-func fixAnnotations(runtime, api map[string]string) (fixed map[string]string, edited []string) {
-	fixed = maps.Clone(runtime)
-	if fixed == nil {
-		fixed = map[string]string{}
-	}
-	for k, v := range api {
-		old, ok := runtime[k]
-		switch {
-		case !ok && len(runtime) > 0:
-			fixed[k] = v
-		case !ok || old != v:
-			edited = append(edited, k)
-		}
-	}
-	for k := range runtime {
-		if _, ok := api[k]; !ok {
-			edited = append(edited, k)
-		}
-	}
-	slices.Sort(edited)
-	return fixed, edited
 }
 
 // sameSpec compares pod specs the way they mean, not the way they were
@@ -151,15 +124,15 @@ func (s *Store) setAnnotations(r *Record, all map[string]string, src Origin, now
 		return false
 	}
 	r.Annotations = rel
-	if d, ok := s.pre.lookup(rel); ok {
-		r.Devices, r.DecodeErrors = d.devs, d.errs
+	if d, ok := s.pre.Lookup(rel); ok {
+		r.Devices, r.DecodeErrors = d.Devices, d.Errors
 	} else if len(rel) == 0 {
 		r.Devices, r.DecodeErrors = nil, nil
 	} else {
 		// Not decoded beforehand: adopt at Open, or annotations that
 		// changed between predecode's look and the lock.
 		s.decodedUnderLock++
-		r.Devices, r.DecodeErrors = s.decode(r, rel)
+		r.Devices, r.DecodeErrors = decode.Decode(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, rel)
 	}
 	r.Provenance.Annotations = &Seen{Origin: src, At: now}
 	return true
@@ -186,22 +159,6 @@ func (s *Store) adopt(r *Record) bool {
 // sameOrEmpty is reflect.DeepEqual that does not tell nil from empty.
 func sameOrEmpty[T any](a, b []T) bool {
 	return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b)
-}
-
-func (s *Store) decode(r *Record, ann map[string]string) ([]model.Device, []string) {
-	return s.decodeRef(model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, ann)
-}
-
-func (s *Store) decodeRef(ref model.PodRef, ann map[string]string) ([]model.Device, []string) {
-	if len(ann) == 0 {
-		return nil, nil
-	}
-	devs, errs := s.opts.Decoder.Decode(ref, ann)
-	var msgs []string
-	for _, err := range errs {
-		msgs = append(msgs, err.Error())
-	}
-	return devs, msgs
 }
 
 // SetRefused records which of a pod's decoded devices the proxy refused to
@@ -242,4 +199,37 @@ func (s *Store) SetGPUSlots(uid string, slots map[string]int) bool {
 		return true
 	})
 	return changed
+}
+
+// predecode decodes the relevant annotations of a pod into pre before the
+// store's lock is taken (package decode says why); ref names the pod in the
+// decoder's errors. Annotations the record already has are not decoded
+// again; only a record whose annotations changed between this look and the
+// lock (a race of two sources) or one loaded at Open is decoded under the
+// lock.
+func (s *Store) predecode(pre decode.Batch, ref model.PodRef, all map[string]string) {
+	if s.opts.Decoder == nil {
+		return
+	}
+	rel := s.relevant(all)
+	if len(rel) == 0 {
+		return
+	}
+	if ref.UID != "" {
+		// Unchanged annotations are not decoded again (CRI reconciles list
+		// every sandbox every 30 s): a look under the read lock is cheap.
+		s.mu.RLock()
+		r := s.byUID[ref.UID]
+		same := r != nil && r.Provenance.Annotations != nil && maps.Equal(rel, r.Annotations)
+		s.mu.RUnlock()
+		if same {
+			return
+		}
+	}
+	pre.Add(s.opts.Decoder, ref, rel)
+}
+
+// relevant keeps the annotations the decoder reads.
+func (s *Store) relevant(all map[string]string) map[string]string {
+	return decode.Relevant(s.opts.Decoder, all)
 }

@@ -39,12 +39,12 @@ func TestChildProcess(t *testing.T) {
 	}
 	dir, tag, stuckAt := os.Getenv(childDirEnv), os.Getenv(childTagEnv), os.Getenv(childStuckEnv)
 	var flushed atomic.Bool
-	s, err := open(dir, Options{Log: quietLog()}, func(p *persister) {
+	s, err := open(dir, Options{Log: quietLog()}, func(p *tuning) {
 		if stuckAt == "" {
 			return
 		}
 		var once sync.Once
-		p.fault = func(op, _ string) error {
+		p.Fault = func(op, _ string) error {
 			if op == stuckAt && flushed.Load() {
 				once.Do(func() { fmt.Printf("in %s\n", op) })
 				select {} // until killed

@@ -10,7 +10,25 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/record"
+)
+
+// The state directory's layout (package persist) and its file format
+// (package record), as the tests look at them.
+const (
+	podsDirName    = "pods"
+	corruptDirName = "corrupt"
+	lockFileName   = "lock"
+	recordExt      = record.Ext
+)
+
+func isTempName(name string) bool { return atomicfile.IsTemp(name) }
+
+var (
+	encodeRecord = record.Encode
+	decodeRecord = record.Decode
 )
 
 // fakeClock is a clock tests move by hand.
@@ -132,4 +150,10 @@ func containerStates(r *Record) map[string]model.ContainerState {
 		m[c.ID] = c.State
 	}
 	return m
+}
+
+// sampleRecord is a valid record of a running pod.
+func sampleRecord() *Record {
+	return &Record{SchemaVersion: SchemaVersion, UID: "0b5d8e3a-1c2f-4b7e-9a6d-2f1e3c4b5a69",
+		Namespace: "ml", Name: "trainer-0", SandboxID: "4f1c0d2e9b8a", State: PhaseReady}
 }

@@ -104,21 +104,6 @@ func TestARecordPlantedAsASymlinkIsSetAsideUnread(t *testing.T) {
 	assertUntouched(t, target, string(data))
 }
 
-func TestStartsOnAFullDiskWithoutThePIDInTheLockFile(t *testing.T) {
-	defer func(w func(*os.File, []byte) error) { writePID = w }(writePID)
-	writePID = func(*os.File, []byte) error { return syscall.ENOSPC }
-	log, captured := newCapturedLog()
-	s := openTest(t, t.TempDir(), Options{Log: log}, nil)
-	if !strings.Contains(captured.Text(), "without the pid") {
-		t.Errorf("the failed pid write was not reported: %q", captured.Text())
-	}
-	// Serving goes on: the store takes changes (their writes retry).
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	if _, ok := s.Get("u1"); !ok {
-		t.Error("the store took no change")
-	}
-}
-
 func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t *testing.T) {
 	// A new node whose disk is full: the records' directory cannot be
 	// created. The daemon must start and keep what it learns, and write it
@@ -126,8 +111,8 @@ func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t
 	dir := t.TempDir()
 	var mu sync.Mutex
 	full := true
-	s := openTest(t, dir, Options{}, func(p *persister) {
-		p.fault = func(op, _ string) error {
+	s := openTest(t, dir, Options{}, func(p *tuning) {
+		p.Fault = func(op, _ string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if full && op == "mkdir" {

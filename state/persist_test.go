@@ -20,13 +20,13 @@ import (
 
 // openTest opens a store on dir with fast retries and closes it when the
 // test ends.
-func openTest(t *testing.T, dir string, opts Options, tune func(*persister)) *Store {
+func openTest(t *testing.T, dir string, opts Options, tune func(*tuning)) *Store {
 	t.Helper()
 	if opts.Log == nil {
 		opts.Log = quietLog()
 	}
-	s, err := open(dir, opts, func(p *persister) {
-		p.minBackoff, p.maxBackoff = time.Millisecond, 5*time.Millisecond
+	s, err := open(dir, opts, func(p *tuning) {
+		p.MinBackoff, p.MaxBackoff = time.Millisecond, 5*time.Millisecond
 		if tune != nil {
 			tune(p)
 		}
@@ -354,8 +354,8 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 				first = "remove"
 			}
 			var hold, arrived chan struct{}
-			s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *persister) {
-				p.fault = func(gotOp, path string) error {
+			s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *tuning) {
+				p.Fault = func(gotOp, path string) error {
 					mu.Lock()
 					h, a := hold, arrived
 					if h != nil && gotOp == first {
@@ -440,7 +440,7 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 func TestPrunerDeletesRemovedRecordsAndTheirFiles(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
-	s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *persister) {
+	s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *tuning) {
 		p.pruneInterval = time.Millisecond
 	})
 	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
@@ -479,8 +479,8 @@ func TestFlushAndCloseOfAnInMemoryStoreDoNothing(t *testing.T) {
 func TestFlushReturnsWhenItsContextEnds(t *testing.T) {
 	dir := t.TempDir()
 	block := make(chan struct{})
-	s := openTest(t, dir, Options{}, func(p *persister) {
-		p.fault = func(op, _ string) error {
+	s := openTest(t, dir, Options{}, func(p *tuning) {
+		p.Fault = func(op, _ string) error {
 			if op == "sync" {
 				<-block
 			}

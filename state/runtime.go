@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/decode"
 )
 
 // What the runtime reports (NRI events, CRI lists) becomes records here:
@@ -13,7 +14,7 @@ import (
 // ObserveSandbox records a sandbox the runtime reported (NRI RunPodSandbox,
 // Synchronize, CRI ListPodSandbox). It creates the record if the UID is new.
 func (s *Store) ObserveSandbox(src Origin, sb model.Sandbox) {
-	pre := predecoded{}
+	pre := decode.Batch{}
 	s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	s.lock(pre)
 	defer s.unlock()
@@ -21,7 +22,7 @@ func (s *Store) ObserveSandbox(src Origin, sb model.Sandbox) {
 }
 
 // lock takes the write lock with pre, the annotations decoded for this call.
-func (s *Store) lock(pre predecoded) {
+func (s *Store) lock(pre decode.Batch) {
 	s.mu.Lock()
 	s.pre = pre
 }
@@ -172,7 +173,7 @@ func (s *Store) ContainerRemoved(src Origin, sandboxID, containerID string) {
 // exited ones). A record whose sandbox or containers changed after asOf is
 // newer than the snapshot and keeps what it knows.
 func (s *Store) Reconcile(src Origin, asOf time.Time, sandboxes []model.Sandbox, containers []model.RuntimeContainer, exitedListed bool) {
-	pre := predecoded{}
+	pre := decode.Batch{}
 	for _, sb := range sandboxes {
 		s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	}

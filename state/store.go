@@ -6,6 +6,10 @@
 //
 // Open persists a store in a state directory (docs/state-format.md describes
 // its layout and file format for operators); New keeps it in memory only.
+// The Record and its file format are package state/record's, the directory
+// and its background writer state/persist's, and decoding the allocation
+// annotations before the store's lock state/decode's: this package is the
+// records in memory and how each source changes them.
 //
 // Records handed out are immutable snapshots: every change builds a new
 // Record, so readers (the proxy's hot path) take a read lock for a map lookup
@@ -23,25 +27,14 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/decode"
+	"github.com/podres-proxy/podres-proxy/state/persist"
 )
-
-// Decoder turns a pod's annotations into devices. The proxy's allocator set
-// implements it; the store calls it whenever a pod's allocator annotations
-// change, whichever source they came from, so NRI, CRI and /pods agree.
-type Decoder interface {
-	// Relevant reports whether some allocator decodes the annotation key.
-	// Only relevant annotations are kept in records.
-	Relevant(key string) bool
-	// Decode returns the devices the annotations allocate. Errors describe
-	// annotations that could not be understood; the devices of the others
-	// are still returned.
-	Decode(pod model.PodRef, annotations map[string]string) ([]model.Device, []error)
-}
 
 // Options configure a Store.
 type Options struct {
 	// Decoder decodes allocator annotations; nil keeps no annotations.
-	Decoder Decoder
+	Decoder decode.Decoder
 	// Clock stamps the records (in UTC, so that record files read the
 	// same whatever the node's zone); nil means the real clock.
 	Clock clock.PassiveClock
@@ -82,11 +75,15 @@ type Store struct {
 	dirty func(uid string)
 
 	// p persists the records; nil for an in-memory store.
-	p *persister
+	p *persist.Writer
+	// pruneStop stops the pruner of a store opened on a directory, which
+	// closes pruneDone when it has stopped.
+	pruneStop, pruneDone chan struct{}
+	closeOnce            sync.Once
 
 	// pre holds the annotations decoded for the call that holds mu; nil
 	// otherwise. Set and read with mu held.
-	pre predecoded
+	pre decode.Batch
 
 	// decodedUnderLock counts decodings done with mu held (see
 	// predecode), for tests.
@@ -176,20 +173,6 @@ func (s *Store) Records() []*Record {
 	s.mu.RUnlock()
 	SortRecords(out)
 	return out
-}
-
-// SortRecords sorts records by namespace, name and UID.
-func SortRecords(rs []*Record) {
-	sort.Slice(rs, func(i, j int) bool {
-		a, b := rs[i], rs[j]
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		if a.Name != b.Name {
-			return a.Name < b.Name
-		}
-		return a.UID < b.UID
-	})
 }
 
 // Prune deletes removed records whose grace period is over and returns how

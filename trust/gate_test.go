@@ -16,6 +16,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/inventory"
@@ -26,7 +27,7 @@ import (
 
 func quietSet(t testing.TB) *allocator.Set {
 	t.Helper()
-	decoders, err := allocator.NewFormats(allocator.Names(), allocator.Options{})
+	decoders, err := registry.NewFormats(registry.Names(), registry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

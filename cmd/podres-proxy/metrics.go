@@ -8,8 +8,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
-// pluginMetrics backs plugin.Observer (the NRI plugin and the CRI
-// reconciler) with Prometheus collectors.
+// pluginMetrics backs plugin.Observer (the NRI plugin) and cri.Observer (the
+// CRI reconciler) with Prometheus collectors.
 type pluginMetrics struct {
 	events            *prometheus.HistogramVec
 	connected         prometheus.Gauge

@@ -21,6 +21,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
@@ -32,6 +33,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory/sysfs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/plugin"
+	"github.com/podres-proxy/podres-proxy/plugin/cri"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	proxymetrics "github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -67,11 +69,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := proxymetrics.New(reg)
 
-	hamiResources, err := allocator.ParseResourceMap(c.hamiResources)
+	hamiResources, err := registry.ParseResourceMap(c.hamiResources)
 	if err != nil {
 		return cmdline.Usage(fmt.Errorf("--hami-resources: %w", err))
 	}
-	decoders, err := allocator.NewFormats(strings.Split(c.allocators, ","), allocator.Options{
+	decoders, err := registry.NewFormats(strings.Split(c.allocators, ","), registry.Options{
 		Koordinator:     koordinator.Options{GPUResource: c.gpuResource, RDMAResource: c.rdmaResource, FPGAResource: c.fpgaResource},
 		HAMi:            hami.Options{Resources: hamiResources, LegacyIndexing: c.hamiLegacyIndexing},
 		VolcanoVGPU:     volcano.VGPUOptions{Resource: c.gpuResource},
@@ -184,9 +186,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		start("device-info files", func(ctx context.Context) error { return deviceInfo.Run(ctx, store, devinfo.DefaultInterval) })
 	}
 	pm := newPluginMetrics(reg)
-	var reconciler *plugin.Reconciler
+	var reconciler *cri.Reconciler
 	if c.criSocket != "" {
-		reconciler, err = plugin.NewReconciler(store, plugin.ReconcilerOptions{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: pm})
+		reconciler, err = cri.NewReconciler(store, cri.Options{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: pm})
 		if err != nil {
 			cancel()
 			_ = g.Wait()

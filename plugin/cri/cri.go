@@ -1,4 +1,15 @@
-package plugin
+// Package cri is the CRI reconciler: it lists the runtime's pod sandboxes
+// and containers over CRI (ListPodSandbox, ListContainers), at start and
+// then periodically, and reconciles the state store with them. It closes
+// the gaps NRI events leave (package plugin): containerd sends no Stop or
+// Remove events for pods created before it restarted, and exited containers
+// are absent from Synchronize and never get RemoveContainer. A runtime
+// socket that is missing or restarting is logged and retried; it is never
+// fatal.
+//
+// It is apart from package plugin because it shares nothing with NRI but
+// the store it writes: another protocol, another connection, its own loop.
+package cri
 
 import (
 	"context"
@@ -16,7 +27,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
-// Defaults for ReconcilerOptions.
+// Defaults for Options.
 const (
 	DefaultReconcileInterval = 30 * time.Second
 	DefaultCRITimeout        = 5 * time.Second
@@ -26,8 +37,8 @@ const (
 // limit: a node with many containers exceeds gRPC's default of 4 MiB.
 const maxCRIMessageSize = 16 << 20
 
-// ReconcilerOptions configure a Reconciler. Zero values mean the defaults.
-type ReconcilerOptions struct {
+// Options configure a Reconciler. Zero values mean the defaults.
+type Options struct {
 	// Endpoint is the runtime's CRI socket, as a unix:// URL or a path,
 	// e.g. unix:///run/containerd/containerd.sock.
 	Endpoint string
@@ -42,19 +53,31 @@ type ReconcilerOptions struct {
 	Metrics Observer
 }
 
+// Observer receives what the reconciler measures; the daemon backs it with
+// Prometheus collectors, so this package imports none.
+type Observer interface {
+	// Reconciled counts one CRI reconcile, how long it took and its error,
+	// nil on success.
+	Reconciled(took time.Duration, err error)
+}
+
+type noObserver struct{}
+
+func (noObserver) Reconciled(time.Duration, error) {}
+
 // Reconciler brings the store in line with what the runtime lists over CRI,
 // which closes the gaps NRI leaves (missed events, containerd's skipped
 // Stop and Remove events after it restarts).
 type Reconciler struct {
 	store   *state.Store
-	opts    ReconcilerOptions
+	opts    Options
 	target  string        // gRPC target, unix:///path
 	trigger chan struct{} // asks Run for a reconcile now
 }
 
 // NewReconciler returns a reconciler of store against the runtime at
 // opts.Endpoint. It does not connect: the runtime may not be up yet.
-func NewReconciler(store *state.Store, opts ReconcilerOptions) (*Reconciler, error) {
+func NewReconciler(store *state.Store, opts Options) (*Reconciler, error) {
 	if store == nil {
 		return nil, errors.New("creating CRI reconciler: nil state store")
 	}
@@ -72,7 +95,7 @@ func NewReconciler(store *state.Store, opts ReconcilerOptions) (*Reconciler, err
 		opts.Log = logrus.StandardLogger()
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = NoObserver{}
+		opts.Metrics = noObserver{}
 	}
 	return &Reconciler{store: store, opts: opts, target: target, trigger: make(chan struct{}, 1)}, nil
 }

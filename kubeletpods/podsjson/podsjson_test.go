@@ -1,4 +1,4 @@
-package kubeletpods
+package podsjson
 
 import (
 	stdjson "encoding/json"

@@ -1,4 +1,4 @@
-package state
+package persist
 
 import (
 	"context"
@@ -12,26 +12,30 @@ import (
 	"sync"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // The background writer: changed records are written in batches, each file
 // atomically (temp file, fsync, rename), retried with backoff when the disk
 // fails, never blocking the store's callers.
 
-// persister writes a store's records to its directory in the background.
+// Writer is the one writer of a state directory: it holds the directory's
+// lock and writes the store's records to it in the background.
 //
-// The store calls markDirty, with the store's lock held, for every uid whose
+// The store calls MarkDirty, with the store's lock held, for every uid whose
 // record changed or was deleted. The writer goroutine takes the dirty set
 // after a short batch window and writes each record's current version (or
 // removes its file), then fsyncs the directory once. Changes carry sequence
 // numbers so that Flush can tell when everything before it is durable.
-// Lock order: Store.mu before persister.mu; the writer never holds
-// persister.mu while it takes Store.mu or touches the disk.
-type persister struct {
-	store      *Store
+// Lock order: the store's lock before Writer.mu; the writer never holds
+// Writer.mu while it asks the store for a record or touches the disk.
+type Writer struct {
+	// get returns the current record of a uid (false: deleted); set by Start.
+	get        func(uid string) (*record.Record, bool)
 	log        logrus.FieldLogger
 	podsDir    string
 	corruptDir string
@@ -40,7 +44,6 @@ type persister struct {
 
 	batchWindow            time.Duration
 	minBackoff, maxBackoff time.Duration
-	pruneInterval          time.Duration
 	// fault, when set (tests), is asked before each file system operation
 	// of the writer and fails it by returning an error.
 	fault func(op, path string) error
@@ -49,8 +52,6 @@ type persister struct {
 	kick      chan struct{} // cap 1: a Flush waits; skip batch window and backoff
 	stop      chan struct{} // closed by Close to stop the writer
 	done      chan struct{} // closed when the writer has stopped
-	pruneStop chan struct{}
-	pruneDone chan struct{}
 	closeOnce sync.Once
 	closeErr  error
 
@@ -75,9 +76,10 @@ type change struct {
 	seq   uint64
 }
 
-// markDirty notes that the record of uid changed. It is the store's dirty
-// hook: called with Store.mu held, it only updates a map and never blocks.
-func (p *persister) markDirty(uid string) {
+// MarkDirty notes that the record of uid changed. It is the store's dirty
+// hook: called with the store's lock held, it only updates a map and never
+// blocks.
+func (p *Writer) MarkDirty(uid string) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -96,7 +98,7 @@ func (p *persister) markDirty(uid string) {
 
 // durableLocked returns the sequence number up to which every change is on
 // disk. Called with mu held.
-func (p *persister) durableLocked() uint64 {
+func (p *Writer) durableLocked() uint64 {
 	first := p.seq + 1
 	for _, m := range []map[string]change{p.pending, p.inflight} {
 		for _, c := range m {
@@ -106,7 +108,11 @@ func (p *persister) durableLocked() uint64 {
 	return first - 1
 }
 
-func (p *persister) flush(ctx context.Context) error {
+// Flush returns once every change marked before the call is on disk. When a
+// write attempted after the call fails, it returns that error (the writer
+// keeps retrying); it also returns when ctx is done, and ErrClosed when the
+// writer stopped with changes still not on disk.
+func (p *Writer) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	target, started := p.seq, p.batches
 	p.mu.Unlock()
@@ -136,14 +142,15 @@ func (p *persister) flush(ctx context.Context) error {
 	}
 }
 
-func (p *persister) close() error {
+// Close writes what is still pending, stops the writer and releases the
+// directory's lock. Changes marked after Close began are not written. It
+// returns the error that kept pending changes from disk, if any.
+func (p *Writer) Close() error {
 	p.closeOnce.Do(func() {
-		close(p.pruneStop)
-		<-p.pruneDone
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
-		err := p.flush(context.Background())
+		err := p.Flush(context.Background())
 		close(p.stop)
 		<-p.done
 		p.mu.Lock()
@@ -159,8 +166,8 @@ func (p *persister) close() error {
 	return p.closeErr
 }
 
-// run is the writer goroutine.
-func (p *persister) run() {
+// run is the writer goroutine, started by Start.
+func (p *Writer) run() {
 	defer close(p.done)
 	for {
 		kicked := false
@@ -185,7 +192,7 @@ func (p *persister) run() {
 
 // wait sleeps for d, or less when a Flush kicks. It returns false when the
 // writer must stop.
-func (p *persister) wait(d time.Duration) bool {
+func (p *Writer) wait(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -199,7 +206,7 @@ func (p *persister) wait(d time.Duration) bool {
 
 // writeBatch writes every pending record and fsyncs the directory. Records it
 // could not write stay pending; it returns the first error.
-func (p *persister) writeBatch() error {
+func (p *Writer) writeBatch() error {
 	p.mu.Lock()
 	if len(p.pending) == 0 {
 		p.mu.Unlock()
@@ -215,7 +222,7 @@ func (p *persister) writeBatch() error {
 	uids := make([]string, 0, len(batch))
 	var rejected []string
 	for uid := range batch {
-		if validUID(uid) {
+		if record.ValidUID(uid) {
 			uids = append(uids, uid)
 		} else {
 			rejected = append(rejected, uid)
@@ -308,7 +315,7 @@ func minTime(a, b time.Time) time.Time {
 
 // writeAll persists the records of uids, a few at a time, and returns one
 // error (or nil) per uid.
-func (p *persister) writeAll(uids []string) []error {
+func (p *Writer) writeAll(uids []string) []error {
 	errs := make([]error, len(uids))
 	if err := p.ensurePodsDir(); err != nil {
 		for i := range errs {
@@ -342,9 +349,9 @@ func (p *persister) writeAll(uids []string) []error {
 
 // persist makes the file of uid match its record: written when the store
 // has one, removed when it does not.
-func (p *persister) persist(uid string) error {
-	path := filepath.Join(p.podsDir, uid+recordExt)
-	r, ok := p.store.Get(uid)
+func (p *Writer) persist(uid string) error {
+	path := filepath.Join(p.podsDir, uid+record.Ext)
+	r, ok := p.get(uid)
 	if !ok {
 		err := p.inject("remove", path)
 		if err == nil {
@@ -355,7 +362,7 @@ func (p *persister) persist(uid string) error {
 		}
 		return nil
 	}
-	data, err := encodeRecord(r)
+	data, err := record.Encode(r)
 	if err != nil {
 		return err
 	}
@@ -365,14 +372,14 @@ func (p *persister) persist(uid string) error {
 // writeAtomic replaces the file at path so that a reader or a crash sees
 // the old content or the new one; the directory fsync that makes the rename
 // durable is the batch's.
-func (p *persister) writeAtomic(path string, data []byte) error {
+func (p *Writer) writeAtomic(path string, data []byte) error {
 	return atomicfile.Write(path, data, 0o640, func(op string) error { return p.inject(op, path) })
 }
 
 // ensurePodsDir creates the records' directory when it is missing: on a
 // full disk it may not have been possible at start, and a directory an
 // operator removed comes back.
-func (p *persister) ensurePodsDir() error {
+func (p *Writer) ensurePodsDir() error {
 	if err := p.inject("mkdir", p.podsDir); err != nil {
 		return fmt.Errorf("create %s: %w", p.podsDir, err)
 	}
@@ -382,14 +389,14 @@ func (p *persister) ensurePodsDir() error {
 	return nil
 }
 
-func (p *persister) syncPodsDir() error {
+func (p *Writer) syncPodsDir() error {
 	if err := p.inject("syncdir", p.podsDir); err != nil {
 		return fmt.Errorf("fsync directory %s: %w", p.podsDir, err)
 	}
 	return atomicfile.SyncDir(p.podsDir)
 }
 
-func (p *persister) inject(op, path string) error {
+func (p *Writer) inject(op, path string) error {
 	if p.fault == nil {
 		return nil
 	}

@@ -1,43 +1,24 @@
-package state
+package record
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
-	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// The layout of a state directory (docs/state-format.md describes it for
-// operators):
-//
-//	<dir>/lock               flock'ed by the one writer; holds its pid
-//	<dir>/pods/<uid>.json    one record per pod
-//	<dir>/pods/.<uid>.json.<random>.tmp   a write in progress (or cut short)
-//	<dir>/corrupt/<file>.<time>           files the writer could not load
-const (
-	podsDirName    = "pods"
-	corruptDirName = "corrupt"
-	lockFileName   = "lock"
-	recordExt      = ".json"
-)
+// Ext ends the name of a record's file: <uid>.json.
+const Ext = ".json"
 
-// isTempName reports whether a file name in the pods directory is a
-// writer's temporary file: it starts with a dot, so no uid can produce it.
-func isTempName(name string) bool { return atomicfile.IsTemp(name) }
-
-// validUID reports whether a uid can name a record file. Kubernetes uids are
+// ValidUID reports whether a uid can name a record file. Kubernetes uids are
 // UUIDs (or hashes for static pods); anything that could escape the
 // directory, hide as a dot file or not survive JSON is refused.
-func validUID(uid string) bool {
+func ValidUID(uid string) bool {
 	if uid == "" || len(uid) > 200 || uid[0] == '.' || !utf8.ValidString(uid) {
 		return false
 	}
@@ -49,10 +30,10 @@ func validUID(uid string) bool {
 	return true
 }
 
-// encodeRecord is the file format: indented JSON, one trailing newline,
+// Encode is the file format: indented JSON, one trailing newline,
 // lists that are empty written as [] rather than null so that jq filters such
 // as '.devices[]' work on every file.
-func encodeRecord(r *Record) ([]byte, error) {
+func Encode(r *Record) ([]byte, error) {
 	c := *r
 	if c.Containers == nil {
 		c.Containers = []Container{}
@@ -79,11 +60,11 @@ func encodeRecord(r *Record) ([]byte, error) {
 // current version at its next change.
 var readableOlderVersions = []int{1, 2}
 
-// decodeRecord reads a record file's content. It accepts only what this
+// Decode reads a record file's content. It accepts only what this
 // version writes (and readableOlderVersions): the current SchemaVersion, known fields, known states, a
 // usable uid, and nothing after the object. What it accepts can be encoded
 // again.
-func decodeRecord(data []byte) (*Record, error) {
+func Decode(data []byte) (*Record, error) {
 	var head struct {
 		SchemaVersion *int `json:"schemaVersion"`
 	}
@@ -106,14 +87,14 @@ func decodeRecord(data []byte) (*Record, error) {
 		return nil, err
 	}
 	r.SchemaVersion = SchemaVersion
-	if _, err := encodeRecord(&r); err != nil {
+	if _, err := Encode(&r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
 func validate(r *Record) error {
-	if !validUID(r.UID) {
+	if !ValidUID(r.UID) {
 		return fmt.Errorf("invalid uid %q", r.UID)
 	}
 	switch r.State {
@@ -144,72 +125,15 @@ func validate(r *Record) error {
 	return nil
 }
 
-// loadRecordFile decodes the file called name and checks that it is the
+// Load decodes the file called name and checks that it is the
 // record of the uid it is named after.
-func loadRecordFile(name string, data []byte) (*Record, error) {
-	r, err := decodeRecord(data)
+func Load(name string, data []byte) (*Record, error) {
+	r, err := Decode(data)
 	if err != nil {
 		return nil, err
 	}
-	if want := strings.TrimSuffix(name, recordExt); r.UID != want {
+	if want := strings.TrimSuffix(name, Ext); r.UID != want {
 		return nil, fmt.Errorf("holds uid %q, not the %q it is named after", r.UID, want)
 	}
 	return r, nil
-}
-
-// FileError is a record file that ReadDir could not read or decode.
-type FileError struct {
-	Path string
-	Err  error
-}
-
-func (e *FileError) Error() string { return "record file " + e.Path + ": " + e.Err.Error() }
-func (e *FileError) Unwrap() error { return e.Err }
-
-// ReadDir reads the records of a state directory without taking its lock, for
-// readers such as `podres-proxy inspect`; it works while the writer runs,
-// since every file is replaced by a rename and is never seen half written.
-// Files that cannot be read or decoded are reported as *FileError and left
-// where they are (only the writer sets files aside). Any other error means
-// the directory itself could not be read. A state directory without a pods
-// directory yet has no records. Records come sorted by namespace, name, uid.
-func ReadDir(dir string) ([]*Record, []error) {
-	podsDir := filepath.Join(dir, podsDirName)
-	if err := checkDirNoFollow(podsDir); err != nil {
-		return nil, []error{fmt.Errorf("read state directory %s: %w", dir, err)}
-	}
-	entries, err := os.ReadDir(podsDir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			if _, serr := os.Stat(dir); serr == nil {
-				return []*Record{}, nil
-			}
-		}
-		return nil, []error{fmt.Errorf("read state directory %s: %w", dir, err)}
-	}
-	records := []*Record{}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		if isTempName(name) || !strings.HasSuffix(name, recordExt) || e.IsDir() {
-			continue
-		}
-		path := filepath.Join(podsDir, name)
-		data, err := readFileNoFollow(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // pruned since the directory was listed
-		}
-		if err != nil {
-			errs = append(errs, &FileError{Path: path, Err: err})
-			continue
-		}
-		r, err := loadRecordFile(name, data)
-		if err != nil {
-			errs = append(errs, &FileError{Path: path, Err: err})
-			continue
-		}
-		records = append(records, r)
-	}
-	SortRecords(records)
-	return records, errs
 }

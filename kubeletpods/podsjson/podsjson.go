@@ -1,4 +1,11 @@
-package kubeletpods
+// Package podsjson decodes the kubelet's /pods answer (a v1 PodList in
+// JSON) into model.KubeletPods: identity, phase, the annotations asked for
+// and the extended resources each container requests, skipping everything
+// else unread, one pod at a time and within a bound on what it keeps. It is
+// apart from package kubeletpods, the HTTP client and coalescing reader,
+// because decoding is its own concern with its own speed and memory goals
+// (the decoder comparison below) and its own fuzzing.
+package podsjson
 
 import (
 	"bytes"
@@ -78,12 +85,20 @@ type container struct {
 	} `json:"resources"`
 }
 
-// DecodePods decodes a /pods answer as Client.Pods does, for tools and
-// benchmarks that have the body already.
-func DecodePods(data []byte) ([]model.KubeletPod, error) { return decodePods(data) }
+// Decode decodes a /pods answer as kubeletpods.Client.Pods does, for tools
+// and benchmarks that have the body already.
+func Decode(data []byte) ([]model.KubeletPod, error) { return decodePods(data) }
+
+// DecodeFrom decodes a /pods answer from a stream, as kubeletpods.Client.Pods
+// does: see decodePodStream. maxKept bounds the bytes of annotations and
+// container resources kept (0: no bound); keep, when set, says which
+// annotations to keep (nil keeps them all). It never panics.
+func DecodeFrom(r io.Reader, maxKept int64, keep func(string) bool) ([]model.KubeletPod, error) {
+	return decodePodsFrom(r, maxKept, keep)
+}
 
 // decodePods turns a /pods answer into KubeletPods, oldest first (see
-// Client.Pods). It never panics: the decoder is third-party code with unsafe
+// kubeletpods.Client.Pods). It never panics: the decoder is third-party code with unsafe
 // fast paths, and a strange answer from the kubelet must cost one failed
 // read, not the node daemon.
 func decodePods(data []byte) (pods []model.KubeletPod, err error) {

@@ -1,6 +1,6 @@
 //go:build goexperiment.jsonv2
 
-package kubeletpods
+package podsjson
 
 import jsonv2 "encoding/json/v2"
 

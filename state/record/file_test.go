@@ -1,4 +1,4 @@
-package state
+package record
 
 import (
 	"bytes"
@@ -38,15 +38,15 @@ func sampleRecord() *Record {
 
 func TestRecordFileRoundTripsEveryField(t *testing.T) {
 	want := sampleRecord()
-	data, err := encodeRecord(want)
+	data, err := Encode(want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeRecord(data)
+	got, err := Decode(data)
 	if err != nil {
 		t.Fatalf("decode: %v\n%s", err, data)
 	}
-	again, err := encodeRecord(got)
+	again, err := Encode(got)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestRecordFileRoundTripsEveryField(t *testing.T) {
 }
 
 func TestRecordFilesThatAreNotExactlyOursAreRefused(t *testing.T) {
-	good, err := encodeRecord(sampleRecord())
+	good, err := Encode(sampleRecord())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestRecordFilesThatAreNotExactlyOursAreRefused(t *testing.T) {
 		"bad ctr state":  strings.Replace(string(good), `"state": "running"`, `"state": "paused"`, 1),
 		"string version": strings.Replace(string(good), `"schemaVersion": 3`, `"schemaVersion": "2"`, 1),
 	} {
-		if _, err := decodeRecord([]byte(data)); err == nil {
+		if _, err := Decode([]byte(data)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -87,13 +87,13 @@ func TestRecordFilesThatAreNotExactlyOursAreRefused(t *testing.T) {
 
 func TestValidUIDRefusesNamesThatEscapeOrHide(t *testing.T) {
 	for _, uid := range []string{"", ".", "..", ".hidden", "a/b", "a\x00b", "a\nb", strings.Repeat("x", 201), "\xff"} {
-		if validUID(uid) {
-			t.Errorf("validUID(%q) = true", uid)
+		if ValidUID(uid) {
+			t.Errorf("ValidUID(%q) = true", uid)
 		}
 	}
 	for _, uid := range []string{"0b5d8e3a-1c2f-4b7e-9a6d-2f1e3c4b5a69", "d41d8cd98f00b204e9800998ecf8427e", "a.b"} {
-		if !validUID(uid) {
-			t.Errorf("validUID(%q) = false", uid)
+		if !ValidUID(uid) {
+			t.Errorf("ValidUID(%q) = false", uid)
 		}
 	}
 }
@@ -102,11 +102,11 @@ func TestValidUIDRefusesNamesThatEscapeOrHide(t *testing.T) {
 // never panic, and what it accepts must survive another trip through the
 // file format unchanged (a loaded record is written back by the writer).
 func FuzzLoadRecord(f *testing.F) {
-	good, err := encodeRecord(sampleRecord())
+	good, err := Encode(sampleRecord())
 	if err != nil {
 		f.Fatal(err)
 	}
-	minimal, err := encodeRecord(&Record{SchemaVersion: SchemaVersion, UID: "u", State: PhasePending})
+	minimal, err := Encode(&Record{SchemaVersion: SchemaVersion, UID: "u", State: PhasePending})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -118,26 +118,26 @@ func FuzzLoadRecord(f *testing.F) {
 	f.Add([]byte(`{"schemaVersion":2}`))
 	f.Add([]byte("\x00garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := decodeRecord(data)
+		r, err := Decode(data)
 		if err != nil {
 			return
 		}
-		first, err := encodeRecord(r)
+		first, err := Encode(r)
 		if err != nil {
 			t.Fatalf("accepted a record that cannot be written back: %v", err)
 		}
-		r2, err := decodeRecord(first)
+		r2, err := Decode(first)
 		if err != nil {
 			t.Fatalf("a record written back is refused: %v\n%s", err, first)
 		}
-		second, err := encodeRecord(r2)
+		second, err := Encode(r2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(first, second) {
 			t.Fatalf("record changed on its second trip:\n%s\n%s", first, second)
 		}
-		if _, err := loadRecordFile(r.UID+recordExt, data); err != nil {
+		if _, err := Load(r.UID+Ext, data); err != nil {
 			t.Fatalf("accepted record refused under its own file name: %v", err)
 		}
 	})
@@ -162,14 +162,14 @@ func TestAVersion1FileFromThePreviousReleaseLoadsWhole(t *testing.T) {
   "updatedAt": "2025-03-01T12:00:00Z"
 }
 `
-	r, err := decodeRecord([]byte(v1))
+	r, err := Decode([]byte(v1))
 	if err != nil {
 		t.Fatalf("a version-1 file was refused: %v", err)
 	}
 	if r.SandboxID != "4f1c0d2e9b8a" || r.Spec == nil || len(r.Spec.Containers) != 1 || r.Provenance.Spec == nil || len(r.Devices) != 1 {
 		t.Errorf("the version-1 record lost facts: %+v", r)
 	}
-	out, err := encodeRecord(r)
+	out, err := Encode(r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,14 @@
-package allocator
+package registry
 
 import (
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
@@ -12,7 +16,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-func decoderNames(ds []Format) []string {
+func decoderNames(ds []allocator.Format) []string {
 	var out []string
 	for _, d := range ds {
 		out = append(out, d.Name())
@@ -39,7 +43,7 @@ func TestNewFormatsOfAllNames(t *testing.T) {
 	if got := decoderNames(ds); !reflect.DeepEqual(got, want) {
 		t.Errorf("decoders = %v; want %v", got, want)
 	}
-	NewSet(quietLog(), nil, ds...) // distinct names: no panic
+	allocator.NewSet(quietLog(), nil, ds...) // distinct names: no panic
 }
 
 func TestNewFormatsPassesEachItsOptions(t *testing.T) {
@@ -52,7 +56,7 @@ func TestNewFormatsPassesEachItsOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewSet(quietLog(), nil, ds...)
+	s := allocator.NewSet(quietLog(), nil, ds...)
 	devices, errs := s.Decode(testPod, map[string]string{
 		koordinator.Annotation:     `{"gpu":[{"minor":0,"id":"GPU-k"}]}`,
 		hami.NVIDIAAnnotation:      "GPU-h,NVIDIA,1,1:;",
@@ -127,7 +131,7 @@ func TestSeveralAllocatorsOnOnePodReplacingDevicesComeFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewSet(quietLog(), nil, ds...)
+	s := allocator.NewSet(quietLog(), nil, ds...)
 	devices, errs := s.Decode(testPod, map[string]string{
 		koordinator.Annotation: `{"gpu":[{"minor":1,"id":"` + uuidB + `"}]}`,
 		hami.NVIDIAAnnotation:  hamiExample,
@@ -139,3 +143,12 @@ func TestSeveralAllocatorsOnOnePodReplacingDevicesComeFirst(t *testing.T) {
 		t.Errorf("devices = %+v; want HAMi's replacing device, then Koordinator's", devices)
 	}
 }
+
+func quietLog() *logrus.Logger { l, _ := logtest.NewNullLogger(); return l }
+
+var testPod = model.PodRef{UID: "u-1", Namespace: "ml", Name: "train-0"}
+
+const (
+	uuidB       = "GPU-2c1b5e0f-77aa-4a4a-9b9b-123456789abc"
+	hamiExample = "GPU-903ecef4-bb8d-d7fe-65e2-e327e6258e76,NVIDIA,500,5:;"
+)

@@ -1,4 +1,4 @@
-package state
+package persist
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/podres-proxy/podres-proxy/internal/nofollow"
 )
 
 // ErrInUse is what the error Open returns matches (errors.Is) when another
@@ -41,7 +43,7 @@ func lockDir(dir string, warn func(error)) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o640)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
-			err = fmt.Errorf("%s %w: move it away", path, errSymlink)
+			err = fmt.Errorf("%s %w: move it away", path, nofollow.ErrSymlink)
 		}
 		return nil, fmt.Errorf("open lock file of state directory %s: %w", dir, err)
 	}
@@ -79,7 +81,7 @@ var writePID = func(f *os.File, pid []byte) error {
 }
 
 func readPID(path string) string {
-	b, err := readFileNoFollow(path)
+	b, err := nofollow.ReadFile(path)
 	if err != nil {
 		return "unknown"
 	}

@@ -1,23 +1,29 @@
-package allocator
+// Package registry builds the allocation decoders by name: the one place
+// that knows every scheduler's format package (koordinator, hami, volcano,
+// tensorfusion), their order, and their options, for the --allocators flag.
+// It is apart from package allocator so that the Set and the attribution
+// policy depend only on the Format interface, never on the formats.
+package registry
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 )
 
-// Every format of the registry is a Format.
+// Every format of the registry is an allocator.Format.
 var (
-	_ Format = (*koordinator.Format)(nil)
-	_ Format = (*hami.Format)(nil)
-	_ Format = (*volcano.VGPU)(nil)
-	_ Format = (*volcano.GPUShare)(nil)
-	_ Format = (*tensorfusion.Format)(nil)
+	_ allocator.Format = (*koordinator.Format)(nil)
+	_ allocator.Format = (*hami.Format)(nil)
+	_ allocator.Format = (*volcano.VGPU)(nil)
+	_ allocator.Format = (*volcano.GPUShare)(nil)
+	_ allocator.Format = (*tensorfusion.Format)(nil)
 )
 
 // names are the decoders NewFormats knows, in the order it builds them.
@@ -46,7 +52,7 @@ type Options struct {
 // reads its own annotation keys only. They are built in the order of
 // Names, whatever the order given. Unknown, repeated and empty names are
 // errors, as is an empty list.
-func NewFormats(enabled []string, opts Options) ([]Format, error) {
+func NewFormats(enabled []string, opts Options) ([]allocator.Format, error) {
 	want := map[string]bool{}
 	for _, n := range enabled {
 		n = strings.TrimSpace(n)
@@ -63,7 +69,7 @@ func NewFormats(enabled []string, opts Options) ([]Format, error) {
 	if len(want) == 0 {
 		return nil, fmt.Errorf("no allocator named (known: %s)", strings.Join(names, ", "))
 	}
-	var out []Format
+	var out []allocator.Format
 	for _, n := range names {
 		if !want[n] {
 			continue

@@ -1,0 +1,146 @@
+package cri
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podres-proxy/podres-proxy/internal/poll"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+func TestNewReconcilerAcceptsUnixURLsAndAbsolutePaths(t *testing.T) {
+	store := state.New(state.Options{})
+	for endpoint, want := range map[string]string{
+		"unix:///run/containerd/containerd.sock": "unix:///run/containerd/containerd.sock",
+		"/run/crio/crio.sock":                    "unix:///run/crio/crio.sock",
+		"":                                       "",
+		"run/containerd/containerd.sock":         "",
+		"unix://relative.sock":                   "",
+		"tcp://127.0.0.1:1234":                   "",
+	} {
+		r, err := NewReconciler(store, Options{Endpoint: endpoint})
+		switch {
+		case want == "" && err == nil:
+			t.Errorf("NewReconciler(%q) succeeded, want an error", endpoint)
+		case want != "" && err != nil:
+			t.Errorf("NewReconciler(%q): %v", endpoint, err)
+		case want != "" && r.target != want:
+			t.Errorf("NewReconciler(%q) dials %q, want %q", endpoint, r.target, want)
+		}
+	}
+	if _, err := NewReconciler(nil, Options{Endpoint: "/run/x.sock"}); err == nil {
+		t.Error("NewReconciler(nil store) succeeded, want an error")
+	}
+}
+
+func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
+	store := state.New(state.Options{Decoder: newTestDecoder()})
+	// Known before: a pod the runtime no longer has, and a container of a
+	// listed pod that is gone.
+	gone := model.Sandbox{ID: "sb-gone", UID: "uid-gone", Namespace: "default", Name: "gone", Ready: true}
+	store.ObserveSandbox(state.OriginNRI, gone)
+	ready := critest.Pod("ready", criv1.PodSandboxState_SANDBOX_READY)
+	store.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: ready.Id, UID: ready.Metadata.Uid, Namespace: "default", Name: "ready", Ready: true})
+	store.ObserveContainer(state.OriginNRI, model.RuntimeContainer{ID: ready.Id + "-gone", SandboxID: ready.Id, Name: "gone", State: model.ContainerRunning})
+
+	notReady := critest.Pod("notready", criv1.PodSandboxState_SANDBOX_NOTREADY)
+	plain := &criv1.PodSandbox{Id: "sb-plain", Metadata: &criv1.PodSandboxMetadata{Name: "plain"}} // no uid: not Kubernetes'
+	rt := &critest.Runtime{}
+	rt.Set([]*criv1.PodSandbox{ready, notReady, plain}, []*criv1.Container{
+		critest.Ctr(ready, "created", criv1.ContainerState_CONTAINER_CREATED),
+		critest.Ctr(ready, "running", criv1.ContainerState_CONTAINER_RUNNING),
+		critest.Ctr(ready, "exited", criv1.ContainerState_CONTAINER_EXITED),
+		critest.Ctr(ready, "unknown", criv1.ContainerState_CONTAINER_UNKNOWN),
+		critest.Ctr(plain, "app", criv1.ContainerState_CONTAINER_RUNNING),
+	})
+	dir := shortTempDir(t)
+	sock := filepath.Join(dir, "cri.sock")
+	critest.Serve(t, sock, rt)
+	r, err := NewReconciler(store, Options{Endpoint: "unix://" + sock, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReconcileOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	for uid, want := range map[string]state.Phase{
+		"uid-ready": state.PhaseReady, "uid-notready": state.PhaseStopped, gone.UID: state.PhaseRemoved,
+	} {
+		if got := phase(store, uid); got != want {
+			t.Errorf("pod %s: phase %q, want %q", uid, got, want)
+		}
+	}
+	for name, want := range map[string]model.ContainerState{
+		"created": model.ContainerCreated, "running": model.ContainerRunning,
+		"exited": model.ContainerStopped, "unknown": model.ContainerUnknown,
+		"gone": model.ContainerRemoved, // CRI lists exited containers: one not listed is gone
+	} {
+		if got := ctrState(store, "uid-ready", ready.Id+"-"+name); got != want {
+			t.Errorf("container %s: state %q, want %q", name, got, want)
+		}
+	}
+	if n := len(store.Records()); n != 3 {
+		t.Errorf("store has %d records, want 3 (a sandbox without uid is not a pod):\n%s", n, dump(store))
+	}
+	rec, _ := store.Get("uid-notready")
+	if rec.Name != "notready" || rec.Namespace != "default" || rec.SandboxID != notReady.Id {
+		t.Errorf("pod recorded as %s/%s sandbox %s", rec.Namespace, rec.Name, rec.SandboxID)
+	}
+	if rec.Annotations["example.com/gpu"] != "GPU-notready" {
+		t.Errorf("annotations not recorded: %v", rec.Annotations)
+	}
+	if rec.Provenance.Sandbox == nil || rec.Provenance.Sandbox.Origin != state.OriginCRI {
+		t.Errorf("sandbox source %+v, want cri", rec.Provenance.Sandbox)
+	}
+}
+
+func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T) {
+	store := state.New(state.Options{})
+	dir := shortTempDir(t)
+	sock := filepath.Join(dir, "cri.sock")
+	metrics := newTestMetrics()
+	r, err := NewReconciler(store, Options{
+		Endpoint: "unix://" + sock, Interval: 10 * time.Millisecond, Timeout: time.Second,
+		Log: testLog(), Metrics: metrics,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v after cancel, want nil", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	}()
+
+	errorsSoFar := func() int { return metrics.get(func(m *testMetrics) int { return m.reconcileErrors }) }
+	poll.Until(t, "reconciles failing while there is no runtime", func() bool { return errorsSoFar() >= 2 })
+
+	web := critest.Pod("web", criv1.PodSandboxState_SANDBOX_READY)
+	rt := &critest.Runtime{}
+	rt.Set([]*criv1.PodSandbox{web}, nil)
+	stop := critest.Serve(t, sock, rt)
+	waitStore(t, store, "the pod once the runtime is up", func() bool { return phase(store, "uid-web") == state.PhaseReady })
+
+	// The runtime restarts; meanwhile the pod went away.
+	stop()
+	failed := errorsSoFar()
+	poll.Until(t, "a reconcile failing while the runtime is down", func() bool { return errorsSoFar() > failed })
+	critest.Serve(t, sock, &critest.Runtime{})
+	waitStore(t, store, "the pod removed after the restart", func() bool { return phase(store, "uid-web") == state.PhaseRemoved })
+}

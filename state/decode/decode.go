@@ -1,0 +1,142 @@
+// Package decode turns a pod's allocation annotations into devices for the
+// state store, without its lock. Decoding can take a while (a hostile pod
+// may list thousands of devices), and the store's write lock is what every
+// query's reads wait on. So the store keeps only the annotations some
+// allocator reads (Relevant), decodes them before it takes the lock (a
+// Batch, one per call) and, under the lock, only looks the results up and
+// swaps records. A Batch is keyed by the relevant annotations' content, so
+// a sandbox that names its pod only by sandbox id finds its result too.
+//
+// Fixed is the rule for a pod whose sandbox started: the runtime's copy of
+// the annotations is the allocation, and edits in the API are recorded, not
+// taken.
+package decode
+
+import (
+	"hash/maphash"
+	"maps"
+	"slices"
+
+	"github.com/podres-proxy/podres-proxy/model"
+)
+
+// Decoder turns a pod's annotations into devices. The allocator set
+// implements it; the store calls it whenever a pod's allocator annotations
+// change, whichever source they came from, so NRI, CRI and /pods agree.
+type Decoder interface {
+	// Relevant reports whether some allocator decodes the annotation key.
+	// Only relevant annotations are kept in records.
+	Relevant(key string) bool
+	// Decode returns the devices the annotations allocate. Errors describe
+	// annotations that could not be understood; the devices of the others
+	// are still returned.
+	Decode(pod model.PodRef, annotations map[string]string) ([]model.Device, []error)
+}
+
+// Relevant keeps the annotations d reads; nil when there are none.
+func Relevant(d Decoder, all map[string]string) map[string]string {
+	var rel map[string]string
+	for k, v := range all {
+		if d.Relevant(k) {
+			if rel == nil {
+				rel = map[string]string{}
+			}
+			rel[k] = v
+		}
+	}
+	return rel
+}
+
+// Decode decodes relevant annotations rel of the pod ref, with the errors
+// as messages, as records keep them.
+func Decode(d Decoder, ref model.PodRef, rel map[string]string) ([]model.Device, []string) {
+	if len(rel) == 0 {
+		return nil, nil
+	}
+	devs, errs := d.Decode(ref, rel)
+	var msgs []string
+	for _, err := range errs {
+		msgs = append(msgs, err.Error())
+	}
+	return devs, msgs
+}
+
+// Result is one decoding's result.
+type Result struct {
+	rel     map[string]string
+	Devices []model.Device
+	Errors  []string
+}
+
+// Batch holds the results for one call's annotations: make one with
+// Batch{}. A nil Batch finds nothing.
+type Batch map[uint64][]*Result
+
+var annSeed = maphash.MakeSeed()
+
+// annKey hashes relevant annotations independently of map order.
+func annKey(rel map[string]string) uint64 {
+	keys := make([]string, 0, len(rel))
+	for k := range rel {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var h maphash.Hash
+	h.SetSeed(annSeed)
+	for _, k := range keys {
+		h.WriteString(k)
+		h.WriteByte(0)
+		h.WriteString(rel[k])
+		h.WriteByte(0)
+	}
+	return h.Sum64()
+}
+
+// Add decodes rel, the relevant annotations of the pod ref, unless the
+// batch has them already.
+func (b Batch) Add(d Decoder, ref model.PodRef, rel map[string]string) {
+	if _, ok := b.Lookup(rel); ok {
+		return
+	}
+	devs, errs := Decode(d, ref, rel)
+	k := annKey(rel)
+	b[k] = append(b[k], &Result{rel: rel, Devices: devs, Errors: errs})
+}
+
+// Lookup returns the result for rel, if the batch decoded it.
+func (b Batch) Lookup(rel map[string]string) (*Result, bool) {
+	for _, d := range b[annKey(rel)] {
+		if maps.Equal(d.rel, rel) {
+			return d, true
+		}
+	}
+	return nil, false
+}
+
+// Fixed returns the allocation annotations of a pod whose sandbox started
+// with runtime, given what the API says now: runtime's values, plus the
+// keys only the API has when runtime had any; and, sorted, the keys whose
+// API value differs from runtime's, that the API dropped, or that it added
+// to a pod that started with none.
+func Fixed(runtime, api map[string]string) (fixed map[string]string, edited []string) {
+	fixed = maps.Clone(runtime)
+	if fixed == nil {
+		fixed = map[string]string{}
+	}
+	for k, v := range api {
+		old, ok := runtime[k]
+		switch {
+		case !ok && len(runtime) > 0:
+			fixed[k] = v
+		case !ok || old != v:
+			edited = append(edited, k)
+		}
+	}
+	for k := range runtime {
+		if _, ok := api[k]; !ok {
+			edited = append(edited, k)
+		}
+	}
+	slices.Sort(edited)
+	return fixed, edited
+}
