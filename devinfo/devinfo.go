@@ -43,6 +43,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // DefaultDir is where Multus and OVN-Kubernetes read device plugins'
@@ -296,7 +297,7 @@ func (w *Writer) Adopt(resources ...string) int {
 // records is called with the writer locked, so that a pod answered
 // meanwhile, whose record the store has before the proxy answers it, is
 // either among them or written after the release.
-func (w *Writer) Release(records func() []*state.Record) int {
+func (w *Writer) Release(records func() []*record.Record) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var inv *inventory.Snapshot
@@ -344,11 +345,11 @@ func (w *Writer) Release(records func() []*state.Record) int {
 }
 
 // live reports whether a record's pod can still hold devices.
-func live(r *state.Record) bool {
+func live(r *record.Record) bool {
 	if r.KubeletPhase == "Succeeded" || r.KubeletPhase == "Failed" {
 		return false
 	}
-	return r.State == state.PhaseReady || r.State == state.PhasePending
+	return r.State == record.PhaseReady || r.State == record.PhasePending
 }
 
 // Run releases the files of devices no live pod holds whenever the store

@@ -15,6 +15,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 const (
@@ -56,9 +57,9 @@ func vfDevice(id string) model.Device {
 	return model.Device{Allocator: "koordinator", Type: "rdma", Resource: rdma, IDs: []string{id}}
 }
 
-// record is a live pod holding devs.
-func record(uid string, phase state.Phase, devs ...model.Device) *state.Record {
-	return &state.Record{UID: uid, State: phase, Devices: devs}
+// podRecord is a live pod holding devs.
+func podRecord(uid string, phase record.Phase, devs ...model.Device) *record.Record {
+	return &record.Record{UID: uid, State: phase, Devices: devs}
 }
 
 func read(t *testing.T, path string) (devinfo.Info, bool) {
@@ -111,16 +112,16 @@ func TestAFileGoesWhenNoLivePodHoldsItsDevice(t *testing.T) {
 	w := newWriter(t, dir)
 	w.Hold(pod, []model.Device{vfDevice(vf)})
 	path := w.Path(rdma, vf)
-	recs := []*state.Record{record("uid-1", state.PhaseReady, vfDevice(vf))}
-	if n := w.Release(func() []*state.Record { return recs }); n != 0 {
+	recs := []*record.Record{podRecord("uid-1", record.PhaseReady, vfDevice(vf))}
+	if n := w.Release(func() []*record.Record { return recs }); n != 0 {
 		t.Fatalf("released %d files of a running pod's VF", n)
 	}
-	recs = []*state.Record{record("uid-1", state.PhaseStopped, vfDevice(vf)), record("uid-2", state.PhasePending, vfDevice(vf))}
-	if n := w.Release(func() []*state.Record { return recs }); n != 0 {
+	recs = []*record.Record{podRecord("uid-1", record.PhaseStopped, vfDevice(vf)), podRecord("uid-2", record.PhasePending, vfDevice(vf))}
+	if n := w.Release(func() []*record.Record { return recs }); n != 0 {
 		t.Fatalf("released %d files of a pending pod's VF", n)
 	}
-	recs = []*state.Record{record("uid-2", state.PhaseRemoved, vfDevice(vf))}
-	if n := w.Release(func() []*state.Record { return recs }); n != 1 {
+	recs = []*record.Record{podRecord("uid-2", record.PhaseRemoved, vfDevice(vf))}
+	if n := w.Release(func() []*record.Record { return recs }); n != 1 {
 		t.Fatalf("released %d files, want the VF's", n)
 	}
 	if _, ok := read(t, path); ok {
@@ -143,7 +144,7 @@ func TestAnotherWritersFileIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Hold(pod, []model.Device{vfDevice(vf)})
-	w.Release(func() []*state.Record { return nil })
+	w.Release(func() []*record.Record { return nil })
 	if b, err := os.ReadFile(path); err != nil || string(b) != string(theirs) {
 		t.Errorf("another writer's file became %q (%v)", b, err)
 	}
@@ -154,7 +155,7 @@ func TestAnotherWritersFileIsLeftAlone(t *testing.T) {
 	if err := os.WriteFile(path, theirs, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w.Release(func() []*state.Record { return nil })
+	w.Release(func() []*record.Record { return nil })
 	if b, err := os.ReadFile(path); err != nil || string(b) != string(theirs) {
 		t.Errorf("a file another writer replaced became %q (%v)", b, err)
 	}
@@ -167,7 +168,7 @@ func TestARestartedWriterAdoptsItsOwnFiles(t *testing.T) {
 	devinfo.New(devinfo.Options{Dir: dir, SysfsRoot: sysfs, Log: quiet()}).Hold(pod, []model.Device{vfDevice(vf)})
 	w := devinfo.New(devinfo.Options{Dir: dir, SysfsRoot: sysfs, Log: quiet()})
 	w.Hold(pod, []model.Device{vfDevice(vf)})
-	if n := w.Release(func() []*state.Record { return nil }); n != 1 {
+	if n := w.Release(func() []*record.Record { return nil }); n != 1 {
 		t.Errorf("released %d files, want the previous process's", n)
 	}
 }
@@ -181,7 +182,7 @@ func TestRunReleasesWhenThePodGoes(t *testing.T) {
 	ctx, cancel := contextWithCancel(t)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, store, time.Millisecond) }()
-	store.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "s", UID: "uid-9", Namespace: "x", Name: "y", Ready: true})
+	store.ObserveSandbox(record.OriginNRI, model.Sandbox{ID: "s", UID: "uid-9", Namespace: "x", Name: "y", Ready: true})
 	poll.Until(t, "the file of a device no pod holds to go", func() bool {
 		_, ok := read(t, w.Path(rdma, vf))
 		return !ok
@@ -211,7 +212,7 @@ func TestFilesOfAnEarlierRunAreAdoptedAndReleased(t *testing.T) {
 	if n := w.Adopt(rdma); n != 1 {
 		t.Errorf("adopted %d files, want the earlier run's one", n)
 	}
-	w.Release(func() []*state.Record { return nil })
+	w.Release(func() []*record.Record { return nil })
 	if _, ok := read(t, w.Path(rdma, vf)); ok {
 		t.Error("the earlier run's file of a device no pod holds is still there")
 	}
@@ -236,7 +237,7 @@ func TestAdoptTakesOnlyItsResourcesFiles(t *testing.T) {
 	if n := w.Adopt(rdma); n != 1 {
 		t.Errorf("adopted %d files, want koordinator.sh/rdma's one", n)
 	}
-	w.Release(func() []*state.Record { return nil })
+	w.Release(func() []*record.Record { return nil })
 	if _, err := os.Stat(filepath.Join(dir, "intel.com-sriov-"+vf+"-device.json")); err != nil {
 		t.Errorf("another resource's file was removed: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {
@@ -48,7 +49,7 @@ func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Close()
-	if got := ctrState(again, pod.Uid, ctr.Id); got != model.ContainerRunning || phase(again, pod.Uid) != state.PhaseReady {
+	if got := ctrState(again, pod.Uid, ctr.Id); got != model.ContainerRunning || phase(again, pod.Uid) != record.PhaseReady {
 		t.Errorf("after reopening: pod %q, container %q; want ready, running:\n%s", phase(again, pod.Uid), got, dump(again))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/plugin/cri"
 	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // containerd does not send StopPodSandbox and RemovePodSandbox for pods
@@ -47,7 +48,7 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	if err := r.ReconcileOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := phase(store, pod.Uid); got != state.PhaseStopped {
+	if got := phase(store, pod.Uid); got != record.PhaseStopped {
 		t.Errorf("pod stopped without events: phase %q after reconcile, want stopped", got)
 	}
 	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
@@ -59,7 +60,7 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	if err := r.ReconcileOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := phase(store, pod.Uid); got != state.PhaseRemoved {
+	if got := phase(store, pod.Uid); got != record.PhaseRemoved {
 		t.Errorf("pod removed without events: phase %q after reconcile, want removed", got)
 	}
 }
@@ -93,7 +94,7 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 	p := startPlugin(t, store, dir, func(o *Options) { o.OnSynchronized = r.Trigger })
 	poll.Until(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
-	waitStore(t, store, "the pod ready", func() bool { return phase(store, pod.Uid) == state.PhaseReady })
+	waitStore(t, store, "the pod ready", func() bool { return phase(store, pod.Uid) == record.PhaseReady })
 	poll.Until(t, "the first reconciles", func() bool { return metrics.get(func(m *testMetrics) int { return m.reconciles }) >= 2 })
 
 	// The pod stops while the plugin is disconnected; the runtime still
@@ -105,6 +106,6 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 	}()}, nil)
 	p.cut()
 	waitStore(t, store, "the stale sandbox stopped by the reconcile the resync triggered", func() bool {
-		return phase(store, pod.Uid) == state.PhaseStopped
+		return phase(store, pod.Uid) == record.PhaseStopped
 	})
 }

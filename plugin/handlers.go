@@ -12,6 +12,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // events are the NRI events the plugin subscribes to. Configure returns them
@@ -103,7 +104,7 @@ func (p *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs
 			}
 			sandboxes = append(sandboxes, p.syncedSandbox(pod))
 		}
-		p.store.Reconcile(state.OriginNRI, asOf, sandboxes, containers, false)
+		p.store.Reconcile(record.OriginNRI, asOf, sandboxes, containers, false)
 		p.mu.Lock()
 		current := p.conn == conn
 		if current {
@@ -124,7 +125,7 @@ func (p *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs
 // the CRI reconciler, which sees sandbox states.
 func (p *handlers) syncedSandbox(pod *api.PodSandbox) model.Sandbox {
 	sb := sandbox(pod, true)
-	if r, ok := p.store.Get(sb.UID); ok && r.SandboxID == sb.ID && r.State == state.PhaseStopped {
+	if r, ok := p.store.Get(sb.UID); ok && r.SandboxID == sb.ID && r.State == record.PhaseStopped {
 		sb.Ready = false
 	}
 	return sb
@@ -139,7 +140,7 @@ func (p *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error
 	}
 	sb := sandbox(pod, true)
 	podLog(p.log, pod).Info("Pod sandbox started")
-	p.update(ctx, "RunPodSandbox", func() { p.store.ObserveSandbox(state.OriginNRI, sb) })
+	p.update(ctx, "RunPodSandbox", func() { p.store.ObserveSandbox(record.OriginNRI, sb) })
 	return nil
 }
 
@@ -152,7 +153,7 @@ func (p *handlers) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) erro
 		return nil
 	}
 	podLog(p.log, pod).Info("Pod sandbox stopped")
-	p.update(ctx, "StopPodSandbox", func() { p.store.SandboxStopped(state.OriginNRI, id, uid) })
+	p.update(ctx, "StopPodSandbox", func() { p.store.SandboxStopped(record.OriginNRI, id, uid) })
 	return nil
 }
 
@@ -164,7 +165,7 @@ func (p *handlers) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) er
 		return nil
 	}
 	podLog(p.log, pod).Info("Pod sandbox removed")
-	p.update(ctx, "RemovePodSandbox", func() { p.store.SandboxRemoved(state.OriginNRI, id, uid) })
+	p.update(ctx, "RemovePodSandbox", func() { p.store.SandboxRemoved(record.OriginNRI, id, uid) })
 	return nil
 }
 
@@ -213,7 +214,7 @@ func (p *handlers) observeContainer(ctx context.Context, event string, pod *api.
 		return
 	}
 	podLog(p.log, pod).WithFields(logrus.Fields{"container": c.Name, "containerID": c.ID}).Debugf("Container %s", st)
-	p.update(ctx, event, func() { p.store.ObserveContainer(state.OriginNRI, c) })
+	p.update(ctx, event, func() { p.store.ObserveContainer(record.OriginNRI, c) })
 }
 
 // update applies a store update inline, as nri-plugins' handlers do. The

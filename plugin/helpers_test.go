@@ -19,6 +19,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 var quietOnce sync.Once
@@ -59,7 +60,7 @@ func dump(s *state.Store) string {
 }
 
 // phase returns the phase of a pod, "" when the store has no record of it.
-func phase(s *state.Store, uid string) state.Phase {
+func phase(s *state.Store, uid string) record.Phase {
 	if r, ok := s.Get(uid); ok {
 		return r.State
 	}

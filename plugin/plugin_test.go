@@ -13,6 +13,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 func TestConfigureSubscribesOnlyToEventsOldRuntimesKnow(t *testing.T) {
@@ -93,7 +94,7 @@ func TestHandlersTolerateNilAndSparseArguments(t *testing.T) {
 		t.Errorf("container stopped with a nil pod: state %q, want stopped", got)
 	}
 	p.StopPodSandbox(ctx, &api.PodSandbox{Id: pod.Id})
-	if got := phase(store, pod.Uid); got != state.PhaseStopped {
+	if got := phase(store, pod.Uid); got != record.PhaseStopped {
 		t.Errorf("pod stopped by id only: phase %q, want stopped", got)
 	}
 }
@@ -164,10 +165,10 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 	// What the store knew before the plugin connected.
 	a, gone, stopped := k8sPod("a"), k8sPod("gone"), k8sPod("stopped")
 	for _, pod := range []*api.PodSandbox{a, gone, stopped} {
-		store.ObserveSandbox(state.OriginNRI, sandbox(pod, true))
+		store.ObserveSandbox(record.OriginNRI, sandbox(pod, true))
 	}
-	store.SandboxStopped(state.OriginNRI, stopped.Id, stopped.Uid)
-	store.ObserveContainer(state.OriginNRI, model.RuntimeContainer{
+	store.SandboxStopped(record.OriginNRI, stopped.Id, stopped.Uid)
+	store.ObserveContainer(record.OriginNRI, model.RuntimeContainer{
 		ID: a.Id + "-exited", SandboxID: a.Id, Name: "exited", State: model.ContainerRunning,
 	})
 
@@ -183,9 +184,9 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 	p := startPlugin(t, store, dir)
 	poll.Until(t, "Synchronize to be applied", p.Synced)
 
-	for uid, want := range map[string]state.Phase{
-		a.Uid: state.PhaseReady, b.Uid: state.PhaseReady,
-		gone.Uid: state.PhaseRemoved, stopped.Uid: state.PhaseStopped,
+	for uid, want := range map[string]record.Phase{
+		a.Uid: record.PhaseReady, b.Uid: record.PhaseReady,
+		gone.Uid: record.PhaseRemoved, stopped.Uid: record.PhaseStopped,
 	} {
 		if got := phase(store, uid); got != want {
 			t.Errorf("pod %s: phase %q, want %q", uid, got, want)
@@ -211,7 +212,7 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 	if rb.Annotations["example.com/gpu"] != "GPU-b" || len(rb.Devices) != 1 {
 		t.Errorf("pod b's allocation not recorded: annotations %v, devices %v", rb.Annotations, rb.Devices)
 	}
-	if rb.Provenance.Sandbox == nil || rb.Provenance.Sandbox.Origin != state.OriginNRI {
+	if rb.Provenance.Sandbox == nil || rb.Provenance.Sandbox.Origin != record.OriginNRI {
 		t.Errorf("pod b's sandbox source = %+v, want nri", rb.Provenance.Sandbox)
 	}
 }
@@ -226,7 +227,7 @@ func TestLifecycleEventsReachTheStoreInOrder(t *testing.T) {
 
 	pod := k8sPod("web")
 	ctr := k8sCtr(pod, "app", api.ContainerState_CONTAINER_CREATED)
-	hasPhase := func(want state.Phase) func() bool {
+	hasPhase := func(want record.Phase) func() bool {
 		return func() bool { return phase(store, pod.Uid) == want }
 	}
 	hasCtr := func(want model.ContainerState) func() bool {
@@ -246,8 +247,8 @@ func TestLifecycleEventsReachTheStoreInOrder(t *testing.T) {
 		{"PostStartContainer", ctr, "container running", hasCtr(model.ContainerRunning)},
 		{"StopContainer", ctr, "container stopped", hasCtr(model.ContainerStopped)},
 		{"RemoveContainer", ctr, "container removed", hasCtr(model.ContainerRemoved)},
-		{"StopPodSandbox", nil, "pod stopped", hasPhase(state.PhaseStopped)},
-		{"RemovePodSandbox", nil, "pod removed", hasPhase(state.PhaseRemoved)},
+		{"StopPodSandbox", nil, "pod stopped", hasPhase(record.PhaseStopped)},
+		{"RemovePodSandbox", nil, "pod removed", hasPhase(record.PhaseRemoved)},
 	} {
 		rt.mustSend(t, step.event, pod, step.ctr)
 		waitStore(t, store, step.what+" after "+step.event, step.done)
@@ -282,8 +283,8 @@ func TestReconnectsAfterRuntimeRestartAndConverges(t *testing.T) {
 	rt2 := startRuntime(t, dir, []*api.PodSandbox{a, c}, nil)
 	poll.Until(t, "Synchronize after the restart", p.Synced)
 	rt2.waitPlugins(t, 1)
-	for uid, want := range map[string]state.Phase{
-		a.Uid: state.PhaseReady, b.Uid: state.PhaseRemoved, c.Uid: state.PhaseReady,
+	for uid, want := range map[string]record.Phase{
+		a.Uid: record.PhaseReady, b.Uid: record.PhaseRemoved, c.Uid: record.PhaseReady,
 	} {
 		if got := phase(store, uid); got != want {
 			t.Errorf("pod %s after the restart: phase %q, want %q", uid, got, want)
@@ -291,7 +292,7 @@ func TestReconnectsAfterRuntimeRestartAndConverges(t *testing.T) {
 	}
 
 	rt2.mustSend(t, "RunPodSandbox", d, nil)
-	waitStore(t, store, "pod d started after the restart", func() bool { return phase(store, d.Uid) == state.PhaseReady })
+	waitStore(t, store, "pod d started after the restart", func() bool { return phase(store, d.Uid) == record.PhaseReady })
 	if n := p.metrics.get(func(m *testMetrics) int { return m.reconnects }); n < 1 {
 		t.Errorf("metrics counted %d reconnects, want at least 1", n)
 	}
@@ -310,7 +311,7 @@ func TestConnectsOnceTheRuntimeComesUp(t *testing.T) {
 	a := k8sPod("a")
 	startRuntime(t, dir, []*api.PodSandbox{a}, nil)
 	poll.Until(t, "Synchronize once the runtime is up", p.Synced)
-	if got := phase(store, a.Uid); got != state.PhaseReady {
+	if got := phase(store, a.Uid); got != record.PhaseReady {
 		t.Errorf("pod a: phase %q, want ready", got)
 	}
 }
@@ -365,7 +366,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	go func() { looked <- [2]string{string(phase(store, pod.Uid)), string(ctrState(store, pod.Uid, ctr.Id))} }()
 	select {
 	case got := <-looked:
-		if got != [2]string{string(state.PhaseReady), string(model.ContainerRunning)} {
+		if got != [2]string{string(record.PhaseReady), string(model.ContainerRunning)} {
 			t.Fatalf("while another pod's annotation was decoded: pod %q, container %q; want ready, running", got[0], got[1])
 		}
 	case <-time.After(hangGuard):
@@ -429,7 +430,7 @@ func TestPreLaunchedRunReturnsWhenTheConnectionCloses(t *testing.T) {
 	go func() { done <- p.Run(ctx) }()
 	poll.Until(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
-	if got := phase(store, a.Uid); got != state.PhaseReady {
+	if got := phase(store, a.Uid); got != record.PhaseReady {
 		t.Errorf("pod a: phase %q, want ready", got)
 	}
 	if !rt.stats.saw("05-launched") {

@@ -15,7 +15,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -98,8 +98,8 @@ func TestAPodRecreatedBetweenTwoListsGetsItsOwnDevicesThoughTheKubeletAnswersAli
 
 	// web-0 is deleted and recreated under the same name, with another GPU.
 	// PodResources carries no UID, so the kubelet answers the same bytes.
-	h.store.SandboxStopped(state.OriginNRI, "sb-1", "")
-	h.store.SandboxRemoved(state.OriginNRI, "sb-1", "")
+	h.store.SandboxStopped(record.OriginNRI, "sb-1", "")
+	h.store.SandboxRemoved(record.OriginNRI, "sb-1", "")
 	recreated := fk.NewPod("default", "trainer", "uid-2", fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}))
 	h.k.SetPods(recreated)
@@ -297,7 +297,7 @@ func TestAPodChangedBetweenTwoListsIsRebuiltAndTheOthersReused(t *testing.T) {
 	step("nothing changed since", 0)
 
 	// The store changes for one pod: trainer-1's sandbox stops.
-	h.store.SandboxStopped(state.OriginNRI, "sb-1", "")
+	h.store.SandboxStopped(record.OriginNRI, "sb-1", "")
 	resp = step("one pod's sandbox stopped", 1)
 	for i := range pods {
 		want := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)

@@ -23,6 +23,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -161,7 +162,7 @@ func TestBenchProxyProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range benchPods(n) {
-		store.ObserveSandbox(state.OriginNRI, model.Sandbox{
+		store.ObserveSandbox(record.OriginNRI, model.Sandbox{
 			ID: fmt.Sprintf("sandbox-%d", i), UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 			Annotations: p.Annotations, Ready: true,
 		})

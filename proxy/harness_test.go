@@ -26,6 +26,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
@@ -249,7 +250,7 @@ func (h *harness) get(ns, name string) *v1.PodResources {
 
 // markLive records the pod's sandbox as NRI would at RunPodSandbox.
 func (h *harness) markLive(p fakekubelet.Pod, sandboxID string) {
-	h.store.ObserveSandbox(state.OriginNRI, model.Sandbox{
+	h.store.ObserveSandbox(record.OriginNRI, model.Sandbox{
 		ID: sandboxID, UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 		Annotations: p.Annotations, Ready: true,
 	})

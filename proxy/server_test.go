@@ -18,7 +18,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -293,7 +293,7 @@ func TestRecreatedPodNeverGetsItsPredecessorsDevices(t *testing.T) {
 	h.k.SetPods(old)
 	h.list()
 	h.markLive(old, "sb-old")
-	h.store.SandboxStopped(state.OriginNRI, "sb-old", "")
+	h.store.SandboxStopped(record.OriginNRI, "sb-old", "")
 
 	// The StatefulSet recreates web-0 with another GPU; its sandbox does not
 	// exist yet (Multus asks during CNI ADD).

@@ -8,7 +8,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/proxy"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/test/clients"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
@@ -175,7 +175,7 @@ func TestASharersSlotIsStableForItsLife(t *testing.T) {
 	}
 
 	// b leaves, d joins: c keeps ::2, d takes the free ::1.
-	h.store.SandboxRemoved(state.OriginNRI, "sandbox-b", "uid-b")
+	h.store.SandboxRemoved(record.OriginNRI, "sandbox-b", "uid-b")
 	d := pod("d", gpuUUID)
 	h.k.SetPods(a, c, d)
 	h.markLive(d, "sandbox-d")
@@ -184,7 +184,7 @@ func TestASharersSlotIsStableForItsLife(t *testing.T) {
 	}
 
 	// a, the first sharer, leaves: c, the next, takes the plain UUID.
-	h.store.SandboxRemoved(state.OriginNRI, "sandbox-a", "uid-a")
+	h.store.SandboxRemoved(record.OriginNRI, "sandbox-a", "uid-a")
 	h.k.SetPods(c, d)
 	if got, want := ids("c", "d"), []string{gpuUUID, gpuUUID + "::1"}; !slices.Equal(got, want) {
 		t.Fatalf("after a left: c, d show %q, want %q", got, want)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -50,7 +50,7 @@ func TestWhenAWholeGPUsHolderLeavesTheNextClaimantGetsIt(t *testing.T) {
 	}
 	h.list() // second's answer is now reused
 
-	h.store.SandboxRemoved(state.OriginNRI, "sandbox-1", "uid-zz-first")
+	h.store.SandboxRemoved(record.OriginNRI, "sandbox-1", "uid-zz-first")
 	h.k.SetPods(second)
 	if got := listedGPUsOf(h, "second"); !slices.Equal(got, []string{gpuUUID}) {
 		t.Errorf("List: once the holder left, second shows %v, want %s", got, gpuUUID)
@@ -65,8 +65,8 @@ func TestAWholeGPUIsNeverShownOnTwoPodsWhenItsFirstHolderComesBack(t *testing.T)
 	// and alone holds the GPU; then the first holder starts again.
 	h := newHarness(t, withTrust(nil), withNode())
 	first, second := twoClaimsOfOneWholeGPU(h)
-	h.store.SandboxStopped(state.OriginNRI, "sandbox-1", "uid-zz-first")
-	h.store.SandboxStopped(state.OriginNRI, "sandbox-2", "uid-aa-second")
+	h.store.SandboxStopped(record.OriginNRI, "sandbox-1", "uid-zz-first")
+	h.store.SandboxStopped(record.OriginNRI, "sandbox-2", "uid-aa-second")
 	h.markLive(second, "sandbox-2b")
 	h.list()
 	h.list()

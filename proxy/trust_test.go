@@ -10,7 +10,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/test/clients"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -222,7 +222,7 @@ func TestUnsafeAndForeignIDsAreRefused(t *testing.T) {
 	}
 }
 
-func refusedOf(rec *state.Record) []model.Refused {
+func refusedOf(rec *record.Record) []model.Refused {
 	if rec == nil {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/decode"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // What /pods reports (specs, allocator annotations) becomes records here,
@@ -35,16 +36,16 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 			continue
 		}
 		seen[p.UID] = true
-		s.update(p.UID, func(r *Record) bool {
+		s.update(p.UID, func(r *record.Record) bool {
 			changed := false
 			if r.Namespace == "" {
 				r.Namespace, r.Name = p.Namespace, p.Name
 				changed = true
 			}
-			if r.State == "" || (r.State == PhaseRemoved && r.SandboxID == "" && !p.Terminal()) {
+			if r.State == "" || (r.State == record.PhaseRemoved && r.SandboxID == "" && !p.Terminal()) {
 				// New, or a pending pod that an earlier read (one that
 				// started before the pod appeared) left out: it exists.
-				r.State, r.RemovedAt = PhasePending, nil
+				r.State, r.RemovedAt = record.PhasePending, nil
 				changed = true
 			}
 			if r.KubeletPhase != p.Phase {
@@ -60,10 +61,10 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 			if r.Spec == nil || !sameSpec(r.Spec, &p.Spec) {
 				spec := p.Spec
 				r.Spec = &spec
-				r.Provenance.Spec = &Seen{Origin: OriginKubelet, At: now}
+				r.Provenance.Spec = &record.Seen{Origin: record.OriginKubelet, At: now}
 				changed = true
 			}
-			if seen := r.Provenance.Annotations; seen != nil && seen.Origin != OriginKubelet && s.opts.Decoder != nil {
+			if seen := r.Provenance.Annotations; seen != nil && seen.Origin != record.OriginKubelet && s.opts.Decoder != nil {
 				// The runtime's copy (NRI, CRI) is the allocation the sandbox
 				// started with, and it stays: an edit in the API changes
 				// nothing, and is recorded. A key the runtime's copy did not
@@ -82,15 +83,15 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 				}
 				return changed
 			}
-			if s.setAnnotations(r, p.Annotations, OriginKubelet, now, false) {
+			if s.setAnnotations(r, p.Annotations, record.OriginKubelet, now, false) {
 				changed = true
 			}
 			return changed
 		})
 	}
 	for uid, r := range s.byUID {
-		if r.State == PhasePending && !seen[uid] {
-			s.setPhase(OriginKubelet, uid, PhaseRemoved)
+		if r.State == record.PhasePending && !seen[uid] {
+			s.setPhase(record.OriginKubelet, uid, record.PhaseRemoved)
 		}
 	}
 }
@@ -108,17 +109,17 @@ func sameSpec(a, b *model.PodSpec) bool {
 // they changed, or always when force is set (a record read back from disk is
 // decoded again because the allocator configuration may have changed). It
 // reports whether it decoded.
-func (s *Store) setAnnotations(r *Record, all map[string]string, src Origin, now time.Time, force bool) bool {
+func (s *Store) setAnnotations(r *record.Record, all map[string]string, src record.Origin, now time.Time, force bool) bool {
 	if s.opts.Decoder == nil {
 		return false
 	}
 	rel := s.relevant(all)
 	if !force && r.Provenance.Annotations != nil && maps.Equal(rel, r.Annotations) {
-		if seen := r.Provenance.Annotations; seen.Origin == OriginKubelet && src != OriginKubelet {
+		if seen := r.Provenance.Annotations; seen.Origin == record.OriginKubelet && src != record.OriginKubelet {
 			// The runtime started the sandbox with what /pods said: from
 			// now on the runtime's copy is the allocation, fixed (see
 			// ObserveKubeletPods), held since it was first seen.
-			r.Provenance.Annotations = &Seen{Origin: src, At: seen.At}
+			r.Provenance.Annotations = &record.Seen{Origin: src, At: seen.At}
 			return true
 		}
 		return false
@@ -134,14 +135,14 @@ func (s *Store) setAnnotations(r *Record, all map[string]string, src Origin, now
 		s.decodedUnderLock++
 		r.Devices, r.DecodeErrors = decode.Decode(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, rel)
 	}
-	r.Provenance.Annotations = &Seen{Origin: src, At: now}
+	r.Provenance.Annotations = &record.Seen{Origin: src, At: now}
 	return true
 }
 
 // adopt installs a record read back from disk, decoding its annotations
 // again with the current decoder. It reports whether that changed what the
 // record says, so the file must be written again. Called with mu held.
-func (s *Store) adopt(r *Record) bool {
+func (s *Store) adopt(r *record.Record) bool {
 	changed := false
 	if seen := r.Provenance.Annotations; seen != nil {
 		ann, devs, errs := r.Annotations, r.Devices, r.DecodeErrors
@@ -173,7 +174,7 @@ func (s *Store) SetRefused(uid string, refused []model.Refused) bool {
 		return false
 	}
 	changed := false
-	s.update(uid, func(r *Record) bool {
+	s.update(uid, func(r *record.Record) bool {
 		r.Refused = slices.Clone(refused)
 		changed = true
 		return true
@@ -193,7 +194,7 @@ func (s *Store) SetGPUSlots(uid string, slots map[string]int) bool {
 		return false
 	}
 	changed := false
-	s.update(uid, func(r *Record) bool {
+	s.update(uid, func(r *record.Record) bool {
 		r.GPUSlots = maps.Clone(slots)
 		changed = true
 		return true

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // BenchmarkEventToDurable measures, on the real file system, the time from
@@ -41,7 +42,7 @@ func BenchmarkEventToDurable(b *testing.B) {
 			defer s.Close()
 			uid := func(i int) string { return fmt.Sprintf("pod-%04d", i) }
 			for i := range burst {
-				s.ObserveSandbox(OriginNRI, readySandbox(uid(i), "ns", uid(i), "sb-"+uid(i), nil))
+				s.ObserveSandbox(record.OriginNRI, readySandbox(uid(i), "ns", uid(i), "sb-"+uid(i), nil))
 			}
 			if err := s.Flush(context.Background()); err != nil {
 				b.Fatal(err)
@@ -60,7 +61,7 @@ func BenchmarkEventToDurable(b *testing.B) {
 					state = model.ContainerStopped
 				}
 				for i := range burst {
-					s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
+					s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
 				}
 				for range burst {
 					<-durable

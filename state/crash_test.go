@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/persist"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // The tests below need a second process: a writer that is killed, or one
@@ -79,7 +81,7 @@ const flushedBeforeKill = 50
 func crashWriter(s *Store, tag string, flushed *atomic.Bool, sayBusy bool) {
 	uid := func(i int) string { return fmt.Sprintf("%s-%06d", tag, i%flushedBeforeKill) }
 	for i := range flushedBeforeKill {
-		s.ObserveSandbox(OriginNRI, readySandbox(uid(i), "ns", "p-"+uid(i), "sb-"+uid(i), nil))
+		s.ObserveSandbox(record.OriginNRI, readySandbox(uid(i), "ns", "p-"+uid(i), "sb-"+uid(i), nil))
 	}
 	if err := s.Flush(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -92,7 +94,7 @@ func crashWriter(s *Store, tag string, flushed *atomic.Bool, sayBusy bool) {
 		if i/flushedBeforeKill%2 == 1 {
 			state = model.ContainerStopped
 		}
-		s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
+		s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c-" + uid(i), SandboxID: "sb-" + uid(i), Name: "app", State: state})
 		if sayBusy && i == 100*flushedBeforeKill {
 			fmt.Println("busy")
 		}
@@ -184,7 +186,7 @@ func TestAWriterKilledMidWriteLeavesOnlyCompleteLoadableFiles(t *testing.T) {
 		}
 
 		// Every record file is whole, as a reader sees it...
-		recs, errs := ReadDir(dir)
+		recs, errs := persist.ReadDir(dir)
 		if len(errs) != 0 {
 			t.Fatalf("round %d: files unreadable after the kill: %v", round, errs)
 		}
@@ -193,7 +195,7 @@ func TestAWriterKilledMidWriteLeavesOnlyCompleteLoadableFiles(t *testing.T) {
 		got := map[string]bool{}
 		for _, r := range recs {
 			got[r.UID] = true
-			if r.Name != "p-"+r.UID || r.SandboxID != "sb-"+r.UID || r.State != PhaseReady ||
+			if r.Name != "p-"+r.UID || r.SandboxID != "sb-"+r.UID || r.State != record.PhaseReady ||
 				len(r.Containers) > 1 || len(r.Containers) == 1 && r.Containers[0].ID != "c-"+r.UID {
 				t.Errorf("round %d: record %s does not hold what was written: %+v", round, r.UID, r)
 			}

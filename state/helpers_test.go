@@ -135,7 +135,7 @@ func readySandbox(uid, ns, name, id string, ann map[string]string) model.Sandbox
 	return model.Sandbox{ID: id, UID: uid, Namespace: ns, Name: name, Annotations: ann, Ready: true}
 }
 
-func mustGet(t *testing.T, s *Store, uid string) *Record {
+func mustGet(t *testing.T, s *Store, uid string) *record.Record {
 	t.Helper()
 	r, ok := s.Get(uid)
 	if !ok {
@@ -144,7 +144,7 @@ func mustGet(t *testing.T, s *Store, uid string) *Record {
 	return r
 }
 
-func containerStates(r *Record) map[string]model.ContainerState {
+func containerStates(r *record.Record) map[string]model.ContainerState {
 	m := map[string]model.ContainerState{}
 	for _, c := range r.Containers {
 		m[c.ID] = c.State
@@ -153,7 +153,7 @@ func containerStates(r *Record) map[string]model.ContainerState {
 }
 
 // sampleRecord is a valid record of a running pod.
-func sampleRecord() *Record {
-	return &Record{SchemaVersion: SchemaVersion, UID: "0b5d8e3a-1c2f-4b7e-9a6d-2f1e3c4b5a69",
-		Namespace: "ml", Name: "trainer-0", SandboxID: "4f1c0d2e9b8a", State: PhaseReady}
+func sampleRecord() *record.Record {
+	return &record.Record{SchemaVersion: record.SchemaVersion, UID: "0b5d8e3a-1c2f-4b7e-9a6d-2f1e3c4b5a69",
+		Namespace: "ml", Name: "trainer-0", SandboxID: "4f1c0d2e9b8a", State: record.PhaseReady}
 }

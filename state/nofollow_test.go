@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/persist"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // plantSymlink makes name in dir a symbolic link to a file outside dir
@@ -62,7 +64,7 @@ func TestDirectoriesPlantedAsSymlinksAreRefused(t *testing.T) {
 			}
 			s, err := Open(dir, Options{Log: quietLog()})
 			if err == nil {
-				s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+				s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 				s.Close()
 				t.Fatalf("Open used %s planted as a symlink", sub)
 			}
@@ -73,7 +75,7 @@ func TestDirectoriesPlantedAsSymlinksAreRefused(t *testing.T) {
 				t.Errorf("files were written through the symlink: %v", entries)
 			}
 			if sub == podsDirName {
-				if _, errs := ReadDir(dir); len(errs) != 1 || !strings.Contains(errs[0].Error(), "symbolic link") {
+				if _, errs := persist.ReadDir(dir); len(errs) != 1 || !strings.Contains(errs[0].Error(), "symbolic link") {
 					t.Errorf("ReadDir of a symlinked pods directory: %v, want one error about the link", errs)
 				}
 			}
@@ -90,7 +92,7 @@ func TestARecordPlantedAsASymlinkIsSetAsideUnread(t *testing.T) {
 	}
 	name := rec.UID + recordExt
 	target := plantSymlink(t, dir, filepath.Join(podsDirName, name), string(data))
-	if _, errs := ReadDir(dir); len(errs) != 1 || !strings.Contains(errs[0].Error(), "symbolic link") {
+	if _, errs := persist.ReadDir(dir); len(errs) != 1 || !strings.Contains(errs[0].Error(), "symbolic link") {
 		t.Errorf("ReadDir of a symlinked record: %v, want one error about the link", errs)
 	}
 	s := openTest(t, dir, Options{}, nil)
@@ -121,7 +123,7 @@ func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t
 			return nil
 		}
 	})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
 		t.Fatalf("Flush on a full disk: %v, want ENOSPC", err)
 	}

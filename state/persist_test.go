@@ -16,6 +16,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/persist"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // openTest opens a store on dir with fast retries and closes it when the
@@ -61,7 +63,7 @@ func podFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-func readRecordFile(t *testing.T, dir, uid string) *Record {
+func readRecordFile(t *testing.T, dir, uid string) *record.Record {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, podsDirName, uid+recordExt))
 	if err != nil {
@@ -74,7 +76,7 @@ func readRecordFile(t *testing.T, dir, uid string) *Record {
 	return r
 }
 
-func encodedRecords(t *testing.T, rs []*Record) string {
+func encodedRecords(t *testing.T, rs []*record.Record) string {
 	t.Helper()
 	var b bytes.Buffer
 	for _, r := range rs {
@@ -95,9 +97,9 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1"},
 		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{"example.com/gpu": "1"}}}}}})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
-	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "web-1", "sb2", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "web-1", "sb2", nil))
 	flush(t, s)
 	want := encodedRecords(t, s.Records())
 	if err := s.Close(); err != nil {
@@ -162,7 +164,7 @@ func TestOpenDecodesAnnotationsAgainWithTheCurrentDecoder(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
 	s := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "old.example.com"}, Clock: clock}, nil)
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
 	learned := mustGet(t, s, "u1").Provenance.Annotations
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -203,7 +205,7 @@ func TestSecondOpenOfALockedDirectoryIsRefused(t *testing.T) {
 
 func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 	dir := t.TempDir()
-	good := &Record{SchemaVersion: SchemaVersion, UID: "good", Namespace: "ns", Name: "a", State: PhasePending}
+	good := &record.Record{SchemaVersion: record.SchemaVersion, UID: "good", Namespace: "ns", Name: "a", State: record.PhasePending}
 	goodData, err := encodeRecord(good)
 	if err != nil {
 		t.Fatal(err)
@@ -229,12 +231,12 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 	}
 
 	// A reader sees the problems without moving anything.
-	recs, errs := ReadDir(dir)
+	recs, errs := persist.ReadDir(dir)
 	if len(recs) != 1 || len(errs) != 4 {
 		t.Errorf("ReadDir: %d records and %d errors, want 1 and 4: %v", len(recs), len(errs), errs)
 	}
 	for _, err := range errs {
-		var fe *FileError
+		var fe *persist.FileError
 		if !errors.As(err, &fe) {
 			t.Errorf("ReadDir error %v is not a *FileError", err)
 		}
@@ -287,7 +289,7 @@ func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *t
 	dir := t.TempDir()
 	durable := make(chan time.Duration, 16)
 	s := openTest(t, dir, Options{OnDurable: func(d time.Duration) { durable <- d }}, nil)
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	flush(t, s)
 
 	// Root ignores permissions, so take the directory away instead: a plain
@@ -300,8 +302,8 @@ func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *t
 	if err := os.WriteFile(podsDir, nil, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	s.SandboxStopped(OriginNRI, "sb1", "")
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.SandboxStopped(record.OriginNRI, "sb1", "")
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	err := s.Flush(context.Background())
 	if !errors.Is(err, syscall.ENOTDIR) && (err == nil || !strings.Contains(err.Error(), "not a directory")) {
 		t.Fatalf("Flush with the pods directory gone: %v, want ENOTDIR", err)
@@ -310,7 +312,7 @@ func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *t
 	if st.WriteErrors == 0 || !strings.Contains(st.LastWriteError, "not a directory") || st.Pending != 2 {
 		t.Errorf("stats while failing: %+v, want write errors, the error text and 2 pending", st)
 	}
-	if r := mustGet(t, s, "u1"); r.State != PhaseStopped {
+	if r := mustGet(t, s, "u1"); r.State != record.PhaseStopped {
 		t.Errorf("memory lost the change while writes failed: %q", r.State)
 	}
 
@@ -321,7 +323,7 @@ func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *t
 		t.Fatal(err)
 	}
 	flush(t, s)
-	if got := readRecordFile(t, dir, "u1").State; got != PhaseStopped {
+	if got := readRecordFile(t, dir, "u1").State; got != record.PhaseStopped {
 		t.Errorf("file of u1 says %q after recovery, want stopped", got)
 	}
 	readRecordFile(t, dir, "u2")
@@ -373,7 +375,7 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 					return nil
 				}
 			})
-			s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+			s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 			flush(t, s)
 			before, err := os.ReadFile(filepath.Join(dir, podsDirName, "u1.json"))
 			if err != nil {
@@ -384,13 +386,13 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 			failing = true
 			mu.Unlock()
 			if op == "remove" {
-				s.SandboxRemoved(OriginNRI, "sb1", "")
+				s.SandboxRemoved(record.OriginNRI, "sb1", "")
 				flush(t, s)
 				before, _ = os.ReadFile(filepath.Join(dir, podsDirName, "u1.json"))
 				clock.Advance(time.Minute)
 				s.Prune()
 			} else {
-				s.SandboxStopped(OriginNRI, "sb1", "")
+				s.SandboxStopped(record.OriginNRI, "sb1", "")
 			}
 			if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
 				t.Fatalf("Flush while %s fails: %v, want ENOSPC", op, err)
@@ -422,7 +424,7 @@ func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testin
 				if names := podFiles(t, dir); len(names) != 0 {
 					t.Errorf("pruned record's file still there: %v", names)
 				}
-			} else if got := readRecordFile(t, dir, "u1").State; got != PhaseStopped {
+			} else if got := readRecordFile(t, dir, "u1").State; got != record.PhaseStopped {
 				t.Errorf("file says %q after recovery, want stopped", got)
 			}
 			for _, name := range podFiles(t, dir) {
@@ -443,8 +445,8 @@ func TestPrunerDeletesRemovedRecordsAndTheirFiles(t *testing.T) {
 	s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *tuning) {
 		p.pruneInterval = time.Millisecond
 	})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	s.SandboxRemoved(OriginNRI, "sb1", "")
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.SandboxRemoved(record.OriginNRI, "sb1", "")
 	flush(t, s)
 	if names := podFiles(t, dir); len(names) != 1 {
 		t.Fatalf("files %v, want the removed record kept during the grace period", names)
@@ -460,7 +462,7 @@ func TestPrunerDeletesRemovedRecordsAndTheirFiles(t *testing.T) {
 
 func TestFlushAndCloseOfAnInMemoryStoreDoNothing(t *testing.T) {
 	s := New(Options{})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if err := s.Flush(context.Background()); err != nil {
 		t.Errorf("Flush: %v", err)
 	}
@@ -470,7 +472,7 @@ func TestFlushAndCloseOfAnInMemoryStoreDoNothing(t *testing.T) {
 	if st := s.Stats(); st != (Stats{Records: 1}) {
 		t.Errorf("Stats %+v, want only Records", st)
 	}
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	if len(s.Records()) != 2 {
 		t.Error("an in-memory store stopped working after Close")
 	}
@@ -488,7 +490,7 @@ func TestFlushReturnsWhenItsContextEnds(t *testing.T) {
 		}
 	})
 	defer close(block)
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := s.Flush(ctx); !errors.Is(err, context.Canceled) {
@@ -502,12 +504,12 @@ func TestCloseWritesPendingChangesAndLaterChangesStayInMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	readRecordFile(t, dir, "u1")
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	if _, ok := s.Get("u2"); !ok {
 		t.Error("the store stopped answering after Close")
 	}
@@ -526,7 +528,7 @@ func TestReadDirNeverSeesAHalfWrittenFileWhileTheWriterRuns(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir, Options{}, nil)
 	for i := range 20 {
-		s.ObserveSandbox(OriginNRI, readySandbox(fmt.Sprintf("u%02d", i), "ns", fmt.Sprintf("p%02d", i), fmt.Sprintf("sb%02d", i), nil))
+		s.ObserveSandbox(record.OriginNRI, readySandbox(fmt.Sprintf("u%02d", i), "ns", fmt.Sprintf("p%02d", i), fmt.Sprintf("sb%02d", i), nil))
 	}
 	flush(t, s)
 	stop := make(chan struct{})
@@ -544,14 +546,14 @@ func TestReadDirNeverSeesAHalfWrittenFileWhileTheWriterRuns(t *testing.T) {
 			if n/20%2 == 1 {
 				state = model.ContainerStopped
 			}
-			s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: fmt.Sprintf("c%d", i), SandboxID: fmt.Sprintf("sb%02d", i), Name: "app", State: state})
+			s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: fmt.Sprintf("c%d", i), SandboxID: fmt.Sprintf("sb%02d", i), Name: "app", State: state})
 			if n%50 == 0 {
 				s.Flush(context.Background())
 			}
 		}
 	}()
 	for range 50 {
-		recs, errs := ReadDir(dir)
+		recs, errs := persist.ReadDir(dir)
 		if len(errs) != 0 || len(recs) != 20 {
 			t.Errorf("ReadDir while writing: %d records, errors %v", len(recs), errs)
 			break
@@ -562,15 +564,15 @@ func TestReadDirNeverSeesAHalfWrittenFileWhileTheWriterRuns(t *testing.T) {
 }
 
 func TestReadDirOfADirectoryThatCannotBeReadIsOneError(t *testing.T) {
-	recs, errs := ReadDir(filepath.Join(t.TempDir(), "missing"))
+	recs, errs := persist.ReadDir(filepath.Join(t.TempDir(), "missing"))
 	if recs != nil || len(errs) != 1 {
 		t.Fatalf("ReadDir of a missing directory: %v, %v", recs, errs)
 	}
-	var fe *FileError
+	var fe *persist.FileError
 	if errors.As(errs[0], &fe) {
 		t.Errorf("a directory error looks like a file error: %v", errs[0])
 	}
-	recs, errs = ReadDir(t.TempDir())
+	recs, errs = persist.ReadDir(t.TempDir())
 	if recs == nil || len(recs) != 0 || errs != nil {
 		t.Errorf("ReadDir of a state directory without pods yet: %v, %v; want no records", recs, errs)
 	}
@@ -578,7 +580,7 @@ func TestReadDirOfADirectoryThatCannotBeReadIsOneError(t *testing.T) {
 
 func TestStatsReportDurableLatency(t *testing.T) {
 	s := openTest(t, t.TempDir(), Options{}, nil)
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	flush(t, s)
 	st := s.Stats()
 	if st.Writes != 1 || st.LastDurable <= 0 || st.MaxDurable < st.LastDurable || st.Pending != 0 || st.Records != 1 {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // slowDecoder is a decoder whose every Decode waits until released, as a
@@ -28,20 +29,20 @@ const hangGuard = 30 * time.Second
 func TestDecodingDoesNotHoldTheStoresLock(t *testing.T) {
 	dec := &slowDecoder{entered: make(chan struct{}), release: make(chan struct{})}
 	s := New(Options{Decoder: dec})
-	s.ObserveSandbox(OriginNRI, readySandbox("u-other", "ns", "other", "sb0", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u-other", "ns", "other", "sb0", nil))
 	for _, observe := range []struct {
 		name string
 		do   func()
 	}{
 		{"ObserveSandbox", func() {
-			s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "big", "sb1", map[string]string{"alloc/gpu": "G1"}))
+			s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "big", "sb1", map[string]string{"alloc/gpu": "G1"}))
 		}},
 		{"ObserveKubeletPods", func() {
 			s.ObserveKubeletPods([]model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "new", Phase: "Pending",
 				Annotations: map[string]string{"alloc/gpu": "G2"}}})
 		}},
 		{"Reconcile", func() {
-			s.Reconcile(OriginCRI, time.Now(), []model.Sandbox{
+			s.Reconcile(record.OriginCRI, time.Now(), []model.Sandbox{
 				readySandbox("u3", "ns", "cri", "sb3", map[string]string{"alloc/gpu": "G3"}),
 				readySandbox("u-other", "ns", "other", "sb0", nil),
 				readySandbox("u1", "ns", "big", "sb1", map[string]string{"alloc/gpu": "G1"}),

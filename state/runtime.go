@@ -6,6 +6,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/decode"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // What the runtime reports (NRI events, CRI lists) becomes records here:
@@ -13,7 +14,7 @@ import (
 
 // ObserveSandbox records a sandbox the runtime reported (NRI RunPodSandbox,
 // Synchronize, CRI ListPodSandbox). It creates the record if the UID is new.
-func (s *Store) ObserveSandbox(src Origin, sb model.Sandbox) {
+func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
 	pre := decode.Batch{}
 	s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	s.lock(pre)
@@ -32,7 +33,7 @@ func (s *Store) unlock() {
 	s.mu.Unlock()
 }
 
-func (s *Store) observeSandbox(src Origin, sb model.Sandbox) {
+func (s *Store) observeSandbox(src record.Origin, sb model.Sandbox) {
 	uid := sb.UID
 	if uid == "" {
 		uid = s.bySandbox[sb.ID]
@@ -41,18 +42,18 @@ func (s *Store) observeSandbox(src Origin, sb model.Sandbox) {
 		return // nothing to key it by; the reconciler will bring it
 	}
 	now := s.now()
-	s.update(uid, func(r *Record) bool {
+	s.update(uid, func(r *record.Record) bool {
 		changed := false
 		if r.Namespace == "" && sb.Namespace != "" {
 			r.Namespace, r.Name = sb.Namespace, sb.Name
 			changed = true
 		}
-		phase := PhaseStopped
+		phase := record.PhaseStopped
 		if sb.Ready {
-			phase = PhaseReady
+			phase = record.PhaseReady
 		}
 		if r.SandboxID != sb.ID && sb.ID != "" {
-			if r.SandboxID != "" && phase == PhaseStopped && r.State == PhaseReady {
+			if r.SandboxID != "" && phase == record.PhaseStopped && r.State == record.PhaseReady {
 				// An old, stopped sandbox of a pod whose new sandbox is
 				// already running: it says nothing about the pod now.
 				return false
@@ -71,7 +72,7 @@ func (s *Store) observeSandbox(src Origin, sb model.Sandbox) {
 		// who confirmed it last: a CRI reconcile agreeing with what NRI
 		// reported changes nothing, and rewrites no file.
 		if r.Provenance.Sandbox == nil || changed {
-			r.Provenance.Sandbox = &Seen{Origin: src, At: now}
+			r.Provenance.Sandbox = &record.Seen{Origin: src, At: now}
 			changed = true
 		}
 		if s.setAnnotations(r, sb.Annotations, src, now, false) {
@@ -83,16 +84,16 @@ func (s *Store) observeSandbox(src Origin, sb model.Sandbox) {
 
 // SandboxStopped records that a sandbox stopped (NRI StopPodSandbox). The
 // sandbox is found by id, or by uid when the event carried no id.
-func (s *Store) SandboxStopped(src Origin, sandboxID, uid string) {
-	s.setSandboxPhase(src, sandboxID, uid, PhaseStopped)
+func (s *Store) SandboxStopped(src record.Origin, sandboxID, uid string) {
+	s.setSandboxPhase(src, sandboxID, uid, record.PhaseStopped)
 }
 
 // SandboxRemoved records that a sandbox is gone (NRI RemovePodSandbox).
-func (s *Store) SandboxRemoved(src Origin, sandboxID, uid string) {
-	s.setSandboxPhase(src, sandboxID, uid, PhaseRemoved)
+func (s *Store) SandboxRemoved(src record.Origin, sandboxID, uid string) {
+	s.setSandboxPhase(src, sandboxID, uid, record.PhaseRemoved)
 }
 
-func (s *Store) setSandboxPhase(src Origin, sandboxID, uid string, phase Phase) {
+func (s *Store) setSandboxPhase(src record.Origin, sandboxID, uid string, phase record.Phase) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id, ok := s.bySandbox[sandboxID]; ok && sandboxID != "" {
@@ -103,15 +104,15 @@ func (s *Store) setSandboxPhase(src Origin, sandboxID, uid string, phase Phase) 
 	s.setPhase(src, uid, phase)
 }
 
-func (s *Store) setPhase(src Origin, uid string, phase Phase) {
+func (s *Store) setPhase(src record.Origin, uid string, phase record.Phase) {
 	now := s.now()
-	s.update(uid, func(r *Record) bool {
-		if r.State == phase || r.State == PhaseRemoved {
+	s.update(uid, func(r *record.Record) bool {
+		if r.State == phase || r.State == record.PhaseRemoved {
 			return false
 		}
 		r.State = phase
-		r.Provenance.Sandbox = &Seen{Origin: src, At: now}
-		if phase == PhaseRemoved {
+		r.Provenance.Sandbox = &record.Seen{Origin: src, At: now}
+		if phase == record.PhaseRemoved {
 			r.RemovedAt = &now
 			for i := range r.Containers {
 				r.Containers[i].State = model.ContainerRemoved
@@ -122,28 +123,28 @@ func (s *Store) setPhase(src Origin, uid string, phase Phase) {
 }
 
 // ObserveContainer records a container the runtime reported.
-func (s *Store) ObserveContainer(src Origin, c model.RuntimeContainer) {
+func (s *Store) ObserveContainer(src record.Origin, c model.RuntimeContainer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.observeContainer(src, c)
 }
 
-func (s *Store) observeContainer(src Origin, c model.RuntimeContainer) {
+func (s *Store) observeContainer(src record.Origin, c model.RuntimeContainer) {
 	uid, ok := s.bySandbox[c.SandboxID]
 	if !ok || c.ID == "" {
 		return
 	}
 	now := s.now()
-	s.update(uid, func(r *Record) bool {
+	s.update(uid, func(r *record.Record) bool {
 		if r.SandboxID != c.SandboxID {
 			return false
 		}
-		i := slices.IndexFunc(r.Containers, func(x Container) bool { return x.ID == c.ID })
+		i := slices.IndexFunc(r.Containers, func(x record.Container) bool { return x.ID == c.ID })
 		if i < 0 && c.State == model.ContainerRemoved {
 			return false // removal of a container we never knew: nothing to record
 		}
 		if i < 0 {
-			r.Containers = append(r.Containers, Container{Name: c.Name, ID: c.ID, State: c.State})
+			r.Containers = append(r.Containers, record.Container{Name: c.Name, ID: c.ID, State: c.State})
 		} else {
 			old := r.Containers[i]
 			if old.State == c.State || old.State == model.ContainerRemoved ||
@@ -155,13 +156,13 @@ func (s *Store) observeContainer(src Origin, c model.RuntimeContainer) {
 				r.Containers[i].Name = c.Name
 			}
 		}
-		r.Provenance.Containers = &Seen{Origin: src, At: now}
+		r.Provenance.Containers = &record.Seen{Origin: src, At: now}
 		return true
 	})
 }
 
 // ContainerRemoved records that a container is gone.
-func (s *Store) ContainerRemoved(src Origin, sandboxID, containerID string) {
+func (s *Store) ContainerRemoved(src record.Origin, sandboxID, containerID string) {
 	s.ObserveContainer(src, model.RuntimeContainer{ID: containerID, SandboxID: sandboxID, State: model.ContainerRemoved})
 }
 
@@ -172,7 +173,7 @@ func (s *Store) ContainerRemoved(src Origin, sandboxID, containerID string) {
 // (NRI leaves exited containers out) and removed when it is true (CRI lists
 // exited ones). A record whose sandbox or containers changed after asOf is
 // newer than the snapshot and keeps what it knows.
-func (s *Store) Reconcile(src Origin, asOf time.Time, sandboxes []model.Sandbox, containers []model.RuntimeContainer, exitedListed bool) {
+func (s *Store) Reconcile(src record.Origin, asOf time.Time, sandboxes []model.Sandbox, containers []model.RuntimeContainer, exitedListed bool) {
 	pre := decode.Batch{}
 	for _, sb := range sandboxes {
 		s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
@@ -182,7 +183,7 @@ func (s *Store) Reconcile(src Origin, asOf time.Time, sandboxes []model.Sandbox,
 	// Decide which records are newer than the snapshot before applying any
 	// of it: what the snapshot itself changes below is stamped now, which is
 	// after asOf too, and must not make the rest of the snapshot skip them.
-	newer := func(seen *Seen) bool { return seen != nil && seen.At.After(asOf) }
+	newer := func(seen *record.Seen) bool { return seen != nil && seen.At.After(asOf) }
 	sandboxNewer := map[string]bool{}
 	containersNewer := map[string]bool{}
 	for uid, r := range s.byUID {
@@ -219,17 +220,17 @@ func (s *Store) Reconcile(src Origin, asOf time.Time, sandboxes []model.Sandbox,
 		gone = model.ContainerRemoved
 	}
 	for uid, r := range s.byUID {
-		if r.SandboxID == "" || r.State == PhaseRemoved || sandboxNewer[uid] {
+		if r.SandboxID == "" || r.State == record.PhaseRemoved || sandboxNewer[uid] {
 			continue
 		}
 		if !listed[r.SandboxID] {
-			s.setPhase(src, uid, PhaseRemoved)
+			s.setPhase(src, uid, record.PhaseRemoved)
 			continue
 		}
 		if containersNewer[uid] {
 			continue
 		}
-		s.update(uid, func(r *Record) bool {
+		s.update(uid, func(r *record.Record) bool {
 			changed := false
 			for i, c := range r.Containers {
 				if ctrs[c.ID] || c.State == model.ContainerRemoved || c.State == gone {
@@ -239,7 +240,7 @@ func (s *Store) Reconcile(src Origin, asOf time.Time, sandboxes []model.Sandbox,
 				changed = true
 			}
 			if changed {
-				r.Provenance.Containers = &Seen{Origin: src, At: now}
+				r.Provenance.Containers = &record.Seen{Origin: src, At: now}
 			}
 			return changed
 		})

@@ -1,12 +1,12 @@
 // Package state is podres-proxy's record of the pods on this node: one
-// Record per pod UID, fed by the NRI plugin, the CRI reconciler and the
+// record.Record per pod UID, fed by the NRI plugin, the CRI reconciler and the
 // proxy's /pods reads, and answered from memory. Records are persisted one
 // JSON file per pod so that operators can read them and a restarted daemon
 // keeps answering running pods while the kubelet's /pods is unreachable.
 //
 // Open persists a store in a state directory (docs/state-format.md describes
 // its layout and file format for operators); New keeps it in memory only.
-// The Record and its file format are package state/record's, the directory
+// The record and its file format are package state/record's, the directory
 // and its background writer state/persist's, and decoding the allocation
 // annotations before the store's lock state/decode's: this package is the
 // records in memory and how each source changes them.
@@ -29,6 +29,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/decode"
 	"github.com/podres-proxy/podres-proxy/state/persist"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Options configure a Store.
@@ -61,7 +62,7 @@ type Store struct {
 	opts Options
 
 	mu        sync.RWMutex
-	byUID     map[string]*Record
+	byUID     map[string]*record.Record
 	byKey     map[model.PodKey][]string // uids, usually one
 	bySandbox map[string]string         // sandbox id -> uid
 
@@ -103,7 +104,7 @@ func New(opts Options) *Store {
 	}
 	return &Store{
 		opts:      opts,
-		byUID:     map[string]*Record{},
+		byUID:     map[string]*record.Record{},
 		byKey:     map[model.PodKey][]string{},
 		bySandbox: map[string]string{},
 		dirty:     func(string) {},
@@ -111,7 +112,7 @@ func New(opts Options) *Store {
 }
 
 // Get returns the record of a pod UID.
-func (s *Store) Get(uid string) (*Record, bool) {
+func (s *Store) Get(uid string) (*record.Record, bool) {
 	s.mu.RLock()
 	r, ok := s.byUID[uid]
 	s.mu.RUnlock()
@@ -122,10 +123,10 @@ func (s *Store) Get(uid string) (*Record, bool) {
 // CRI) of a pod name. It returns false when there is none, or when two live
 // sandboxes share the name (a pod being recreated): the caller must then ask
 // the kubelet which one is current.
-func (s *Store) Live(key model.PodKey) (*Record, bool) {
+func (s *Store) Live(key model.PodKey) (*record.Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var live *Record
+	var live *record.Record
 	for _, uid := range s.byKey[key] {
 		r := s.byUID[uid]
 		if !r.Live() {
@@ -140,10 +141,10 @@ func (s *Store) Live(key model.PodKey) (*Record, bool) {
 }
 
 // ByName returns every record of a pod name, newest update first.
-func (s *Store) ByName(key model.PodKey) []*Record {
+func (s *Store) ByName(key model.PodKey) []*record.Record {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]*Record, 0, len(s.byKey[key]))
+	out := make([]*record.Record, 0, len(s.byKey[key]))
 	for _, uid := range s.byKey[key] {
 		out = append(out, s.byUID[uid])
 	}
@@ -164,14 +165,14 @@ func (s *Store) Len() int {
 }
 
 // Records returns every record, sorted by namespace, name and UID.
-func (s *Store) Records() []*Record {
+func (s *Store) Records() []*record.Record {
 	s.mu.RLock()
-	out := make([]*Record, 0, len(s.byUID))
+	out := make([]*record.Record, 0, len(s.byUID))
 	for _, r := range s.byUID {
 		out = append(out, r)
 	}
 	s.mu.RUnlock()
-	SortRecords(out)
+	record.Sort(out)
 	return out
 }
 
@@ -183,7 +184,7 @@ func (s *Store) Prune() int {
 	cutoff := s.now().Add(-s.opts.PruneAfter)
 	n := 0
 	for uid, r := range s.byUID {
-		if r.State != PhaseRemoved {
+		if r.State != record.PhaseRemoved {
 			continue
 		}
 		at := r.UpdatedAt // a hand-edited file may lack removedAt
@@ -202,14 +203,14 @@ func (s *Store) Prune() int {
 // there is none) and installs the copy if fn reports a change. fn may modify
 // Containers in place (it is copied) but must replace, not modify, the other
 // slices and maps. Called with mu held.
-func (s *Store) update(uid string, fn func(r *Record) bool) {
+func (s *Store) update(uid string, fn func(r *record.Record) bool) {
 	old := s.byUID[uid]
-	var r Record
+	var r record.Record
 	if old != nil {
 		r = *old
 		r.Containers = slices.Clone(old.Containers)
 	} else {
-		r = Record{SchemaVersion: SchemaVersion, UID: uid}
+		r = record.Record{SchemaVersion: record.SchemaVersion, UID: uid}
 	}
 	if !fn(&r) {
 		return
@@ -220,7 +221,7 @@ func (s *Store) update(uid string, fn func(r *Record) bool) {
 }
 
 // install replaces old (may be nil) with r in the indexes. Called with mu held.
-func (s *Store) install(old, r *Record) {
+func (s *Store) install(old, r *record.Record) {
 	if old != nil {
 		if old.Key() != r.Key() {
 			s.unindexKey(old.Key(), old.UID)

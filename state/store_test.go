@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 var pod = model.PodKey{Namespace: "ns", Name: "web-0"}
@@ -21,7 +22,7 @@ func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
 		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}},
 	}})
 	r := mustGet(t, s, "u1")
-	if r.State != PhasePending || r.Spec == nil || r.KubeletPhase != "Pending" {
+	if r.State != record.PhasePending || r.Spec == nil || r.KubeletPhase != "Pending" {
 		t.Fatalf("after /pods: state %q spec %v kubeletPhase %q, want pending with spec", r.State, r.Spec, r.KubeletPhase)
 	}
 	if !maps.Equal(r.Annotations, map[string]string{"alloc/gpu": "GPU-1"}) {
@@ -34,25 +35,25 @@ func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
 		t.Fatal("a pod known only from /pods is Live; it must be read again")
 	}
 
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
 	live, ok := s.Live(pod)
-	if !ok || live.UID != "u1" || live.SandboxID != "sb1" || live.State != PhaseReady {
+	if !ok || live.UID != "u1" || live.SandboxID != "sb1" || live.State != record.PhaseReady {
 		t.Fatalf("after NRI RunPodSandbox: Live = %+v, %v; want u1 ready in sb1", live, ok)
 	}
 	if live.Spec == nil {
 		t.Error("the spec learned from /pods was lost when the sandbox was observed")
 	}
-	if live.Provenance.Sandbox.Origin != OriginNRI || live.Provenance.Spec.Origin != OriginKubelet {
+	if live.Provenance.Sandbox.Origin != record.OriginNRI || live.Provenance.Spec.Origin != record.OriginKubelet {
 		t.Errorf("sources %+v, want sandbox from nri and spec from kubelet", live.Provenance)
 	}
 }
 
 func TestSandboxOfKubeletSourceIsNotLive(t *testing.T) {
-	r := &Record{State: PhaseReady, SandboxID: "sb", Provenance: Provenance{Sandbox: &Seen{Origin: OriginKubelet}}}
+	r := &record.Record{State: record.PhaseReady, SandboxID: "sb", Provenance: record.Provenance{Sandbox: &record.Seen{Origin: record.OriginKubelet}}}
 	if r.Live() {
 		t.Error("a ready record whose sandbox fact came from the kubelet is Live")
 	}
-	r.Provenance.Sandbox.Origin = OriginCRI
+	r.Provenance.Sandbox.Origin = record.OriginCRI
 	if !r.Live() {
 		t.Error("a ready sandbox reported by CRI is not Live")
 	}
@@ -61,24 +62,24 @@ func TestSandboxOfKubeletSourceIsNotLive(t *testing.T) {
 func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
-	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	if _, ok := s.Live(pod); !ok {
 		t.Fatal("a running sandbox is not Live")
 	}
 
-	s.SandboxStopped(OriginNRI, "sb1", "")
+	s.SandboxStopped(record.OriginNRI, "sb1", "")
 	if _, ok := s.Live(pod); ok {
 		t.Error("a stopped sandbox is Live")
 	}
-	if r := mustGet(t, s, "u1"); r.State != PhaseStopped {
+	if r := mustGet(t, s, "u1"); r.State != record.PhaseStopped {
 		t.Errorf("state %q after StopPodSandbox, want stopped", r.State)
 	}
 
 	removedAt := clock.Advance(time.Second)
-	s.SandboxRemoved(OriginNRI, "sb1", "u1")
+	s.SandboxRemoved(record.OriginNRI, "sb1", "u1")
 	r := mustGet(t, s, "u1")
-	if _, ok := s.Live(pod); ok || r.State != PhaseRemoved {
+	if _, ok := s.Live(pod); ok || r.State != record.PhaseRemoved {
 		t.Errorf("after RemovePodSandbox: state %q, Live %v; want removed, not live", r.State, ok)
 	}
 	if r.RemovedAt == nil || !r.RemovedAt.Equal(removedAt) {
@@ -91,8 +92,8 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 
 func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
 	s := New(Options{Clock: newFakeClock()})
-	s.ObserveSandbox(OriginNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
-	s.ObserveSandbox(OriginNRI, readySandbox("new", "ns", "web-0", "sb-new", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("new", "ns", "web-0", "sb-new", nil))
 	if r, ok := s.Live(pod); ok {
 		t.Fatalf("two running sandboxes of one name: Live returned %s; the kubelet must decide", r.UID)
 	}
@@ -100,7 +101,7 @@ func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
 		t.Errorf("ByName returned %d records, want 2", got)
 	}
 
-	s.SandboxStopped(OriginNRI, "sb-old", "")
+	s.SandboxStopped(record.OriginNRI, "sb-old", "")
 	r, ok := s.Live(pod)
 	if !ok || r.UID != "new" {
 		t.Fatalf("old stopped, new ready: Live = %v, %v; want the new pod", r, ok)
@@ -109,17 +110,17 @@ func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
 
 func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
 	s := New(Options{Clock: newFakeClock()})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
-	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	// The pod's sandbox is recreated (same uid, new sandbox).
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb2", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb2", nil))
 	r := mustGet(t, s, "u1")
 	if r.SandboxID != "sb2" || len(r.Containers) != 0 {
 		t.Fatalf("after the new sandbox: sandbox %q containers %v; want sb2 and none of the old containers", r.SandboxID, r.Containers)
 	}
-	s.SandboxStopped(OriginNRI, "sb1", "u1")
-	s.SandboxRemoved(OriginNRI, "sb1", "u1")
-	s.ObserveSandbox(OriginCRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "web-0", Ready: false})
+	s.SandboxStopped(record.OriginNRI, "sb1", "u1")
+	s.SandboxRemoved(record.OriginNRI, "sb1", "u1")
+	s.ObserveSandbox(record.OriginCRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "web-0", Ready: false})
 	if r, ok := s.Live(pod); !ok || r.SandboxID != "sb2" {
 		t.Fatalf("events about the old sandbox changed the current one: Live = %+v, %v", r, ok)
 	}
@@ -127,9 +128,9 @@ func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
 
 func TestRemovalOfAnUnknownContainerRecordsNothing(t *testing.T) {
 	s := New(Options{Clock: newFakeClock()})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
 	before := mustGet(t, s, "u1")
-	s.ContainerRemoved(OriginNRI, "sb1", "never-seen")
+	s.ContainerRemoved(record.OriginNRI, "sb1", "never-seen")
 	if after := mustGet(t, s, "u1"); after != before {
 		t.Errorf("removing an unknown container changed the record: containers %+v", after.Containers)
 	}
@@ -138,25 +139,25 @@ func TestRemovalOfAnUnknownContainerRecordsNothing(t *testing.T) {
 func TestReconcileWithAnOlderSnapshotDoesNotUndoNewerEvents(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	asOf := clock.Advance(time.Second) // the CRI reconciler takes its snapshot...
 	snapshot := []model.Sandbox{{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: true}}
 	snapCtrs := []model.RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning}}
 
 	clock.Advance(time.Second) // ...then events arrive before it is applied:
-	s.SandboxStopped(OriginNRI, "sb1", "")
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
-	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c2", SandboxID: "sb2", Name: "app", State: model.ContainerRunning})
+	s.SandboxStopped(record.OriginNRI, "sb1", "")
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c2", SandboxID: "sb2", Name: "app", State: model.ContainerRunning})
 
 	clock.Advance(time.Second)
-	s.Reconcile(OriginCRI, asOf, snapshot, snapCtrs, true)
+	s.Reconcile(record.OriginCRI, asOf, snapshot, snapCtrs, true)
 
-	if r := mustGet(t, s, "u1"); r.State != PhaseStopped {
+	if r := mustGet(t, s, "u1"); r.State != record.PhaseStopped {
 		t.Errorf("sandbox stopped after the snapshot is %q after Reconcile, want stopped", r.State)
 	}
 	r := mustGet(t, s, "u2")
-	if r.State != PhaseReady || containerStates(r)["c2"] != model.ContainerRunning {
+	if r.State != record.PhaseReady || containerStates(r)["c2"] != model.ContainerRunning {
 		t.Errorf("sandbox created after the snapshot: state %q containers %v; want ready and running", r.State, r.Containers)
 	}
 }
@@ -164,19 +165,19 @@ func TestReconcileWithAnOlderSnapshotDoesNotUndoNewerEvents(t *testing.T) {
 func TestReconcileRemovesSandboxesItDoesNotList(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
 	asOf := clock.Advance(time.Second)
-	s.Reconcile(OriginNRI, asOf, []model.Sandbox{readySandbox("u2", "ns", "b", "sb2", nil)}, nil, false)
+	s.Reconcile(record.OriginNRI, asOf, []model.Sandbox{readySandbox("u2", "ns", "b", "sb2", nil)}, nil, false)
 
-	if r := mustGet(t, s, "u1"); r.State != PhaseRemoved || r.Provenance.Sandbox.Origin != OriginNRI {
+	if r := mustGet(t, s, "u1"); r.State != record.PhaseRemoved || r.Provenance.Sandbox.Origin != record.OriginNRI {
 		t.Errorf("unlisted sandbox: state %q source %v, want removed by nri", r.State, r.Provenance.Sandbox)
 	}
-	if r := mustGet(t, s, "u2"); r.State != PhaseReady {
+	if r := mustGet(t, s, "u2"); r.State != record.PhaseReady {
 		t.Errorf("listed sandbox is %q, want ready", r.State)
 	}
-	if r := mustGet(t, s, "u3"); r.State != PhasePending {
+	if r := mustGet(t, s, "u3"); r.State != record.PhasePending {
 		t.Errorf("a pending pod (no sandbox yet) is %q after Reconcile; the runtime cannot know it", r.State)
 	}
 }
@@ -186,11 +187,11 @@ func TestReconcileLearnsSandboxesAndContainersItDidNotKnow(t *testing.T) {
 	dec := &fakeDecoder{}
 	s := New(Options{Clock: clock, Decoder: dec})
 	asOf := clock.Now()
-	s.Reconcile(OriginCRI, asOf,
+	s.Reconcile(record.OriginCRI, asOf,
 		[]model.Sandbox{readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"})},
 		[]model.RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning}}, true)
 	r, ok := s.Live(pod)
-	if !ok || r.Provenance.Sandbox.Origin != OriginCRI || containerStates(r)["c1"] != model.ContainerRunning || len(r.Devices) != 1 {
+	if !ok || r.Provenance.Sandbox.Origin != record.OriginCRI || containerStates(r)["c1"] != model.ContainerRunning || len(r.Devices) != 1 {
 		t.Fatalf("after a CRI reconcile of an unknown pod: Live = %+v, %v", r, ok)
 	}
 }
@@ -198,21 +199,21 @@ func TestReconcileLearnsSandboxesAndContainersItDidNotKnow(t *testing.T) {
 func TestReconcileMarksUnlistedContainersByWhatTheSnapshotLeavesOut(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
-		src          Origin
+		src          record.Origin
 		exitedListed bool
 		want         model.ContainerState
 	}{
 		// NRI's Synchronize leaves exited containers out: not listed means stopped.
-		{"nri", OriginNRI, false, model.ContainerStopped},
+		{"nri", record.OriginNRI, false, model.ContainerStopped},
 		// CRI lists exited containers: not listed means removed.
-		{"cri", OriginCRI, true, model.ContainerRemoved},
+		{"cri", record.OriginCRI, true, model.ContainerRemoved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := newFakeClock()
 			s := New(Options{Clock: clock})
-			s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+			s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 			for _, id := range []string{"c1", "c2", "c3"} {
-				s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: id, SandboxID: "sb1", Name: id, State: model.ContainerRunning})
+				s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: id, SandboxID: "sb1", Name: id, State: model.ContainerRunning})
 			}
 			asOf := clock.Advance(time.Second)
 			clock.Advance(time.Second)
@@ -234,28 +235,28 @@ func TestReconcileMarksUnlistedContainersByWhatTheSnapshotLeavesOut(t *testing.T
 func TestReconcileOfANewSandboxStillMarksItsUnlistedContainers(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
-	s.ObserveSandbox(OriginNRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: false})
-	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
+	s.ObserveSandbox(record.OriginNRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "a", Ready: false})
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
 	asOf := clock.Advance(time.Second)
 	clock.Advance(time.Second)
 	// The snapshot changes the sandbox (stopped -> ready) and omits c1.
-	s.Reconcile(OriginCRI, asOf, []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+	s.Reconcile(record.OriginCRI, asOf, []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
 	r := mustGet(t, s, "u1")
-	if r.State != PhaseReady || containerStates(r)["c1"] != model.ContainerRemoved {
+	if r.State != record.PhaseReady || containerStates(r)["c1"] != model.ContainerRemoved {
 		t.Errorf("state %q containers %v; want ready with c1 removed", r.State, r.Containers)
 	}
 }
 
 func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
 	s := New(Options{Clock: newFakeClock()})
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	s.ObserveContainer(OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerStopped})
-	s.ObserveContainer(OriginCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerUnknown})
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerStopped})
+	s.ObserveContainer(record.OriginCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerUnknown})
 	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != model.ContainerStopped {
 		t.Errorf("stopped container became %q on an unknown report", got)
 	}
-	s.ContainerRemoved(OriginNRI, "sb1", "c1")
-	s.ObserveContainer(OriginCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerRunning})
+	s.ContainerRemoved(record.OriginNRI, "sb1", "c1")
+	s.ObserveContainer(record.OriginCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerRunning})
 	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != model.ContainerRemoved {
 		t.Errorf("removed container came back as %q", got)
 	}
@@ -268,24 +269,24 @@ func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 		{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"},
 		{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"},
 	})
-	s.ObserveSandbox(OriginNRI, readySandbox("running", "ns", "c", "sb", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("running", "ns", "c", "sb", nil))
 	clock.Advance(time.Second)
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"}})
 
-	if r := mustGet(t, s, "gone"); r.State != PhaseRemoved || r.RemovedAt == nil {
+	if r := mustGet(t, s, "gone"); r.State != record.PhaseRemoved || r.RemovedAt == nil {
 		t.Errorf("pending pod missing from /pods: state %q removedAt %v, want removed", r.State, r.RemovedAt)
 	}
-	if r := mustGet(t, s, "stays"); r.State != PhasePending {
+	if r := mustGet(t, s, "stays"); r.State != record.PhasePending {
 		t.Errorf("listed pending pod is %q", r.State)
 	}
-	if r := mustGet(t, s, "running"); r.State != PhaseReady {
+	if r := mustGet(t, s, "running"); r.State != record.PhaseReady {
 		t.Errorf("a running sandbox missing from /pods is %q; only the runtime removes sandboxes", r.State)
 	}
 
 	// A read that started before the pod appeared left it out; the next one
 	// lists it again: it is pending again, not left to be pruned.
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"}})
-	if r := mustGet(t, s, "gone"); r.State != PhasePending || r.RemovedAt != nil {
+	if r := mustGet(t, s, "gone"); r.State != record.PhasePending || r.RemovedAt != nil {
 		t.Errorf("pod listed again: state %q removedAt %v, want pending", r.State, r.RemovedAt)
 	}
 }
@@ -295,9 +296,9 @@ func TestPruneDeletesRemovedRecordsOnlyAfterTheGracePeriod(t *testing.T) {
 	var dirty []string
 	s := New(Options{Clock: clock, PruneAfter: time.Minute})
 	s.dirty = func(uid string) { dirty = append(dirty, uid) }
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
-	s.SandboxRemoved(OriginNRI, "sb1", "")
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.SandboxRemoved(record.OriginNRI, "sb1", "")
 
 	clock.Advance(59 * time.Second)
 	if n := s.Prune(); n != 0 {
@@ -326,7 +327,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 	dec := &fakeDecoder{}
 	s := New(Options{Decoder: dec, Clock: newFakeClock()})
 	ann := map[string]string{"alloc/gpu": "GPU-1", "unrelated": "1"}
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", ann))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", ann))
 	if dec.Calls() != 1 {
 		t.Fatalf("decoder called %d times for a new pod, want 1", dec.Calls())
 	}
@@ -334,7 +335,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 
 	// The same allocator annotations from every source, and a change to an
 	// irrelevant one, cost no decode and no change.
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1", "unrelated": "2"}))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1", "unrelated": "2"}))
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running", Annotations: ann}})
 	if dec.Calls() != 1 {
 		t.Errorf("decoder called %d times for unchanged annotations, want 1", dec.Calls())
@@ -346,7 +347,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 	// A new sandbox of the pod, started with other annotations (the
 	// runtime's copy is the allocation; an API edit alone changes nothing:
 	// TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted).
-	s.ObserveSandbox(OriginCRI, readySandbox("u1", "ns", "a", "sb2", map[string]string{"alloc/gpu": "GPU-2", "alloc/fpga": "bad"}))
+	s.ObserveSandbox(record.OriginCRI, readySandbox("u1", "ns", "a", "sb2", map[string]string{"alloc/gpu": "GPU-2", "alloc/fpga": "bad"}))
 	if dec.Calls() != 2 {
 		t.Errorf("decoder called %d times after a change, want 2", dec.Calls())
 	}
@@ -357,7 +358,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 	if len(r.DecodeErrors) != 1 {
 		t.Errorf("decode errors %v, want the fpga one", r.DecodeErrors)
 	}
-	if r.Provenance.Annotations.Origin != OriginCRI {
+	if r.Provenance.Annotations.Origin != record.OriginCRI {
 		t.Errorf("annotation source %q, want cri", r.Provenance.Annotations.Origin)
 	}
 }
@@ -381,10 +382,10 @@ func TestSpecReadBackFromDiskIsNotAChange(t *testing.T) {
 func TestRecordsAndByNameAreSorted(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	clock.Advance(time.Second)
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "b", "sb1", nil))
-	s.ObserveSandbox(OriginNRI, readySandbox("u3", "a", "z", "sb3", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "b", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u3", "a", "z", "sb3", nil))
 	var uids []string
 	for _, r := range s.Records() {
 		uids = append(uids, r.UID)
@@ -405,26 +406,26 @@ func TestAReconcileThatAgreesChangesNothing(t *testing.T) {
 	s := New(Options{Clock: clock})
 	var dirty []string
 	s.dirty = func(uid string) { dirty = append(dirty, uid) }
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	before := mustGet(t, s, "u1")
 	dirty = nil
 
 	asOf := clock.Advance(time.Second)
-	s.Reconcile(OriginCRI, asOf, []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+	s.Reconcile(record.OriginCRI, asOf, []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
 
 	after := mustGet(t, s, "u1")
 	if after != before || len(dirty) != 0 {
 		t.Errorf("an agreeing reconcile replaced the record (%v) and dirtied %v", after != before, dirty)
 	}
-	if after.Provenance.Sandbox.Origin != OriginNRI {
+	if after.Provenance.Sandbox.Origin != record.OriginNRI {
 		t.Errorf("sandbox source = %s, want nri (who reported it), not cri (who confirmed it)", after.Provenance.Sandbox.Origin)
 	}
 	// A reconcile that does change something is recorded as its news.
 	clock.Advance(time.Second)
 	stopped := readySandbox("u1", "ns", "a", "sb1", nil)
 	stopped.Ready = false
-	s.Reconcile(OriginCRI, clock.Now(), []model.Sandbox{stopped}, nil, true)
-	if r := mustGet(t, s, "u1"); r.State != PhaseStopped || r.Provenance.Sandbox.Origin != OriginCRI {
+	s.Reconcile(record.OriginCRI, clock.Now(), []model.Sandbox{stopped}, nil, true)
+	if r := mustGet(t, s, "u1"); r.State != record.PhaseStopped || r.Provenance.Sandbox.Origin != record.OriginCRI {
 		t.Errorf("after CRI saw it stop: state %q source %s, want stopped by cri", r.State, r.Provenance.Sandbox.Origin)
 	}
 }
@@ -444,13 +445,13 @@ func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
 		}
 		v = s.Version()
 	}
-	step("a new sandbox", true, func() { s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil)) })
-	step("the same sandbox again", false, func() { s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil)) })
+	step("a new sandbox", true, func() { s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil)) })
+	step("the same sandbox again", false, func() { s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil)) })
 	step("an agreeing reconcile", false, func() {
-		s.Reconcile(OriginCRI, clock.Advance(time.Second), []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
+		s.Reconcile(record.OriginCRI, clock.Advance(time.Second), []model.Sandbox{readySandbox("u1", "ns", "a", "sb1", nil)}, nil, true)
 	})
-	step("the sandbox stopped", true, func() { s.SandboxStopped(OriginNRI, "sb1", "u1") })
-	step("the sandbox removed", true, func() { s.SandboxRemoved(OriginNRI, "sb1", "u1") })
+	step("the sandbox stopped", true, func() { s.SandboxStopped(record.OriginNRI, "sb1", "u1") })
+	step("the sandbox removed", true, func() { s.SandboxRemoved(record.OriginNRI, "sb1", "u1") })
 	clock.Advance(2 * DefaultPruneAfter)
 	step("pruned", true, func() {
 		if n := s.Prune(); n != 1 {
@@ -464,7 +465,7 @@ func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.
 	apiSays := func(s *Store, uid, name string, ann map[string]string) {
 		s.ObserveKubeletPods([]model.KubeletPod{{UID: uid, Namespace: "ns", Name: name, Phase: "Running", Annotations: ann, Spec: spec}})
 	}
-	ids := func(r *Record) map[string]string {
+	ids := func(r *record.Record) map[string]string {
 		out := map[string]string{}
 		for _, d := range r.Devices {
 			out[d.Type] = strings.Join(d.IDs, ",")
@@ -478,8 +479,8 @@ func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.
 	// it was first seen.
 	apiSays(s, "u1", "web-0", map[string]string{"alloc/gpu": "GPU-1"})
 	firstSeen := mustGet(t, s, "u1").Provenance.Annotations.At
-	s.ObserveSandbox(OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
-	if r := mustGet(t, s, "u1"); r.Provenance.Annotations.Origin != OriginNRI || !r.Provenance.Annotations.At.Equal(firstSeen) {
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
+	if r := mustGet(t, s, "u1"); r.Provenance.Annotations.Origin != record.OriginNRI || !r.Provenance.Annotations.At.Equal(firstSeen) {
 		t.Fatalf("annotations source %+v, want nri since %v", r.Provenance.Annotations, firstSeen)
 	}
 
@@ -504,7 +505,7 @@ func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.
 	}
 
 	// A pod whose sandbox started with no allocation gets none later.
-	s.ObserveSandbox(OriginNRI, readySandbox("u2", "ns", "plain-0", "sb2", nil))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "plain-0", "sb2", nil))
 	apiSays(s, "u2", "plain-0", map[string]string{"alloc/gpu": "GPU-3"})
 	if r := mustGet(t, s, "u2"); len(r.Devices) != 0 || !slices.Equal(r.Edited, []string{"alloc/gpu"}) {
 		t.Errorf("an allocation added after the start: devices %v edited %v, want none and [alloc/gpu]", ids(r), r.Edited)

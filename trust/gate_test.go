@@ -22,6 +22,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
 
@@ -200,10 +201,10 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 	// holder.
 	for _, p := range []struct{ uid, name string }{{"zz-first", "first"}, {"aa-second", "second"}} {
 		store.ObserveKubeletPods([]model.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
-		store.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
+		store.ObserveSandbox(record.OriginNRI, model.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
 		clock.Step(time.Second)
 	}
-	check := func(when string, records []*state.Record) {
+	check := func(when string, records []*record.Record) {
 		t.Helper()
 		holders := gate.Holders(records, nil)
 		shown := map[string][]string{}
@@ -245,14 +246,14 @@ func TestASharedGPUStaysShared(t *testing.T) {
 	set := quietSet(t)
 	gate := trust.NewGate(set, trust.GateOptions{})
 	at := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
-	var records []*state.Record
+	var records []*record.Record
 	for i, uid := range []string{"uid-a", "uid-b"} {
 		devs, errs := set.Decode(model.PodRef{UID: uid}, koordGPU(gpu, "50"))
 		if len(errs) > 0 {
 			t.Fatal(errs)
 		}
-		records = append(records, &state.Record{UID: uid, Name: uid, State: state.PhaseReady, Spec: koordSpec("50"), Devices: devs,
-			Provenance: state.Provenance{Annotations: &state.Seen{Origin: state.OriginNRI, At: at.Add(time.Duration(i) * time.Second)}}})
+		records = append(records, &record.Record{UID: uid, Name: uid, State: record.PhaseReady, Spec: koordSpec("50"), Devices: devs,
+			Provenance: record.Provenance{Annotations: &record.Seen{Origin: record.OriginNRI, At: at.Add(time.Duration(i) * time.Second)}}})
 	}
 	holders := gate.Holders(records, nil)
 	for _, r := range records {
@@ -280,7 +281,7 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 	})
 	at := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var records []*state.Record
+		var records []*record.Record
 		for i := 0; i+1 < len(b) && len(records) < 16; i += 2 {
 			x, y := b[i], b[i+1]
 			uid := fmt.Sprintf("uid-%02d", len(records))
@@ -288,7 +289,7 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 			if x&1 != 0 {
 				scheduler = "default-scheduler"
 			}
-			phase := []state.Phase{state.PhaseReady, state.PhasePending, state.PhaseStopped, state.PhaseReady}[x>>1&3]
+			phase := []record.Phase{record.PhaseReady, record.PhasePending, record.PhaseStopped, record.PhaseReady}[x>>1&3]
 			id := ids[int(x>>3)%len(ids)]
 			shared := y&1 != 0
 			typ, resource, request := "gpu", "nvidia.com/gpu", "koordinator.sh/gpu-core"
@@ -300,11 +301,11 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 				spec.Containers[0].Requests = map[string]string{request: "100"}
 			}
 			dev := model.Device{Allocator: koordinator.Name, Type: typ, Resource: resource, IDs: []string{id}, Shared: shared}
-			r := &state.Record{UID: uid, Namespace: "ns", Name: uid, State: phase, Spec: spec, Devices: []model.Device{dev},
-				Provenance: state.Provenance{Annotations: &state.Seen{Origin: state.OriginKubelet, At: at.Add(time.Duration(y>>2%4) * time.Second)}}}
-			if phase == state.PhaseReady {
+			r := &record.Record{UID: uid, Namespace: "ns", Name: uid, State: phase, Spec: spec, Devices: []model.Device{dev},
+				Provenance: record.Provenance{Annotations: &record.Seen{Origin: record.OriginKubelet, At: at.Add(time.Duration(y>>2%4) * time.Second)}}}
+			if phase == record.PhaseReady {
 				r.SandboxID = "sb-" + uid
-				r.Provenance.Sandbox = &state.Seen{Origin: state.OriginNRI, At: at}
+				r.Provenance.Sandbox = &record.Seen{Origin: record.OriginNRI, At: at}
 			}
 			records = append(records, r)
 		}
@@ -313,7 +314,7 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 		for _, r := range records {
 			kept, _ := gate.Vet(r.Spec, r.Devices, node)
 			kept, _ = gate.Contest(r, kept, holders)
-			if r.State == state.PhaseStopped {
+			if r.State == record.PhaseStopped {
 				continue // never answered: a stopped pod is read again
 			}
 			for _, d := range kept {

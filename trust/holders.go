@@ -11,7 +11,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Exclusive reports whether a device can be one pod's only: a Koordinator
@@ -60,7 +60,7 @@ func (c claim) before(o claim) bool {
 // restart keeps the holder, and an annotation edited later is learned anew,
 // which makes the editor the later claimant. inv translates and checks ids as
 // for the pod's own answer.
-func (g *Gate) Holders(records []*state.Record, inv *inventory.Snapshot) *Holders {
+func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holders {
 	h := &Holders{byID: map[string]claim{}}
 	for _, r := range records {
 		if !claimant(r) {
@@ -90,14 +90,14 @@ func (c claim) kind() string {
 
 // claimant reports whether a record's devices can hold a device: a running
 // or pending pod the kubelet does not consider finished, with annotations.
-func claimant(r *state.Record) bool {
+func claimant(r *record.Record) bool {
 	if r.Provenance.Annotations == nil || len(r.Devices) == 0 {
 		return false
 	}
 	if r.KubeletPhase == "Succeeded" || r.KubeletPhase == "Failed" {
 		return false
 	}
-	return r.State == state.PhaseReady || r.State == state.PhasePending
+	return r.State == record.PhaseReady || r.State == record.PhasePending
 }
 
 // claimKey compares ids as the inventory does: case-insensitively.
@@ -109,7 +109,7 @@ func claimKey(id string) string { return strings.ToLower(id) }
 // when another pod holds the device whole. Sharers of a device shared first
 // stay shared. A later claimant thus gets none of a device an exclusive
 // holder has, and nobody takes whole a GPU others share.
-func (g *Gate) Contest(rec *state.Record, devices []model.Device, h *Holders) (kept []model.Device, refused []model.Refused) {
+func (g *Gate) Contest(rec *record.Record, devices []model.Device, h *Holders) (kept []model.Device, refused []model.Refused) {
 	if h == nil {
 		return devices, nil
 	}

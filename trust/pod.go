@@ -6,6 +6,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Checker applies the Gate to one pod's devices with what that needs from
@@ -33,7 +34,7 @@ func (c *Checker) Gate() *Gate {
 
 // Vettable reports whether the record says enough to vet its devices
 // without reading /pods: its spec, with the scheduler name.
-func (c *Checker) Vettable(rec *state.Record) bool { return Vettable(rec.Spec) }
+func (c *Checker) Vettable(rec *record.Record) bool { return Vettable(rec.Spec) }
 
 // Holders returns who holds each exclusive device of the node, for the
 // store's current records and inv.
@@ -46,7 +47,7 @@ func (c *Checker) Holders(inv *inventory.Snapshot) *Holders {
 // Edited annotations are refused too. What it refuses is recorded in the
 // store, and logged and counted when that changed, so a forger costs one
 // warning per change, not one per query.
-func (c *Checker) Vet(rec *state.Record, devs []model.Device, inv *inventory.Snapshot, holders *Holders) []model.Device {
+func (c *Checker) Vet(rec *record.Record, devs []model.Device, inv *inventory.Snapshot, holders *Holders) []model.Device {
 	kept, refused := c.gate.Vet(rec.Spec, devs, inv)
 	for _, key := range rec.Edited {
 		refused = append(refused, model.Refused{

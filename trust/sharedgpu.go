@@ -44,7 +44,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // SharedGPUs is the id of every sharer of every shared GPU of the node.
@@ -117,7 +117,7 @@ func gpuUUID(id string) bool { return len(id) > 4 && strings.EqualFold(id[:4], "
 // table the last call returned (nil at start): a pod that keeps sharing a
 // GPU keeps its slot. g may be nil (no trust gate: every decoded device is
 // believed).
-func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*state.Record, inv *inventory.Snapshot) *SharedGPUs {
+func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*record.Record, inv *inventory.Snapshot) *SharedGPUs {
 	var sharers []sharer
 	for _, r := range records {
 		if !claimant(r) {

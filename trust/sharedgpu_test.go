@@ -8,15 +8,15 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // sharerRecord is a running pod holding a share of gpu since at, with the
 // slots its record kept.
-func sharerRecord(uid, gpu string, at time.Time, slots map[string]int) *state.Record {
-	return &state.Record{
-		UID: uid, State: state.PhaseReady, SandboxID: "s-" + uid,
-		Provenance: state.Provenance{Sandbox: &state.Seen{Origin: state.OriginNRI, At: at}, Annotations: &state.Seen{Origin: state.OriginNRI, At: at}},
+func sharerRecord(uid, gpu string, at time.Time, slots map[string]int) *record.Record {
+	return &record.Record{
+		UID: uid, State: record.PhaseReady, SandboxID: "s-" + uid,
+		Provenance: record.Provenance{Sandbox: &record.Seen{Origin: record.OriginNRI, At: at}, Annotations: &record.Seen{Origin: record.OriginNRI, At: at}},
 		Devices:    []model.Device{{Allocator: hami.Name, Type: "NVIDIA", Resource: parse.DefaultGPUResource, IDs: []string{gpu}, Shared: true}},
 		GPUSlots:   slots,
 	}
@@ -28,7 +28,7 @@ func TestSharedGPUsKeepTheRecordedSlotsAcrossARestart(t *testing.T) {
 	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	key := strings.ToLower(gpu)
-	records := []*state.Record{
+	records := []*record.Record{
 		sharerRecord("a", gpu, t0, nil),
 		sharerRecord("c", gpu, t0.Add(2*time.Second), map[string]int{key: 2}),
 		sharerRecord("d", gpu, t0.Add(3*time.Second), map[string]int{key: 1}),

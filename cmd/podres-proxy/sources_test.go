@@ -14,7 +14,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/persist"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // provenanceNode runs serve on the two-NUMA node whose sysfs does not know
@@ -38,8 +39,8 @@ func provenanceNode(t *testing.T) (socket, kubeletSocket, stateDir string) {
 		t.Fatalf("query list: exit %d: %s", code, errOut)
 	}
 	poll.Until(t, "ml/trainer's record on disk", func() bool {
-		records, _ := state.ReadDir(stateDir)
-		return slices.ContainsFunc(records, func(r *state.Record) bool { return r.Name == "trainer" && len(r.Devices) == 2 })
+		records, _ := persist.ReadDir(stateDir)
+		return slices.ContainsFunc(records, func(r *record.Record) bool { return r.Name == "trainer" && len(r.Devices) == 2 })
 	})
 	return socket, k.Socket, stateDir
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // evilID is a device id a tenant could write in an annotation: it turns an
@@ -29,7 +30,7 @@ func TestInspectEscapesDeviceIDsForTheTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "sb1", UID: "uid-1", Namespace: "ml", Name: "evil",
+	s.ObserveSandbox(record.OriginNRI, model.Sandbox{ID: "sb1", UID: "uid-1", Namespace: "ml", Name: "evil",
 		Annotations: map[string]string{"example.com/gpu": evilID}, Ready: true})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

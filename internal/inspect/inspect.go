@@ -22,7 +22,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/persist"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 const usage = `usage: podres-proxy inspect [--state-dir DIR] [-o table|json] [NAMESPACE/NAME]
@@ -77,16 +78,16 @@ func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdline.Usage(fmt.Errorf("want at most one NAMESPACE/NAME, got %q", strings.Join(pods, " ")))
 	}
 
-	records, errs := state.ReadDir(*dir)
+	records, errs := persist.ReadDir(*dir)
 	for _, err := range errs {
-		var fe *state.FileError
+		var fe *persist.FileError
 		if !errors.As(err, &fe) {
 			return err // the directory itself
 		}
 		fmt.Fprintf(stderr, "warning: %v\n", err)
 	}
 	if filter != nil {
-		records = slices.DeleteFunc(records, func(r *state.Record) bool { return r.Key() != *filter })
+		records = slices.DeleteFunc(records, func(r *record.Record) bool { return r.Key() != *filter })
 		if len(records) == 0 {
 			return fmt.Errorf("no pod %s in state directory %s", filter, *dir)
 		}
@@ -94,7 +95,7 @@ func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if *output == "json" {
 		if records == nil {
-			records = []*state.Record{}
+			records = []*record.Record{}
 		}
 		b, err := json.MarshalIndent(records, "", "  ")
 		if err != nil {
@@ -123,8 +124,8 @@ func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 // where the inventory puts it: the answer to "why does this pod have this
 // device, and where does its NUMA node come from". Devices named by minor
 // or index are translated through the inventory first, as the proxy does.
-func printPlacement(out io.Writer, records []*state.Record, published *publish.File, path string, invErr error, now time.Time) error {
-	hasDevices := slices.ContainsFunc(records, func(r *state.Record) bool { return len(r.Devices) > 0 })
+func printPlacement(out io.Writer, records []*record.Record, published *publish.File, path string, invErr error, now time.Time) error {
+	hasDevices := slices.ContainsFunc(records, func(r *record.Record) bool { return len(r.Devices) > 0 })
 	switch {
 	case !hasDevices:
 		return nil
@@ -202,10 +203,10 @@ func optInt(p *int64) string {
 
 // printRecords prints one row per pod, like kubectl, then the decode errors
 // in full: they are too long for a column and too important to cut.
-func printRecords(out io.Writer, records []*state.Record, now time.Time) error {
+func printRecords(out io.Writer, records []*record.Record, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(w, "NAMESPACE\tNAME\tUID\tSTATE\tSANDBOX\tCONTAINERS\tDEVICES\tERRORS\tSOURCES\tUPDATED")
-	var withErrors, withRefused []*state.Record
+	var withErrors, withRefused []*record.Record
 	for _, r := range records {
 		if len(r.DecodeErrors) > 0 {
 			withErrors = append(withErrors, r)
@@ -272,7 +273,7 @@ func shortID(id string) string {
 	return id
 }
 
-func containersColumn(cs []state.Container) string {
+func containersColumn(cs []record.Container) string {
 	var parts []string
 	for _, c := range cs {
 		name := c.Name
@@ -323,9 +324,9 @@ func deviceIDs(d model.Device) []string {
 }
 
 // sourcesColumn lists where the record's facts came from, sandbox first.
-func sourcesColumn(s state.Provenance) string {
+func sourcesColumn(s record.Provenance) string {
 	var out []string
-	for _, seen := range []*state.Seen{s.Sandbox, s.Annotations, s.Spec, s.Containers} {
+	for _, seen := range []*record.Seen{s.Sandbox, s.Annotations, s.Spec, s.Containers} {
 		if seen != nil && !slices.Contains(out, string(seen.Origin)) {
 			out = append(out, string(seen.Origin))
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // gpuDecoder decodes "example.com/gpu: id,id" and fails on "bad".
@@ -45,14 +46,14 @@ func newStateDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	s.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "5f2a9c0e7d1b4a3c8e6f", UID: "uid-train", Namespace: "ml", Name: "train-0",
+	s.ObserveSandbox(record.OriginNRI, model.Sandbox{ID: "5f2a9c0e7d1b4a3c8e6f", UID: "uid-train", Namespace: "ml", Name: "train-0",
 		Annotations: map[string]string{"example.com/gpu": "GPU-aaa,GPU-bbb"}, Ready: true})
-	s.ObserveContainer(state.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "trainer", State: model.ContainerRunning})
-	s.ObserveContainer(state.OriginNRI, model.RuntimeContainer{ID: "c2", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "sidecar", State: model.ContainerStopped})
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "trainer", State: model.ContainerRunning})
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c2", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "sidecar", State: model.ContainerStopped})
 	s.ObserveKubeletPods([]model.KubeletPod{{UID: "uid-web", Namespace: "default", Name: "web", Phase: "Pending",
 		Annotations: map[string]string{"example.com/gpu": "bad"}}})
-	s.ObserveSandbox(state.OriginCRI, model.Sandbox{ID: "sb-old", UID: "uid-old", Namespace: "ml", Name: "train-0", Ready: true})
-	s.SandboxRemoved(state.OriginCRI, "sb-old", "")
+	s.ObserveSandbox(record.OriginCRI, model.Sandbox{ID: "sb-old", UID: "uid-old", Namespace: "ml", Name: "train-0", Ready: true})
+	s.SandboxRemoved(record.OriginCRI, "sb-old", "")
 	if err := s.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestInspectJSONIsTheListOfRecords(t *testing.T) {
 			}
 		}
 	}
-	var recs []state.Record
+	var recs []record.Record
 	if err := json.Unmarshal([]byte(out), &recs); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestInspectFiltersByNamespaceAndName(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var recs []state.Record
+	var recs []record.Record
 	if err := json.Unmarshal([]byte(out), &recs); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func TestInspectTranslatesDevicesNamedByMinorThroughTheInventoryAsTheProxyDoes(t
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	s.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: "sb-1", UID: "uid-old-koord", Namespace: "ml", Name: "legacy", Ready: true,
+	s.ObserveSandbox(record.OriginNRI, model.Sandbox{ID: "sb-1", UID: "uid-old-koord", Namespace: "ml", Name: "legacy", Ready: true,
 		Annotations: map[string]string{"scheduling.koordinator.sh/device-allocated": `{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}`}})
 	if err := s.Flush(context.Background()); err != nil {
 		t.Fatal(err)

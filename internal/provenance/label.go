@@ -9,7 +9,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // DeviceOrigin is one device of a PodResources answer and where it came
@@ -41,7 +41,7 @@ type DeviceOrigin struct {
 // devices it would have explained are labelled unknown.
 type Evidence struct {
 	Kubelet   proto.Message       // the kubelet's answer to the same question
-	Records   []*state.Record     // the state store's records
+	Records   []*record.Record    // the state store's records
 	Inventory *inventory.Snapshot // the inventory serve published
 }
 

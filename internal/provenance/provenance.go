@@ -17,7 +17,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Where a device and its NUMA node came from, as inspect and query
@@ -51,8 +51,8 @@ func ReadInventory(stateDir string) (*publish.File, string, error) {
 // proxy does; else the newest one not stopped or removed (a pod being
 // created, which the proxy answers from a fresh /pods read of the same
 // annotations); else the newest. nil when there is none.
-func recordOf(records []*state.Record, key model.PodKey) *state.Record {
-	var live, current, newest *state.Record
+func recordOf(records []*record.Record, key model.PodKey) *record.Record {
+	var live, current, newest *record.Record
 	lives := 0
 	for _, r := range records {
 		if r.Key() != key {
@@ -62,7 +62,7 @@ func recordOf(records []*state.Record, key model.PodKey) *state.Record {
 			live = r
 			lives++
 		}
-		if r.State != state.PhaseStopped && r.State != state.PhaseRemoved && (current == nil || r.UpdatedAt.After(current.UpdatedAt)) {
+		if r.State != record.PhaseStopped && r.State != record.PhaseRemoved && (current == nil || r.UpdatedAt.After(current.UpdatedAt)) {
 			current = r
 		}
 		if newest == nil || r.UpdatedAt.After(newest.UpdatedAt) {
@@ -81,7 +81,7 @@ func recordOf(records []*state.Record, key model.PodKey) *state.Record {
 // allocatorOf returns the allocator of the record's device with this
 // resource and id, after translating devices named by minor or index
 // through the inventory as the proxy does; "" when the record has none.
-func allocatorOf(rec *state.Record, inv *inventory.Snapshot, resource, id string) string {
+func allocatorOf(rec *record.Record, inv *inventory.Snapshot, resource, id string) string {
 	if rec == nil {
 		return ""
 	}

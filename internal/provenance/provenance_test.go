@@ -5,30 +5,30 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 func TestRecordOfAPodNamePrefersTheLiveRecordThenTheNewestCurrentOne(t *testing.T) {
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	rec := func(uid string, phase state.Phase, live bool, minutes int) *state.Record {
-		r := &state.Record{UID: uid, Namespace: "ml", Name: "train-0", State: phase, UpdatedAt: at.Add(time.Duration(minutes) * time.Minute)}
+	rec := func(uid string, phase record.Phase, live bool, minutes int) *record.Record {
+		r := &record.Record{UID: uid, Namespace: "ml", Name: "train-0", State: phase, UpdatedAt: at.Add(time.Duration(minutes) * time.Minute)}
 		if live {
 			r.SandboxID = "sb-" + uid
-			r.Provenance.Sandbox = &state.Seen{Origin: state.OriginNRI, At: r.UpdatedAt}
+			r.Provenance.Sandbox = &record.Seen{Origin: record.OriginNRI, At: r.UpdatedAt}
 		}
 		return r
 	}
-	other := &state.Record{UID: "other", Namespace: "ml", Name: "other", State: state.PhaseReady, UpdatedAt: at.Add(time.Hour)}
+	other := &record.Record{UID: "other", Namespace: "ml", Name: "other", State: record.PhaseReady, UpdatedAt: at.Add(time.Hour)}
 	for _, c := range []struct {
 		name    string
-		records []*state.Record
+		records []*record.Record
 		want    string
 	}{
-		{"the live one over a newer pending one", []*state.Record{rec("live", state.PhaseReady, true, 0), rec("pending", state.PhasePending, false, 5), other}, "live"},
-		{"a pending one over a newer removed one", []*state.Record{rec("removed", state.PhaseRemoved, true, 9), rec("pending", state.PhasePending, false, 5)}, "pending"},
-		{"the newest current one when two are live", []*state.Record{rec("a", state.PhaseReady, true, 1), rec("b", state.PhaseReady, true, 2)}, "b"},
-		{"the newest when all are gone", []*state.Record{rec("old", state.PhaseRemoved, false, 1), rec("stopped", state.PhaseStopped, false, 3)}, "stopped"},
-		{"none", []*state.Record{other}, ""},
+		{"the live one over a newer pending one", []*record.Record{rec("live", record.PhaseReady, true, 0), rec("pending", record.PhasePending, false, 5), other}, "live"},
+		{"a pending one over a newer removed one", []*record.Record{rec("removed", record.PhaseRemoved, true, 9), rec("pending", record.PhasePending, false, 5)}, "pending"},
+		{"the newest current one when two are live", []*record.Record{rec("a", record.PhaseReady, true, 1), rec("b", record.PhaseReady, true, 2)}, "b"},
+		{"the newest when all are gone", []*record.Record{rec("old", record.PhaseRemoved, false, 1), rec("stopped", record.PhaseStopped, false, 3)}, "stopped"},
+		{"none", []*record.Record{other}, ""},
 	} {
 		got := recordOf(c.records, model.PodKey{Namespace: "ml", Name: "train-0"})
 		uid := ""
@@ -45,7 +45,7 @@ func TestRecordOfAPodNamePrefersTheLiveRecordThenTheNewestCurrentOne(t *testing.
 // spelt as consumers match it, a shared GPU's slot id, a MIG instance under
 // its own resource.
 func TestAllocatorOfAnAnsweredID(t *testing.T) {
-	rec := &state.Record{Devices: []model.Device{
+	rec := &record.Record{Devices: []model.Device{
 		{Allocator: "tensorfusion", Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"gpu-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11"}, Shared: true},
 		{Allocator: "hami", Type: "NVIDIA", Resource: "nvidia.com/gpu", IDs: []string{"MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55"}},
 	}}

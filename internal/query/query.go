@@ -27,7 +27,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/proxy/upstream"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/persist"
 )
 
 const usage = `usage: podres-proxy query list|get NAMESPACE/NAME|allocatable [--socket PATH] [-o table|json]
@@ -156,9 +156,9 @@ func gatherEvidence(ctx context.Context, kubeletSocket, stateDir string,
 	if p.Kubelet, err = ask(ctx, kubeletSocket, call); err != nil {
 		fmt.Fprintf(stderr, "note: --sources: cannot compare with the kubelet's own answer: %v\n", err)
 	}
-	records, errs := state.ReadDir(stateDir)
+	records, errs := persist.ReadDir(stateDir)
 	for _, err := range errs {
-		var fe *state.FileError
+		var fe *persist.FileError
 		if !errors.As(err, &fe) {
 			fmt.Fprintf(stderr, "note: --sources: no allocators: %v\n", err)
 			records = nil

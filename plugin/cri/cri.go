@@ -25,6 +25,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Defaults for Options.
@@ -207,7 +208,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 			State:     criContainerState(ctr.GetState()),
 		})
 	}
-	r.store.Reconcile(state.OriginCRI, asOf, sandboxes, containers, true)
+	r.store.Reconcile(record.OriginCRI, asOf, sandboxes, containers, true)
 	r.opts.Log.WithFields(logrus.Fields{
 		"pods": len(sandboxes), "containers": len(containers), "took": time.Since(start),
 	}).Debug("Reconciled the state store with CRI")

@@ -12,6 +12,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 func TestNewReconcilerAcceptsUnixURLsAndAbsolutePaths(t *testing.T) {
@@ -44,10 +45,10 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 	// Known before: a pod the runtime no longer has, and a container of a
 	// listed pod that is gone.
 	gone := model.Sandbox{ID: "sb-gone", UID: "uid-gone", Namespace: "default", Name: "gone", Ready: true}
-	store.ObserveSandbox(state.OriginNRI, gone)
+	store.ObserveSandbox(record.OriginNRI, gone)
 	ready := critest.Pod("ready", criv1.PodSandboxState_SANDBOX_READY)
-	store.ObserveSandbox(state.OriginNRI, model.Sandbox{ID: ready.Id, UID: ready.Metadata.Uid, Namespace: "default", Name: "ready", Ready: true})
-	store.ObserveContainer(state.OriginNRI, model.RuntimeContainer{ID: ready.Id + "-gone", SandboxID: ready.Id, Name: "gone", State: model.ContainerRunning})
+	store.ObserveSandbox(record.OriginNRI, model.Sandbox{ID: ready.Id, UID: ready.Metadata.Uid, Namespace: "default", Name: "ready", Ready: true})
+	store.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: ready.Id + "-gone", SandboxID: ready.Id, Name: "gone", State: model.ContainerRunning})
 
 	notReady := critest.Pod("notready", criv1.PodSandboxState_SANDBOX_NOTREADY)
 	plain := &criv1.PodSandbox{Id: "sb-plain", Metadata: &criv1.PodSandboxMetadata{Name: "plain"}} // no uid: not Kubernetes'
@@ -70,8 +71,8 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for uid, want := range map[string]state.Phase{
-		"uid-ready": state.PhaseReady, "uid-notready": state.PhaseStopped, gone.UID: state.PhaseRemoved,
+	for uid, want := range map[string]record.Phase{
+		"uid-ready": record.PhaseReady, "uid-notready": record.PhaseStopped, gone.UID: record.PhaseRemoved,
 	} {
 		if got := phase(store, uid); got != want {
 			t.Errorf("pod %s: phase %q, want %q", uid, got, want)
@@ -96,7 +97,7 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 	if rec.Annotations["example.com/gpu"] != "GPU-notready" {
 		t.Errorf("annotations not recorded: %v", rec.Annotations)
 	}
-	if rec.Provenance.Sandbox == nil || rec.Provenance.Sandbox.Origin != state.OriginCRI {
+	if rec.Provenance.Sandbox == nil || rec.Provenance.Sandbox.Origin != record.OriginCRI {
 		t.Errorf("sandbox source %+v, want cri", rec.Provenance.Sandbox)
 	}
 }
@@ -135,12 +136,12 @@ func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T)
 	rt := &critest.Runtime{}
 	rt.Set([]*criv1.PodSandbox{web}, nil)
 	stop := critest.Serve(t, sock, rt)
-	waitStore(t, store, "the pod once the runtime is up", func() bool { return phase(store, "uid-web") == state.PhaseReady })
+	waitStore(t, store, "the pod once the runtime is up", func() bool { return phase(store, "uid-web") == record.PhaseReady })
 
 	// The runtime restarts; meanwhile the pod went away.
 	stop()
 	failed := errorsSoFar()
 	poll.Until(t, "a reconcile failing while the runtime is down", func() bool { return errorsSoFar() > failed })
 	critest.Serve(t, sock, &critest.Runtime{})
-	waitStore(t, store, "the pod removed after the restart", func() bool { return phase(store, "uid-web") == state.PhaseRemoved })
+	waitStore(t, store, "the pod removed after the restart", func() bool { return phase(store, "uid-web") == record.PhaseRemoved })
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 func testLog() logrus.FieldLogger {
@@ -45,7 +46,7 @@ func dump(s *state.Store) string {
 }
 
 // phase returns the phase of a pod, "" when the store has no record of it.
-func phase(s *state.Store, uid string) state.Phase {
+func phase(s *state.Store, uid string) record.Phase {
 	if r, ok := s.Get(uid); ok {
 		return r.State
 	}

@@ -3,7 +3,7 @@ package merge
 import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
 
@@ -22,7 +22,7 @@ type DeviceInfoWriter interface {
 // reported is the last step of a pod's believed devices before
 // attribution: shared GPUs' sharers get their ids, and the device-info
 // files of its VFs and RDMA devices are written.
-func (r *Resolver) reported(rec *state.Record, devs []model.Device, shared *trust.SharedGPUs) []model.Device {
+func (r *Resolver) reported(rec *record.Record, devs []model.Device, shared *trust.SharedGPUs) []model.Device {
 	devs = shared.Rewrite(rec.UID, devs)
 	if r.o.DeviceInfo != nil && len(devs) > 0 {
 		r.o.DeviceInfo.Hold(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, devs)

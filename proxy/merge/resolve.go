@@ -18,6 +18,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
 
@@ -83,14 +84,14 @@ type planCache struct {
 // it was decided with (they change with any pod's record), and the shared
 // GPUs' ids (likewise).
 type cachedPlan struct {
-	rec     *state.Record
+	rec     *record.Record
 	inv     *inventory.Snapshot
 	holders *trust.Holders
 	shared  *trust.SharedGPUs
 	plan    Plan
 }
 
-func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs) (Plan, bool) {
+func (c *planCache) get(rec *record.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs) (Plan, bool) {
 	c.mu.RLock()
 	e, ok := c.m[rec.UID]
 	c.mu.RUnlock()
@@ -100,7 +101,7 @@ func (c *planCache) get(rec *state.Record, inv *inventory.Snapshot, holders *tru
 // put stores a plan. When the cache holds more than twice the store's
 // records (pods removed, or recreated under new UIDs), it is emptied first:
 // the next queries recompute the plans they need.
-func (c *planCache) put(rec *state.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs, p Plan, records int) {
+func (c *planCache) put(rec *record.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs, p Plan, records int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) > 2*records+64 {
@@ -183,7 +184,7 @@ func (r *Resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.Po
 }
 
 // PlanFor attributes a record's devices to its containers.
-func (r *Resolver) PlanFor(rec *state.Record, inv *inventory.Snapshot) Plan {
+func (r *Resolver) PlanFor(rec *record.Record, inv *inventory.Snapshot) Plan {
 	if len(rec.Devices) == 0 {
 		if len(rec.Edited) > 0 {
 			r.vet(rec, nil, inv, nil) // no devices, but the edit is refused and shown
@@ -261,7 +262,7 @@ func ptrEqual[T comparable](a, b *T) bool {
 // it cannot find stay empty and are left out of the answer; that is logged
 // at debug level, since it repeats on every query until the inventory
 // knows the device.
-func (r *Resolver) translate(rec *state.Record, inv *inventory.Snapshot) []model.Device {
+func (r *Resolver) translate(rec *record.Record, inv *inventory.Snapshot) []model.Device {
 	devs, problems := allocator.Translate(rec.Devices, inv)
 	if len(problems) > 0 && r.o.Log != nil {
 		r.o.Log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
@@ -272,7 +273,7 @@ func (r *Resolver) translate(rec *state.Record, inv *inventory.Snapshot) []model
 // Vettable reports whether the record says enough to vet its devices
 // without reading /pods: its spec, with the scheduler name when a trust gate
 // is set.
-func (r *Resolver) Vettable(rec *state.Record) bool {
+func (r *Resolver) Vettable(rec *record.Record) bool {
 	if r.o.Trust == nil {
 		return rec.Spec != nil
 	}
@@ -280,7 +281,7 @@ func (r *Resolver) Vettable(rec *state.Record) bool {
 }
 
 // vet returns the devices of rec the trust gate believes (see trust.Checker).
-func (r *Resolver) vet(rec *state.Record, devs []model.Device, inv *inventory.Snapshot, holders *trust.Holders) []model.Device {
+func (r *Resolver) vet(rec *record.Record, devs []model.Device, inv *inventory.Snapshot, holders *trust.Holders) []model.Device {
 	if r.o.Trust == nil {
 		return devs
 	}

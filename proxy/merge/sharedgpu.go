@@ -8,6 +8,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
 
@@ -60,7 +61,7 @@ func (r *Resolver) sharedGPUs(inv *inventory.Snapshot) *trust.SharedGPUs {
 // DependsOnOthers reports whether a pod's answer can change when another
 // pod's record does: the trust gate weighs claims against each other, and
 // a GPU's sharers' ids depend on who else shares it.
-func (r *Resolver) DependsOnOthers(rec *state.Record) bool {
+func (r *Resolver) DependsOnOthers(rec *record.Record) bool {
 	if len(rec.Devices) == 0 {
 		return false
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // MaxCacheBytes bounds what one List method's cache holds (the
@@ -47,7 +47,7 @@ type Cache struct {
 // segment is a pod's output and what it was built from.
 type segment struct {
 	key     model.PodKey
-	rec     *state.Record       // the live record the output was built from
+	rec     *record.Record      // the live record the output was built from
 	checked uint64              // a store version at which rec was still the pod's live record
 	inv     *inventory.Snapshot // the inventory snapshot it was built with
 	out     []byte              // the proxy's segment; nil: the kubelet's, unchanged
@@ -68,18 +68,18 @@ func (e *segment) size() int {
 // Part is one field of a kubelet List answer: a pod, or something to
 // copy through.
 type Part struct {
-	Field []byte        // the whole field, tag included
-	Pod   []byte        // a pod's segment, nil for other fields
-	Out   []byte        // the pod's output
-	Need  bool          // the pod must be rebuilt
-	Same  bool          // Out is the kubelet's segment: nothing was added
-	Rec   *state.Record // the live record Out was built from, when it came from the store alone
+	Field []byte         // the whole field, tag included
+	Pod   []byte         // a pod's segment, nil for other fields
+	Out   []byte         // the pod's output
+	Need  bool           // the pod must be rebuilt
+	Same  bool           // Out is the kubelet's segment: nothing was added
+	Rec   *record.Record // the live record Out was built from, when it came from the store alone
 	Key   model.PodKey
 }
 
 // Store caches the rebuilt pods that came from the store alone. withOthers
 // reports whether a pod's answer can change when another pod's record does.
-func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64, withOthers func(*state.Record) bool) {
+func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64, withOthers func(*record.Record) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range parts {
@@ -247,7 +247,7 @@ func ErrNotAPod(err error) error {
 // and returns the answer's generation (for Store and Drop), how many pods
 // parts holds and how many were reused. live looks a pod's live record up;
 // version is the store's version, read before parts were split.
-func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, live func(model.PodKey) (*state.Record, bool)) (gen uint64, pods, reused int) {
+func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, live func(model.PodKey) (*record.Record, bool)) (gen uint64, pods, reused int) {
 	c.mu.Lock()
 	c.gen++
 	gen = c.gen

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // The per-pod cache must not grow with the node's history: pods the latest
@@ -17,7 +17,7 @@ func cachedPart(name string, size int) Part {
 		Pod:  bytes.Repeat([]byte(name[:1]), size),
 		Out:  []byte("out-" + name),
 		Need: true,
-		Rec:  &state.Record{Name: name},
+		Rec:  &record.Record{Name: name},
 		Key:  model.PodKey{Namespace: "default", Name: name},
 	}
 }
@@ -56,4 +56,4 @@ func TestTheSegmentCacheStaysWithinItsBound(t *testing.T) {
 }
 
 // noOthers says no pod's answer depends on another pod's record.
-func noOthers(*state.Record) bool { return false }
+func noOthers(*record.Record) bool { return false }
