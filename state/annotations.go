@@ -37,32 +37,11 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 		}
 		seen[p.UID] = true
 		s.update(p.UID, func(r *record.Record) bool {
-			changed := false
-			if r.Namespace == "" {
-				r.Namespace, r.Name = p.Namespace, p.Name
-				changed = true
-			}
-			if r.State == "" || (r.State == record.PhaseRemoved && r.SandboxID == "" && !p.Terminal()) {
-				// New, or a pending pod that an earlier read (one that
-				// started before the pod appeared) left out: it exists.
-				r.State, r.RemovedAt = record.PhasePending, nil
-				changed = true
-			}
-			if r.KubeletPhase != p.Phase {
-				r.KubeletPhase = p.Phase
-				changed = true
-			}
+			changed := r.ObserveKubeletPod(p, now)
 			if p.Terminal() {
-				// The /pods decoder keeps no spec or annotations of a
-				// finished pod (see kubeletpods): keep what was seen while
-				// it ran.
+				// The /pods decoder keeps no annotations of a finished pod
+				// (see kubeletpods): keep what was seen while it ran.
 				return changed
-			}
-			if r.Spec == nil || !sameSpec(r.Spec, &p.Spec) {
-				spec := p.Spec
-				r.Spec = &spec
-				r.Provenance.Spec = &record.Seen{Origin: record.OriginKubelet, At: now}
-				changed = true
 			}
 			if seen := r.Provenance.Annotations; seen != nil && seen.Origin != record.OriginKubelet && s.opts.Decoder != nil {
 				// The runtime's copy (NRI, CRI) is the allocation the sandbox
@@ -94,15 +73,6 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 			s.setPhase(record.OriginKubelet, uid, record.PhaseRemoved)
 		}
 	}
-}
-
-// sameSpec compares pod specs the way they mean, not the way they were
-// built: a nil and an empty list or map are the same (a spec read back from
-// its file has no empty maps).
-func sameSpec(a, b *model.PodSpec) bool {
-	return a.SchedulerName == b.SchedulerName && slices.EqualFunc(a.Containers, b.Containers, func(x, y model.ContainerSpec) bool {
-		return x.Name == y.Name && x.Kind == y.Kind && maps.Equal(x.Requests, y.Requests)
-	})
 }
 
 // setAnnotations keeps the relevant annotations and re-decodes devices when

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"slices"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
@@ -43,42 +42,11 @@ func (s *Store) observeSandbox(src record.Origin, sb model.Sandbox) {
 	}
 	now := s.now()
 	s.update(uid, func(r *record.Record) bool {
-		changed := false
-		if r.Namespace == "" && sb.Namespace != "" {
-			r.Namespace, r.Name = sb.Namespace, sb.Name
-			changed = true
+		changed, current := r.ObserveSandbox(src, sb, now)
+		if !current {
+			return false
 		}
-		phase := record.PhaseStopped
-		if sb.Ready {
-			phase = record.PhaseReady
-		}
-		if r.SandboxID != sb.ID && sb.ID != "" {
-			if r.SandboxID != "" && phase == record.PhaseStopped && r.State == record.PhaseReady {
-				// An old, stopped sandbox of a pod whose new sandbox is
-				// already running: it says nothing about the pod now.
-				return false
-			}
-			if r.SandboxID != "" {
-				r.Containers = nil // the containers of the old sandbox are gone
-			}
-			r.SandboxID = sb.ID
-			changed = true
-		}
-		if r.State != phase {
-			r.State, r.RemovedAt = phase, nil
-			changed = true
-		}
-		// Provenance says who told us a fact and when it last changed, not
-		// who confirmed it last: a CRI reconcile agreeing with what NRI
-		// reported changes nothing, and rewrites no file.
-		if r.Provenance.Sandbox == nil || changed {
-			r.Provenance.Sandbox = &record.Seen{Origin: src, At: now}
-			changed = true
-		}
-		if s.setAnnotations(r, sb.Annotations, src, now, false) {
-			changed = true
-		}
-		return changed
+		return s.setAnnotations(r, sb.Annotations, src, now, false) || changed
 	})
 }
 
@@ -106,20 +74,7 @@ func (s *Store) setSandboxPhase(src record.Origin, sandboxID, uid string, phase 
 
 func (s *Store) setPhase(src record.Origin, uid string, phase record.Phase) {
 	now := s.now()
-	s.update(uid, func(r *record.Record) bool {
-		if r.State == phase || r.State == record.PhaseRemoved {
-			return false
-		}
-		r.State = phase
-		r.Provenance.Sandbox = &record.Seen{Origin: src, At: now}
-		if phase == record.PhaseRemoved {
-			r.RemovedAt = &now
-			for i := range r.Containers {
-				r.Containers[i].State = model.ContainerRemoved
-			}
-		}
-		return true
-	})
+	s.update(uid, func(r *record.Record) bool { return r.SetPhase(src, phase, now) })
 }
 
 // ObserveContainer records a container the runtime reported.
@@ -135,30 +90,7 @@ func (s *Store) observeContainer(src record.Origin, c model.RuntimeContainer) {
 		return
 	}
 	now := s.now()
-	s.update(uid, func(r *record.Record) bool {
-		if r.SandboxID != c.SandboxID {
-			return false
-		}
-		i := slices.IndexFunc(r.Containers, func(x record.Container) bool { return x.ID == c.ID })
-		if i < 0 && c.State == model.ContainerRemoved {
-			return false // removal of a container we never knew: nothing to record
-		}
-		if i < 0 {
-			r.Containers = append(r.Containers, record.Container{Name: c.Name, ID: c.ID, State: c.State})
-		} else {
-			old := r.Containers[i]
-			if old.State == c.State || old.State == model.ContainerRemoved ||
-				(c.State == model.ContainerUnknown && old.State == model.ContainerStopped) {
-				return false
-			}
-			r.Containers[i].State = c.State
-			if c.Name != "" {
-				r.Containers[i].Name = c.Name
-			}
-		}
-		r.Provenance.Containers = &record.Seen{Origin: src, At: now}
-		return true
-	})
+	s.update(uid, func(r *record.Record) bool { return r.ObserveContainer(src, c, now) })
 }
 
 // ContainerRemoved records that a container is gone.
@@ -230,19 +162,6 @@ func (s *Store) Reconcile(src record.Origin, asOf time.Time, sandboxes []model.S
 		if containersNewer[uid] {
 			continue
 		}
-		s.update(uid, func(r *record.Record) bool {
-			changed := false
-			for i, c := range r.Containers {
-				if ctrs[c.ID] || c.State == model.ContainerRemoved || c.State == gone {
-					continue
-				}
-				r.Containers[i].State = gone
-				changed = true
-			}
-			if changed {
-				r.Provenance.Containers = &record.Seen{Origin: src, At: now}
-			}
-			return changed
-		})
+		s.update(uid, func(r *record.Record) bool { return r.MarkUnlisted(src, ctrs, gone, now) })
 	}
 }

@@ -8,8 +8,9 @@
 // its layout and file format for operators); New keeps it in memory only.
 // The record and its file format are package state/record's, the directory
 // and its background writer state/persist's, and decoding the allocation
-// annotations before the store's lock state/decode's: this package is the
-// records in memory and how each source changes them.
+// annotations before the store's lock state/decode's, and what one fact
+// does to one record state/record's: this package is the records in memory,
+// indexed, and each source's reports applied to them under one lock.
 //
 // Records handed out are immutable snapshots: every change builds a new
 // Record, so readers (the proxy's hot path) take a read lock for a map lookup

@@ -1,10 +1,11 @@
-// Package record is what the state store knows about one pod, the Record,
+// Package record is what the state store knows about one pod, the Record:
+// its fields, what one fact reported about the pod does to it (change.go),
 // and its file format: one JSON file per pod, with a schema version that
 // changes only when the format changes incompatibly. The store (package
-// state) keeps Records in memory and package state/persist writes them;
-// this package is what both, and every reader of the files
-// (`podres-proxy inspect`), agree on. docs/state-format.md describes the
-// format for operators.
+// state) keeps Records in memory and applies the facts under its lock, and
+// package state/persist writes them; this package is what both, and every
+// reader of the files (`podres-proxy inspect`), agree on.
+// docs/state-format.md describes the format for operators.
 package record
 
 import (
