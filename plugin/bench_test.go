@@ -14,6 +14,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/state/statetest"
 )
 
 func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {
@@ -33,7 +34,7 @@ func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {
 	ctr := k8sCtr(pod, "app", api.ContainerState_CONTAINER_RUNNING)
 	rt.mustSend(t, "RunPodSandbox", pod, nil)
 	rt.mustSend(t, "PostStartContainer", pod, ctr)
-	waitStore(t, store, "container running", func() bool { return ctrState(store, pod.Uid, ctr.Id) == model.ContainerRunning })
+	statetest.Wait(t, store, "container running", func() bool { return statetest.ContainerState(store, pod.Uid, ctr.Id) == model.ContainerRunning })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := store.Flush(ctx); err != nil {
@@ -49,8 +50,8 @@ func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Close()
-	if got := ctrState(again, pod.Uid, ctr.Id); got != model.ContainerRunning || phase(again, pod.Uid) != record.PhaseReady {
-		t.Errorf("after reopening: pod %q, container %q; want ready, running:\n%s", phase(again, pod.Uid), got, dump(again))
+	if got := statetest.ContainerState(again, pod.Uid, ctr.Id); got != model.ContainerRunning || statetest.Phase(again, pod.Uid) != record.PhaseReady {
+		t.Errorf("after reopening: pod %q, container %q; want ready, running:\n%s", statetest.Phase(again, pod.Uid), got, statetest.Dump(again))
 	}
 }
 
@@ -80,7 +81,7 @@ func benchmarkEvents(b *testing.B, onDisk bool, interval time.Duration) {
 		durable []time.Duration
 	)
 	opts := state.Options{
-		Decoder: newTestDecoder(),
+		Decoder: statetest.NewDecoder(),
 		Log:     testLog(),
 		OnDurable: func(d time.Duration) {
 			mu.Lock()

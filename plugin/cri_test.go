@@ -15,6 +15,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/state/statetest"
 )
 
 // containerd does not send StopPodSandbox and RemovePodSandbox for pods
@@ -33,7 +34,7 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	rt.mustSend(t, "RunPodSandbox", pod, nil)
 	rt.mustSend(t, "PostCreateContainer", pod, ctr)
 	rt.mustSend(t, "PostStartContainer", pod, ctr)
-	waitStore(t, store, "container running", func() bool { return ctrState(store, pod.Uid, ctr.Id) == model.ContainerRunning })
+	statetest.Wait(t, store, "container running", func() bool { return statetest.ContainerState(store, pod.Uid, ctr.Id) == model.ContainerRunning })
 
 	// The pod is stopped without NRI events.
 	fake := &critest.Runtime{}
@@ -48,10 +49,10 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	if err := r.ReconcileOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := phase(store, pod.Uid); got != record.PhaseStopped {
+	if got := statetest.Phase(store, pod.Uid); got != record.PhaseStopped {
 		t.Errorf("pod stopped without events: phase %q after reconcile, want stopped", got)
 	}
-	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
+	if got := statetest.ContainerState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
 		t.Errorf("container exited without events: state %q after reconcile, want stopped", got)
 	}
 
@@ -60,7 +61,7 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	if err := r.ReconcileOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := phase(store, pod.Uid); got != record.PhaseRemoved {
+	if got := statetest.Phase(store, pod.Uid); got != record.PhaseRemoved {
 		t.Errorf("pod removed without events: phase %q after reconcile, want removed", got)
 	}
 }
@@ -94,7 +95,7 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 	p := startPlugin(t, store, dir, func(o *Options) { o.OnSynchronized = r.Trigger })
 	poll.Until(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
-	waitStore(t, store, "the pod ready", func() bool { return phase(store, pod.Uid) == record.PhaseReady })
+	statetest.Wait(t, store, "the pod ready", func() bool { return statetest.Phase(store, pod.Uid) == record.PhaseReady })
 	poll.Until(t, "the first reconciles", func() bool { return metrics.get(func(m *testMetrics) int { return m.reconciles }) >= 2 })
 
 	// The pod stops while the plugin is disconnected; the runtime still
@@ -105,7 +106,7 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 		return sb
 	}()}, nil)
 	p.cut()
-	waitStore(t, store, "the stale sandbox stopped by the reconcile the resync triggered", func() bool {
-		return phase(store, pod.Uid) == record.PhaseStopped
+	statetest.Wait(t, store, "the stale sandbox stopped by the reconcile the resync triggered", func() bool {
+		return statetest.Phase(store, pod.Uid) == record.PhaseStopped
 	})
 }

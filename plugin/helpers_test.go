@@ -2,11 +2,9 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,9 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
-	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
-	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 var quietOnce sync.Once
@@ -46,66 +42,6 @@ func shortTempDir(t testing.TB) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
-}
-
-// waitStore waits on the store; on timeout it prints the store.
-func waitStore(t testing.TB, s *state.Store, what string, cond func() bool) {
-	t.Helper()
-	poll.UntilWith(t, what, cond, func() string { return "store:\n" + dump(s) })
-}
-
-func dump(s *state.Store) string {
-	b, _ := json.MarshalIndent(s.Records(), "", "  ")
-	return string(b)
-}
-
-// phase returns the phase of a pod, "" when the store has no record of it.
-func phase(s *state.Store, uid string) record.Phase {
-	if r, ok := s.Get(uid); ok {
-		return r.State
-	}
-	return ""
-}
-
-// ctrState returns the state of a container, "" when the store has none.
-func ctrState(s *state.Store, uid, id string) model.ContainerState {
-	r, ok := s.Get(uid)
-	if !ok {
-		return ""
-	}
-	for _, c := range r.Containers {
-		if c.ID == id {
-			return c.State
-		}
-	}
-	return ""
-}
-
-// testDecoder keeps annotations under example.com/ and makes each one a
-// device; an annotation example.com/hold blocks Decode, and with it the
-// store, until released.
-type testDecoder struct {
-	held    chan struct{} // closed when Decode starts holding the store
-	release chan struct{}
-	once    sync.Once
-}
-
-func newTestDecoder() *testDecoder {
-	return &testDecoder{held: make(chan struct{}), release: make(chan struct{})}
-}
-
-func (d *testDecoder) Relevant(key string) bool { return strings.HasPrefix(key, "example.com/") }
-
-func (d *testDecoder) Decode(_ model.PodRef, ann map[string]string) ([]model.Device, []error) {
-	if _, ok := ann["example.com/hold"]; ok {
-		d.once.Do(func() { close(d.held) })
-		<-d.release
-	}
-	var devs []model.Device
-	for k, v := range ann {
-		devs = append(devs, model.Device{Allocator: "test", Resource: k, IDs: []string{v}})
-	}
-	return devs, nil
 }
 
 func k8sPod(name string) *api.PodSandbox {

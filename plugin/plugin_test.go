@@ -14,6 +14,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/state/statetest"
 )
 
 func TestConfigureSubscribesOnlyToEventsOldRuntimesKnow(t *testing.T) {
@@ -77,7 +78,7 @@ func TestHandlersTolerateNilAndSparseArguments(t *testing.T) {
 		t.Errorf("Synchronize = %v", err)
 	}
 	if n := len(store.Records()); n != 0 {
-		t.Errorf("events without a pod UID created records:\n%s", dump(store))
+		t.Errorf("events without a pod UID created records:\n%s", statetest.Dump(store))
 	}
 
 	// Events for a known pod that carry only ids, as exit notifications
@@ -86,15 +87,15 @@ func TestHandlersTolerateNilAndSparseArguments(t *testing.T) {
 	ctr := k8sCtr(pod, "app", api.ContainerState_CONTAINER_CREATED)
 	p.RunPodSandbox(ctx, pod)
 	p.PostCreateContainer(ctx, &api.PodSandbox{Id: pod.Id}, &api.Container{Id: ctr.Id, Name: "app"})
-	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerCreated {
+	if got := statetest.ContainerState(store, pod.Uid, ctr.Id); got != model.ContainerCreated {
 		t.Errorf("container created under a pod with only its id: state %q, want created", got)
 	}
 	p.StopContainer(ctx, nil, &api.Container{Id: ctr.Id, PodSandboxId: pod.Id})
-	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
+	if got := statetest.ContainerState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
 		t.Errorf("container stopped with a nil pod: state %q, want stopped", got)
 	}
 	p.StopPodSandbox(ctx, &api.PodSandbox{Id: pod.Id})
-	if got := phase(store, pod.Uid); got != record.PhaseStopped {
+	if got := statetest.Phase(store, pod.Uid); got != record.PhaseStopped {
 		t.Errorf("pod stopped by id only: phase %q, want stopped", got)
 	}
 }
@@ -126,7 +127,7 @@ func TestStopContainerRecordsStoppedWhateverStateTheEventCarries(t *testing.T) {
 	p.PostStartContainer(ctx, pod, k8sCtr(pod, "app", api.ContainerState_CONTAINER_RUNNING))
 	// containerd 2.3+ reports an exited container as UNKNOWN.
 	p.StopContainer(ctx, pod, k8sCtr(pod, "app", api.ContainerState_CONTAINER_UNKNOWN))
-	if got := ctrState(store, pod.Uid, pod.Id+"-app"); got != model.ContainerStopped {
+	if got := statetest.ContainerState(store, pod.Uid, pod.Id+"-app"); got != model.ContainerStopped {
 		t.Errorf("state after StopContainer = %q, want stopped", got)
 	}
 }
@@ -161,7 +162,7 @@ func TestNewLeavesIdentityToRuntimeThatPreLaunchedThePlugin(t *testing.T) {
 }
 
 func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
-	store := state.New(state.Options{Decoder: newTestDecoder()})
+	store := state.New(state.Options{Decoder: statetest.NewDecoder()})
 	// What the store knew before the plugin connected.
 	a, gone, stopped := k8sPod("a"), k8sPod("gone"), k8sPod("stopped")
 	for _, pod := range []*api.PodSandbox{a, gone, stopped} {
@@ -188,7 +189,7 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 		a.Uid: record.PhaseReady, b.Uid: record.PhaseReady,
 		gone.Uid: record.PhaseRemoved, stopped.Uid: record.PhaseStopped,
 	} {
-		if got := phase(store, uid); got != want {
+		if got := statetest.Phase(store, uid); got != want {
 			t.Errorf("pod %s: phase %q, want %q", uid, got, want)
 		}
 	}
@@ -201,7 +202,7 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 		{a.Uid, a.Id + "-exited", model.ContainerStopped}, // Synchronize leaves exited containers out
 		{b.Uid, b.Id + "-app", model.ContainerRunning},
 	} {
-		if got := ctrState(store, c.uid, c.id); got != c.want {
+		if got := statetest.ContainerState(store, c.uid, c.id); got != c.want {
 			t.Errorf("container %s: state %q, want %q", c.id, got, c.want)
 		}
 	}
@@ -218,7 +219,7 @@ func TestSynchronizeRecordsRuntimeStateAndRemovesWhatIsNotListed(t *testing.T) {
 }
 
 func TestLifecycleEventsReachTheStoreInOrder(t *testing.T) {
-	store := state.New(state.Options{Decoder: newTestDecoder()})
+	store := state.New(state.Options{Decoder: statetest.NewDecoder()})
 	dir := shortTempDir(t)
 	rt := startRuntime(t, dir, nil, nil)
 	p := startPlugin(t, store, dir)
@@ -228,10 +229,10 @@ func TestLifecycleEventsReachTheStoreInOrder(t *testing.T) {
 	pod := k8sPod("web")
 	ctr := k8sCtr(pod, "app", api.ContainerState_CONTAINER_CREATED)
 	hasPhase := func(want record.Phase) func() bool {
-		return func() bool { return phase(store, pod.Uid) == want }
+		return func() bool { return statetest.Phase(store, pod.Uid) == want }
 	}
 	hasCtr := func(want model.ContainerState) func() bool {
-		return func() bool { return ctrState(store, pod.Uid, ctr.Id) == want }
+		return func() bool { return statetest.ContainerState(store, pod.Uid, ctr.Id) == want }
 	}
 	for _, step := range []struct {
 		event string
@@ -251,7 +252,7 @@ func TestLifecycleEventsReachTheStoreInOrder(t *testing.T) {
 		{"RemovePodSandbox", nil, "pod removed", hasPhase(record.PhaseRemoved)},
 	} {
 		rt.mustSend(t, step.event, pod, step.ctr)
-		waitStore(t, store, step.what+" after "+step.event, step.done)
+		statetest.Wait(t, store, step.what+" after "+step.event, step.done)
 	}
 	if f := rt.stats.failed(); len(f) != 0 {
 		t.Errorf("the runtime saw plugin failures: %v", f)
@@ -286,13 +287,13 @@ func TestReconnectsAfterRuntimeRestartAndConverges(t *testing.T) {
 	for uid, want := range map[string]record.Phase{
 		a.Uid: record.PhaseReady, b.Uid: record.PhaseRemoved, c.Uid: record.PhaseReady,
 	} {
-		if got := phase(store, uid); got != want {
+		if got := statetest.Phase(store, uid); got != want {
 			t.Errorf("pod %s after the restart: phase %q, want %q", uid, got, want)
 		}
 	}
 
 	rt2.mustSend(t, "RunPodSandbox", d, nil)
-	waitStore(t, store, "pod d started after the restart", func() bool { return phase(store, d.Uid) == record.PhaseReady })
+	statetest.Wait(t, store, "pod d started after the restart", func() bool { return statetest.Phase(store, d.Uid) == record.PhaseReady })
 	if n := p.metrics.get(func(m *testMetrics) int { return m.reconnects }); n < 1 {
 		t.Errorf("metrics counted %d reconnects, want at least 1", n)
 	}
@@ -311,7 +312,7 @@ func TestConnectsOnceTheRuntimeComesUp(t *testing.T) {
 	a := k8sPod("a")
 	startRuntime(t, dir, []*api.PodSandbox{a}, nil)
 	poll.Until(t, "Synchronize once the runtime is up", p.Synced)
-	if got := phase(store, a.Uid); got != record.PhaseReady {
+	if got := statetest.Phase(store, a.Uid); got != record.PhaseReady {
 		t.Errorf("pod a: phase %q, want ready", got)
 	}
 }
@@ -326,7 +327,7 @@ const hangGuard = 30 * time.Second
 // returns, since decoding never holds the store's lock. It awaits events
 // only: no timing is asserted, so a busy machine cannot fail it.
 func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
-	dec := newTestDecoder()
+	dec := statetest.NewDecoder()
 	store := state.New(state.Options{Decoder: dec})
 	dir := shortTempDir(t)
 	rt := startRuntime(t, dir, nil, nil)
@@ -342,12 +343,12 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 			Annotations: map[string]string{"example.com/hold": "1"},
 		}})
 	}()
-	<-dec.held // decoding the holder's annotation, and staying there
+	<-dec.Held() // decoding the holder's annotation, and staying there
 	released := false
 	release := func() {
 		if !released {
 			released = true
-			close(dec.release)
+			dec.Release()
 			<-observed
 		}
 	}
@@ -363,7 +364,9 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	// Applied when the handlers returned, though the decoding goes on. The
 	// look is guarded: a store that decodes under its lock would block it.
 	looked := make(chan [2]string, 1)
-	go func() { looked <- [2]string{string(phase(store, pod.Uid)), string(ctrState(store, pod.Uid, ctr.Id))} }()
+	go func() {
+		looked <- [2]string{string(statetest.Phase(store, pod.Uid)), string(statetest.ContainerState(store, pod.Uid, ctr.Id))}
+	}()
 	select {
 	case got := <-looked:
 		if got != [2]string{string(record.PhaseReady), string(model.ContainerRunning)} {
@@ -383,7 +386,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	}
 	// Still registered: the next event reaches the store.
 	rt.mustSend(t, "StopContainer", pod, ctr)
-	if got := ctrState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
+	if got := statetest.ContainerState(store, pod.Uid, ctr.Id); got != model.ContainerStopped {
 		t.Errorf("a later event: container %q, want stopped", got)
 	}
 	if got := rt.stats.pluginCount(); got != 1 {
@@ -430,7 +433,7 @@ func TestPreLaunchedRunReturnsWhenTheConnectionCloses(t *testing.T) {
 	go func() { done <- p.Run(ctx) }()
 	poll.Until(t, "Synchronize", p.Synced)
 	rt.waitPlugins(t, 1)
-	if got := phase(store, a.Uid); got != record.PhaseReady {
+	if got := statetest.Phase(store, a.Uid); got != record.PhaseReady {
 		t.Errorf("pod a: phase %q, want ready", got)
 	}
 	if !rt.stats.saw("05-launched") {

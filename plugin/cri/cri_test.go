@@ -13,6 +13,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/state/statetest"
 )
 
 func TestNewReconcilerAcceptsUnixURLsAndAbsolutePaths(t *testing.T) {
@@ -41,7 +42,7 @@ func TestNewReconcilerAcceptsUnixURLsAndAbsolutePaths(t *testing.T) {
 }
 
 func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
-	store := state.New(state.Options{Decoder: newTestDecoder()})
+	store := state.New(state.Options{Decoder: statetest.NewDecoder()})
 	// Known before: a pod the runtime no longer has, and a container of a
 	// listed pod that is gone.
 	gone := model.Sandbox{ID: "sb-gone", UID: "uid-gone", Namespace: "default", Name: "gone", Ready: true}
@@ -74,7 +75,7 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 	for uid, want := range map[string]record.Phase{
 		"uid-ready": record.PhaseReady, "uid-notready": record.PhaseStopped, gone.UID: record.PhaseRemoved,
 	} {
-		if got := phase(store, uid); got != want {
+		if got := statetest.Phase(store, uid); got != want {
 			t.Errorf("pod %s: phase %q, want %q", uid, got, want)
 		}
 	}
@@ -83,12 +84,12 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 		"exited": model.ContainerStopped, "unknown": model.ContainerUnknown,
 		"gone": model.ContainerRemoved, // CRI lists exited containers: one not listed is gone
 	} {
-		if got := ctrState(store, "uid-ready", ready.Id+"-"+name); got != want {
+		if got := statetest.ContainerState(store, "uid-ready", ready.Id+"-"+name); got != want {
 			t.Errorf("container %s: state %q, want %q", name, got, want)
 		}
 	}
 	if n := len(store.Records()); n != 3 {
-		t.Errorf("store has %d records, want 3 (a sandbox without uid is not a pod):\n%s", n, dump(store))
+		t.Errorf("store has %d records, want 3 (a sandbox without uid is not a pod):\n%s", n, statetest.Dump(store))
 	}
 	rec, _ := store.Get("uid-notready")
 	if rec.Name != "notready" || rec.Namespace != "default" || rec.SandboxID != notReady.Id {
@@ -136,12 +137,12 @@ func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T)
 	rt := &critest.Runtime{}
 	rt.Set([]*criv1.PodSandbox{web}, nil)
 	stop := critest.Serve(t, sock, rt)
-	waitStore(t, store, "the pod once the runtime is up", func() bool { return phase(store, "uid-web") == record.PhaseReady })
+	statetest.Wait(t, store, "the pod once the runtime is up", func() bool { return statetest.Phase(store, "uid-web") == record.PhaseReady })
 
 	// The runtime restarts; meanwhile the pod went away.
 	stop()
 	failed := errorsSoFar()
 	poll.Until(t, "a reconcile failing while the runtime is down", func() bool { return errorsSoFar() > failed })
 	critest.Serve(t, sock, &critest.Runtime{})
-	waitStore(t, store, "the pod removed after the restart", func() bool { return phase(store, "uid-web") == record.PhaseRemoved })
+	statetest.Wait(t, store, "the pod removed after the restart", func() bool { return statetest.Phase(store, "uid-web") == record.PhaseRemoved })
 }
