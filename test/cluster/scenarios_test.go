@@ -32,6 +32,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/test/binder"
+	"github.com/podres-proxy/podres-proxy/test/e2eutil"
 )
 
 // The namespace the test's workloads run in.
@@ -463,7 +464,7 @@ func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
 		err := pollErr(time.Minute, func() error { return deniedGet(p.Name) })
 		if err == nil {
 			pod = p
-		} else if _, perm := err.(permanentError); !perm {
+		} else if !e2eutil.IsPermanent(err) {
 			t.Fatalf("Get of a new pod answered Unavailable with the kubelet's 403: not within a minute: %v", err)
 		} else {
 			t.Logf("%v: the kubelet still had podres-proxy's access cached", err)
