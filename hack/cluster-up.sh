@@ -203,6 +203,7 @@ write_cluster_env() {
 		done
 		printf 'PAUSE_IMAGE=%q\n' "$(cat "$(pause_cache_dir)/image-name")"
 		printf 'KUBECTL=%q\n' "${CONTROL_PLANE_BIN_DIR}/kubectl"
+		printf 'CTR=%q\n' "${CONTAINERD_BIN_DIR}/ctr"
 		# node-down.sh's settings: it must leave the device manager's
 		# directory to this script, which knows whether it made it.
 		printf 'HOST_DEVICE_PLUGIN_DIR_CREATED=0\n'

@@ -120,11 +120,35 @@ func (h *harness) setup() error {
 	if err != nil {
 		return fmt.Errorf("client for the cluster: %w", err)
 	}
+	if err := h.importConsumerImage(); err != nil {
+		return err
+	}
 	h.binder = &binder.Binder{Client: h.client, SchedulerName: schedulerName, NodeName: h.env["NODE_NAME"]}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stopBinder = cancel
 	go func() { _ = h.binder.Run(ctx) }()
 	return nil
+}
+
+// consumerImage is test/listloop's image, the rolling update's consumer pod.
+const consumerImage = "docker.io/library/podres-listloop:test"
+
+// importConsumerImage builds test/listloop, packs it as hack/ociimage packs
+// the daemon (one static binary on an empty base) and imports it into the
+// cluster's containerd.
+func (h *harness) importConsumerImage() error {
+	bin := filepath.Join(h.root, "images", "listloop")
+	if err := h.runner().GoBuild(bin, "./test/listloop"); err != nil {
+		return err
+	}
+	pack := exec.Command(e2eutil.GoBin(), "run", "./hack/ociimage", "-binary", bin, "-name", consumerImage,
+		"-path", "/listloop", "-entrypoint", "/listloop", "-cmd", "", "-user", "0", "-o", bin+".tar")
+	pack.Dir = h.repo
+	if err := h.runner().Run("pack-listloop", pack); err != nil {
+		return err
+	}
+	return h.runner().Run("import-listloop", exec.Command(h.env["CTR"], "--address", h.env["CONTAINERD_SOCK"],
+		"-n", "k8s.io", "images", "import", "--local", "--snapshotter", "native", bin+".tar"))
 }
 
 func (h *harness) teardown() {
@@ -178,7 +202,7 @@ func kubectl(args ...string) (string, error) {
 
 // readEnv reads the KEY=VALUE lines cluster-up.sh wrote.
 func readEnv(path string) (map[string]string, error) {
-	return e2eutil.ReadEnvFile(path, "KUBECTL", "KUBECONFIG_ADMIN", "NODE_NAME", "POD_RESOURCES_SOCK", "PROXY_SOCKET_DIR", "PAUSE_IMAGE")
+	return e2eutil.ReadEnvFile(path, "KUBECTL", "KUBECONFIG_ADMIN", "NODE_NAME", "POD_RESOURCES_SOCK", "PROXY_SOCKET_DIR", "PAUSE_IMAGE", "CTR", "CONTAINERD_SOCK")
 }
 
 // envOr, poll, pollErr and permanentf are test/e2eutil's.

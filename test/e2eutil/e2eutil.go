@@ -68,14 +68,19 @@ func (r Runner) GoBuild(out, pkg string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(out), err)
 	}
-	goBin := "go"
-	if _, err := exec.LookPath(goBin); err != nil {
-		goBin = "/usr/local/go/bin/go"
-	}
-	cmd := exec.Command(goBin, "build", "-o", out, pkg)
+	cmd := exec.Command(GoBin(), "build", "-o", out, pkg)
 	cmd.Dir = r.Repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	return r.Run("go-build-"+filepath.Base(out), cmd)
+}
+
+// GoBin is the go command: the one on PATH, else /usr/local/go/bin/go (as
+// hack/lib.sh's go_bin).
+func GoBin() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "/usr/local/go/bin/go"
 }
 
 // ReadEnvFile reads the KEY=VALUE lines an up script wrote with bash's
