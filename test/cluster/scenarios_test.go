@@ -564,9 +564,10 @@ func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
 	// fine-grained authorization, nodes/pods and then nodes/proxy).
 	denied := regexp.MustCompile(`403 Forbidden.*user=system:serviceaccount:podres-proxy:podres-proxy, verb=get, resource=nodes, subresource\(s\)=\[pods`)
 	deniedGet := func(name string) error {
-		_, err := proxyGet(testNamespace, name)
+		resp, err := proxyGet(testNamespace, name)
 		if err == nil {
-			return permanentf("Get of %s answered with its devices", name)
+			return permanentf("Get of %s answered (%s devices %v) instead of Unavailable",
+				name, binder.RDMAResource, containerDevices(resp, binder.RDMAResource))
 		}
 		if status.Code(err) == codes.Unavailable && denied.MatchString(status.Convert(err).Message()) {
 			return nil
@@ -579,7 +580,7 @@ func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
 	var pod *corev1.Pod
 	for i := 0; pod == nil; i++ {
 		if i == 5 {
-			t.Fatal("five new pods in a row were answered with their devices after the ClusterRoleBinding was deleted")
+			t.Fatal("five new pods in a row were answered, not Unavailable, after the ClusterRoleBinding was deleted")
 		}
 		p := createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rbac-denied-%d", i)}, Spec: podSpec()})
 		err := pollErr(time.Minute, func() error { return deniedGet(p.Name) })
