@@ -202,7 +202,7 @@ func kubectl(args ...string) (string, error) {
 
 // readEnv reads the KEY=VALUE lines cluster-up.sh wrote.
 func readEnv(path string) (map[string]string, error) {
-	return e2eutil.ReadEnvFile(path, "KUBECTL", "KUBECONFIG_ADMIN", "NODE_NAME", "POD_RESOURCES_SOCK", "PROXY_SOCKET_DIR", "PAUSE_IMAGE", "CTR", "CONTAINERD_SOCK")
+	return e2eutil.ReadEnvFile(path, "KUBECTL", "KUBECONFIG_ADMIN", "NODE_NAME", "POD_RESOURCES_SOCK", "PROXY_SOCKET_DIR", "PAUSE_IMAGE", "CTR", "CONTAINERD_SOCK", "PROXY_STATE_DIR")
 }
 
 // envOr, poll, pollErr and permanentf are test/e2eutil's.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -651,11 +653,6 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 		t.Fatalf("only %d running test pods: the earlier tests did not leave their workloads", len(want))
 	}
 	old := daemonPod(t, "podres-proxy")
-	before, err := metric(`podres_proxy_kubelet_pods_reads_total`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the old daemon read /pods %v times", before)
 
 	// A monitoring agent's pod (DCGM exporter, RTE): List every 100 ms on
 	// the socket the DaemonSet serves on the host, mounted as such an
@@ -729,15 +726,68 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 	t.Logf("%d Lists from the consumer pod: %d errors (from %s to %s), %d wrong answers; update began %s, new daemon Ready %s",
 		len(records), errs, firstErr.Format(time.TimeOnly+".000"), lastErr.Format(time.TimeOnly+".000"), wrong,
 		setAt.Format(time.TimeOnly+".000"), readyAt.Format(time.TimeOnly))
-	// The new daemon found the store its predecessor wrote: it answers the
-	// running pods without reading the kubelet's /pods again.
-	reads, err := metric(`podres_proxy_kubelet_pods_reads_total`)
+	// The new daemon found the store its predecessor wrote: every running
+	// test pod's allocation is the one learned before the update began. A
+	// /pods read does not reset that time for an allocation it already
+	// has; a store that did not carry over has no record, or one learned
+	// after. (The new daemon may still read /pods once: it serves before
+	// NRI's Synchronize has told it about its own new pod.)
+	recs := storeRecords(t)
+	for _, p := range list.Items {
+		if _, ok := want[p.Name]; !ok {
+			continue
+		}
+		r, ok := recs[string(p.UID)]
+		switch {
+		case !ok:
+			t.Errorf("the new daemon's store has no record of pod %s (%s)", p.Name, p.UID)
+		case r.Sources.Annotations == nil:
+			t.Errorf("the new daemon's record of pod %s has no allocation", p.Name)
+		case !r.Sources.Annotations.At.Before(setAt):
+			t.Errorf("the new daemon re-learned pod %s's allocation from %s at %s, after the update began at %s",
+				p.Name, r.Sources.Annotations.Source, r.Sources.Annotations.At.Format(time.TimeOnly+".000"), setAt.Format(time.TimeOnly+".000"))
+		}
+	}
+	if reads, err := metric(`podres_proxy_kubelet_pods_reads_total`); err == nil {
+		t.Logf("the new daemon read /pods %v times", reads)
+	}
+}
+
+// storeRecord is the part of `podres-proxy inspect -o json` the suite
+// reads: where and when a record's allocation was learned.
+type storeRecord struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Sources   struct {
+		Annotations *struct {
+			Source string    `json:"source"`
+			At     time.Time `json:"at"`
+		} `json:"annotations"`
+	} `json:"sources"`
+}
+
+// storeRecords runs `podres-proxy inspect -o json` (the binary cluster-up
+// packed into the image) on the daemon's state directory on the host, and
+// returns its records by pod UID.
+func storeRecords(t *testing.T) map[string]storeRecord {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(h.root, "images", "podres-proxy"), "inspect", "--state-dir", h.env["PROXY_STATE_DIR"], "-o", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("podres-proxy inspect: %v: %s", err, stderr.String())
 	}
-	if reads != 0 {
-		t.Errorf("the new daemon read /pods %v times: it re-learned pods its predecessor had stored", reads)
+	var recs []storeRecord
+	if err := json.Unmarshal(out, &recs); err != nil {
+		t.Fatalf("decode podres-proxy inspect -o json: %v", err)
 	}
+	byUID := map[string]storeRecord{}
+	for _, r := range recs {
+		byUID[r.UID] = r
+	}
+	return byUID
 }
 
 // consumerRecord is one line of test/listloop's output.
