@@ -11,7 +11,7 @@ ROOT ?= /var/tmp/podres-node
 build: ## the static binary, into _output/bin, built as the Dockerfile builds it
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o _output/bin/podres-proxy ./cmd/podres-proxy
 
-test: ## the test command (CI's): lint, unit tests with -race, fuzzing, e2e as root
+test: ## the test command (CI's): lint, unit tests with -race, fuzzing, the node and cluster e2e suites as root
 	hack/test.sh
 
 test-from-empty: ## the test command with empty Go module, build and node caches

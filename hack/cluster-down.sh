@@ -52,24 +52,6 @@ shim_pids() {
 	done
 }
 
-# unmount_under DIR unmounts every mount point under DIR (DIR included),
-# deepest first.
-unmount_under() {
-	local mounts m n=0
-	mounts="$(awk -v r="$1" '$5 == r || index($5, r "/") == 1 { print $5 }' /proc/self/mountinfo |
-		awk '{ print length($0) " " $0 }' | sort -rn | cut -d' ' -f2-)"
-	[[ -n "${mounts}" ]] || return 0
-	while read -r m; do
-		m="$(printf '%b' "${m}")"
-		if umount "${m}" 2>/dev/null || umount -l "${m}" 2>/dev/null; then
-			n=$((n + 1))
-		else
-			log "WARNING: could not unmount ${m}"
-		fi
-	done <<<"${mounts}"
-	log "unmounted ${n} mount(s) under $1"
-}
-
 remove_iptables_chain() {
 	local table_rules
 	table_rules="$(iptables -t nat -S 2>/dev/null)" || return 0

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # the variables are used by the scripts that source this file
-# Shared settings and helpers of the test-node scripts (build-node.sh,
-# node-up.sh, node-down.sh). Source it; it defines no behaviour of its own.
+# Shared settings and helpers of the test-node and cluster scripts (build-*.sh,
+# node-up.sh, node-down.sh, cluster-up.sh, cluster-down.sh, ...). Source it;
+# it defines no behaviour of its own.
 #
 # Versions and paths (each can be overridden from the environment):
 #   PODRES_CACHE          cache of built artifacts (default <repo>/_output/cache)
@@ -282,6 +283,139 @@ unless_dead() {
 	fi
 	"$@"
 }
+
+# write_containerd_config writes CONTAINERD_DIR/config.toml: containerd
+# with NRI on NRI_SOCK, CRI on CONTAINERD_SOCK with the cached pause image
+# pinned, the native snapshotter, and CNI from CNI_BIN_DIR and the system's
+# plugins with CNI_CONF_DIR's one network.
+write_containerd_config() {
+	local sandbox_image
+	sandbox_image="$(cat "$(pause_cache_dir)/image-name")"
+	cat >"${CONTAINERD_DIR}/config.toml" <<EOF
+# written by hack/$(basename "$0")
+version = 3
+root = '${CONTAINERD_DIR}/root'
+state = '${CONTAINERD_DIR}/state'
+imports = []
+disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.zfs', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.erofs']
+
+[grpc]
+  address = '${CONTAINERD_SOCK}'
+
+[ttrpc]
+  address = '${CONTAINERD_SOCK}.ttrpc'
+
+[debug]
+  level = 'info'
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = '${CONTAINERD_DIR}/opt'
+
+  [plugins.'io.containerd.image-verifier.v1.bindir']
+    bin_dir = '${CONTAINERD_DIR}/image-verifier/bin'
+
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    socket_path = '${NRI_SOCK}'
+    plugin_path = '${NRI_DIR}/plugins'
+    plugin_config_path = '${NRI_DIR}/conf.d'
+
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'native'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '${sandbox_image}'
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    # Without it the sandbox asks for oom_score_adj -998, which needs
+    # CAP_SYS_RESOURCE, and runc fails.
+    restrict_oom_score_adj = true
+    # Network namespaces under ROOT, so node-down.sh and cluster-down.sh
+    # find and unmount them.
+    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      Root = '${ROOT}/runc'
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['${CNI_BIN_DIR}', '${CNI_SYSTEM_BIN_DIR}']
+      conf_dir = '${CNI_CONF_DIR}'
+      max_conf_num = 1
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = '127.0.0.1'
+    stream_server_port = '0'
+EOF
+}
+
+# kubelet_config_common prints the KubeletConfiguration lines every test
+# kubelet shares (node-up.sh's and cluster-up.sh's): no cgroup v1, no QoS
+# cgroups or node allocatable enforcement, swap allowed, pod logs under LOGS,
+# and neither image GC nor eviction, which a test on a full disk would
+# otherwise trigger.
+kubelet_config_common() {
+	cat <<EOF
+failCgroupV1: false
+cgroupsPerQOS: false
+cgroupDriver: cgroupfs
+enforceNodeAllocatable: []
+failSwapOn: false
+podLogsDir: ${LOGS}/pods
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 1Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+EOF
+}
+
+# write_cni_config writes CNI_CONF_DIR's one network, CNI_NETWORK: the bridge
+# plugin on CNI_BRIDGE with host-local addresses from CNI_SUBNET, behind
+# CNI_META_PLUGIN when that is set (a JSON object, a Multus-like plugin that
+# gets the bridge as its "delegate"). ENV_NAME names where CNI_META_PLUGIN
+# came from, for the error. Usage: write_cni_config ENV_NAME
+write_cni_config() {
+	local bridge plugins
+	bridge="$(jq -n --arg br "${CNI_BRIDGE}" --arg subnet "${CNI_SUBNET}" --arg data "${ROOT}/cni/ipam" '{
+		type: "bridge", bridge: $br, isGateway: true, ipMasq: false, hairpinMode: true,
+		ipam: {type: "host-local", ranges: [[{subnet: $subnet}]], dataDir: $data}
+	}')"
+	plugins="[${bridge}]"
+	if [[ -n "${CNI_META_PLUGIN}" ]]; then
+		plugins="$(jq -n --argjson meta "${CNI_META_PLUGIN}" --argjson bridge "${bridge}" \
+			'[$meta + {delegate: $bridge}]')" || die "$1 is not a JSON object"
+	fi
+	jq -n --arg name "${CNI_NETWORK}" --argjson plugins "${plugins}" \
+		'{cniVersion: "1.0.0", name: $name, plugins: $plugins}' >"${CNI_CONF_DIR}/10-${CNI_NETWORK}.conflist"
+	log "CNI: network ${CNI_NETWORK} on bridge ${CNI_BRIDGE} (${CNI_SUBNET}), plugins: $(jq -r '[.plugins[].type] | join(",")' "${CNI_CONF_DIR}/10-${CNI_NETWORK}.conflist")"
+}
+
+# ---------------------------------------------------------------------------
+# Teardown (node-down.sh, cluster-down.sh)
+
+# unmount_under DIR unmounts every mount point under DIR (DIR included),
+# deepest first.
+unmount_under() {
+	local mounts m n=0
+	mounts="$(awk -v r="$1" '$5 == r || index($5, r "/") == 1 { print $5 }' /proc/self/mountinfo |
+		awk '{ print length($0) " " $0 }' | sort -rn | cut -d' ' -f2-)"
+	[[ -n "${mounts}" ]] || return 0
+	while read -r m; do
+		# mountinfo escapes spaces and the like as octal: decode them.
+		m="$(printf '%b' "${m}")"
+		if umount "${m}" 2>/dev/null || umount -l "${m}" 2>/dev/null; then
+			n=$((n + 1))
+		else
+			log "WARNING: could not unmount ${m}"
+		fi
+	done <<<"${mounts}"
+	log "unmounted ${n} mount(s) under $1"
+}
+
+# ---------------------------------------------------------------------------
+# Node checks
 
 # ctr_ runs ctr against the node's containerd.
 ctr_() {

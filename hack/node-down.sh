@@ -101,24 +101,6 @@ stop_processes() {
 	rm -f "${PIDS}"
 }
 
-# unmount_all unmounts every mount point under ROOT, deepest first.
-unmount_all() {
-	local mounts m n=0
-	mounts="$(awk -v r="${ROOT}/" 'index($5, r) == 1 { print $5 }' /proc/self/mountinfo |
-		awk '{ print length($0) " " $0 }' | sort -rn | cut -d' ' -f2-)"
-	[[ -n "${mounts}" ]] || return 0
-	while read -r m; do
-		# mountinfo escapes spaces and the like as octal: decode them.
-		m="$(printf '%b' "${m}")"
-		if umount "${m}" 2>/dev/null || umount -l "${m}" 2>/dev/null; then
-			n=$((n + 1))
-		else
-			log "WARNING: could not unmount ${m}"
-		fi
-	done <<<"${mounts}"
-	log "unmounted ${n} mount(s) under ${ROOT}"
-}
-
 # clean_network removes the node's bridge and CNI cache entries.
 clean_network() {
 	local bridge="" network=""
@@ -193,7 +175,7 @@ main() {
 	log "stopping the node under ${ROOT}"
 	stop_processes
 	clean_shim_sockets
-	unmount_all
+	unmount_under "${ROOT}"
 	clean_network
 	clean_host_device_plugin_dir
 	if [[ -n "${PODRES_NODE_PURGE:-}" ]]; then

@@ -123,81 +123,6 @@ write_node_env() {
 	} >"${ROOT}/node.env"
 }
 
-write_containerd_config() {
-	local pause_image
-	pause_image="$(cat "$(pause_cache_dir)/image-name")"
-	cat >"${CONTAINERD_DIR}/config.toml" <<EOF
-# written by hack/node-up.sh
-version = 3
-root = '${CONTAINERD_DIR}/root'
-state = '${CONTAINERD_DIR}/state'
-imports = []
-disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.zfs', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.erofs']
-
-[grpc]
-  address = '${CONTAINERD_SOCK}'
-
-[ttrpc]
-  address = '${CONTAINERD_SOCK}.ttrpc'
-
-[debug]
-  level = 'info'
-
-[plugins]
-  [plugins.'io.containerd.internal.v1.opt']
-    path = '${CONTAINERD_DIR}/opt'
-
-  [plugins.'io.containerd.image-verifier.v1.bindir']
-    bin_dir = '${CONTAINERD_DIR}/image-verifier/bin'
-
-  [plugins.'io.containerd.nri.v1.nri']
-    disable = false
-    socket_path = '${NRI_SOCK}'
-    plugin_path = '${NRI_DIR}/plugins'
-    plugin_config_path = '${NRI_DIR}/conf.d'
-
-  [plugins.'io.containerd.cri.v1.images']
-    snapshotter = 'native'
-    [plugins.'io.containerd.cri.v1.images'.pinned_images]
-      sandbox = '${pause_image}'
-
-  [plugins.'io.containerd.cri.v1.runtime']
-    # Without it the sandbox asks for oom_score_adj -998, which needs
-    # CAP_SYS_RESOURCE, and runc fails.
-    restrict_oom_score_adj = true
-    # Network namespaces under ROOT, so node-down.sh finds and unmounts them.
-    netns_mounts_under_state_dir = true
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = 'io.containerd.runc.v2'
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-      Root = '${ROOT}/runc'
-    [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ['${CNI_BIN_DIR}', '${CNI_SYSTEM_BIN_DIR}']
-      conf_dir = '${CNI_CONF_DIR}'
-      max_conf_num = 1
-
-  [plugins.'io.containerd.grpc.v1.cri']
-    stream_server_address = '127.0.0.1'
-    stream_server_port = '0'
-EOF
-}
-
-write_cni_config() {
-	local bridge
-	bridge="$(jq -n --arg br "${CNI_BRIDGE}" --arg subnet "${CNI_SUBNET}" --arg data "${ROOT}/cni/ipam" '{
-		type: "bridge", bridge: $br, isGateway: true, ipMasq: false, hairpinMode: true,
-		ipam: {type: "host-local", ranges: [[{subnet: $subnet}]], dataDir: $data}
-	}')"
-	local plugins="[${bridge}]"
-	if [[ -n "${CNI_META_PLUGIN}" ]]; then
-		plugins="$(jq -n --argjson meta "${CNI_META_PLUGIN}" --argjson bridge "${bridge}" \
-			'[$meta + {delegate: $bridge}]')" || die "PODRES_CNI_META_PLUGIN is not a JSON object"
-	fi
-	jq -n --arg name "${CNI_NETWORK}" --argjson plugins "${plugins}" \
-		'{cniVersion: "1.0.0", name: $name, plugins: $plugins}' >"${CNI_CONF_DIR}/10-${CNI_NETWORK}.conflist"
-	log "CNI: network ${CNI_NETWORK} on bridge ${CNI_BRIDGE} (${CNI_SUBNET}), plugins: $(jq -r '[.plugins[].type] | join(",")' "${CNI_CONF_DIR}/10-${CNI_NETWORK}.conflist")"
-}
-
 write_kubelet_config() {
 	cat >"${ROOT}/kubelet-config.yaml" <<EOF
 # written by hack/node-up.sh: a standalone kubelet for tests only
@@ -219,19 +144,7 @@ authentication:
     enabled: false
 authorization:
   mode: AlwaysAllow
-failCgroupV1: false
-cgroupsPerQOS: false
-cgroupDriver: cgroupfs
-enforceNodeAllocatable: []
-failSwapOn: false
-podLogsDir: ${LOGS}/pods
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: 1Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
+$(kubelet_config_common)
 EOF
 }
 
@@ -261,7 +174,7 @@ main() {
 	prepare_root
 	write_node_env
 	write_containerd_config
-	write_cni_config
+	write_cni_config PODRES_CNI_META_PLUGIN
 	write_kubelet_config
 	write_start_scripts
 	log "node ${NODE_NAME} under ${ROOT} (containerd ${CONTAINERD_VERSION}, kubelet ${KUBERNETES_VERSION})"

@@ -5,7 +5,7 @@
 // authorization). Its tests run only when asked for, as root:
 //
 //	hack/build-cluster.sh                      # once; cached afterwards
-//	PODRES_E2E=1 go test -v -count=1 -timeout 60m ./test/cluster/
+//	PODRES_E2E=1 go test -v -count=1 -timeout 40m ./test/cluster/
 //
 // Without PODRES_E2E=1 (plain `go test ./...`) every test skips.
 //
@@ -16,6 +16,12 @@
 // probe (test/cniprobe) in front of the bridge plugin: during each pod's CNI
 // ADD it asks podres-proxy's socket, as the DaemonSet serves it on the host,
 // for the pod's koordinator.sh/rdma devices, and records what it got.
+// A pod holding a VF and a GPU is read by the DCGM exporter, NFD
+// topology-updater, Multus and Kata emulations of test/clients, which must
+// agree. The rolling update of the DaemonSet runs under a consumer pod
+// (test/listloop, packed by hack/ociimage and imported into the cluster's
+// containerd) that calls List every 100 ms through the socket's hostPath
+// directory, as a monitoring agent does; its log is the record judged.
 // The last test uninstalls the kustomize objects and installs the Helm chart
 // (deploy/helm/podres-proxy, with Helm's Go SDK), and runs the smoke check
 // again.

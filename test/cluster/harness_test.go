@@ -1,12 +1,9 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/podres-proxy/podres-proxy/test/binder"
+	"github.com/podres-proxy/podres-proxy/test/e2eutil"
 )
 
 // The binder's scheduler name: the one podres-proxy believes Koordinator's
@@ -43,13 +41,11 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	if os.Getenv("PODRES_E2E") != "1" {
-		fmt.Println("cluster: PODRES_E2E is not 1: every test skips (see doc.go)")
-		return m.Run()
-	}
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "cluster: PODRES_E2E=1 needs root (it starts a cluster)")
+	if run, err := e2eutil.Enabled("cluster", "it starts a cluster"); err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
 		return 1
+	} else if !run {
+		return m.Run()
 	}
 	var err error
 	h, err = newHarness()
@@ -90,7 +86,7 @@ func newHarness() (*harness, error) {
 
 func (h *harness) setup() error {
 	probeBin := filepath.Join(h.root, "cni", "bin", "podres-cniprobe")
-	if err := h.goBuild(probeBin, "./test/cniprobe"); err != nil {
+	if err := h.runner().GoBuild(probeBin, "./test/cniprobe"); err != nil {
 		return err
 	}
 	os.Remove(h.probeRecords)
@@ -124,11 +120,35 @@ func (h *harness) setup() error {
 	if err != nil {
 		return fmt.Errorf("client for the cluster: %w", err)
 	}
+	if err := h.importConsumerImage(); err != nil {
+		return err
+	}
 	h.binder = &binder.Binder{Client: h.client, SchedulerName: schedulerName, NodeName: h.env["NODE_NAME"]}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stopBinder = cancel
 	go func() { _ = h.binder.Run(ctx) }()
 	return nil
+}
+
+// consumerImage is test/listloop's image, the rolling update's consumer pod.
+const consumerImage = "docker.io/library/podres-listloop:test"
+
+// importConsumerImage builds test/listloop, packs it as hack/ociimage packs
+// the daemon (one static binary on an empty base) and imports it into the
+// cluster's containerd.
+func (h *harness) importConsumerImage() error {
+	bin := filepath.Join(h.root, "images", "listloop")
+	if err := h.runner().GoBuild(bin, "./test/listloop"); err != nil {
+		return err
+	}
+	pack := exec.Command(e2eutil.GoBin(), "run", "./hack/ociimage", "-binary", bin, "-name", consumerImage,
+		"-path", "/listloop", "-entrypoint", "/listloop", "-cmd", "", "-user", "0", "-o", bin+".tar")
+	pack.Dir = h.repo
+	if err := h.runner().Run("pack-listloop", pack); err != nil {
+		return err
+	}
+	return h.runner().Run("import-listloop", exec.Command(h.env["CTR"], "--address", h.env["CONTAINERD_SOCK"],
+		"-n", "k8s.io", "images", "import", "--local", "--snapshotter", "native", bin+".tar"))
 }
 
 func (h *harness) teardown() {
@@ -161,51 +181,11 @@ func (h *harness) saveArtifacts() {
 // script runs a hack/ script; arguments of the form PODRES_X=Y go into its
 // environment.
 func (h *harness) script(name, path string, argsAndEnv ...string) error {
-	var args, env []string
-	for _, a := range argsAndEnv {
-		if strings.HasPrefix(a, "PODRES_") && strings.Contains(a, "=") {
-			env = append(env, a)
-		} else {
-			args = append(args, a)
-		}
-	}
-	cmd := exec.Command("bash", append([]string{filepath.Join(h.repo, path)}, args...)...)
-	cmd.Dir = h.repo
-	cmd.Env = append(os.Environ(), env...)
-	return h.runLogged(name, cmd)
+	return h.runner().Script(context.Background(), name, path, argsAndEnv...)
 }
 
-// runLogged runs cmd with its output streamed to stderr and appended to
-// artifacts/NAME.log.
-func (h *harness) runLogged(name string, cmd *exec.Cmd) error {
-	f, err := os.OpenFile(filepath.Join(h.artifacts, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("open %s's log: %w", name, err)
-	}
-	defer f.Close()
-	w := io.MultiWriter(f, os.Stderr)
-	cmd.Stdout, cmd.Stderr = w, w
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s failed after %v (log %s): %w", name, time.Since(start).Round(time.Second), f.Name(), err)
-	}
-	fmt.Fprintf(os.Stderr, "cluster: %s took %v\n", name, time.Since(start).Round(100*time.Millisecond))
-	return nil
-}
-
-// goBuild builds a package of the repo into out.
-func (h *harness) goBuild(out, pkg string) error {
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(out), err)
-	}
-	goBin := "go"
-	if _, err := exec.LookPath(goBin); err != nil {
-		goBin = "/usr/local/go/bin/go"
-	}
-	cmd := exec.Command(goBin, "build", "-o", out, pkg)
-	cmd.Dir = h.repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	return h.runLogged("go-build-"+filepath.Base(out), cmd)
+func (h *harness) runner() e2eutil.Runner {
+	return e2eutil.Runner{Repo: h.repo, Artifacts: h.artifacts, Suite: "cluster"}
 }
 
 // kubectl runs the cluster's kubectl as the cluster admin and returns its
@@ -220,38 +200,21 @@ func kubectl(args ...string) (string, error) {
 	return string(out), nil
 }
 
-// readEnv reads the KEY=VALUE lines cluster-up.sh wrote (values quoted by
-// bash's printf %q, which plain paths and words never need).
+// readEnv reads the KEY=VALUE lines cluster-up.sh wrote.
 func readEnv(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read the cluster's settings: %w", err)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
-			if strings.ContainsAny(v, `\'"$`) {
-				return nil, fmt.Errorf("%s: %s has a quoted value, which this reader does not decode", path, k)
-			}
-			env[k] = v
-		}
-	}
-	for _, k := range []string{"KUBECTL", "KUBECONFIG_ADMIN", "NODE_NAME", "POD_RESOURCES_SOCK", "PROXY_SOCKET_DIR", "PAUSE_IMAGE"} {
-		if env[k] == "" {
-			return nil, fmt.Errorf("%s has no %s", path, k)
-		}
-	}
-	return env, sc.Err()
+	return e2eutil.ReadEnvFile(path, "KUBECTL", "KUBECONFIG_ADMIN", "NODE_NAME", "POD_RESOURCES_SOCK", "PROXY_SOCKET_DIR", "PAUSE_IMAGE", "CTR", "CONTAINERD_SOCK", "PROXY_STATE_DIR")
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
+// envOr, poll, pollErr and permanentf are test/e2eutil's.
+var (
+	envOr      = e2eutil.EnvOr
+	pollErr    = e2eutil.PollErr
+	permanentf = e2eutil.Permanentf
+)
+
+func poll(t *testing.T, timeout time.Duration, what string, fn func() error) {
+	t.Helper()
+	e2eutil.Poll(t, timeout, what, fn)
 }
 
 // requireCluster skips the test unless the suite started a cluster.
@@ -260,34 +223,4 @@ func requireCluster(t *testing.T) {
 	if h == nil || h.client == nil {
 		t.Skip("cluster e2e disabled: set PODRES_E2E=1 and run as root (see doc.go)")
 	}
-}
-
-// poll calls fn every 100 ms until it returns nil, a permanent error or
-// timeout passes, and fails the test with fn's last error.
-func poll(t *testing.T, timeout time.Duration, what string, fn func() error) {
-	t.Helper()
-	if err := pollErr(timeout, fn); err != nil {
-		t.Fatalf("%s: not within %v: %v", what, timeout, err)
-	}
-}
-
-// pollErr calls fn every 100 ms until it returns nil, a permanent error or
-// timeout passes, and returns fn's last error.
-func pollErr(timeout time.Duration, fn func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		var perm permanentError
-		if err == nil || errors.As(err, &perm) || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// permanentError stops poll: waiting longer cannot help.
-type permanentError struct{ error }
-
-func permanentf(format string, args ...any) error {
-	return permanentError{fmt.Errorf(format, args...)}
 }

@@ -8,11 +8,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/test/binder"
+	"github.com/podres-proxy/podres-proxy/test/clients"
+	"github.com/podres-proxy/podres-proxy/test/e2eutil"
 )
 
 // The namespace the test's workloads run in.
@@ -79,6 +82,14 @@ func probeAdds(uid types.UID) ([]probeRecord, error) {
 // allocatedVFs returns the VF addresses the binder wrote on the pod.
 func allocatedVFs(t *testing.T, uid types.UID) []string {
 	t.Helper()
+	vfs, _ := allocated(t, uid)
+	return vfs
+}
+
+// allocated returns the VF addresses and the GPU UUIDs the binder wrote on
+// the pod, each sorted.
+func allocated(t *testing.T, uid types.UID) (vfs, gpus []string) {
+	t.Helper()
 	ann, ok := h.binder.Allocation(uid)
 	if !ok {
 		t.Fatalf("the binder did not place pod %s", uid)
@@ -91,33 +102,51 @@ func allocatedVFs(t *testing.T, uid types.UID) []string {
 				} `json:"vfs"`
 			} `json:"extension"`
 		} `json:"rdma"`
+		GPU []struct {
+			ID string `json:"id"`
+		} `json:"gpu"`
 	}
 	if err := json.Unmarshal([]byte(ann), &alloc); err != nil {
 		t.Fatalf("the binder's annotation %q: %v", ann, err)
 	}
-	var out []string
 	for _, d := range alloc.RDMA {
 		for _, vf := range d.Extension.VFs {
-			out = append(out, vf.BusID)
+			vfs = append(vfs, vf.BusID)
 		}
 	}
-	slices.Sort(out)
-	return out
+	for _, g := range alloc.GPU {
+		gpus = append(gpus, g.ID)
+	}
+	slices.Sort(vfs)
+	slices.Sort(gpus)
+	return vfs, gpus
 }
+
+// proxySocket is podres-proxy's socket, where the DaemonSet serves it on
+// the host.
+func proxySocket() string { return h.env["PROXY_SOCKET_DIR"] + "/kubelet.sock" }
 
 // proxyGet asks podres-proxy's socket, where the DaemonSet serves it on the
 // host, for one pod.
-func proxyGet(namespace, name string) (*podresourcesv1.GetPodResourcesResponse, error) {
-	conn, err := grpc.NewClient("unix://"+h.env["PROXY_SOCKET_DIR"]+"/kubelet.sock",
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+func proxyGet(namespace, name string) (resp *podresourcesv1.GetPodResourcesResponse, err error) {
+	err = callProxy(func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) error {
+		resp, err = c.Get(ctx, &podresourcesv1.GetPodResourcesRequest{PodName: name, PodNamespace: namespace})
+		return err
+	})
+	return resp, err
+}
+
+// callProxy calls fn on a new connection to podres-proxy's socket, with a
+// 10 s deadline.
+func callProxy(fn func(context.Context, podresourcesv1.PodResourcesListerClient) error) error {
+	conn, err := grpc.NewClient("unix://"+proxySocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return podresourcesv1.NewPodResourcesListerClient(conn).Get(ctx,
-		&podresourcesv1.GetPodResourcesRequest{PodName: name, PodNamespace: namespace})
+	return fn(ctx, podresourcesv1.NewPodResourcesListerClient(conn))
 }
 
 // containerDevices maps each container of the answer to its device ids of
@@ -426,6 +455,101 @@ func TestStatefulSetSuccessorSeesOnlyItsOwnDevices(t *testing.T) {
 	checkOwnVFs(t, successor, "app")
 }
 
+func TestDCGMNFDAndGetStyleClientsAgree(t *testing.T) {
+	requireCluster(t)
+	// A training pod: its app container holds a VF and a whole GPU
+	// (Koordinator's gpu-core: 100), its sidecar nothing.
+	spec := podSpec()
+	spec.Containers[0].Resources.Limits[binder.GPUCoreResource] = resource.MustParse("100")
+	spec.Containers = append(spec.Containers, corev1.Container{Name: "sidecar", Image: h.env["PAUSE_IMAGE"], ImagePullPolicy: corev1.PullNever})
+	pod := waitReady(t, createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "clients"}, Spec: spec}).Name)
+	vfs, gpus := allocated(t, pod.UID)
+	if len(vfs) != 1 || len(gpus) != 1 {
+		t.Fatalf("the binder allocated VFs %v and GPUs %v, want one of each", vfs, gpus)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	socket := proxySocket()
+
+	// Multus (v1 List): the pod's VF.
+	if ids, err := clients.MultusDeviceIDs(ctx, socket, testNamespace, pod.Name, binder.RDMAResource); err != nil {
+		t.Errorf("Multus: %v", err)
+	} else if !slices.Equal(slices.Sorted(slices.Values(ids)), vfs) {
+		t.Errorf("Multus hands on %v, want the pod's VF %v", ids, vfs)
+	}
+	// DCGM exporter (v1 List, and v1alpha1 before 4.2.3-4.1.1): the GPU's
+	// metrics carry the app container's labels.
+	want := clients.GPUOwner{Namespace: testNamespace, Pod: pod.Name, Container: "app"}
+	if owners, err := clients.DCGMDeviceToPod(ctx, socket); err != nil {
+		t.Errorf("DCGM exporter: %v", err)
+	} else if owners[gpus[0]] != want {
+		t.Errorf("DCGM exporter labels GPU %s with %+v, want %+v", gpus[0], owners[gpus[0]], want)
+	}
+	if owners, err := clients.DCGMV1alpha1DeviceToPod(ctx, socket); err != nil {
+		t.Errorf("DCGM exporter (v1alpha1): %v", err)
+	} else if owners[gpus[0]] != want {
+		t.Errorf("DCGM exporter (v1alpha1) labels GPU %s with %+v, want %+v", gpus[0], owners[gpus[0]], want)
+	}
+	// Get-style clients (Kata, nri-plugins): Get answers the pod as List
+	// does, the devices on the app container only.
+	resp, err := proxyGet(testNamespace, pod.Name)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	for res, ids := range map[string][]string{binder.RDMAResource: vfs, binder.NvidiaGPU: gpus} {
+		got := containerDevices(resp, res)
+		if !slices.Equal(got["app"], ids) || len(got["sidecar"]) > 0 {
+			t.Errorf("Get gives %s %v, want %v on app only", res, got, ids)
+		}
+	}
+	wantCDI := []string{binder.RDMAResource + "=" + vfs[0], binder.NvidiaGPU + "=" + gpus[0]}
+	slices.Sort(wantCDI)
+	if cdi, err := clients.KataCDIDevices(ctx, socket, testNamespace, pod.Name); err != nil {
+		t.Errorf("Kata: %v", err)
+	} else if slices.Sort(cdi); !slices.Equal(cdi, wantCDI) {
+		t.Errorf("Kata cold-plugs %v, want %v", cdi, wantCDI)
+	}
+	// NFD's topology-updater (GetAllocatableResources, then List): it
+	// accounts the pod's devices from List as the allocatable answer
+	// allows, against its NUMA node when the answer has the device, else as
+	// an unknown id it skips, and no count goes below zero.
+	free, unknown, err := clients.NFDFreePerNUMA(ctx, socket)
+	if err != nil {
+		t.Fatalf("NFD: %v", err)
+	}
+	for k, n := range free {
+		if n < 0 {
+			t.Errorf("NFD counts %d free %s on NUMA node %d", n, k.Resource, k.NUMA)
+		}
+	}
+	alloc, err := allocatable()
+	if err != nil {
+		t.Fatalf("GetAllocatableResources: %v", err)
+	}
+	for _, id := range wantCDI {
+		if slices.Contains(alloc, id) == slices.Contains(unknown, id) {
+			t.Errorf("NFD: %s is allocatable %v and unknown %v: NFD did not read it from List as the allocatable answer says",
+				id, slices.Contains(alloc, id), slices.Contains(unknown, id))
+		}
+	}
+}
+
+// allocatable returns "resource=id" for every device of podres-proxy's
+// GetAllocatableResources answer.
+func allocatable() ([]string, error) {
+	var out []string
+	err := callProxy(func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) error {
+		resp, err := c.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
+		for _, d := range resp.GetDevices() {
+			for _, id := range d.GetDeviceIds() {
+				out = append(out, d.GetResourceName()+"="+id)
+			}
+		}
+		return err
+	})
+	return out, err
+}
+
 func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
 	requireCluster(t)
 	daemon := daemonPod(t, "podres-proxy")
@@ -442,9 +566,10 @@ func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
 	// fine-grained authorization, nodes/pods and then nodes/proxy).
 	denied := regexp.MustCompile(`403 Forbidden.*user=system:serviceaccount:podres-proxy:podres-proxy, verb=get, resource=nodes, subresource\(s\)=\[pods`)
 	deniedGet := func(name string) error {
-		_, err := proxyGet(testNamespace, name)
+		resp, err := proxyGet(testNamespace, name)
 		if err == nil {
-			return permanentf("Get of %s answered with its devices", name)
+			return permanentf("Get of %s answered (%s devices %v) instead of Unavailable",
+				name, binder.RDMAResource, containerDevices(resp, binder.RDMAResource))
 		}
 		if status.Code(err) == codes.Unavailable && denied.MatchString(status.Convert(err).Message()) {
 			return nil
@@ -457,13 +582,13 @@ func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
 	var pod *corev1.Pod
 	for i := 0; pod == nil; i++ {
 		if i == 5 {
-			t.Fatal("five new pods in a row were answered with their devices after the ClusterRoleBinding was deleted")
+			t.Fatal("five new pods in a row were answered, not Unavailable, after the ClusterRoleBinding was deleted")
 		}
 		p := createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rbac-denied-%d", i)}, Spec: podSpec()})
 		err := pollErr(time.Minute, func() error { return deniedGet(p.Name) })
 		if err == nil {
 			pod = p
-		} else if _, perm := err.(permanentError); !perm {
+		} else if !e2eutil.IsPermanent(err) {
 			t.Fatalf("Get of a new pod answered Unavailable with the kubelet's 403: not within a minute: %v", err)
 		} else {
 			t.Logf("%v: the kubelet still had podres-proxy's access cached", err)
@@ -512,9 +637,10 @@ func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
 
 func TestRollingUpdateUnderAListLoop(t *testing.T) {
 	requireCluster(t)
+	ctx := context.Background()
 	// What every running test pod must be listed with: its own VFs.
 	want := map[string][]string{}
-	list, err := h.client.CoreV1().Pods(testNamespace).List(context.Background(), metav1.ListOptions{})
+	list, err := h.client.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,39 +654,15 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 	}
 	old := daemonPod(t, "podres-proxy")
 
-	// A monitoring agent's loop (DCGM exporter, RTE): List every 100 ms on
-	// the socket the DaemonSet serves on the host.
-	type result struct {
-		at    time.Time
-		err   error
-		wrong string
-	}
-	var (
-		mu      sync.Mutex
-		results []result
-	)
-	done := make(chan struct{})
-	stop := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			resp, err := proxyList()
-			r := result{at: time.Now(), err: err}
-			if err == nil {
-				r.wrong = wrongAnswer(resp, want)
-			}
-			mu.Lock()
-			results = append(results, r)
-			mu.Unlock()
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	// A monitoring agent's pod (DCGM exporter, RTE): List every 100 ms on
+	// the socket the DaemonSet serves on the host, mounted as such an
+	// agent mounts it (test/listloop).
+	consumer := startConsumer(t)
+	poll(t, time.Minute, "ten right answers in a row before the update", func() error {
+		return rightInARow(t, consumer, want, time.Time{}, 10)
+	})
+
+	setAt := time.Now()
 	if _, err := kubectl("-n", "podres-proxy", "set", "image", "daemonset/podres-proxy", "podres-proxy=podres-proxy:v2"); err != nil {
 		t.Fatal(err)
 	}
@@ -568,90 +670,213 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	updated := daemonPod(t, "podres-proxy")
-	// Keep listing a few seconds against the new daemon.
-	var lastErr time.Time
-	poll(t, time.Minute, "ten right answers in a row from the new daemon", func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for i := len(results) - 1; i >= 0 && results[i].err == nil && results[i].wrong == ""; i-- {
-			n++
-		}
-		if n < 10 {
-			return fmt.Errorf("%d", n)
-		}
-		return nil
-	})
-	close(stop)
-	<-done
 	if updated.UID == old.UID || updated.Spec.Containers[0].Image != "podres-proxy:v2" {
 		t.Fatalf("the DaemonSet was not rolled: pod %s image %s", updated.UID, updated.Spec.Containers[0].Image)
 	}
+	var readyAt time.Time
+	for _, c := range updated.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			readyAt = c.LastTransitionTime.Time
+		}
+	}
+	if readyAt.IsZero() {
+		t.Fatalf("rollout status returned with the new daemon pod %s not Ready", updated.Name)
+	}
+	// Keep listing a few seconds against the new daemon.
+	poll(t, time.Minute, "ten right answers in a row from the new daemon", func() error {
+		return rightInARow(t, consumer, want, readyAt, 10)
+	})
+	records := consumerRecords(t, consumer)
+
+	// No wrong answer at any point; errors only while no daemon serves:
+	// after the update began, before the new daemon was Ready (the
+	// condition's time has a resolution of a second), all Unavailable (no
+	// socket, or nobody behind it) and in one stretch.
 	var errs, wrong int
-	for _, r := range results {
-		if r.wrong != "" {
-			wrong++
-			if wrong <= 5 {
-				t.Errorf("List at %s answered wrongly: %s", r.at.Format(time.TimeOnly+".000"), r.wrong)
-			}
-		}
-		if r.err != nil {
-			errs++
-			lastErr = r.at
-			// Errors only while no daemon serves: the socket is gone or
-			// refuses, never an answer with a gRPC error from a daemon.
-			if c := status.Code(r.err); c != codes.Unavailable {
-				t.Errorf("List at %s failed with %v; only Unavailable (no daemon) is expected", r.at.Format(time.TimeOnly+".000"), r.err)
-			}
-		}
-	}
-	t.Logf("%d Lists during the update: %d errors (the last at %s), %d wrong answers", len(results), errs, lastErr.Format(time.TimeOnly), wrong)
-	// The new daemon found the store its predecessor wrote: it answers the
-	// running pods without reading the kubelet's /pods again.
-	reads, err := metric(`podres_proxy_kubelet_pods_reads_total`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if reads != 0 {
-		t.Errorf("the new daemon read /pods %v times: it re-learned pods its predecessor had stored", reads)
-	}
-}
-
-// proxyList calls List on podres-proxy's socket.
-func proxyList() (*podresourcesv1.ListPodResourcesResponse, error) {
-	conn, err := grpc.NewClient("unix://"+h.env["PROXY_SOCKET_DIR"]+"/kubelet.sock",
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
-}
-
-// wrongAnswer says what is wrong with a List answer: a test pod listed
-// without its own VFs, or with another's. "" when nothing is.
-func wrongAnswer(resp *podresourcesv1.ListPodResourcesResponse, want map[string][]string) string {
-	var out []string
-	for _, p := range resp.GetPodResources() {
-		w, ok := want[p.GetName()]
-		if p.GetNamespace() != testNamespace || !ok {
-			continue
-		}
-		var got []string
-		for _, c := range p.GetContainers() {
-			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == binder.RDMAResource {
-					got = append(got, d.GetDeviceIds()...)
+	var firstErr, lastErr time.Time
+	servedAgain := false
+	for _, r := range records {
+		if r.Code == codes.OK.String() {
+			if w := wrongListing(r.Pods, want); w != "" {
+				wrong++
+				if wrong <= 5 {
+					t.Errorf("List at %s answered wrongly: %s", r.At.Format(time.TimeOnly+".000"), w)
 				}
 			}
+			servedAgain = servedAgain || errs > 0
+			continue
 		}
-		slices.Sort(got)
-		if !slices.Equal(got, w) {
-			out = append(out, fmt.Sprintf("%s has %v, want %v", p.GetName(), got, w))
+		errs++
+		if firstErr.IsZero() {
+			firstErr = r.At
+		}
+		lastErr = r.At
+		at := r.At.Format(time.TimeOnly + ".000")
+		switch {
+		case r.Code != codes.Unavailable.String():
+			t.Errorf("List at %s failed with %s %q; only Unavailable (no daemon) is expected", at, r.Code, r.Error)
+		case r.At.Before(setAt):
+			t.Errorf("List at %s failed (%s) before the update began at %s", at, r.Error, setAt.Format(time.TimeOnly+".000"))
+		case r.At.After(readyAt.Add(time.Second)):
+			t.Errorf("List at %s failed (%s) after the new daemon was Ready at %s", at, r.Error, readyAt.Format(time.TimeOnly))
+		case servedAgain:
+			t.Errorf("List at %s failed (%s) after a daemon had answered again: more than one outage", at, r.Error)
 		}
 	}
+	t.Logf("%d Lists from the consumer pod: %d errors (from %s to %s), %d wrong answers; update began %s, new daemon Ready %s",
+		len(records), errs, firstErr.Format(time.TimeOnly+".000"), lastErr.Format(time.TimeOnly+".000"), wrong,
+		setAt.Format(time.TimeOnly+".000"), readyAt.Format(time.TimeOnly))
+	// The new daemon found the store its predecessor wrote: every running
+	// test pod's allocation is the one learned before the update began. A
+	// /pods read does not reset that time for an allocation it already
+	// has; a store that did not carry over has no record, or one learned
+	// after. (The new daemon may still read /pods once: it serves before
+	// NRI's Synchronize has told it about its own new pod.)
+	recs := storeRecords(t)
+	for _, p := range list.Items {
+		if _, ok := want[p.Name]; !ok {
+			continue
+		}
+		r, ok := recs[string(p.UID)]
+		switch {
+		case !ok:
+			t.Errorf("the new daemon's store has no record of pod %s (%s)", p.Name, p.UID)
+		case r.Sources.Annotations == nil:
+			t.Errorf("the new daemon's record of pod %s has no allocation", p.Name)
+		case !r.Sources.Annotations.At.Before(setAt):
+			t.Errorf("the new daemon re-learned pod %s's allocation from %s at %s, after the update began at %s",
+				p.Name, r.Sources.Annotations.Source, r.Sources.Annotations.At.Format(time.TimeOnly+".000"), setAt.Format(time.TimeOnly+".000"))
+		}
+	}
+	if reads, err := metric(`podres_proxy_kubelet_pods_reads_total`); err == nil {
+		t.Logf("the new daemon read /pods %v times", reads)
+	}
+}
+
+// storeRecord is the part of `podres-proxy inspect -o json` the suite
+// reads: where and when a record's allocation was learned.
+type storeRecord struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Sources   struct {
+		Annotations *struct {
+			Source string    `json:"source"`
+			At     time.Time `json:"at"`
+		} `json:"annotations"`
+	} `json:"sources"`
+}
+
+// storeRecords runs `podres-proxy inspect -o json` (the binary cluster-up
+// packed into the image) on the daemon's state directory on the host, and
+// returns its records by pod UID.
+func storeRecords(t *testing.T) map[string]storeRecord {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(h.root, "images", "podres-proxy"), "inspect", "--state-dir", h.env["PROXY_STATE_DIR"], "-o", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("podres-proxy inspect: %v: %s", err, stderr.String())
+	}
+	var recs []storeRecord
+	if err := json.Unmarshal(out, &recs); err != nil {
+		t.Fatalf("decode podres-proxy inspect -o json: %v", err)
+	}
+	byUID := map[string]storeRecord{}
+	for _, r := range recs {
+		byUID[r.UID] = r
+	}
+	return byUID
+}
+
+// consumerRecord is one line of test/listloop's output.
+type consumerRecord struct {
+	At    time.Time           `json:"at"`
+	Code  string              `json:"code"`
+	Error string              `json:"error"`
+	Pods  map[string][]string `json:"pods"`
+}
+
+// startConsumer starts test/listloop's pod, which mounts the directory of
+// the socket the DaemonSet serves on the host, and waits until it runs.
+func startConsumer(t *testing.T) string {
+	t.Helper()
+	const name = "list-consumer"
+	dir := corev1.HostPathDirectory
+	grace := int64(0)
+	createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:                      h.env["NODE_NAME"],
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "listloop", Image: consumerImage, ImagePullPolicy: corev1.PullNever,
+				Args: []string{"-socket", "/var/run/podres-proxy/pod-resources/kubelet.sock",
+					"-namespace", testNamespace, "-resource", binder.RDMAResource, "-interval", "100ms"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "sockets", MountPath: "/var/run/podres-proxy/pod-resources"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "sockets", VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: h.env["PROXY_SOCKET_DIR"], Type: &dir}}}},
+		},
+	})
+	t.Cleanup(func() {
+		_ = h.client.CoreV1().Pods(testNamespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	})
+	waitReady(t, name)
+	return name
+}
+
+// consumerRecords reads the consumer pod's lines from its log.
+func consumerRecords(t *testing.T, pod string) []consumerRecord {
+	t.Helper()
+	raw, err := h.client.CoreV1().Pods(testNamespace).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("the consumer pod's log: %v", err)
+	}
+	var out []consumerRecord
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var r consumerRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("the consumer pod's line %q: %v", l, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// rightInARow fails unless the consumer's last n answers after since were
+// all right.
+func rightInARow(t *testing.T, pod string, want map[string][]string, since time.Time, n int) error {
+	records := consumerRecords(t, pod)
+	got := 0
+	for i := len(records) - 1; i >= 0 && records[i].At.After(since); i-- {
+		r := records[i]
+		if r.Code != codes.OK.String() || wrongListing(r.Pods, want) != "" {
+			break
+		}
+		got++
+	}
+	if got < n {
+		return fmt.Errorf("%d right answers in a row (of %d lines)", got, len(records))
+	}
+	return nil
+}
+
+// wrongListing says what is wrong with the devices a List answer gave the
+// test's pods: a running test pod missing, listed without its own VFs or
+// with another's. "" when nothing is.
+func wrongListing(got, want map[string][]string) string {
+	var out []string
+	for name, w := range want {
+		g, ok := got[name]
+		if !ok {
+			out = append(out, name+" is not listed")
+		} else if !slices.Equal(g, w) {
+			out = append(out, fmt.Sprintf("%s has %v, want %v", name, g, w))
+		}
+	}
+	slices.Sort(out)
 	return strings.Join(out, "; ")
 }
 

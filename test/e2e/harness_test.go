@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +19,7 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/test/deviceplugin"
+	"github.com/podres-proxy/podres-proxy/test/e2eutil"
 )
 
 // Names the suite's node and pods use.
@@ -102,13 +99,11 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	if os.Getenv("PODRES_E2E") != "1" {
-		fmt.Println("e2e: PODRES_E2E is not 1: every test skips (see doc.go)")
-		return m.Run()
-	}
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "e2e: PODRES_E2E=1 needs root (it starts containerd and a kubelet)")
+	if run, err := e2eutil.Enabled("e2e", "it starts containerd and a kubelet"); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
+	} else if !run {
+		return m.Run()
 	}
 	var err error
 	h, err = newHarness()
@@ -177,11 +172,11 @@ func (h *harness) setup() error {
 			return err
 		}
 	}
-	if err := h.goBuild(h.proxyBin, "./cmd/podres-proxy"); err != nil {
+	if err := h.runner().GoBuild(h.proxyBin, "./cmd/podres-proxy"); err != nil {
 		return err
 	}
 	probeBin := filepath.Join(h.root, "cni", "bin", "podres-cniprobe")
-	if err := h.goBuild(probeBin, "./test/cniprobe"); err != nil {
+	if err := h.runner().GoBuild(probeBin, "./test/cniprobe"); err != nil {
 		return err
 	}
 	// The builds are done: from now on the watchdog's time limit counts.
@@ -339,80 +334,16 @@ func (h *harness) script(name, path string, argsAndEnv ...string) error {
 }
 
 func (h *harness) scriptCtx(ctx context.Context, name, path string, argsAndEnv ...string) error {
-	var args, env []string
-	for _, a := range argsAndEnv {
-		if strings.HasPrefix(a, "PODRES_") && strings.Contains(a, "=") {
-			env = append(env, a)
-		} else {
-			args = append(args, a)
-		}
-	}
-	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(h.repo, path)}, args...)...)
-	cmd.Dir = h.repo
-	cmd.Env = append(os.Environ(), env...)
-	return h.runLogged(name, cmd)
+	return h.runner().Script(ctx, name, path, argsAndEnv...)
 }
 
-// runLogged runs cmd with its output streamed to stderr and appended to
-// artifacts/NAME.log.
-func (h *harness) runLogged(name string, cmd *exec.Cmd) error {
-	f, err := os.OpenFile(filepath.Join(h.artifacts, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("open %s's log: %w", name, err)
-	}
-	defer f.Close()
-	w := io.MultiWriter(f, os.Stderr)
-	cmd.Stdout, cmd.Stderr = w, w
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s failed after %v (log %s): %w", name, time.Since(start).Round(time.Second), f.Name(), err)
-	}
-	fmt.Fprintf(os.Stderr, "e2e: %s took %v\n", name, time.Since(start).Round(100*time.Millisecond))
-	return nil
-}
-
-// goBuild builds a package of the repo into out.
-func (h *harness) goBuild(out, pkg string) error {
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(out), err)
-	}
-	goBin := "go"
-	if _, err := exec.LookPath(goBin); err != nil {
-		goBin = "/usr/local/go/bin/go"
-	}
-	cmd := exec.Command(goBin, "build", "-o", out, pkg)
-	cmd.Dir = h.repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	return h.runLogged("go-build-"+filepath.Base(out), cmd)
+func (h *harness) runner() e2eutil.Runner {
+	return e2eutil.Runner{Repo: h.repo, Artifacts: h.artifacts, Suite: "e2e"}
 }
 
 // readNodeEnv reads the KEY=VALUE lines node-up.sh wrote.
 func readNodeEnv(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read the node's settings: %w", err)
-	}
-	env := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			continue
-		}
-		// node-up.sh writes values with printf %q; the suite's values need
-		// no quoting, but strip the quotes bash may add anyway.
-		env[k] = strings.Trim(v, "'")
-	}
-	for _, k := range []string{"POD_RESOURCES_SOCK", "CONTAINERD_SOCK", "NRI_SOCK", "MANIFESTS", "KUBELET_READONLY_PORT", "KUBELET_ROOT", "LOGS"} {
-		if env[k] == "" {
-			return nil, fmt.Errorf("%s has no %s", path, k)
-		}
-	}
-	return env, nil
+	return e2eutil.ReadEnvFile(path, "POD_RESOURCES_SOCK", "CONTAINERD_SOCK", "NRI_SOCK", "MANIFESTS", "KUBELET_READONLY_PORT", "KUBELET_ROOT", "LOGS")
 }
 
 // freePorts asks the kernel for n free loopback ports.
@@ -706,12 +637,16 @@ func requireProxy(t *testing.T) {
 	}
 }
 
-// envOr returns the environment variable's value, or def when unset.
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
+// envOr, poll, pollErr and permanentf are test/e2eutil's.
+var (
+	envOr      = e2eutil.EnvOr
+	pollErr    = e2eutil.PollErr
+	permanentf = e2eutil.Permanentf
+)
+
+func poll(t *testing.T, timeout time.Duration, what string, fn func() error) {
+	t.Helper()
+	e2eutil.Poll(t, timeout, what, fn)
 }
 
 func firstLine(b []byte) string {
@@ -720,37 +655,4 @@ func firstLine(b []byte) string {
 		s = s[:i]
 	}
 	return s
-}
-
-// poll calls fn until it returns nil or timeout passes, then fails the
-// test with fn's last error.
-func poll(t *testing.T, timeout time.Duration, what string, fn func() error) {
-	t.Helper()
-	if err := pollErr(timeout, fn); err != nil {
-		t.Fatalf("%s: not within %v: %v", what, timeout, err)
-	}
-}
-
-// pollErr calls fn every 100 ms until it returns nil, a permanent error or
-// timeout passes, and returns fn's last error.
-func pollErr(timeout time.Duration, fn func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		var perm permanentError
-		if err == nil || errors.As(err, &perm) {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// permanentError stops pollErr: waiting longer cannot help.
-type permanentError struct{ error }
-
-func permanentf(format string, args ...any) error {
-	return permanentError{fmt.Errorf(format, args...)}
 }
