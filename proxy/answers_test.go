@@ -306,3 +306,43 @@ func TestAPodChangedBetweenTwoListsIsRebuiltAndTheOthersReused(t *testing.T) {
 		}
 	}
 }
+
+// The kubelet lists a container's devices in map order, so a pod holding
+// several devices of its device plugins comes in a new order on almost
+// every List. Such pods must be reused like any other, not rebuilt on
+// every call.
+func TestPodsWithSeveralKubeletDevicesAreReusedWhateverTheirOrder(t *testing.T) {
+	h := newHarness(t)
+	var pods []fk.Pod
+	for i := range 4 {
+		gpu := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
+		pods = append(pods, fk.NewPod("default", fmt.Sprintf("trainer-%d", i), fmt.Sprintf("uid-%d", i),
+			fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu)),
+			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1", "rdma/hca": "4"}),
+			fk.WithKubeletDevices("app", "rdma/hca", int64(i%2), "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"),
+			fk.WithKubeletDevices("app", "example.com/fpga", -1, "fpga-0")))
+	}
+	h.k.SetPods(pods...)
+	h.list()
+	for i, p := range pods {
+		h.markLive(p, fmt.Sprintf("sb-%d", i))
+	}
+	h.k.SetFixedOrder(true)
+	want := canonical(h.list())
+	h.k.SetFixedOrder(false)
+	rebuilt := h.counter("podres_proxy_list_pods_total", "answer", "rebuilt")
+	orders := map[string]bool{}
+	for i := range 20 {
+		if c := canonical(h.list()); !proto.Equal(c, want) {
+			t.Fatalf("List %d differs from the one of the kubelet's answer in order:\n%v\n%v", i, c, want)
+		}
+		b, _ := proto.Marshal(kubeletList(t, h))
+		orders[string(b)] = true
+	}
+	if len(orders) < 2 {
+		t.Fatalf("the kubelet gave %d orders in 20 Lists: the test shows nothing", len(orders))
+	}
+	if n := h.counter("podres_proxy_list_pods_total", "answer", "rebuilt") - rebuilt; n != 0 {
+		t.Errorf("%v pods rebuilt in 20 Lists of an unchanged node whose kubelet lists devices in map order, want 0", n)
+	}
+}

@@ -28,9 +28,11 @@ import (
 )
 
 // The benchmark compares, against the same fake kubelet and the same pods
-// (realistic, ~5 KB of /pods JSON each, every pod with a Koordinator GPU),
-// the kubelet listing its pods in a new order on every call as the real one
-// does (its pod manager's map):
+// (realistic, ~5 KB of /pods JSON each, every pod with a Koordinator GPU,
+// every fourth with two RDMA devices of the kubelet's own device plugin),
+// the kubelet listing its pods, and a container's devices, in a new order
+// on every call as the real one does (its pod manager's and device
+// manager's maps):
 //   - direct:       the kubelet's List, asked directly;
 //   - passthrough:  a proxy that forwards the kubelet's answer as bytes,
 //                   never decoded: the least any proxy can do (one more hop);
@@ -69,10 +71,18 @@ func benchPods(n int) []fk.Pod {
 	for i := range pods {
 		uuid := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
 		ann := `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":"` + uuid + `"}]}`
-		pods[i] = fk.NewPod("team-"+fmt.Sprint(i%7), fmt.Sprintf("trainer-%d-7d4b9c8f6d-x2x9z", i), fmt.Sprintf("0b5e1c4e-%04d-2222-3333-444455556666", i),
+		opts := []fk.PodOption{
 			fk.WithAnnotation(koordKey, ann),
 			fk.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100"}),
-			fk.Realistic())
+			fk.Realistic(),
+		}
+		if i%4 == 0 {
+			// Devices of the kubelet's own device plugin, which it lists
+			// in map order: a new order on almost every call.
+			opts = append(opts, fk.WithKubeletDevices("app", "rdma/hca_shared_devices_a", int64(i%2),
+				fmt.Sprintf("rdma-%d-0", i), fmt.Sprintf("rdma-%d-1", i)))
+		}
+		pods[i] = fk.NewPod("team-"+fmt.Sprint(i%7), fmt.Sprintf("trainer-%d-7d4b9c8f6d-x2x9z", i), fmt.Sprintf("0b5e1c4e-%04d-2222-3333-444455556666", i), opts...)
 	}
 	return pods
 }
@@ -108,6 +118,10 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 	withDevices := make([]fk.Pod, len(pods))
 	for i, p := range pods {
 		withDevices[i] = p
+		withDevices[i].Devices = map[string][]*v1.ContainerDevices{} // not the pod's own map
+		for c, d := range p.Devices {
+			withDevices[i].Devices[c] = slices.Clone(d)
+		}
 		fk.WithKubeletDevices("app", "nvidia.com/gpu", -1, fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i))(&withDevices[i])
 	}
 	same.SetPods(withDevices...)
@@ -402,7 +416,7 @@ func TestBenchmarkReport(t *testing.T) {
 	var out strings.Builder
 	ms := func(ns float64) string { return fmt.Sprintf("%.2f ms", ns/1e6) }
 	fmt.Fprintf(&out, "\nList latency: median of every call in %d interleaved rounds of ~%v per series; ratios: median over rounds of the ratio within a round.\n", rounds, benchSlice)
-	fmt.Fprintf(&out, "Realistic pods (~5 KB of /pods JSON each, one Koordinator GPU each), listed in a new order per call as the kubelet does.\n")
+	fmt.Fprintf(&out, "Realistic pods (~5 KB of /pods JSON each, one Koordinator GPU each, every fourth with two RDMA devices of the kubelet's own), listed (pods and devices) in a new order per call as the kubelet does.\n")
 	fmt.Fprintf(&out, "| pods | direct | passthrough | same answer | proxy | proxy, 1 pod changed | koordlet-style | proxy / same | changed / same | koordlet / proxy | kubelet calls per List, %d clients |\n", benchClients)
 	fmt.Fprintf(&out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range sizes {

@@ -12,7 +12,9 @@
 //     sequence of fields; each pod is one length-delimited field 1
 //     (pod_resources), in v1 and v1alpha1 alike. Split walks the fields
 //     with protowire, decoding nothing: each pod's bytes are a segment.
-//   - A segment's output is cached under the segment's bytes, together with
+//   - A segment's output is cached under the segment's bytes, each
+//     container's devices put in byte order first (canonicalKey: the
+//     kubelet lists a container's device ids from maps too), together with
 //     the pod's store record and the inventory snapshot it was built from.
 //     Records and snapshots are immutable and replaced on every change, so
 //     the same pointer means the same content; and while the store's

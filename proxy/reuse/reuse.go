@@ -40,7 +40,7 @@ const (
 type Cache struct {
 	mu    sync.Mutex
 	gen   uint64              // bumped by every answer, to tell which entries it listed
-	m     map[string]*segment // by the kubelet's segment bytes
+	m     map[string]*segment // by the kubelet's segment bytes, in canonical order
 	bytes int                 // keys and outputs held
 }
 
@@ -70,6 +70,7 @@ func (e *segment) size() int {
 type Part struct {
 	Field []byte         // the whole field, tag included
 	Pod   []byte         // a pod's segment, nil for other fields
+	Canon []byte         // the segment in canonical order (canonicalKey), when it is not
 	Out   []byte         // the pod's output
 	Need  bool           // the pod must be rebuilt
 	Same  bool           // Out is the kubelet's segment: nothing was added
@@ -92,12 +93,16 @@ func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64
 		if !p.Same {
 			e.out = p.Out
 		}
-		if old := c.m[string(p.Pod)]; old != nil {
+		key := p.Pod
+		if p.Canon != nil {
+			key = p.Canon
+		}
+		if old := c.m[string(key)]; old != nil {
 			c.bytes -= old.size()
 		} else if c.bytes+e.size() > MaxCacheBytes {
 			continue
 		}
-		c.m[string(p.Pod)] = e
+		c.m[string(key)] = e
 		c.bytes += e.size()
 	}
 }
@@ -260,7 +265,15 @@ func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, liv
 			continue
 		}
 		pods++
-		if e := c.m[string(p.Pod)]; e != nil && e.inv == inv {
+		e := c.m[string(p.Pod)]
+		if e == nil {
+			// Entries are kept under the canonical form of their segment:
+			// the kubelet lists a container's devices in map order.
+			if p.Canon = canonicalKey(p.Pod); p.Canon != nil {
+				e = c.m[string(p.Canon)]
+			}
+		}
+		if e != nil && e.inv == inv {
 			e.seen = gen
 			p.Key = e.key
 			if e.checked != version && !e.withOthers {
