@@ -132,7 +132,9 @@ func New(cfg Config, p Providers) (*Server, error) {
 	// Unlike the kubelet, which trusts its clients, every resource a client
 	// can hold is bounded (package limits).
 	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil)
-	s.grpc = grpc.NewServer(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit)...)
+	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit),
+		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced
+	s.grpc = grpc.NewServer(opts...)
 	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
 	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
 	s.shareCalls()
@@ -206,8 +208,17 @@ func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, e
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
 	}
+	out, err := s.buildV1(ctx, kubelet, started)
+	if err != nil {
+		s.log.WithError(err).Warn("List answered with an error")
+	}
+	return out, err
+}
+
+// buildV1 builds the v1 List answer from the kubelet's.
+func (s *Server) buildV1(ctx context.Context, kubelet reuse.Encoded, started time.Time) ([]byte, error) {
 	inv := s.snapshot()
-	out, err := s.listAnswer(ctx, &s.segV1, kubelet, started, inv, func(seg []byte, p merge.Plan) ([]byte, error) {
+	return s.listAnswer(ctx, &s.segV1, kubelet, started, inv, func(seg []byte, p merge.Plan) ([]byte, error) {
 		var pod v1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {
 			return nil, reuse.ErrNotAPod(err)
@@ -215,10 +226,6 @@ func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, e
 		merge.V1(&pod, p, inv)
 		return proto.Marshal(&pod)
 	})
-	if err != nil {
-		s.log.WithError(err).Warn("List answered with an error")
-	}
-	return out, err
 }
 
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {

@@ -28,36 +28,47 @@ const (
 // canonical form is a permutation of the segment's fields, so it has the
 // segment's length.
 func canonicalKey(seg []byte) []byte {
-	var out []byte // nil until a container's devices are out of order
-	rest := seg
-	for len(rest) > 0 {
+	k, ok := appendCanonical(nil, seg)
+	if !ok {
+		return nil
+	}
+	return k
+}
+
+// appendCanonical appends seg's canonical form (canonicalKey) to dst and
+// reports true, or returns dst as it was and false when seg already is
+// canonical or does not parse. Lookups append to a scratch buffer, so a
+// steady List allocates nothing for it.
+func appendCanonical(dst, seg []byte) ([]byte, bool) {
+	start, changed := len(dst), false
+	for rest := seg; len(rest) > 0; {
 		num, typ, n := protowire.ConsumeTag(rest)
 		if n < 0 {
-			return nil
+			return dst[:start], false
 		}
 		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
 		if m < 0 {
-			return nil
+			return dst[:start], false
 		}
 		field := rest[:n+m]
 		rest = rest[n+m:]
 		if num == containersField && typ == protowire.BytesType {
 			c, _ := protowire.ConsumeBytes(field[n:])
 			if !devicesSorted(c) {
-				if out == nil {
-					out = make([]byte, 0, len(seg))
-					out = append(out, seg[:len(seg)-len(rest)-len(field)]...)
+				if !changed {
+					changed = true
+					dst = append(dst, seg[:len(seg)-len(rest)-len(field)]...)
 				}
-				out = append(out, field[:len(field)-len(c)]...) // tag and length
-				out = appendSorted(out, c)
+				dst = append(dst, field[:len(field)-len(c)]...) // tag and length
+				dst = appendSorted(dst, c)
 				continue
 			}
 		}
-		if out != nil {
-			out = append(out, field...)
+		if changed {
+			dst = append(dst, field...)
 		}
 	}
-	return out
+	return dst, changed
 }
 
 // nextField splits the first field off b; ok is false when b does not parse.
@@ -99,7 +110,8 @@ func devicesSorted(c []byte) bool {
 // appendSorted appends a container's fields, its device fields sorted
 // among the places they held. devicesSorted has parsed c whole.
 func appendSorted(out, c []byte) []byte {
-	var devs [][]byte
+	var arr [8][]byte // most containers hold a few devices
+	devs := arr[:0]
 	for b := c; len(b) > 0; {
 		num, typ, f, _ := nextField(b)
 		b = b[len(f):]

@@ -35,14 +35,18 @@
 //     a pod's own unknown fields survive its decode and encode.
 //
 // The answer is then the kubelet's fields, in the kubelet's order, each pod
-// replaced by its output: a steady List costs a walk over the bytes, one map
-// lookup and one copy per pod, and a pod that changed is rebuilt alone.
-// Entries of pods the latest answer no longer lists are dropped, and the
-// cache holds at most MaxCacheBytes per List method.
+// replaced by its output, and a pod that changed is rebuilt alone. When
+// every pod's output is current, as on a node where nothing changed since
+// the last List, Steady builds it in one pass: a walk over the bytes, one
+// map lookup and one copy per pod. Otherwise Split, Reuse, the rebuilds and
+// Splice make the same answer. Entries of pods the latest answer no longer
+// lists are dropped, and the cache holds at most MaxCacheBytes per List
+// method.
 //
 // The proxy's answer goes back to gRPC still encoded too: PreEncoded sets
 // the spliced bytes as the unknown fields of an empty response message,
-// which protobuf writes out verbatim, so the generated handlers return it
-// without a codec of their own. Without this package (every pod rebuilt),
-// answers are the same; they only cost more.
+// which protobuf writes out verbatim, so the generated handlers return it;
+// the server's codec (ServerCodec) hands those bytes to gRPC as they are,
+// rather than copying them into a pooled buffer. Without this package
+// (every pod rebuilt), answers are the same; they only cost more.
 package reuse

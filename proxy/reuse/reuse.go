@@ -1,6 +1,7 @@
 package reuse
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 
@@ -42,6 +43,11 @@ type Cache struct {
 	gen   uint64              // bumped by every answer, to tell which entries it listed
 	m     map[string]*segment // by the kubelet's segment bytes, in canonical order
 	bytes int                 // keys and outputs held
+	// scratch holds the canonical form of the segment being looked up.
+	scratch []byte
+	// lastLen is the length of the last answer Steady built: the next one
+	// is about as long.
+	lastLen int
 }
 
 // segment is a pod's output and what it was built from.
@@ -112,6 +118,11 @@ func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64
 func (c *Cache) Drop(gen uint64, pods int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dropLocked(gen, pods)
+}
+
+// dropLocked is Drop with c.mu held.
+func (c *Cache) dropLocked(gen uint64, pods int) {
 	if len(c.m) <= pods {
 		return
 	}
@@ -242,6 +253,39 @@ func PreEncoded[M interface{ ProtoReflect() protoreflect.Message }](m M, wire []
 	return m
 }
 
+// ServerCodec is the codec of the proxy's server: gRPC's protobuf codec,
+// except that a message with no known field set, such as one PreEncoded
+// made, is sent as its unknown fields, neither sized nor copied. Protobuf
+// writes such a message as exactly those bytes, so what clients receive is
+// the same; but gRPC's codec copies every answer into a buffer of its pool,
+// whose sizes jump from 32 KiB to 1 MiB: a List answer of a busy node
+// would take a 1 MiB buffer per call in flight.
+type ServerCodec struct{}
+
+func (ServerCodec) Name() string { return proto.Name }
+
+func (ServerCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(interface{ ProtoReflect() protoreflect.Message }); ok {
+		r := m.ProtoReflect()
+		if u := r.GetUnknown(); len(u) > 0 && !anySet(r) {
+			return mem.BufferSlice{mem.SliceBuffer(u)}, nil
+		}
+	}
+	return protoCodec.Marshal(v)
+}
+
+func (ServerCodec) Unmarshal(data mem.BufferSlice, v any) error { return protoCodec.Unmarshal(data, v) }
+
+// anySet reports whether a known field of m is set.
+func anySet(m protoreflect.Message) bool {
+	set := false
+	m.Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool {
+		set = true
+		return false
+	})
+	return set
+}
+
 // ErrNotAPod is for rebuildFuncs: a segment that does not decode.
 func ErrNotAPod(err error) error {
 	return Malformed(fmt.Errorf("a pod of the kubelet's List answer: %w", err))
@@ -265,24 +309,11 @@ func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, liv
 			continue
 		}
 		pods++
-		e := c.m[string(p.Pod)]
-		if e == nil {
-			// Entries are kept under the canonical form of their segment:
-			// the kubelet lists a container's devices in map order.
-			if p.Canon = canonicalKey(p.Pod); p.Canon != nil {
-				e = c.m[string(p.Canon)]
-			}
-		}
-		if e != nil && e.inv == inv {
+		e, canon := c.lookup(p.Pod)
+		if e != nil {
 			e.seen = gen
 			p.Key = e.key
-			if e.checked != version && !e.withOthers {
-				// The store changed since: is this still the pod's record?
-				if rec, ok := live(e.key); ok && rec == e.rec {
-					e.checked = version
-				}
-			}
-			if e.checked == version {
+			if e.current(inv, version, live) {
 				p.Out = e.out
 				if p.Out == nil {
 					p.Out = p.Pod
@@ -291,8 +322,93 @@ func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, liv
 				continue
 			}
 		}
+		if canon != nil {
+			p.Canon = bytes.Clone(canon) // the key Store keeps it under
+		}
 		p.Need = true
 	}
 	c.mu.Unlock()
 	return gen, pods, reused
+}
+
+// lookup returns the entry cached for a pod's segment, if any, and the
+// segment's canonical form when it is not canonical itself (in c.scratch:
+// valid until the next lookup). Entries are kept under the canonical form
+// of their segment, because the kubelet lists a container's devices in map
+// order; a segment is looked up as it is first, since most are canonical
+// already (no devices, or one). c.mu is held.
+func (c *Cache) lookup(seg []byte) (e *segment, canon []byte) {
+	if e = c.m[string(seg)]; e != nil {
+		return e, nil
+	}
+	var changed bool
+	if c.scratch, changed = appendCanonical(c.scratch[:0], seg); !changed {
+		return nil, nil
+	}
+	return c.m[string(c.scratch)], c.scratch
+}
+
+// current reports whether e's output can be spliced in as it is: built
+// with this inventory snapshot, from the record that is still the pod's
+// live one (checked again only when the store's version has moved since).
+func (e *segment) current(inv *inventory.Snapshot, version uint64, live func(model.PodKey) (*record.Record, bool)) bool {
+	if e.inv != inv {
+		return false
+	}
+	if e.checked != version && !e.withOthers {
+		// The store changed since: is this still the pod's record?
+		if rec, ok := live(e.key); ok && rec == e.rec {
+			e.checked = version
+		}
+	}
+	return e.checked == version
+}
+
+// Steady builds the answer in one pass over the kubelet's when every pod
+// in it has a current output, as on a node where nothing changed since the
+// last List: each field is copied to the answer as it is read, a pod's as
+// its cached output. It reports false, having built nothing, at the first
+// pod that must be rebuilt (or a field that does not parse); Split, Reuse
+// and Splice then make the answer, which comes out the same. pods is how
+// many pods the answer lists.
+func (c *Cache) Steady(kubelet []byte, inv *inventory.Snapshot, version uint64, live func(model.PodKey) (*record.Record, bool)) (out []byte, pods int, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) == 0 {
+		return nil, 0, false
+	}
+	c.gen++
+	out = make([]byte, 0, c.lastLen)
+	for b := kubelet; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, 0, false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, 0, false
+		}
+		field := b[:n+m]
+		b = b[n+m:]
+		if num != podsField || typ != protowire.BytesType {
+			out = append(out, field...)
+			continue
+		}
+		seg, _ := protowire.ConsumeBytes(field[n:])
+		e, _ := c.lookup(seg)
+		if e == nil || !e.current(inv, version, live) {
+			return nil, 0, false
+		}
+		e.seen = c.gen
+		pods++
+		o := e.out
+		if o == nil {
+			o = seg
+		}
+		out = protowire.AppendTag(out, podsField, protowire.BytesType)
+		out = protowire.AppendBytes(out, o)
+	}
+	c.dropLocked(c.gen, pods)
+	c.lastLen = len(out)
+	return out, pods, true
 }
