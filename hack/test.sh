@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (the README's, and what CI runs):
 #   formatting, vet, staticcheck and shellcheck, unit tests with the race detector, a short fuzzing
-#   pass over every decoder, then, when run as root, the real-node end-to-end suite (it builds and
-#   starts containerd and a kubelet; see hack/build-node.sh) and the one-node cluster suite
-#   (test/cluster: etcd and the control plane too, built and cached by hack/build-cluster.sh).
+#   pass over every decoder, a smoke run of the List benchmark report, then, when run as root, the
+#   real-node end-to-end suite (it builds and starts containerd and a kubelet; see
+#   hack/build-node.sh) and the one-node cluster suite (test/cluster: etcd and the control plane
+#   too, built and cached by hack/build-cluster.sh).
 # Environment:
 #   PODRES_FUZZTIME   inputs per fuzz target (default 20000x; a duration such as 10s also works; 0 skips)
 #   PODRES_E2E        1 forces the e2e suites, 0 skips them (default: run as root)
@@ -89,6 +90,11 @@ if [[ "$fuzztime" != "0" ]]; then
 		go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "./$(dirname "$file")"
 	done
 fi
+
+# The List benchmark report, once over 10 pods and one round: its figures mean nothing here,
+# but it must still run (it starts each proxy it measures as a process of its own).
+step "List benchmark report, smoke run (PODRES_BENCH=quick)"
+PODRES_BENCH=quick go test -count=1 -run '^TestBenchmarkReport$' ./proxy
 
 e2e=${PODRES_E2E:-}
 if [[ "$e2e" == "1" && ! -d test/e2e ]]; then

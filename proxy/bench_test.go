@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,8 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
+	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -73,6 +77,7 @@ func benchPods(n int) []fk.Pod {
 		ann := `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":"` + uuid + `"}]}`
 		opts := []fk.PodOption{
 			fk.WithAnnotation(koordKey, ann),
+			fk.WithSchedulerName("koord-scheduler"), // believed by the trust gate
 			fk.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100"}),
 			fk.Realistic(),
 		}
@@ -87,17 +92,23 @@ func benchPods(n int) []fk.Pod {
 	return pods
 }
 
-// benchEnv is a fake kubelet with n pods and the proxies in front.
+// benchEnv is a fake kubelet with n pods and the proxies in front of it:
+// all in this process (BenchmarkList, for profiles), or each proxy in a
+// process of its own as on a node (the report; benchproc_test.go).
 type benchEnv struct {
-	h          *harness
-	pods       []fk.Pod
-	raw        string
-	sameAnswer string
-	koordlet   string
+	k    *fk.Kubelet
+	pods []fk.Pod
+	h    *harness // podres-proxy in this process; nil when it runs in its own
+	// The sockets of podres-proxy, the pass-through, the same-answer
+	// pass-through and the koordlet-style proxy.
+	proxy, raw, sameAnswer, koordlet string
+	children                         []benchChild
 }
 
+// newBenchEnv runs every proxy in this process, podres-proxy with the trust
+// gate as serve wires it.
 func newBenchEnv(b testing.TB, n int) *benchEnv {
-	h := newHarness(b)
+	h := newHarness(b, withTrust(nil))
 	pods := benchPods(n)
 	h.k.SetPods(pods...)
 	// Steady state: one read learns the specs, NRI has recorded the sandboxes.
@@ -107,14 +118,59 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 	for i, p := range pods {
 		h.markLive(p, fmt.Sprintf("sandbox-%d", i))
 	}
-	e := &benchEnv{h: h, pods: pods}
+	e := &benchEnv{k: h.k, pods: pods, h: h, proxy: h.socket}
 	e.raw = serveBench(b, filepath.Join(h.dir, "raw.sock"), &rawPassthrough{up: dialBench(b, h.k.Socket)})
-	// A kubelet that knows the allocations itself, for the same-answer floor.
-	sameDir := filepath.Join(h.dir, "same")
-	if err := os.MkdirAll(sameDir, 0o700); err != nil {
-		b.Fatal(err)
+	same := sameAnswerKubelet(b, pods)
+	e.sameAnswer = serveBench(b, filepath.Join(h.dir, "same.sock"), &rawPassthrough{up: dialBench(b, same.Socket)})
+	conf := h.k.TLSConfig()
+	e.koordlet = serveKoordletStyle(b, filepath.Join(h.dir, "koordlet.sock"), h.k.Socket, h.k.PodsURL, h.k.Token, conf)
+	return e
+}
+
+// newBenchProcesses runs every proxy in a process of its own.
+func newBenchProcesses(t testing.TB, n int) *benchEnv {
+	k := fk.Start(t, shortDir(t))
+	pods := benchPods(n)
+	k.SetPods(pods...)
+	e := &benchEnv{k: k, pods: pods}
+	for _, c := range []struct {
+		kind    string
+		kubelet *fk.Kubelet
+		socket  *string
+	}{
+		{childProxy, k, &e.proxy},
+		{childPassthrough, k, &e.raw},
+		{childPassthrough, sameAnswerKubelet(t, pods), &e.sameAnswer},
+		{childKoordlet, k, &e.koordlet},
+	} {
+		child := startBenchChild(t, c.kind, c.kubelet, n)
+		e.children = append(e.children, child)
+		*c.socket = child.socket
 	}
-	same := fk.Start(b, sameDir)
+	return e
+}
+
+// newBench is newBenchProcesses, or newBenchEnv with
+// PODRES_BENCH_INPROCESS=1 (every proxy in the report's process, whose
+// garbage collector then scans the fake kubelets' heap too).
+func newBench(t testing.TB, n int) *benchEnv {
+	if os.Getenv("PODRES_BENCH_INPROCESS") == "1" {
+		return newBenchEnv(t, n)
+	}
+	return newBenchProcesses(t, n)
+}
+
+// close ends the env's proxy processes.
+func (e *benchEnv) close() {
+	for _, c := range e.children {
+		c.stop()
+	}
+}
+
+// sameAnswerKubelet is a kubelet that knows the allocations itself, for
+// the same-answer floor: pods with the GPUs the proxy adds.
+func sameAnswerKubelet(t testing.TB, pods []fk.Pod) *fk.Kubelet {
+	same := fk.Start(t, shortDir(t))
 	withDevices := make([]fk.Pod, len(pods))
 	for i, p := range pods {
 		withDevices[i] = p
@@ -125,9 +181,7 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 		fk.WithKubeletDevices("app", "nvidia.com/gpu", -1, fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i))(&withDevices[i])
 	}
 	same.SetPods(withDevices...)
-	e.sameAnswer = serveBench(b, filepath.Join(h.dir, "same.sock"), &rawPassthrough{up: dialBench(b, same.Socket)})
-	e.koordlet = serveKoordletStyle(b, h.dir, h.k)
-	return e
+	return same
 }
 
 // rawPassthrough forwards List without decoding the kubelet's answer.
@@ -168,11 +222,9 @@ type koordletStyle struct {
 	decode func([]byte) (*corev1.PodList, error)
 }
 
-func serveKoordletStyle(b testing.TB, dir string, k *fk.Kubelet) string {
-	up := dialBench(b, k.Socket)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: k.TLSConfig()}, Timeout: 3 * time.Second}
-	return serveBench(b, filepath.Join(dir, "koordlet.sock"), &koordletStyle{
-		up: v1.NewPodResourcesListerClient(up), http: hc, url: k.PodsURL, token: k.Token,
+func serveKoordletStyle(b testing.TB, socket, kubelet, podsURL, token string, conf *tls.Config) string {
+	return serveBench(b, socket, &koordletStyle{
+		up: v1.NewPodResourcesListerClient(dialBench(b, kubelet)), http: koordletHTTP(conf), url: podsURL, token: token,
 		decode: func(body []byte) (*corev1.PodList, error) {
 			var l corev1.PodList
 			return &l, json.Unmarshal(body, &l)
@@ -239,7 +291,9 @@ func serveBench(b testing.TB, socket string, srv v1.PodResourcesListerServer) st
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := grpc.NewServer()
+	// The codec podres-proxy's server has: answers forwarded as bytes are
+	// sent without another copy.
+	s := grpc.NewServer(grpc.ForceServerCodecV2(reuse.ServerCodec{}))
 	v1.RegisterPodResourcesListerServer(s, srv)
 	go func() { _ = s.Serve(l) }()
 	b.Cleanup(s.Stop)
@@ -313,11 +367,11 @@ func concurrentLists(t testing.TB, socket string, k *fk.Kubelet, clients, calls 
 func BenchmarkList(b *testing.B) {
 	for _, n := range benchSizes {
 		e := newBenchEnv(b, n)
-		b.Run(fmt.Sprintf("pods=%d/direct", n), func(b *testing.B) { benchList(b, e.h.k.Socket, n) })
+		b.Run(fmt.Sprintf("pods=%d/direct", n), func(b *testing.B) { benchList(b, e.k.Socket, n) })
 		b.Run(fmt.Sprintf("pods=%d/passthrough", n), func(b *testing.B) { benchList(b, e.raw, n) })
 		b.Run(fmt.Sprintf("pods=%d/same-answer", n), func(b *testing.B) { benchList(b, e.sameAnswer, n) })
-		b.Run(fmt.Sprintf("pods=%d/proxy", n), func(b *testing.B) { benchList(b, e.h.socket, n) })
-		b.Run(fmt.Sprintf("pods=%d/proxy-changed", n), func(b *testing.B) { benchListWith(b, e.h.socket, n, changeOne(e.h.k, e.pods)) })
+		b.Run(fmt.Sprintf("pods=%d/proxy", n), func(b *testing.B) { benchList(b, e.proxy, n) })
+		b.Run(fmt.Sprintf("pods=%d/proxy-changed", n), func(b *testing.B) { benchListWith(b, e.proxy, n, changeOne(e.k, e.pods)) })
 		b.Run(fmt.Sprintf("pods=%d/koordlet", n), func(b *testing.B) { benchList(b, e.koordlet, n) })
 	}
 }
@@ -332,6 +386,7 @@ type listSeries struct {
 // medians are the report's figures for one pod count.
 type medians struct {
 	latency []float64   // per series, the median of every call's latency (ns)
+	calls   [][]float64 // per series, every call's latency (ns)
 	rounds  [][]float64 // per round, per series, the median of that round's calls
 }
 
@@ -345,10 +400,27 @@ func (m medians) ratio(a, b int) float64 {
 	return median(r)
 }
 
-func median(v []float64) float64 {
+func median(v []float64) float64 { return percentile(v, 50) }
+
+// percentile returns the p-th percentile of v.
+func percentile(v []float64, p int) float64 {
 	v = slices.Clone(v)
 	sort.Float64s(v)
-	return v[len(v)/2]
+	return v[min(len(v)-1, len(v)*p/100)]
+}
+
+// mean is the mean of v.
+func mean(v []float64) float64 {
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	return sum / float64(len(v))
+}
+
+// spread is a series' latencies at the 10th, 50th and 90th percentiles.
+func spread(v []float64) string {
+	return fmt.Sprintf("%.2f/%.2f/%.2f", percentile(v, 10)/1e6, percentile(v, 50)/1e6, percentile(v, 90)/1e6)
 }
 
 // interleave measures the series in rounds, each round running every
@@ -399,6 +471,7 @@ func interleave(t *testing.T, series []listSeries, wantPods, rounds int) medians
 	}
 	for k := range series {
 		m.latency[k] = median(all[k])
+		m.calls = append(m.calls, all[k])
 	}
 	return m
 }
@@ -413,28 +486,49 @@ func TestBenchmarkReport(t *testing.T) {
 	if os.Getenv("PODRES_BENCH") == "quick" { // a smoke run of the report itself
 		sizes, rounds, memPods = []int{10}, 1, 10
 	}
+	if v := os.Getenv("PODRES_BENCH_PODS"); v != "" { // e.g. "110,250": only these pod counts
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				t.Fatalf("PODRES_BENCH_PODS=%q: want pod counts separated by commas", v)
+			}
+			sizes = append(sizes, n)
+		}
+	}
 	var out strings.Builder
 	ms := func(ns float64) string { return fmt.Sprintf("%.2f ms", ns/1e6) }
 	fmt.Fprintf(&out, "\nList latency: median of every call in %d interleaved rounds of ~%v per series; ratios: median over rounds of the ratio within a round.\n", rounds, benchSlice)
 	fmt.Fprintf(&out, "Realistic pods (~5 KB of /pods JSON each, one Koordinator GPU each, every fourth with two RDMA devices of the kubelet's own), listed (pods and devices) in a new order per call as the kubelet does.\n")
 	fmt.Fprintf(&out, "| pods | direct | passthrough | same answer | proxy | proxy, 1 pod changed | koordlet-style | proxy / same | changed / same | koordlet / proxy | kubelet calls per List, %d clients |\n", benchClients)
 	fmt.Fprintf(&out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	var spreads []string
 	for _, n := range sizes {
-		e := newBenchEnv(t, n)
+		e := newBench(t, n)
 		configs := []listSeries{
-			{socket: e.h.k.Socket},
+			{socket: e.k.Socket},
 			{socket: e.raw},
 			{socket: e.sameAnswer},
-			{socket: e.h.socket},
-			{socket: e.h.socket, before: changeOne(e.h.k, e.pods)},
+			{socket: e.proxy},
+			{socket: e.proxy, before: changeOne(e.k, e.pods)},
 			{socket: e.koordlet},
 		}
 		med := interleave(t, configs, n, rounds)
 		const direct, pass, same, prox, changed, koord = 0, 1, 2, 3, 4, 5
-		shared := concurrentLists(t, e.h.socket, e.h.k, benchClients, benchClientCalls)
+		shared := concurrentLists(t, e.proxy, e.k, benchClients, benchClientCalls)
+		e.close()
 		fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.0fx | %.3f |\n", n,
 			ms(med.latency[direct]), ms(med.latency[pass]), ms(med.latency[same]), ms(med.latency[prox]), ms(med.latency[changed]), ms(med.latency[koord]),
 			med.ratio(prox, same), med.ratio(changed, same), med.ratio(koord, prox), shared)
+		spreads = append(spreads, fmt.Sprintf("| %d | %s | %s | %s | %.2fx |", n,
+			spread(med.calls[same]), spread(med.calls[prox]), spread(med.calls[changed]), mean(med.calls[prox])/mean(med.calls[same])))
+	}
+	// How the calls spread: the machine's noise, and whether a median moved
+	// because a whole series did or because calls split between two modes.
+	fmt.Fprintf(&out, "\nms at the 10th/50th/90th percentile of every call, and the ratio of the means:\n")
+	fmt.Fprintf(&out, "| pods | same answer | proxy | proxy, 1 pod changed | proxy / same, means |\n|---:|---:|---:|---:|---:|\n")
+	for _, l := range spreads {
+		fmt.Fprintln(&out, l)
 	}
 	fmt.Fprintf(&out, "\n%s\n", proxyProcessMemory(t, memPods))
 
@@ -500,4 +594,30 @@ func TestBenchmarkReport(t *testing.T) {
 	fmt.Fprintf(&out, "/pods decode (%d pods, %d KB): %.0f MB/s; full corev1.PodList decode: %.0f MB/s\n",
 		len(decoded), len(body)/1024, mbps(r), mbps(full))
 	t.Log(out.String())
+}
+
+// BenchmarkListAnswer times what the proxy adds to a steady List once the
+// kubelet has answered: its answer built from the kubelet's (split into
+// pods, each reused, spliced), the kubelet's answers in kubelet order (16
+// of them taken in turn). It is CPU alone, with no gRPC on either side.
+func BenchmarkListAnswer(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			e := newBenchEnv(b, n)
+			conn := dialBench(b, e.k.Socket)
+			answers := make([][]byte, 16)
+			for i := range answers {
+				if err := conn.Invoke(context.Background(), v1.PodResourcesLister_List_FullMethodName, &v1.ListPodResourcesRequest{}, &answers[i], grpc.ForceCodecV2(bytesCodec{})); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := proxy.BuildList(e.h.srv, answers[i%len(answers)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

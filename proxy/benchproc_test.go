@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,6 +166,19 @@ func TestBenchChildProcess(t *testing.T) {
 		t.Skip("started by the benchmark report only")
 	}
 	env := func(name string) string { return os.Getenv("PODRES_BENCH_CHILD_" + name) }
+	if dir := os.Getenv("PODRES_BENCH_CPUPROFILE"); dir != "" { // e.g. /tmp: /tmp/proxy-<pid>.prof
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.prof", kind, os.Getpid())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	switch kind {
 	case childProxy:
 		n, err := strconv.Atoi(env("PODS"))
