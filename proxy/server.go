@@ -79,6 +79,10 @@ type Server struct {
 	// Each List method's pods, reused per pod (answers.go), and each
 	// method's shared kubelet calls (upstream.Shared).
 	segV1, segV1alpha1 reuse.Cache
+	// Each List method's last kubelet answer, whose storage the next one
+	// reuses: its shared calls run one at a time (upstream.Shared), and
+	// nothing of an answer is kept once the proxy's is built.
+	kubeletV1, kubeletV1alpha1 reuse.Encoded
 	listV1             *upstream.Shared[[]byte]
 	listV1alpha1       *upstream.Shared[[]byte]
 	allocatable        *upstream.Shared[*v1.AllocatableResourcesResponse]
@@ -204,10 +208,11 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 // listV1 makes one shared v1 List: the kubelet's answer, then the proxy's
 // built from it, reusing what it can per pod.
 func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, error) {
-	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{})
+	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{}, s.kubeletV1)
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
 	}
+	s.kubeletV1 = kubelet
 	out, err := s.buildV1(ctx, kubelet, started)
 	if err != nil {
 		s.log.WithError(err).Warn("List answered with an error")
@@ -283,10 +288,11 @@ func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesR
 
 // listV1alpha1Answer makes one shared v1alpha1 List.
 func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]byte, error) {
-	kubelet, err := s.up.ListV1alpha1(ctx, &v1alpha1.ListPodResourcesRequest{})
+	kubelet, err := s.up.ListV1alpha1(ctx, &v1alpha1.ListPodResourcesRequest{}, s.kubeletV1alpha1)
 	if err != nil {
 		return nil, err
 	}
+	s.kubeletV1alpha1 = kubelet
 	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, s.snapshot(), func(seg []byte, p merge.Plan) ([]byte, error) {
 		var pod v1alpha1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {

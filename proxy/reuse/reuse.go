@@ -234,12 +234,22 @@ func (Codec) Name() string { return proto.Name }
 
 func (Codec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
 
+// Unmarshal copies the answer into the Encoded it is given, reusing its
+// storage when it fits (and is not more than twice too large): the proxy
+// makes one kubelet List call at a time per method (upstream.Shared) and
+// keeps nothing of an answer once its own is built, so each method reuses
+// one buffer rather than allocating an answer's size on every call.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	e, ok := v.(*Encoded)
 	if !ok {
 		return protoCodec.Unmarshal(data, v)
 	}
-	*e = data.Materialize()
+	n := data.Len()
+	if cap(*e) < n || cap(*e) > 2*n+4096 {
+		*e = make(Encoded, n)
+	}
+	*e = (*e)[:n]
+	data.CopyTo(*e)
 	return nil
 }
 

@@ -93,12 +93,13 @@ func (u *Client) observe(method string, start time.Time, err error) error {
 	return err
 }
 
-// List returns the kubelet's v1 List answer still reuse.Encoded (see reuse.Codec).
-func (u *Client) List(ctx context.Context, req *v1.ListPodResourcesRequest) (reuse.Encoded, error) {
+// List returns the kubelet's v1 List answer still reuse.Encoded (see
+// reuse.Codec), in buf's storage when it fits: buf must not be in use.
+func (u *Client) List(ctx context.Context, req *v1.ListPodResourcesRequest, buf reuse.Encoded) (reuse.Encoded, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
-	var resp reuse.Encoded
+	resp := buf
 	err := u.conn.Invoke(ctx, v1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(reuse.Codec{}))
 	return resp, u.observe("List", start, err)
 }
@@ -121,12 +122,13 @@ func (u *Client) GetAllocatableResources(ctx context.Context, req *v1.Allocatabl
 	return resp, u.observe("GetAllocatableResources", start, err)
 }
 
-// ListV1alpha1 returns the kubelet's v1alpha1 List answer still reuse.Encoded.
-func (u *Client) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest) (reuse.Encoded, error) {
+// ListV1alpha1 returns the kubelet's v1alpha1 List answer still
+// reuse.Encoded, in buf's storage when it fits.
+func (u *Client) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest, buf reuse.Encoded) (reuse.Encoded, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
-	var resp reuse.Encoded
+	resp := buf
 	err := u.conn.Invoke(ctx, v1alpha1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(reuse.Codec{}))
 	return resp, u.observe("v1alpha1.List", start, err)
 }
