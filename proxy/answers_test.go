@@ -257,20 +257,28 @@ func TestAListFromAShuffledKubeletAnswerEqualsTheOneFromTheOrderedAnswer(t *test
 	}
 }
 
-func TestAPodChangedBetweenTwoListsIsRebuiltAndTheOthersReused(t *testing.T) {
-	h := newHarness(t)
+// liveTrainers gives the kubelet n pods, each with a Koordinator GPU of its
+// own and opts(i), and makes them live in the store, their specs read.
+func liveTrainers(h *harness, n int, opts func(i int) []fk.PodOption) []fk.Pod {
 	var pods []fk.Pod
-	for i := range 6 {
+	for i := range n {
 		gpu := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
 		pods = append(pods, fk.NewPod("default", fmt.Sprintf("trainer-%d", i), fmt.Sprintf("uid-%d", i),
-			fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu)),
-			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"})))
+			append([]fk.PodOption{fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu))}, opts(i)...)...))
 	}
 	h.k.SetPods(pods...)
 	h.list()
 	for i, p := range pods {
 		h.markLive(p, fmt.Sprintf("sb-%d", i))
 	}
+	return pods
+}
+
+func TestAPodChangedBetweenTwoListsIsRebuiltAndTheOthersReused(t *testing.T) {
+	h := newHarness(t)
+	pods := liveTrainers(h, 6, func(int) []fk.PodOption {
+		return []fk.PodOption{fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"})}
+	})
 	h.list()
 	count := func() (reused, rebuilt float64) {
 		return h.counter("podres_proxy_list_pods_total", "answer", "reused"), h.counter("podres_proxy_list_pods_total", "answer", "rebuilt")
@@ -313,20 +321,13 @@ func TestAPodChangedBetweenTwoListsIsRebuiltAndTheOthersReused(t *testing.T) {
 // every call.
 func TestPodsWithSeveralKubeletDevicesAreReusedWhateverTheirOrder(t *testing.T) {
 	h := newHarness(t)
-	var pods []fk.Pod
-	for i := range 4 {
-		gpu := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
-		pods = append(pods, fk.NewPod("default", fmt.Sprintf("trainer-%d", i), fmt.Sprintf("uid-%d", i),
-			fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu)),
+	liveTrainers(h, 4, func(i int) []fk.PodOption {
+		return []fk.PodOption{
 			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1", "rdma/hca": "4"}),
 			fk.WithKubeletDevices("app", "rdma/hca", int64(i%2), "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"),
-			fk.WithKubeletDevices("app", "example.com/fpga", -1, "fpga-0")))
-	}
-	h.k.SetPods(pods...)
-	h.list()
-	for i, p := range pods {
-		h.markLive(p, fmt.Sprintf("sb-%d", i))
-	}
+			fk.WithKubeletDevices("app", "example.com/fpga", -1, "fpga-0"),
+		}
+	})
 	h.k.SetFixedOrder(true)
 	want := canonical(h.list())
 	h.k.SetFixedOrder(false)
