@@ -83,9 +83,9 @@ type Server struct {
 	// reuses: its shared calls run one at a time (upstream.Shared), and
 	// nothing of an answer is kept once the proxy's is built.
 	kubeletV1, kubeletV1alpha1 reuse.Encoded
-	listV1             *upstream.Shared[[]byte]
-	listV1alpha1       *upstream.Shared[[]byte]
-	allocatable        *upstream.Shared[*v1.AllocatableResourcesResponse]
+	listV1                     *upstream.Shared[[]byte]
+	listV1alpha1               *upstream.Shared[[]byte]
+	allocatable                *upstream.Shared[*v1.AllocatableResourcesResponse]
 }
 
 // New checks the configuration and prepares the server; nothing is dialled
