@@ -21,11 +21,6 @@ type rebuildFunc func(seg []byte, p merge.Plan) ([]byte, error)
 // (package reuse explains the reuse). arrived is when the query
 // arrived: pods unknown to the store wait for a /pods read started after it.
 func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reuse.Encoded, arrived time.Time, inv *inventory.Snapshot, rebuild rebuildFunc) ([]byte, error) {
-	buf := reuse.PartsPool.Get().(*[]reuse.Part)
-	defer func() {
-		clear(*buf) // keep no answer alive through the pool
-		reuse.PartsPool.Put(buf)
-	}()
 	// Read before looking up records, so that a change made meanwhile
 	// leaves entries that are checked again next time.
 	version := s.p.Store.Version()
@@ -38,6 +33,11 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 		return out, nil
 	}
 
+	buf := reuse.PartsPool.Get().(*[]reuse.Part)
+	defer func() {
+		clear(*buf) // keep no answer alive through the pool
+		reuse.PartsPool.Put(buf)
+	}()
 	parts, err := reuse.Split((*buf)[:0], kubelet)
 	*buf = parts
 	if err != nil {
