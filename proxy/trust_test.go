@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/inventory"
@@ -420,22 +421,40 @@ func TestWholeAndSharedClaimsOnOneGPUKeepTheFirstClaim(t *testing.T) {
 	}
 }
 
-func TestARefusedHAMiAllocationLeavesNoFakeIDOfTheDevicePlugin(t *testing.T) {
-	// HAMi's device plugin gives the kubelet ids that name no GPU; its
-	// allocation's ids replace them. When the allocation is refused, the
-	// fake ids must not reach consumers either: Kata cannot resolve them
-	// and NFD finds them nowhere in GetAllocatableResources.
+func TestARefusedAllocationLeavesTheKubeletsOwnDevices(t *testing.T) {
+	// A default-scheduler pod whose GPU comes from NVIDIA's device plugin
+	// (the kubelet reports its real UUID) also carries a HAMi annotation,
+	// refused as wrong-scheduler. The refusal adds nothing and removes
+	// nothing: DCGM exporter still labels the pod's GPU, NFD and RTE still
+	// count it used, on every method.
 	h := newHarness(t, withTrust(nil), withNode())
-	h.k.SetPods(fk.NewPod("tenant", "vgpu", "uid-vgpu",
-		fk.WithAnnotation(hamiKey, gpuUUID+",NVIDIA,3000,30:;"),
+	h.k.SetPods(fk.NewPod("tenant", "plugin-gpu", "uid-plugin-gpu",
+		fk.WithAnnotation(hamiKey, gpuUUID2+",NVIDIA,3000,30:;"),
 		fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"}),
-		fk.WithKubeletDevices("main", "nvidia.com/gpu", -1, hamiFakeID))) // default-scheduler: forged
-	for call, pod := range map[string]*v1.PodResources{"List": findPod(h.list(), "tenant", "vgpu"), "Get": h.get("tenant", "vgpu")} {
-		if ids := devicesOf(pod, "main")["nvidia.com/gpu"]; len(ids) != 0 {
-			t.Errorf("%s: main's nvidia.com/gpu = %v, want none: neither the refused GPU nor the device plugin's fake id", call, ids)
+		fk.WithKubeletDevices("main", "nvidia.com/gpu", 0, gpuUUID)))
+	for call, pod := range map[string]*v1.PodResources{"List": findPod(h.list(), "tenant", "plugin-gpu"), "Get": h.get("tenant", "plugin-gpu")} {
+		if ids := devicesOf(pod, "main")["nvidia.com/gpu"]; !slices.Equal(ids, []string{gpuUUID}) {
+			t.Errorf("%s: main's nvidia.com/gpu = %v, want the kubelet's own [%s], without the refused %s", call, ids, gpuUUID, gpuUUID2)
 		}
 	}
-	if got := refusedReasons(h, "uid-vgpu"); !slices.Equal(got, []string{trust.ReasonWrongScheduler}) {
+	alpha, err := h.v1alpha1().List(ctx(t), &v1alpha1.ListPodResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, p := range alpha.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if p.GetName() == "plugin-gpu" && d.GetResourceName() == "nvidia.com/gpu" {
+					ids = append(ids, d.GetDeviceIds()...)
+				}
+			}
+		}
+	}
+	if !slices.Equal(ids, []string{gpuUUID}) {
+		t.Errorf("v1alpha1 List: nvidia.com/gpu = %v, want the kubelet's own [%s]", ids, gpuUUID)
+	}
+	if got := refusedReasons(h, "uid-plugin-gpu"); !slices.Equal(got, []string{trust.ReasonWrongScheduler}) {
 		t.Errorf("refused %v, want [%s]", got, trust.ReasonWrongScheduler)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -205,7 +204,9 @@ func (r *Resolver) PlanFor(rec *record.Record, inv *inventory.Snapshot) Plan {
 	cacheable := !allocator.NamedByNumber(rec.Devices)
 	devs := r.translate(rec, inv)
 	devs = allocator.NormalizeIDs(devs)
-	devs = withoutRefusedIDs(devs, r.vet(rec, devs, inv, holders))
+	// A refused device adds nothing and removes nothing: what the kubelet
+	// itself reported for the pod (a device plugin's GPU) stays as it is.
+	devs = r.vet(rec, devs, inv, holders)
 	devs = r.reported(rec, devs, shared)
 	var p Plan
 	if len(devs) == 0 {
@@ -223,38 +224,6 @@ func (r *Resolver) PlanFor(rec *record.Record, inv *inventory.Snapshot) Plan {
 		r.cache.put(rec, inv, holders, shared, p, r.o.Store.Len())
 	}
 	return p
-}
-
-// withoutRefusedIDs returns kept, plus each refused device whose ids
-// replace what the kubelet reported for its resource (HAMi, Volcano vGPU),
-// with no ids: the kubelet's ids of that resource are the device plugin's
-// own, naming no real device (Kata cannot resolve them, NFD and RTE find
-// them nowhere in GetAllocatableResources), so they are dropped from the
-// container the allocation was for, whether or not it is believed.
-func withoutRefusedIDs(all, kept []model.Device) []model.Device {
-	if len(kept) == len(all) {
-		return kept
-	}
-	out := kept
-	for _, d := range all {
-		if !d.Replace || slices.ContainsFunc(kept, func(k model.Device) bool { return sameDevice(k, d) }) {
-			continue
-		}
-		d.IDs = nil
-		out = append(slices.Clip(out), d)
-	}
-	return out
-}
-
-// sameDevice reports whether two decoded devices are one (Vet and Contest
-// return the devices they keep unchanged).
-func sameDevice(a, b model.Device) bool {
-	return a.Allocator == b.Allocator && a.Resource == b.Resource && slices.Equal(a.IDs, b.IDs) &&
-		ptrEqual(a.ContainerIndex, b.ContainerIndex)
-}
-
-func ptrEqual[T comparable](a, b *T) bool {
-	return a == b || (a != nil && b != nil && *a == *b)
 }
 
 // translate fills in the ids of devices the allocator named only by minor
