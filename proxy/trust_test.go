@@ -379,6 +379,34 @@ func TestAnAnnotationEditedOnARunningPodChangesNothingAndIsCounted(t *testing.T)
 	}
 }
 
+func TestAnEditTakesNoEffectWhenThePodsSandboxIsRecreated(t *testing.T) {
+	// The annotation is edited in the API (refused as edited), then the
+	// pod's sandbox is recreated (the pause process killed, a node reboot):
+	// the runtime starts the new sandbox from the pod as the API has it,
+	// edit included. The allocation stays the one the pod UID's first
+	// sandbox started with.
+	h := newHarness(t, withTrust(nil), withNode())
+	koord := fk.WithSchedulerName("koord-scheduler")
+	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
+	p := fk.NewPod("ml", "trainer", "uid-trainer", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	h.k.SetPods(p)
+	h.list()
+	h.markLive(p, "sandbox-1")
+
+	edited := fk.NewPod("ml", "trainer", "uid-trainer", koord,
+		fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)), wholeGPU)
+	h.k.SetPods(edited)
+	h.markLive(edited, "sandbox-2")
+	for call, pod := range map[string]*v1.PodResources{"List": findPod(h.list(), "ml", "trainer"), "Get": h.get("ml", "trainer")} {
+		if got := devicesOf(pod, "train")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
+			t.Errorf("%s after the sandbox was recreated: %v, want still [%s], never the edited %s", call, got, gpuUUID, gpuUUID2)
+		}
+	}
+	if got := refusedReasons(h, "uid-trainer"); !slices.Equal(got, []string{trust.ReasonEdited}) {
+		t.Errorf("refused %v, want [%s]", got, trust.ReasonEdited)
+	}
+}
+
 func TestWholeAndSharedClaimsOnOneGPUKeepTheFirstClaim(t *testing.T) {
 	// One GPU is claimed whole by one pod and as a share by another. The
 	// claim learned first stands: a sharer never rides on a GPU another pod

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"slices"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
@@ -46,8 +47,40 @@ func (s *Store) observeSandbox(src record.Origin, sb model.Sandbox) {
 		if !current {
 			return false
 		}
-		return s.setAnnotations(r, sb.Annotations, src, now, false) || changed
+		return s.sandboxAnnotations(r, sb.Annotations, src, now) || changed
 	})
+}
+
+// sandboxAnnotations records the allocator annotations a sandbox of the pod
+// was started with. The first sandbox's are the pod's allocation for the
+// life of its UID: a later sandbox (the pause process killed, a node
+// reboot) is started from the pod as the API has it then, edits included,
+// and an edit must not become the allocation that way. A value that differs
+// from the fixed one is recorded in Edited (and refused), never taken; the
+// next /pods read says again which keys the API still has edited. Called
+// with mu held.
+func (s *Store) sandboxAnnotations(r *record.Record, all map[string]string, src record.Origin, now time.Time) bool {
+	seen := r.Provenance.Annotations
+	if seen == nil || seen.Origin == record.OriginKubelet || s.opts.Decoder == nil {
+		return s.setAnnotations(r, all, src, now, false)
+	}
+	fixed, edited := decode.Fixed(r.Annotations, s.relevant(all))
+	changed := s.setAnnotations(r, fixed, seen.Origin, seen.At, false)
+	if merged := union(r.Edited, edited); !slices.Equal(merged, r.Edited) {
+		r.Edited = merged
+		changed = true
+	}
+	return changed
+}
+
+// union returns the sorted union of two sorted sets of keys.
+func union(a, b []string) []string {
+	if len(b) == 0 {
+		return a
+	}
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // SandboxStopped records that a sandbox stopped (NRI StopPodSandbox). The

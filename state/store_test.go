@@ -344,16 +344,32 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 		t.Error("unchanged annotations were recorded as learned again")
 	}
 
-	// A new sandbox of the pod, started with other annotations (the
-	// runtime's copy is the allocation; an API edit alone changes nothing:
-	// TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted).
-	s.ObserveSandbox(record.OriginCRI, readySandbox("u1", "ns", "a", "sb2", map[string]string{"alloc/gpu": "GPU-2", "alloc/fpga": "bad"}))
-	if dec.Calls() != 2 {
-		t.Errorf("decoder called %d times after a change, want 2", dec.Calls())
-	}
+	// A new sandbox of the same pod UID, started with other annotations
+	// (the pause process was killed after an API edit): the allocation is
+	// fixed at the pod's first sandbox, the edit is recorded, not taken.
+	s.ObserveSandbox(record.OriginCRI, readySandbox("u1", "ns", "a", "sb2", map[string]string{"alloc/gpu": "GPU-2"}))
 	r := mustGet(t, s, "u1")
-	if len(r.Devices) != 1 || r.Devices[0].IDs[0] != "GPU-2" {
-		t.Errorf("devices %+v, want GPU-2", r.Devices)
+	if len(r.Devices) != 1 || r.Devices[0].IDs[0] != "GPU-1" {
+		t.Errorf("devices %+v, want still GPU-1", r.Devices)
+	}
+	if !slices.Equal(r.Edited, []string{"alloc/gpu"}) {
+		t.Errorf("edited %v, want [alloc/gpu]", r.Edited)
+	}
+	if r.SandboxID != "sb2" || r.Provenance.Annotations.Origin != record.OriginNRI {
+		t.Errorf("sandbox %s, annotations learned from %q; want sb2, and still the first sandbox's (nri)", r.SandboxID, r.Provenance.Annotations.Origin)
+	}
+
+	// A pod first learned from /pods: the runtime's copy replaces it, and a
+	// change there is decoded once.
+	s.ObserveKubeletPods([]model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "b", Phase: "Pending", Annotations: map[string]string{"alloc/gpu": "GPU-3"}}})
+	calls := dec.Calls()
+	s.ObserveSandbox(record.OriginCRI, readySandbox("u2", "ns", "b", "sb3", map[string]string{"alloc/gpu": "GPU-4", "alloc/fpga": "bad"}))
+	if dec.Calls() != calls+1 {
+		t.Errorf("decoder called %d times after a change, want 1", dec.Calls()-calls)
+	}
+	r = mustGet(t, s, "u2")
+	if len(r.Devices) != 1 || r.Devices[0].IDs[0] != "GPU-4" {
+		t.Errorf("devices %+v, want GPU-4", r.Devices)
 	}
 	if len(r.DecodeErrors) != 1 {
 		t.Errorf("decode errors %v, want the fpga one", r.DecodeErrors)
