@@ -31,6 +31,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
@@ -73,8 +74,11 @@ type Server struct {
 	log      logrus.FieldLogger
 	up       *upstream.Client
 	resolver *merge.Resolver
-	grpc     *grpc.Server
-	ready    atomic.Bool
+	// pods is the shared /pods reader: the resolver's, and the background
+	// spec reader's (specs.go). Nil without a /pods source.
+	pods  *kubeletpods.Reader
+	grpc  *grpc.Server
+	ready atomic.Bool
 
 	// Each List method's pods, reused per pod (answers.go), and each
 	// method's shared kubelet calls (upstream.Shared).
@@ -115,14 +119,16 @@ func New(cfg Config, p Providers) (*Server, error) {
 	if p.ResourceNames == nil {
 		p.ResourceNames = inventory.DefaultResourceNames()
 	}
+	pods := newReader(p, cfg.PodsTimeout)
 	s := &Server{
-		cfg: cfg,
-		p:   p,
-		log: log,
-		up:  up,
+		cfg:  cfg,
+		p:    p,
+		log:  log,
+		up:   up,
+		pods: pods,
 		resolver: merge.NewResolver(merge.Options{
 			Store:      p.Store,
-			Pods:       newReader(p, cfg.PodsTimeout),
+			Pods:       pods,
 			Allocators: p.Allocators,
 			Trust:      newChecker(p.Trust, p.Store),
 			Metrics:    p.Metrics,
@@ -159,6 +165,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	go func() {
 		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.p.Metrics.ConnectionRejected))
 	}()
+	specsCtx, stopSpecs := context.WithCancel(ctx)
+	specsDone := make(chan struct{})
+	go func() { defer close(specsDone); s.readSpecs(specsCtx) }()
+	defer func() { stopSpecs(); <-specsDone }()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
 	select {

@@ -71,6 +71,9 @@ type Store struct {
 	// installed or deleted, so that readers can tell, without comparing
 	// records, that nothing they derived an answer from has changed.
 	version atomic.Uint64
+	// changed is closed, and replaced, whenever version moves (Changed).
+	// Read and replaced with mu held.
+	changed chan struct{}
 
 	// dirty is told about every changed or deleted uid; the persister
 	// installs it. Called with mu held, so it must not block.
@@ -109,6 +112,7 @@ func New(opts Options) *Store {
 		byKey:     map[model.PodKey][]string{},
 		bySandbox: map[string]string{},
 		dirty:     func(string) {},
+		changed:   make(chan struct{}),
 	}
 }
 
@@ -157,6 +161,23 @@ func (s *Store) ByName(key model.PodKey) []*record.Record {
 // replaced or deleted. Two equal versions mean every lookup (Get, Live,
 // ByName, Records) answers the same in between.
 func (s *Store) Version() uint64 { return s.version.Load() }
+
+// Changed returns a channel that is closed at the next change of any
+// record, so that a background loop (the spec reader) can wait for the
+// store to change instead of polling it.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.changed
+}
+
+// bump marks a change: the version moves and Changed's waiters wake. Called
+// with mu held.
+func (s *Store) bump() {
+	s.version.Add(1)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
 
 // Len returns how many records the store holds.
 func (s *Store) Len() int {
@@ -238,7 +259,7 @@ func (s *Store) install(old, r *record.Record) {
 		s.bySandbox[r.SandboxID] = r.UID
 	}
 	s.byUID[r.UID] = r
-	s.version.Add(1)
+	s.bump()
 }
 
 func (s *Store) delete(uid string) {
@@ -247,7 +268,7 @@ func (s *Store) delete(uid string) {
 		return
 	}
 	delete(s.byUID, uid)
-	s.version.Add(1)
+	s.bump()
 	s.unindexKey(r.Key(), uid)
 	if s.bySandbox[r.SandboxID] == uid {
 		delete(s.bySandbox, r.SandboxID)
