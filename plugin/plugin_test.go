@@ -338,7 +338,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	observed := make(chan struct{})
 	go func() {
 		defer close(observed)
-		store.ObserveKubeletPods([]model.KubeletPod{{
+		store.ObserveKubeletPods(time.Now(), []model.KubeletPod{{
 			UID: "uid-holder", Namespace: "default", Name: "holder", Phase: "Running",
 			Annotations: map[string]string{"example.com/hold": "1"},
 		}})

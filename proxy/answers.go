@@ -26,7 +26,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 	version := s.p.Store.Version()
 
 	// Nothing changed: one pass.
-	if out, pods, ok := cache.Steady(kubelet, inv, version, s.p.Store.Live); ok {
+	if out, pods, ok := cache.Steady(kubelet, inv, version, s.p.Store.Current); ok {
 		if pods > 0 {
 			s.p.Metrics.ListPods(pods, 0)
 		}
@@ -45,7 +45,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 	}
 
 	// Reuse what can be reused.
-	gen, pods, reused := cache.Reuse(parts, inv, version, s.p.Store.Live)
+	gen, pods, reused := cache.Reuse(parts, inv, version, s.p.Store.Current)
 
 	// Rebuild the others, each pod alone.
 	var read []int // pods whose devices need a /pods read
@@ -59,7 +59,7 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 				return nil, err
 			}
 		}
-		rec, ok := s.p.Store.Live(p.Key)
+		rec, ok := s.p.Store.Current(p.Key)
 		if !ok || (len(rec.Devices) > 0 && !s.resolver.Vettable(rec)) {
 			read = append(read, i)
 			continue

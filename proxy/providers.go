@@ -81,11 +81,12 @@ func newReader(p Providers, timeout time.Duration) *kubeletpods.Reader {
 		return nil
 	}
 	record := func(ctx context.Context) ([]model.KubeletPod, error) {
+		started := time.Now()
 		pods, err := p.Pods(ctx)
 		if err != nil {
 			return nil, err
 		}
-		p.Store.ObserveKubeletPods(pods)
+		p.Store.ObserveKubeletPods(started, pods)
 		return pods, nil
 	}
 	var onRead func(time.Duration, error)

@@ -15,11 +15,12 @@ import (
 // and annotations become devices: an allocation is fixed when the sandbox
 // starts, edits in the API are recorded, not taken.
 
-// ObserveKubeletPods records a complete /pods answer: each pod's spec and
-// allocator annotations. Pods new to the store are recorded as pending;
-// pending pods that /pods no longer lists are removed. Sandbox state is left
-// to the runtime sources.
-func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
+// ObserveKubeletPods records a complete kubelet pod list taken at asOf
+// (when the read started): each pod's spec and allocator annotations, and
+// which UID each name is now (Live, Current). Pods new to the store are
+// recorded as pending; pending pods that the list no longer has are
+// removed. Sandbox state is left to the runtime sources.
+func (s *Store) ObserveKubeletPods(asOf time.Time, pods []model.KubeletPod) {
 	pre := decode.Batch{}
 	for i := range pods {
 		if p := &pods[i]; p.UID != "" && !p.Terminal() {
@@ -72,6 +73,39 @@ func (s *Store) ObserveKubeletPods(pods []model.KubeletPod) {
 		if r.State == record.PhasePending && !seen[uid] {
 			s.setPhase(record.OriginKubelet, uid, record.PhaseRemoved)
 		}
+	}
+	s.setNames(asOf, pods)
+}
+
+// setNames records which UID each name of a complete kubelet list taken at
+// asOf is. An older list than the one recorded says nothing new. Of two
+// pods of one name (the old one terminating), the one still running is the
+// name's. It counts as a change (Version, Changed) when a name's UID
+// changed, or when the list confirms a live record whose containers were
+// stopping (Current). Called with mu held.
+func (s *Store) setNames(asOf time.Time, pods []model.KubeletPod) {
+	if asOf.Before(s.namesAt) {
+		return
+	}
+	names := make(map[model.PodKey]string, len(pods))
+	for i := range pods {
+		p := &pods[i]
+		key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
+		if _, dup := names[key]; p.UID == "" || (dup && p.Terminal()) {
+			continue
+		}
+		names[key] = p.UID
+	}
+	changed := !maps.Equal(names, s.names)
+	for _, r := range s.byUID {
+		if changed {
+			break
+		}
+		changed = r.Live() && stopping(r)
+	}
+	s.names, s.namesAt = names, asOf
+	if changed {
+		s.bump()
 	}
 }
 

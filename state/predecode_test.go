@@ -38,7 +38,7 @@ func TestDecodingDoesNotHoldTheStoresLock(t *testing.T) {
 			s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "big", "sb1", map[string]string{"alloc/gpu": "G1"}))
 		}},
 		{"ObserveKubeletPods", func() {
-			s.ObserveKubeletPods([]model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "new", Phase: "Pending",
+			s.ObserveKubeletPods(time.Now(), []model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "new", Phase: "Pending",
 				Annotations: map[string]string{"alloc/gpu": "G2"}}})
 		}},
 		{"Reconcile", func() {

@@ -67,6 +67,13 @@ type Store struct {
 	byKey     map[model.PodKey][]string // uids, usually one
 	bySandbox map[string]string         // sandbox id -> uid
 
+	// names is which UID each pod name had in the freshest complete
+	// kubelet pod list, and namesAt when that list was taken: PodResources
+	// names pods without UIDs, and only the kubelet says which pod a name
+	// is now (Live, Current).
+	names   map[model.PodKey]string
+	namesAt time.Time
+
 	// version counts changes to the records: it moves whenever a record is
 	// installed or deleted, so that readers can tell, without comparing
 	// records, that nothing they derived an answer from has changed.
@@ -111,6 +118,7 @@ func New(opts Options) *Store {
 		byUID:     map[string]*record.Record{},
 		byKey:     map[model.PodKey][]string{},
 		bySandbox: map[string]string{},
+		names:     map[model.PodKey]string{},
 		dirty:     func(string) {},
 		changed:   make(chan struct{}),
 	}
@@ -124,17 +132,25 @@ func (s *Store) Get(uid string) (*record.Record, bool) {
 	return r, ok
 }
 
-// Live returns the one live record (a running sandbox reported by NRI or
-// CRI) of a pod name. It returns false when there is none, or when two live
-// sandboxes share the name (a pod being recreated): the caller must then ask
-// the kubelet which one is current.
+// Live returns the live record (a running sandbox reported by NRI or CRI)
+// of a pod name, unless the freshest kubelet pod list gives that name
+// another UID: the pod was deleted and recreated under the same name
+// (StatefulSets, a force deletion while the old sandbox is still torn
+// down), and the new pod must never be answered with its predecessor's
+// devices. Of two live sandboxes of one name, the kubelet's names the one;
+// without it, it returns false and the caller must ask the kubelet.
 func (s *Store) Live(key model.PodKey) (*record.Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	return s.live(key)
+}
+
+func (s *Store) live(key model.PodKey) (*record.Record, bool) {
+	current, named := s.names[key]
 	var live *record.Record
 	for _, uid := range s.byKey[key] {
 		r := s.byUID[uid]
-		if !r.Live() {
+		if !r.Live() || (named && uid != current) {
 			continue
 		}
 		if live != nil {
@@ -143,6 +159,40 @@ func (s *Store) Live(key model.PodKey) (*record.Record, bool) {
 		live = r
 	}
 	return live, live != nil
+}
+
+// Current is Live for a record that also needs no confirmation from the
+// kubelet: one none of whose containers the runtime reported stopped since
+// the freshest kubelet list confirmed its name. A stopped container is how
+// a force-deleted pod's teardown begins, at the moment its replacement of
+// the same name may be created, so such a record answers only after a list
+// taken since shows the name is still its pod (a container that restarts
+// costs one read, not one per query).
+func (s *Store) Current(key model.PodKey) (*record.Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.live(key)
+	if !ok || !stopping(r) {
+		return r, ok
+	}
+	if s.names[key] == r.UID && !s.namesAt.Before(r.Provenance.Containers.At) {
+		return r, true
+	}
+	return nil, false
+}
+
+// stopping reports whether the runtime reported a container of r's sandbox
+// stopped.
+func stopping(r *record.Record) bool {
+	if r.Provenance.Containers == nil {
+		return false
+	}
+	for _, c := range r.Containers {
+		if c.State == model.ContainerStopped {
+			return true
+		}
+	}
+	return false
 }
 
 // ByName returns every record of a pod name, newest update first.

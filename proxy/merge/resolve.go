@@ -122,7 +122,7 @@ func (r *Resolver) Plans(ctx context.Context, keys []model.PodKey, arrived time.
 	plans = make([]Plan, len(keys))
 	var need []int
 	for i, k := range keys {
-		rec, ok := r.o.Store.Live(k)
+		rec, ok := r.o.Store.Current(k)
 		if ok && (len(rec.Devices) == 0 || r.Vettable(rec)) {
 			plans[i] = r.PlanFor(rec, inv)
 			continue
@@ -135,6 +135,10 @@ func (r *Resolver) Plans(ctx context.Context, keys []model.PodKey, arrived time.
 	snap, err := r.read(ctx, arrived)
 	if err != nil {
 		for _, i := range need {
+			// A live record the kubelet's names do not contradict still
+			// answers, even one whose containers were stopping: /pods
+			// cannot confirm it now, and dropping a running pod's devices
+			// (or failing the answer) for every restart would be worse.
 			rec, ok := r.o.Store.Live(keys[i])
 			if !ok {
 				return nil, false, status.Errorf(codes.Unavailable,

@@ -1,0 +1,115 @@
+package proxy_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/test/clients"
+	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+)
+
+// A StatefulSet pod is force-deleted while its sandbox is still being torn
+// down, and recreated at once under the same name with a new UID and
+// another VF. PodResources names pods without UIDs, so the running record
+// of that name must not answer for the new pod during its CNI ADD.
+
+const (
+	vf1 = "0000:3b:02.1"
+	vf2 = "0000:3b:02.2"
+	pf  = "0000:3b:00.0"
+)
+
+func vfAllocation(vf string) string {
+	return `{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"},"id":"` + pf + `","extension":{"vfs":[{"minor":-1,"busID":"` + vf + `"}]}}]}`
+}
+
+func withTwoVFs() option {
+	zero := int64(0)
+	return withInventory(inventory.Device{Type: inventory.TypeRDMA, ID: pf, BusID: pf, Minor: &zero, NUMANode: &zero,
+		Healthy: true, Source: inventory.SourceFile, VFs: []inventory.VF{{BusID: vf1}, {BusID: vf2}}})
+}
+
+func statefulPod(uid, vf string) fk.Pod {
+	return fk.NewPod("db", "db-0", uid, fk.WithSchedulerName("koord-scheduler"), fk.WithAnnotation(koordKey, vfAllocation(vf)),
+		fk.WithContainer("db", map[string]string{"koordinator.sh/rdma": "100"}))
+}
+
+// runningOld brings up db-0 with vf1: learned from /pods, its sandbox and
+// container reported by NRI.
+func runningOld(t *testing.T, h *harness) fk.Pod {
+	t.Helper()
+	old := statefulPod("uid-old", vf1)
+	h.k.SetPods(old)
+	h.list()
+	h.markLive(old, "sb-old")
+	h.store.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c-old", SandboxID: "sb-old", Name: "db", State: model.ContainerRunning})
+	if got := multusVFs(t, h); !slices.Equal(got, []string{vf1}) {
+		t.Fatalf("before the deletion db-0 shows %v, want [%s]", got, vf1)
+	}
+	return old
+}
+
+func multusVFs(t *testing.T, h *harness) []string {
+	t.Helper()
+	ids, err := clients.MultusDeviceIDs(ctx(t), h.socket, "db", "db-0", "koordinator.sh/rdma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func TestARecreatedPodIsNeverAnsweredWithItsPredecessorsVF(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withTwoVFs())
+	runningOld(t, h)
+
+	// Force deletion: the kubelet stops the old pod's container (NRI
+	// StopContainer) and, from then on, lists the new pod under the name.
+	h.k.SetPods(statefulPod("uid-new", vf2))
+	h.store.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c-old", SandboxID: "sb-old", Name: "db", State: model.ContainerStopped})
+
+	// The new pod's CNI ADD: Multus (List), nri-plugins/Kata (Get).
+	for i := range 3 {
+		if got := multusVFs(t, h); !slices.Equal(got, []string{vf2}) {
+			t.Errorf("List %d during the new pod's CNI ADD shows %v, want its own [%s], never its predecessor's %s", i, got, vf2, vf1)
+		}
+		if got := devicesOf(h.get("db", "db-0"), "db")["koordinator.sh/rdma"]; !slices.Equal(got, []string{vf2}) {
+			t.Errorf("Get %d during the new pod's CNI ADD shows %v, want [%s]", i, got, vf2)
+		}
+	}
+	// The new sandbox starts while the old one is still being torn down.
+	h.markLive(statefulPod("uid-new", vf2), "sb-new")
+	if got := multusVFs(t, h); !slices.Equal(got, []string{vf2}) {
+		t.Errorf("with both sandboxes running db-0 shows %v, want [%s]", got, vf2)
+	}
+}
+
+func TestARecreatedPodSeenByAnyKubeletReadIsNotAnsweredFromItsPredecessor(t *testing.T) {
+	// The old sandbox's containers were not reported stopped yet, but a
+	// /pods read made for another pod already shows db-0 with its new UID.
+	h := newHarness(t, withTrust(nil), withTwoVFs())
+	runningOld(t, h)
+	h.k.SetPods(statefulPod("uid-new", vf2), fk.NewPod("other", "newcomer", "uid-newcomer"))
+	h.get("other", "newcomer") // a pod the store does not know: a /pods read
+	if got := multusVFs(t, h); !slices.Equal(got, []string{vf2}) {
+		t.Errorf("db-0 shows %v, want the new pod's [%s], never its predecessor's %s", got, vf2, vf1)
+	}
+}
+
+func TestARestartedContainerCostsOneKubeletReadNotOnePerList(t *testing.T) {
+	h := newHarness(t, withTrust(nil), withTwoVFs())
+	runningOld(t, h)
+	// The container exits and is restarted: the name is still its pod.
+	h.store.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c-old", SandboxID: "sb-old", Name: "db", State: model.ContainerStopped})
+	reads := h.k.PodsReads()
+	for range 5 {
+		if got := multusVFs(t, h); !slices.Equal(got, []string{vf1}) {
+			t.Fatalf("db-0 shows %v, want [%s]", got, vf1)
+		}
+	}
+	if n := h.k.PodsReads() - reads; n != 1 {
+		t.Errorf("5 Lists after a container stopped read /pods %d times, want 1", n)
+	}
+}
