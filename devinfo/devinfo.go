@@ -40,6 +40,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
+	"github.com/podres-proxy/podres-proxy/internal/nofollow"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -159,7 +160,7 @@ func (w *Writer) write(resource, id string) error {
 		}
 		// Ours, but sysfs says something else now: replace it, if it is
 		// still what we wrote.
-		if cur, err := os.ReadFile(path); err == nil && !bytes.Equal(cur, old) {
+		if cur, err := readFile(path); othersFile(err) || err == nil && !bytes.Equal(cur, old) {
 			delete(w.owned, path)
 			return nil // another writer's now
 		}
@@ -182,7 +183,7 @@ func (w *Writer) write(resource, id string) error {
 	}
 	// Someone's file is there: ours from before a restart if it says
 	// exactly what we would, else another writer's, which stays.
-	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, data) {
+	if cur, err := readFile(path); err == nil && bytes.Equal(cur, data) {
 		w.owned[path] = data
 		return nil
 	}
@@ -191,6 +192,27 @@ func (w *Writer) write(resource, id string) error {
 		w.log.WithField("file", path).Debug("a device-info file another writer made is kept as it is")
 	}
 	return nil
+}
+
+// maxFileBytes bounds the device-info files read back. This writer's are
+// about 150 bytes; anything much larger is someone else's and is not read.
+const maxFileBytes = 4 << 10
+
+// readFile reads a device-info file as it must be read in a directory that
+// device plugins, Multus and anyone with a hostPath of it write into:
+// without following a symbolic link (to /dev/zero, or a 200 MiB file),
+// without blocking in open (a FIFO), and only when it is a small regular
+// file, so that nothing planted there can hang an answer or grow the
+// daemon.
+func readFile(path string) ([]byte, error) {
+	return nofollow.ReadFileMax(path, maxFileBytes)
+}
+
+// othersFile reports whether readFile's error says that what is at the
+// path is not a file this writer could have written: a symbolic link, not
+// a regular file, or too large. Such a file is another writer's.
+func othersFile(err error) bool {
+	return errors.Is(err, nofollow.ErrSymlink) || errors.Is(err, nofollow.ErrNotRegular) || errors.Is(err, nofollow.ErrTooLarge)
 }
 
 // createNew creates path with data unless it exists: a complete temporary
@@ -281,7 +303,7 @@ func (w *Writer) Adopt(resources ...string) int {
 			if err != nil {
 				continue
 			}
-			if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, want) {
+			if cur, err := readFile(path); err == nil && bytes.Equal(cur, want) {
 				w.owned[path] = want
 				n++
 			}
@@ -324,9 +346,9 @@ func (w *Writer) Release(records func() []*record.Record) int {
 		if held[path] {
 			continue
 		}
-		cur, err := os.ReadFile(path)
+		cur, err := readFile(path)
 		switch {
-		case errors.Is(err, os.ErrNotExist):
+		case errors.Is(err, os.ErrNotExist), othersFile(err):
 		case err != nil:
 			w.log.WithField("file", path).WithError(err).Warn("device-info file not removed")
 			continue
