@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -133,5 +134,46 @@ func TestASymlinkToDevZeroAtADevicesPathIsNotRead(t *testing.T) {
 	}
 	if fi, err := os.Lstat(link); err != nil || fi.Mode().Type() != os.ModeSymlink {
 		t.Errorf("the symbolic link, another writer's, was replaced or removed: %v %v", fi, err)
+	}
+}
+
+// The writer does its I/O outside its lock, so a Release running while a
+// pod is answered must still never remove the file of a device that pod
+// holds: its record is in the store before the answer (Hold), so Release
+// either sees it among the records or sees that Hold wanted the file after
+// it read them.
+func TestReleaseNeverRemovesAFileHoldWantsMeanwhile(t *testing.T) {
+	dir := t.TempDir()
+	w := newWriter(t, dir)
+	path := w.Path(rdma, vf)
+	none := []*record.Record{}
+	holding := []*record.Record{podRecord("uid-1", record.PhaseReady, vfDevice(vf))}
+	var recs atomic.Pointer[[]*record.Record]
+	recs.Store(&none)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				w.Release(func() []*record.Record { return *recs.Load() })
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 300 {
+		recs.Store(&holding)                      // the store learns the pod...
+		w.Hold(pod, []model.Device{vfDevice(vf)}) // ...then it is answered
+		if _, err := os.Lstat(path); err != nil {
+			t.Fatalf("round %d: the file of a VF a live pod holds is gone right after its answer: %v", i, err)
+		}
+		recs.Store(&none) // the pod goes
+		w.Release(func() []*record.Record { return *recs.Load() })
+		if _, err := os.Lstat(path); !os.IsNotExist(err) {
+			t.Fatalf("round %d: the file of a VF no pod holds is still there after a Release: %v", i, err)
+		}
 	}
 }
