@@ -35,7 +35,7 @@ const listChildSocket = "PODRES_TEST_LIST_SOCKET"
 // process out: it gets its own share of places, and Multus, DCGM or
 // `podres-proxy query list` in another process are still served.
 func TestOneProcessHoldingEveryConnectionStarvesNoOne(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, withMaxConnectionsPerClient(limits.DefaultMaxConnectionsPerClient))
 	h.k.SetPods(trainer())
 	hogAndListFromAnotherProcess(t, h.socket)
 	// The hog kept only its share: the rest of its connections were closed.
@@ -135,7 +135,7 @@ func TestServeInAPIDNamespace(t *testing.T) {
 	if os.Getenv(serveChildDir) == "" {
 		t.Skip("the daemon of TestProcessesOutsideTheDaemonsPIDNamespaceAreToldApart")
 	}
-	h := newHarness(t)
+	h := newHarness(t, withMaxConnectionsPerClient(limits.DefaultMaxConnectionsPerClient))
 	h.k.SetPods(trainer())
 	fmt.Println("serving", h.socket)
 	_, _ = io.Copy(io.Discard, os.Stdin)
