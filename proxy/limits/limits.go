@@ -34,9 +34,12 @@ const (
 	// DefaultMaxConnectionsPerClient bounds the connections one client
 	// process (see peerCred) holds, under DefaultMaxConnections, so that
 	// one process leaking connections (a poller that never closes them)
-	// cannot take every place and lock Multus out. A well-behaved client
-	// holds one or two.
-	DefaultMaxConnectionsPerClient = 16
+	// cannot take every place and lock Multus out. Most clients hold one;
+	// thick Multus, which runs every pod's CNI ADD in one process, holds
+	// one per ADD in flight while pods start in a burst, so the cap leaves
+	// it room: a quarter of the total, which leaves three quarters to the
+	// others whatever one process does.
+	DefaultMaxConnectionsPerClient = 32
 	// MaxStreamsPerConnection bounds the calls one connection has in
 	// flight. An answer a client does not read (HTTP/2 window 0) stays in
 	// memory until the connection ends; without this bound a client that
