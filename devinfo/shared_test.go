@@ -164,7 +164,7 @@ func TestReleaseNeverRemovesAFileHoldWantsMeanwhile(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	for i := range 300 {
+	for i := range 100 {
 		recs.Store(&holding)                      // the store learns the pod...
 		w.Hold(pod, []model.Device{vfDevice(vf)}) // ...then it is answered
 		if _, err := os.Lstat(path); err != nil {
