@@ -414,6 +414,14 @@ func (w *Writer) Release(records func() []*record.Record) int {
 			unheld = append(unheld, path)
 		}
 	}
+	// Only an owned file's wanted mark matters to a Release: a file Hold
+	// is creating now is owned only after the records were read, so this
+	// Release leaves it alone anyway.
+	for path := range w.wanted {
+		if _, ok := w.owned[path]; !ok {
+			delete(w.wanted, path)
+		}
+	}
 	w.mu.Unlock()
 	n := 0
 	for _, path := range unheld {
