@@ -40,6 +40,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
+	"github.com/podres-proxy/podres-proxy/internal/nofollow"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -93,15 +94,30 @@ type Writer struct {
 	log        logrus.FieldLogger
 	inv        func() *inventory.Snapshot
 
+	// mu guards the fields below and is never held across I/O: the
+	// directory is shared, and whatever is at one device's path must not
+	// hold up the answers of pods with other devices. I/O on one path is
+	// serialized by that path's entry in busy instead.
 	mu    sync.Mutex
 	owned map[string][]byte // path -> the content written there
 	// foreign are paths found taken by another writer, logged once.
 	foreign map[string]bool
+	// busy holds, for each path whose file a goroutine is reading,
+	// writing or removing, a channel closed when it is done.
+	busy map[string]chan struct{}
+	// releases counts Release calls; wanted[path] is its value when Hold
+	// last wanted path's file, so that a Release removes no file that Hold
+	// wanted after the Release read the records.
+	releases uint64
+	wanted   map[string]uint64
 }
 
 // New returns a Writer. Nothing is written until Hold.
 func New(opts Options) *Writer {
-	w := &Writer{dir: opts.Dir, sysfs: opts.SysfsRoot, log: opts.Log, inv: opts.Inventory, owned: map[string][]byte{}, foreign: map[string]bool{}}
+	w := &Writer{
+		dir: opts.Dir, sysfs: opts.SysfsRoot, log: opts.Log, inv: opts.Inventory,
+		owned: map[string][]byte{}, foreign: map[string]bool{}, busy: map[string]chan struct{}{}, wanted: map[string]uint64{},
+	}
 	if w.dir == "" {
 		w.dir = DefaultDir
 	}
@@ -151,22 +167,25 @@ func (w *Writer) write(resource, id string) error {
 	if err != nil {
 		return fmt.Errorf("encode the device-info of %s: %w", id, err)
 	}
+	defer w.lockPath(path)()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if old, ok := w.owned[path]; ok {
+	w.wanted[path] = w.releases
+	old, ok := w.owned[path]
+	w.mu.Unlock()
+	if ok {
 		if bytes.Equal(old, data) {
 			return nil
 		}
 		// Ours, but sysfs says something else now: replace it, if it is
 		// still what we wrote.
-		if cur, err := os.ReadFile(path); err == nil && !bytes.Equal(cur, old) {
-			delete(w.owned, path)
-			return nil // another writer's now
+		if cur, err := readFile(path); othersFile(err) || err == nil && !bytes.Equal(cur, old) {
+			w.own(path, nil) // another writer's now
+			return nil
 		}
 		if err := atomicfile.Write(path, data, 0o644, nil); err != nil {
 			return fmt.Errorf("update device-info: %w", err)
 		}
-		w.owned[path] = data
+		w.own(path, data)
 		return nil
 	}
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
@@ -177,20 +196,80 @@ func (w *Writer) write(resource, id string) error {
 		return err
 	}
 	if created {
-		w.owned[path] = data
+		w.own(path, data)
 		return nil
 	}
 	// Someone's file is there: ours from before a restart if it says
 	// exactly what we would, else another writer's, which stays.
-	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, data) {
-		w.owned[path] = data
+	if cur, err := readFile(path); err == nil && bytes.Equal(cur, data) {
+		w.own(path, data)
 		return nil
 	}
-	if !w.foreign[path] {
-		w.foreign[path] = true
+	w.mu.Lock()
+	first := !w.foreign[path]
+	w.foreign[path] = true
+	w.mu.Unlock()
+	if first {
 		w.log.WithField("file", path).Debug("a device-info file another writer made is kept as it is")
 	}
 	return nil
+}
+
+// lockPath waits until no other goroutine does I/O on path and keeps
+// others from doing so until the function it returns is called.
+func (w *Writer) lockPath(path string) (unlock func()) {
+	w.mu.Lock()
+	for {
+		ch, ok := w.busy[path]
+		if !ok {
+			break
+		}
+		w.mu.Unlock()
+		<-ch
+		w.mu.Lock()
+	}
+	ch := make(chan struct{})
+	w.busy[path] = ch
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(w.busy, path)
+		w.mu.Unlock()
+		close(ch)
+	}
+}
+
+// own records that path holds data that this writer wrote; nil data: that
+// it holds nothing of this writer's. The path is locked (lockPath).
+func (w *Writer) own(path string, data []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if data == nil {
+		delete(w.owned, path)
+		return
+	}
+	w.owned[path] = data
+}
+
+// maxFileBytes bounds the device-info files read back. This writer's are
+// about 150 bytes; anything much larger is someone else's and is not read.
+const maxFileBytes = 4 << 10
+
+// readFile reads a device-info file as it must be read in a directory that
+// device plugins, Multus and anyone with a hostPath of it write into:
+// without following a symbolic link (to /dev/zero, or a 200 MiB file),
+// without blocking in open (a FIFO), and only when it is a small regular
+// file, so that nothing planted there can hang an answer or grow the
+// daemon.
+func readFile(path string) ([]byte, error) {
+	return nofollow.ReadFileMax(path, maxFileBytes)
+}
+
+// othersFile reports whether readFile's error says that what is at the
+// path is not a file this writer could have written: a symbolic link, not
+// a regular file, or too large. Such a file is another writer's.
+func othersFile(err error) bool {
+	return errors.Is(err, nofollow.ErrSymlink) || errors.Is(err, nofollow.ErrNotRegular) || errors.Is(err, nofollow.ErrTooLarge)
 }
 
 // createNew creates path with data unless it exists: a complete temporary
@@ -263,8 +342,6 @@ func (w *Writer) Adopt(resources ...string) int {
 		}
 		return 0
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	n := 0
 	for _, e := range entries {
 		for _, resource := range resources {
@@ -281,13 +358,22 @@ func (w *Writer) Adopt(resources ...string) int {
 			if err != nil {
 				continue
 			}
-			if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, want) {
-				w.owned[path] = want
+			if w.adopt(path, want) {
 				n++
 			}
 		}
 	}
 	return n
+}
+
+// adopt takes path as this writer's if it holds exactly want.
+func (w *Writer) adopt(path string, want []byte) bool {
+	defer w.lockPath(path)()
+	if cur, err := readFile(path); err != nil || !bytes.Equal(cur, want) {
+		return false
+	}
+	w.own(path, want)
+	return true
 }
 
 // Release removes the files this writer wrote whose device no live pod of
@@ -296,10 +382,13 @@ func (w *Writer) Adopt(resources ...string) int {
 // many it removed. A file changed by someone else since is left alone.
 // records is called with the writer locked, so that a pod answered
 // meanwhile, whose record the store has before the proxy answers it, is
-// either among them or written after the release.
+// either among them or wanted by Hold after them, which keeps its file;
+// the files are then read and removed without the lock, one path at a
+// time.
 func (w *Writer) Release(records func() []*record.Record) int {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.releases++
+	gen := w.releases
 	var inv *inventory.Snapshot
 	if w.inv != nil {
 		inv = w.inv()
@@ -319,29 +408,61 @@ func (w *Writer) Release(records func() []*record.Record) int {
 			}
 		}
 	}
-	n := 0
-	for path, data := range w.owned {
-		if held[path] {
-			continue
+	var unheld []string
+	for path := range w.owned {
+		if !held[path] {
+			unheld = append(unheld, path)
 		}
-		cur, err := os.ReadFile(path)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-		case err != nil:
-			w.log.WithField("file", path).WithError(err).Warn("device-info file not removed")
-			continue
-		case !bytes.Equal(cur, data):
-			// Another writer replaced it: theirs now.
-		default:
-			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-				w.log.WithField("file", path).WithError(err).Warn("device-info file not removed")
-				continue
-			}
+	}
+	// Only an owned file's wanted mark matters to a Release: a file Hold
+	// is creating now is owned only after the records were read, so this
+	// Release leaves it alone anyway.
+	for path := range w.wanted {
+		if _, ok := w.owned[path]; !ok {
+			delete(w.wanted, path)
+		}
+	}
+	w.mu.Unlock()
+	n := 0
+	for _, path := range unheld {
+		if w.release(path, gen) {
 			n++
 		}
-		delete(w.owned, path)
 	}
 	return n
+}
+
+// release removes path, a file this writer wrote whose device no live pod
+// held when Release number gen read the records, unless Hold wanted it
+// since or someone else changed it; it reports whether it removed it.
+func (w *Writer) release(path string, gen uint64) bool {
+	defer w.lockPath(path)()
+	w.mu.Lock()
+	data, ok := w.owned[path]
+	if !ok || w.wanted[path] >= gen {
+		w.mu.Unlock()
+		return false
+	}
+	delete(w.wanted, path)
+	w.mu.Unlock()
+	cur, err := readFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist), othersFile(err):
+	case err != nil:
+		w.log.WithField("file", path).WithError(err).Warn("device-info file not removed")
+		return false
+	case !bytes.Equal(cur, data):
+		// Another writer replaced it: theirs now.
+	default:
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.log.WithField("file", path).WithError(err).Warn("device-info file not removed")
+			return false
+		}
+		w.own(path, nil)
+		return true
+	}
+	w.own(path, nil)
+	return false
 }
 
 // live reports whether a record's pod can still hold devices.

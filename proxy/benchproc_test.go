@@ -28,6 +28,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -227,7 +228,8 @@ func serveProxyChild(t *testing.T, n int, env func(string) string) (stop func())
 		t.Fatal(err)
 	}
 	gate := trust.NewGate(set, trust.GateOptions{Log: log, OnRefuse: m.AllocationRefused})
-	srv, err := proxy.New(proxy.Config{Socket: env("SOCKET"), KubeletSocket: env("KUBELET"), Log: log},
+	// The report plays its benchClients clients from one process.
+	srv, err := proxy.New(proxy.Config{Socket: env("SOCKET"), KubeletSocket: env("KUBELET"), MaxConnectionsPerClient: limits.DefaultMaxConnections, Log: log},
 		proxy.Providers{Store: store, Pods: client.Pods, Allocators: set, Trust: gate, Metrics: m})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -63,6 +65,7 @@ type harness struct {
 	trusting  bool              // withTrust: the proxy vets devices
 	trustOpts trust.GateOptions // withTrust's scheduler names
 	maxConns  int
+	perClient int // withMaxConnectionsPerClient; else the total cap
 	reqTime   time.Duration
 	idle      time.Duration
 	stopped   chan struct{}
@@ -84,6 +87,12 @@ func withTrust(names map[string][]string) option {
 
 // withMaxConnections caps the proxy's client connections.
 func withMaxConnections(n int) option { return func(h *harness) { h.maxConns = n } }
+
+// withMaxConnectionsPerClient caps one process's connections at n. Without
+// it the harness's cap per process is the total cap: its tests play many
+// clients from one process, and each h.conn() is a connection of its own
+// until the test ends.
+func withMaxConnectionsPerClient(n int) option { return func(h *harness) { h.perClient = n } }
 
 // withRequestTimeout sets the deadline the proxy gives every call.
 func withRequestTimeout(d time.Duration) option { return func(h *harness) { h.reqTime = d } }
@@ -173,14 +182,15 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		f(&providers)
 	}
 	h.srv, err = proxy.New(proxy.Config{
-		Socket:         h.socket,
-		KubeletSocket:  h.k.Socket,
-		RateLimitQPS:   h.qps,
-		RateLimitBurst: h.burst,
-		MaxConnections: h.maxConns,
-		RequestTimeout: h.reqTime,
-		IdleTimeout:    h.idle,
-		Log:            log,
+		Socket:                  h.socket,
+		KubeletSocket:           h.k.Socket,
+		RateLimitQPS:            h.qps,
+		RateLimitBurst:          h.burst,
+		MaxConnections:          h.maxConns,
+		MaxConnectionsPerClient: cmp.Or(h.perClient, h.maxConns, limits.DefaultMaxConnections),
+		RequestTimeout:          h.reqTime,
+		IdleTimeout:             h.idle,
+		Log:                     log,
 	}, providers)
 	if err != nil {
 		t.Fatal(err)

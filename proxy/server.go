@@ -55,6 +55,9 @@ type Config struct {
 	// MaxConnections caps open client connections; 0 means
 	// limits.DefaultMaxConnections.
 	MaxConnections int
+	// MaxConnectionsPerClient caps the connections of one client process;
+	// 0 means limits.DefaultMaxConnectionsPerClient.
+	MaxConnectionsPerClient int
 	// RequestTimeout bounds every call without a sooner deadline of its
 	// own, and every kubelet call; 0 means limits.DefaultRequestTimeout.
 	RequestTimeout time.Duration
@@ -106,11 +109,12 @@ func New(cfg Config, p Providers) (*Server, error) {
 		log = logrus.StandardLogger()
 	}
 	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, limits.DefaultMaxConnections)
+	cfg.MaxConnectionsPerClient = cmp.Or(cfg.MaxConnectionsPerClient, limits.DefaultMaxConnectionsPerClient)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, limits.DefaultRequestTimeout)
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, limits.DefaultIdleTimeout)
-	if cfg.MaxConnections < 0 || cfg.RequestTimeout < 0 || cfg.IdleTimeout < 0 {
-		return nil, fmt.Errorf("proxy: negative limit (connections %d, request timeout %v, idle timeout %v)",
-			cfg.MaxConnections, cfg.RequestTimeout, cfg.IdleTimeout)
+	if cfg.MaxConnections < 0 || cfg.MaxConnectionsPerClient < 0 || cfg.RequestTimeout < 0 || cfg.IdleTimeout < 0 {
+		return nil, fmt.Errorf("proxy: negative limit (connections %d, per client %d, request timeout %v, idle timeout %v)",
+			cfg.MaxConnections, cfg.MaxConnectionsPerClient, cfg.RequestTimeout, cfg.IdleTimeout)
 	}
 	up, err := upstream.New(cfg.KubeletSocket, cfg.MaxMessageSize, cfg.RequestTimeout, p.Metrics)
 	if err != nil {
@@ -163,7 +167,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
 	errc := make(chan error, 1)
 	go func() {
-		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.p.Metrics.ConnectionRejected))
+		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics.ConnectionRejected))
 	}()
 	specsCtx, stopSpecs := context.WithCancel(ctx)
 	specsDone := make(chan struct{})

@@ -3,10 +3,14 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -27,8 +31,9 @@ type socketListener struct {
 // listenSocket creates path the way the kubelet creates its own socket, so
 // that clients watching the directory never see a half-made socket: listen on
 // a temporary name in the same directory, restrict its permissions, then
-// rename it over any stale socket. The directory gets 0750 and the socket
-// 0660: the API exposes every pod's devices and clients must be privileged.
+// rename it over any stale socket. The socket gets 0660, and the directory
+// 0750 when listenSocket creates it (makeSocketDir): the API exposes every
+// pod's devices and clients must be privileged.
 // It refuses to replace anything that is not a socket, and refuses the
 // kubelet's own socket path, which would break the kubelet's API.
 func listenSocket(path, kubeletSocket string) (*socketListener, error) {
@@ -37,11 +42,8 @@ func listenSocket(path, kubeletSocket string) (*socketListener, error) {
 		return nil, fmt.Errorf("socket %s is the kubelet's own socket: give podres-proxy a directory of its own (default /var/run/podres-proxy/pod-resources)", path)
 	}
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, socketDirMode); err != nil {
-		return nil, fmt.Errorf("create socket directory %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, socketDirMode); err != nil {
-		return nil, fmt.Errorf("restrict socket directory %s: %w", dir, err)
+	if err := makeSocketDir(dir); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != os.ModeSocket {
 		return nil, fmt.Errorf("%s exists and is not a socket (%s): refusing to replace it", path, fi.Mode().Type())
@@ -61,7 +63,7 @@ func listenSocket(path, kubeletSocket string) (*socketListener, error) {
 		os.Remove(tmp)
 		return nil, err
 	}
-	if err := os.Chmod(tmp, socketFileMode); err != nil {
+	if err := chmodNoFollow(tmp, socketFileMode, unix.S_IFSOCK); err != nil {
 		return fail(fmt.Errorf("restrict socket %s: %w", tmp, err))
 	}
 	if err := os.Rename(tmp, path); err != nil {
@@ -72,6 +74,57 @@ func listenSocket(path, kubeletSocket string) (*socketListener, error) {
 		return fail(fmt.Errorf("stat socket %s: %w", path, err))
 	}
 	return &socketListener{Listener: l, path: path, info: info}, nil
+}
+
+// makeSocketDir creates dir with mode 0750 (and its missing parents, as
+// MkdirAll does) when it does not exist. A directory that exists is left as
+// it is: it may be shared (--socket /run/podres-proxy.sock), and making
+// /run 0750 would lock every non-root process out of it; the socket's own
+// mode restricts who may connect.
+func makeSocketDir(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), socketDirMode); err != nil {
+		return fmt.Errorf("create socket directory %s: %w", filepath.Dir(dir), err)
+	}
+	err := os.Mkdir(dir, socketDirMode)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create socket directory %s: %w", dir, err)
+	}
+	// Ours: give it exactly 0750 whatever the umask, without following a
+	// symbolic link someone may have put in its place meanwhile.
+	if err := chmodNoFollow(dir, socketDirMode, unix.S_IFDIR); err != nil {
+		return fmt.Errorf("restrict socket directory: %w", err)
+	}
+	return nil
+}
+
+// chmodNoFollow sets the mode of path, which must be of file type ifmt
+// (unix.S_IFDIR, S_IFSOCK), and never of what a symbolic link at path
+// points to. The directory may be writable by others, who could swap path
+// for a link to a file of their choice: path is opened without following
+// links (O_PATH, which works for sockets too) and the file opened is what
+// changes mode.
+func chmodNoFollow(path string, mode fs.FileMode, ifmt uint32) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("chmod %s: open: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("chmod %s: stat: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != ifmt {
+		return fmt.Errorf("chmod %s: not what was created there any more (mode %o): refusing", path, st.Mode)
+	}
+	// fchmod does not take an O_PATH descriptor; its /proc link names
+	// the very file opened.
+	if err := os.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode); err != nil {
+		return fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return nil
 }
 
 // Close stops listening and removes the socket file if it is still the one

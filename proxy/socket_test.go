@@ -136,3 +136,57 @@ func TestCloseRemovesOnlyOurSocket(t *testing.T) {
 		t.Fatalf("clean shutdown left the socket behind: %v", err)
 	}
 }
+
+// A directory the socket is put in that existed before keeps its mode: it
+// may be shared (--socket /run/podres-proxy.sock), and 0750 on /run would
+// lock every non-root process out of it.
+func TestSocketLeavesAnExistingDirectorysModeAlone(t *testing.T) {
+	for _, mode := range []os.FileMode{0o755, 0o777 | os.ModeSticky} {
+		dir := filepath.Join(tempDir(t), "run")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		l, err := listenSocket(filepath.Join(dir, "podres-proxy.sock"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if fi, err := os.Stat(dir); err != nil || fi.Mode() != os.ModeDir|mode {
+			t.Errorf("a %v directory became %v (%v)", os.ModeDir|mode, fi.Mode(), err)
+		}
+	}
+}
+
+// A directory reached through a symbolic link is not the proxy's to
+// restrict: neither the link's target nor anything else changes mode.
+func TestSocketNeverChmodsThroughASymlink(t *testing.T) {
+	base := tempDir(t)
+	target := filepath.Join(base, "shared")
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "pod-resources")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(link, "kubelet.sock")
+	l, err := listenSocket(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the symbolic link's target directory became %v (%v), want it left 0755", fi.Mode(), err)
+	}
+	if c, err := net.Dial("unix", path); err != nil {
+		t.Errorf("the socket through the link does not accept connections: %v", err)
+	} else {
+		c.Close()
+	}
+}

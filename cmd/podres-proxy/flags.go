@@ -43,7 +43,7 @@ type serveConfig struct {
 	criInterval                             time.Duration
 	metricsAddr                             string
 	qps                                     float64
-	maxConns                                int
+	maxConns, maxConnsPerClient             int
 	requestTimeout                          time.Duration
 	burst                                   int
 	logLevel                                string
@@ -83,6 +83,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.Float64Var(&c.qps, "rate-limit-qps", limits.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
 	fs.IntVar(&c.burst, "rate-limit-burst", limits.DefaultRateLimitBurst, "burst of the rate limit")
 	fs.IntVar(&c.maxConns, "max-connections", limits.DefaultMaxConnections, "client connections served at once; more are closed at once")
+	fs.IntVar(&c.maxConnsPerClient, "max-connections-per-client", limits.DefaultMaxConnectionsPerClient, "client connections one client process may hold at once, within --max-connections; more are closed at once")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", limits.DefaultRequestTimeout, "deadline of a call whose client set none sooner, /pods read and kubelet call included")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.gpuResource, "gpu-resource-name", parse.DefaultGPUResource, "resource name allocated GPUs (and the inventory's GPUs) are reported as; DCGM exporter expects nvidia.com/gpu")
@@ -201,8 +202,8 @@ func (c *serveConfig) complete() error {
 	if c.sharedGPUIDs != sharedGPUIDsSlot && c.sharedGPUIDs != sharedGPUIDsUUID {
 		return cmdline.Usage(fmt.Errorf("--shared-gpu-ids %q: want %s or %s", c.sharedGPUIDs, sharedGPUIDsSlot, sharedGPUIDsUUID))
 	}
-	if c.maxConns < 1 || c.requestTimeout <= 0 {
-		return cmdline.Usage(errors.New("--max-connections and --request-timeout must be positive"))
+	if c.maxConns < 1 || c.maxConnsPerClient < 1 || c.requestTimeout <= 0 {
+		return cmdline.Usage(errors.New("--max-connections, --max-connections-per-client and --request-timeout must be positive"))
 	}
 	return nil
 }

@@ -130,14 +130,15 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log, Inventory: inv.Snapshot})
 	}
 	srv, err := proxy.New(proxy.Config{
-		Socket:         c.socket,
-		KubeletSocket:  c.kubeletSocket,
-		RateLimitQPS:   c.qps,
-		RateLimitBurst: c.burst,
-		MaxConnections: c.maxConns,
-		RequestTimeout: c.requestTimeout,
-		PodsTimeout:    c.podsTimeout,
-		Log:            log,
+		Socket:                  c.socket,
+		KubeletSocket:           c.kubeletSocket,
+		RateLimitQPS:            c.qps,
+		RateLimitBurst:          c.burst,
+		MaxConnections:          c.maxConns,
+		MaxConnectionsPerClient: c.maxConnsPerClient,
+		RequestTimeout:          c.requestTimeout,
+		PodsTimeout:             c.podsTimeout,
+		Log:                     log,
 	}, proxy.Providers{
 		Store:         store,
 		Pods:          pods.Pods,

@@ -11,10 +11,9 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -32,6 +31,15 @@ const (
 	// connection per starting pod (a Kata shim's Get); an idle connection
 	// costs about 18 KiB, so 128 cost about 2.3 MiB.
 	DefaultMaxConnections = 128
+	// DefaultMaxConnectionsPerClient bounds the connections one client
+	// process (see peerCred) holds, under DefaultMaxConnections, so that
+	// one process leaking connections (a poller that never closes them)
+	// cannot take every place and lock Multus out. Most clients hold one;
+	// thick Multus, which runs every pod's CNI ADD in one process, holds
+	// one per ADD in flight while pods start in a burst, so the cap leaves
+	// it room: a quarter of the total, which leaves three quarters to the
+	// others whatever one process does.
+	DefaultMaxConnectionsPerClient = 32
 	// MaxStreamsPerConnection bounds the calls one connection has in
 	// flight. An answer a client does not read (HTTP/2 window 0) stays in
 	// memory until the connection ends; without this bound a client that
@@ -97,44 +105,92 @@ func deadline(timeout time.Duration) grpc.UnaryServerInterceptor {
 	}
 }
 
-// limitListener caps the connections open at once. A connection over the
-// cap is closed as soon as it is accepted, so its client fails at once (and
-// retries) instead of waiting unseen in the listen backlog.
+// limitListener caps the connections open at once, in all and per client
+// process. A connection over either cap is closed as soon as it is
+// accepted, so its client fails at once (and retries) instead of waiting
+// unseen in the listen backlog. Both caps count the connections open now,
+// whoever closes them (the client, the idle timeout, the connection age):
+// a process whose connections the server closed gets back its own places
+// when it reconnects, never anyone else's.
 type limitListener struct {
 	net.Listener
-	max      int64
-	open     atomic.Int64
-	rejected func() // counts a refused connection; may be nil
+	max, perClient int
+	rejected       func() // counts a refused connection; may be nil
+
+	mu       sync.Mutex
+	open     int
+	byClient map[string]int // open connections per identified process
 }
 
-// NewListener caps the connections l has open at once at max; rejected,
-// when set, is told of each connection closed over the cap.
-func NewListener(l net.Listener, max int, rejected func()) net.Listener {
-	return &limitListener{Listener: l, max: int64(max), rejected: rejected}
+// NewListener caps the connections l has open at once at max, and those of
+// one client process at perClient; rejected, when set, is told of each
+// connection closed over a cap. A connection whose process the kernel does
+// not name (see peerCred.identified) counts against max only.
+func NewListener(l net.Listener, max, perClient int, rejected func()) net.Listener {
+	return &limitListener{Listener: l, max: max, perClient: perClient, rejected: rejected, byClient: map[string]int{}}
 }
 
-// Accept returns the next connection that fits under the cap.
+// Accept returns the next connection that fits under the caps.
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
+		// An error here (not a unix socket, or the kernel would not say)
+		// leaves the connection to the total cap; the handshake reads the
+		// credentials again and fails the connection if it still cannot.
+		cred, err := readPeerCred(c)
+		key := ""
+		if err == nil && cred.identified() {
+			key = cred.key()
+		}
+		if !l.take(key) {
 			c.Close()
 			if l.rejected != nil {
 				l.rejected()
 			}
 			continue
 		}
-		return &limitedConn{Conn: c, release: func() { l.open.Add(-1) }}, nil
+		lc := &limitedConn{Conn: c, release: func() { l.give(key) }}
+		if err == nil {
+			lc.cred = &cred
+		}
+		return lc, nil
 	}
 }
 
-// limitedConn gives its place under the cap back when it is closed.
+// take reserves a place for a connection of client key ("" for one whose
+// process is unknown), if both caps allow it.
+func (l *limitListener) take(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open >= l.max || key != "" && l.byClient[key] >= l.perClient {
+		return false
+	}
+	l.open++
+	if key != "" {
+		l.byClient[key]++
+	}
+	return true
+}
+
+// give frees the place take reserved.
+func (l *limitListener) give(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if key != "" {
+		if l.byClient[key]--; l.byClient[key] <= 0 {
+			delete(l.byClient, key)
+		}
+	}
+}
+
+// limitedConn gives its place under the caps back when it is closed.
 type limitedConn struct {
 	net.Conn
+	cred    *peerCred // read at accept; nil when that failed
 	once    sync.Once
 	release func()
 }
@@ -150,22 +206,39 @@ func (c *limitedConn) Unwrap() net.Conn { return c.Conn }
 
 // peerCred is what the kernel says about the process at the other end of a
 // unix socket (SO_PEERCRED): who it is, which no client can forge.
+//
+// The pid is the peer's in the daemon's PID namespace, and 0 when the peer
+// is not in it or a namespace below it: the DaemonSet runs without hostPID,
+// so that is every client in another pod or on the host. Such a process is
+// then named by its pidfd's inode (SO_PEERPIDFD, on kernels whose pidfds
+// live in pidfs, 6.9 and later), which is unique to it for the boot.
 type peerCred struct {
 	credentials.CommonAuthInfo
 	uid, pid int32
-	ok       bool // false when the connection is not a unix socket
+	pidfsIno uint64 // the peer's pidfd's inode when pid is 0; 0 when unknown
+	ok       bool   // false when the connection is not a unix socket
 }
 
 func (peerCred) AuthType() string { return "peercred" }
 
-// key names the client for the rate limit: its process. Processes of one
-// user are told apart, so one misbehaving agent does not take the share of
-// another agent running as root too.
+// identified reports whether the kernel named the peer's process, by pid
+// or by pidfd, so that its connections can be told from other processes'.
+func (p peerCred) identified() bool { return p.ok && (p.pid > 0 || p.pidfsIno != 0) }
+
+// key names the client for the rate limit and the per-client connection
+// cap: its process. Processes of one user are told apart, so one
+// misbehaving agent does not take the share of another agent running as
+// root too. A process the kernel does not name shares its user's key.
 func (p peerCred) key() string {
-	if !p.ok {
+	switch {
+	case !p.ok:
 		return ""
+	case p.pid > 0:
+		return fmt.Sprintf("uid=%d,pid=%d", p.uid, p.pid)
+	case p.pidfsIno != 0:
+		return fmt.Sprintf("uid=%d,pidfs=%d", p.uid, p.pidfsIno)
 	}
-	return fmt.Sprintf("uid=%d,pid=%d", p.uid, p.pid)
+	return fmt.Sprintf("uid=%d", p.uid)
 }
 
 // peerCredentials are transport credentials for unix sockets that add no
@@ -178,6 +251,19 @@ func (peerCredentials) ClientHandshake(_ context.Context, _ string, c net.Conn) 
 }
 
 func (peerCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if lc, ok := c.(*limitedConn); ok && lc.cred != nil {
+		return c, *lc.cred, nil
+	}
+	info, err := readPeerCred(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, info, nil
+}
+
+// readPeerCred reads the credentials of the process at the other end of c;
+// a connection that is not a unix socket has none (ok false).
+func readPeerCred(c net.Conn) (peerCred, error) {
 	info := peerCred{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}
 	raw := c
 	for {
@@ -189,24 +275,48 @@ func (peerCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthIn
 	}
 	uc, ok := raw.(*net.UnixConn)
 	if !ok {
-		return c, info, nil
+		return info, nil
 	}
 	sc, err := uc.SyscallConn()
 	if err != nil {
-		return nil, nil, fmt.Errorf("peer credentials: %w", err)
+		return info, fmt.Errorf("peer credentials: %w", err)
 	}
-	var cred *syscall.Ucred
+	var cred *unix.Ucred
 	var credErr error
 	if err := sc.Control(func(fd uintptr) {
-		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if credErr == nil && cred.Pid == 0 {
+			info.pidfsIno = pidfsInode(int(fd))
+		}
 	}); err != nil {
-		return nil, nil, fmt.Errorf("peer credentials: %w", err)
+		return info, fmt.Errorf("peer credentials: %w", err)
 	}
 	if credErr != nil {
-		return nil, nil, fmt.Errorf("peer credentials (SO_PEERCRED): %w", credErr)
+		return info, fmt.Errorf("peer credentials (SO_PEERCRED): %w", credErr)
 	}
 	info.uid, info.pid, info.ok = int32(cred.Uid), cred.Pid, true
-	return c, info, nil
+	return info, nil
+}
+
+// pidfsInode returns the inode of a pidfd of the peer of socket fd, which
+// names its process uniquely where pidfds live in pidfs; 0 where they do
+// not (older kernels, where every pidfd shares one anonymous inode) or
+// the kernel gives none.
+func pidfsInode(fd int) uint64 {
+	pidfd, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(pidfd)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(pidfd, &fs); err != nil || fs.Type != unix.PID_FS_MAGIC {
+		return 0
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(pidfd, &st); err != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 func (peerCredentials) Info() credentials.ProtocolInfo {
