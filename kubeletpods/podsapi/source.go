@@ -372,11 +372,8 @@ func (s *Source) watch(ctx context.Context) (synced bool, err error) {
 			if synced {
 				continue // one per stream; a second one is not a relist
 			}
-			pods, deleted := len(listed), s.completeRelist(listed)
+			s.completeRelist(listed, start)
 			synced, listed = true, nil
-			if s.onList != nil {
-				s.onList(pods, deleted, time.Since(start))
-			}
 		default:
 			s.log.WithField("type", ev.GetType().String()).Debug("Kubelet Pods API: event of an unknown type, ignored")
 		}
@@ -421,8 +418,8 @@ func (s *Source) delete(uid string) {
 }
 
 // completeRelist removes the pods the relist did not list, marks the view
-// synced, tells the handler, and returns how many pods it removed.
-func (s *Source) completeRelist(listed map[string]struct{}) int {
+// synced, and tells OnRelist and then the handler.
+func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
 	s.mu.Lock()
 	var gone []*entry
 	for uid := range s.view.byUID {
@@ -432,12 +429,14 @@ func (s *Source) completeRelist(listed map[string]struct{}) int {
 	}
 	s.synced = true
 	s.mu.Unlock()
+	if s.onList != nil {
+		s.onList(len(listed), len(gone), time.Since(start))
+	}
 	slices.SortFunc(gone, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
 	for _, e := range gone {
 		s.emit(Event{Type: PodDeleted, Pod: e.d.pod})
 	}
 	s.emit(Event{Type: Synced})
-	return len(gone)
 }
 
 func (s *Source) emit(ev Event) {

@@ -193,9 +193,7 @@ func (s *Server) WatchPods(_ *podsv1alpha1.WatchPodsRequest, stream podsv1alpha1
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		if _, ok := s.watchers[q]; ok {
-			delete(s.watchers, q)
-		}
+		delete(s.watchers, q) // gone already if it was dropped
 		s.mu.Unlock()
 	}()
 
