@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -97,6 +98,12 @@ type Event struct {
 	// Err is why a pod was refused (PodRefused only). errors.Is(Err,
 	// ErrPodTooLarge) tells a pod refused for its size.
 	Err error
+	// ByRelist marks a PodDeleted that no DELETED event announced: the
+	// pod was missing from a relist. A kubelet that has just restarted
+	// relists before its pod sources have given it every pod, and adds
+	// the missing ones back moments later, so such a deletion says "not
+	// known now" rather than "gone for good".
+	ByRelist bool
 }
 
 // Options configure a Source. The zero value watches DefaultSocket and
@@ -121,7 +128,9 @@ type Options struct {
 	MaxMessageBytes int
 	// Timeout bounds a ListPods call; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// Backoff paces watch attempts; a zero Duration means DefaultBackoff.
+	// Backoff paces watch attempts: Duration, growing by Factor up to Cap
+	// (0: DefaultBackoff.Cap), with Jitter; Steps is ignored. A zero
+	// Duration means DefaultBackoff.
 	Backoff wait.Backoff
 
 	// Handler, when set, is told every event, in order, from the watch
@@ -183,7 +192,10 @@ func New(opts Options) (*Source, error) {
 	if bo.Duration <= 0 {
 		bo = DefaultBackoff
 	}
-	bo.Steps = 0 // Step keeps returning the capped delay
+	// The delay grows until it reaches Cap (where Step sets Steps to 0
+	// and keeps it), however many attempts that takes.
+	bo.Cap = cmp.Or(bo.Cap, DefaultBackoff.Cap)
+	bo.Steps = math.MaxInt32
 	s := &Source{
 		socket: socket,
 		dec: decoder{
@@ -208,11 +220,10 @@ func New(opts Options) (*Source, error) {
 	// gRPC's own reconnection backoff (1 s growing to 120 s by default)
 	// would keep a restarted kubelet unseen long after Run's next attempt;
 	// it follows Run's pace instead.
-	maxDelay := cmp.Or(bo.Cap, 30*time.Second)
 	s.conn, err = grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: bo.Duration, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxDelay},
+			Backoff:           backoff.Config{BaseDelay: bo.Duration, Multiplier: 1.6, Jitter: 0.2, MaxDelay: bo.Cap},
 			MinConnectTimeout: cmp.Or(opts.Timeout, DefaultTimeout),
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(s.maxMsg)),
@@ -434,7 +445,7 @@ func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
 	}
 	slices.SortFunc(gone, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
 	for _, e := range gone {
-		s.emit(Event{Type: PodDeleted, Pod: e.d.pod})
+		s.emit(Event{Type: PodDeleted, Pod: e.d.pod, ByRelist: true})
 	}
 	s.emit(Event{Type: Synced})
 }

@@ -249,7 +249,9 @@ func TestWatchReportsAddedModifiedDeletedAndSkipsChangesNotKept(t *testing.T) {
 	}
 
 	k.Delete(p)
-	h.expect("deleted uid-a")
+	if ev := h.next(); ev.Type != podsapi.PodDeleted || ev.Pod.UID != "uid-a" || ev.ByRelist {
+		t.Fatalf("event %v %s (by relist %v), want uid-a deleted by its DELETED", ev.Type, ev.Pod.UID, ev.ByRelist)
+	}
 	if _, ok := h.src.Lookup("ns", "a"); ok {
 		t.Error("Lookup still finds a deleted pod")
 	}
@@ -304,7 +306,11 @@ func TestKubeletRestartRelistReportsPodsDeletedMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.expect("added uid-c", "deleted uid-a", "synced")
+	h.expect("added uid-c")
+	if ev := h.next(); ev.Type != podsapi.PodDeleted || ev.Pod.UID != "uid-a" || !ev.ByRelist {
+		t.Fatalf("event %v %s (by relist %v), want uid-a deleted by the relist", ev.Type, ev.Pod.UID, ev.ByRelist)
+	}
+	h.expect("synced")
 	if !h.src.Synced() {
 		t.Error("Synced() is false after the relist")
 	}
