@@ -186,7 +186,8 @@ func New(opts Options) (*Source, error) {
 		return nil, err
 	}
 	if opts.MaxPodBytes < 0 || opts.MaxAnnotationBytes < 0 || opts.MaxMessageBytes < 0 || opts.Timeout < 0 {
-		return nil, fmt.Errorf("kubelet Pods API source: negative limit or timeout in %+v", opts)
+		return nil, fmt.Errorf("kubelet Pods API source: negative limit or timeout (pod %d, annotation %d, message %d bytes; timeout %v)",
+			opts.MaxPodBytes, opts.MaxAnnotationBytes, opts.MaxMessageBytes, opts.Timeout)
 	}
 	bo := opts.Backoff
 	if bo.Duration <= 0 {
@@ -299,6 +300,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	defer s.running.Store(false)
 	bo := s.backoff
+	failures := 0 // attempts in a row that did not sync
 	for {
 		synced, err := s.watch(ctx)
 		s.unsync(synced)
@@ -306,10 +308,19 @@ func (s *Source) Run(ctx context.Context) error {
 			return nil
 		}
 		if synced {
-			bo = s.backoff
+			bo, failures = s.backoff, 0
+		} else {
+			failures++
 		}
 		delay := bo.Step()
-		s.log.WithError(err).WithField("retryIn", delay.Round(time.Millisecond)).Info("Kubelet Pods API watch ended; watching again")
+		log := s.log.WithError(err).WithField("retryIn", delay.Round(time.Millisecond))
+		if failures <= 1 {
+			log.Info("Kubelet Pods API watch ended; watching again")
+		} else {
+			// A kubelet without the PodsAPI feature gate never serves
+			// the socket: one line, not one every 30 s forever.
+			log.WithField("attempts", failures).Debug("Kubelet Pods API watch failed again")
+		}
 		if s.onRetry != nil {
 			s.onRetry(err)
 		}
