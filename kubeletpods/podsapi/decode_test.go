@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,38 +164,83 @@ func FuzzDecode(f *testing.F) {
 	deleted := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "ns", UID: "u"}}
 	f.Add(marshal(f, &deleted))
 
-	dec := &decoder{maxPod: 64 << 10, maxAnnotation: 512, keep: keepExample}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := dec.decodeUnsafe(data)
-		id := scanIdentity(data)
-		if err != nil {
-			return
+	f.Fuzz(func(t *testing.T, data []byte) { _ = checkDecode(t, data) })
+}
+
+// fuzzDecoder is the decoder FuzzDecode and TestDecodeSurvivesMutatedPods
+// check, with bounds small enough for mutated pods to cross them.
+var fuzzDecoder = &decoder{maxPod: 64 << 10, maxAnnotation: 512, keep: keepExample}
+
+// checkDecode decodes data, checks what an accepted pod holds, and
+// reports whether it was accepted.
+func checkDecode(t *testing.T, data []byte) bool {
+	dec := fuzzDecoder
+	got, err := dec.decodeUnsafe(data)
+	id := scanIdentity(data)
+	if err != nil {
+		return false
+	}
+	p := got.pod
+	if p.UID == "" || p.Namespace == "" || p.Name == "" {
+		t.Fatalf("accepted a pod without identity: %+v", p)
+	}
+	if len(p.UID) <= maxIdentityBytes && len(p.Namespace) <= maxIdentityBytes && len(p.Name) <= maxIdentityBytes &&
+		(id.UID != p.UID || id.Namespace != p.Namespace || id.Name != p.Name) {
+		t.Fatalf("scanIdentity read %+v, Unmarshal %+v", podRef(&id), podRef(&p))
+	}
+	if p.Terminal() && (p.Annotations != nil || len(p.Spec.Containers) != 0) {
+		t.Fatalf("a finished pod kept annotations or containers: %+v", p)
+	}
+	for k, v := range p.Annotations {
+		if !keepExample(k) || len(v) > dec.maxAnnotation {
+			t.Fatalf("kept annotation %q (%d bytes)", k, len(v))
 		}
-		p := got.pod
-		if p.UID == "" || p.Namespace == "" || p.Name == "" {
-			t.Fatalf("accepted a pod without identity: %+v", p)
+	}
+	for _, c := range p.Spec.Containers {
+		if c.Kind != model.KindInit && c.Kind != model.KindSidecar && c.Kind != model.KindApp {
+			t.Fatalf("container %q of kind %q", c.Name, c.Kind)
 		}
-		if len(p.UID) <= maxIdentityBytes && len(p.Namespace) <= maxIdentityBytes && len(p.Name) <= maxIdentityBytes &&
-			(id.UID != p.UID || id.Namespace != p.Namespace || id.Name != p.Name) {
-			t.Fatalf("scanIdentity read %+v, Unmarshal %+v", podRef(&id), podRef(&p))
-		}
-		if p.Terminal() && (p.Annotations != nil || len(p.Spec.Containers) != 0) {
-			t.Fatalf("a finished pod kept annotations or containers: %+v", p)
-		}
-		for k, v := range p.Annotations {
-			if !keepExample(k) || len(v) > dec.maxAnnotation {
-				t.Fatalf("kept annotation %q (%d bytes)", k, len(v))
+		for r := range c.Requests {
+			if !extendedResource(r) {
+				t.Fatalf("container %q kept %q", c.Name, r)
 			}
 		}
-		for _, c := range p.Spec.Containers {
-			if c.Kind != model.KindInit && c.Kind != model.KindSidecar && c.Kind != model.KindApp {
-				t.Fatalf("container %q of kind %q", c.Name, c.Kind)
+	}
+	return true
+}
+
+// TestDecodeSurvivesMutatedPods runs checkDecode on deterministic
+// mutations of real pods (bit flips, cuts, inserted and repeated bytes),
+// so that every test run covers some of what FuzzDecode explores.
+func TestDecodeSurvivesMutatedPods(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	seeds := equivalencePods().Items[:8]
+	accepted := 0
+	for i := range 5000 {
+		data := marshal(t, &seeds[i%len(seeds)])
+		for range 1 + rng.IntN(4) {
+			switch pos := rng.IntN(len(data)); rng.IntN(4) {
+			case 0:
+				data[pos] ^= 1 << rng.IntN(8)
+			case 1:
+				data = data[:pos]
+			case 2:
+				data = slices.Insert(data, pos, byte(rng.IntN(256)))
+			case 3:
+				end := min(len(data), pos+1+rng.IntN(64))
+				data = slices.Insert(data, pos, data[pos:end]...)
 			}
-			for r := range c.Requests {
-				if !extendedResource(r) {
-					t.Fatalf("container %q kept %q", c.Name, r)
-				}
+			if len(data) == 0 {
+				break
 			}
 		}
-	})
+		if checkDecode(t, data) {
+			accepted++
+		}
+	}
+	// Both paths must have been taken for the test to mean anything.
+	if accepted < 100 || accepted > 4900 {
+		t.Errorf("%d of 5000 mutated pods accepted", accepted)
+	}
+	t.Logf("%d of 5000 mutated pods accepted", accepted)
 }
