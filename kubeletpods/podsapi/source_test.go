@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
@@ -520,6 +521,54 @@ func TestNewRejectsWhatIsNotAUnixSocket(t *testing.T) {
 	for _, s := range []string{"tcp://127.0.0.1:1", "unix://", "http://x/pods"} {
 		if _, err := podsapi.New(podsapi.Options{Socket: s}); err == nil {
 			t.Errorf("New accepted socket %q", s)
+		}
+	}
+}
+
+// A known pod whose next version cannot be read stops answering its name
+// (its old version may be the one that changed), and DELETED still
+// removes it; every kubelet event is counted for metrics.
+func TestKnownPodThatBecomesUnreadableIsRefusedUntilDeleted(t *testing.T) {
+	p := pod("ns", "a", "uid-a", 0)
+	k := newKubelet(t, p)
+	var mu sync.Mutex
+	counts := map[string]int{}
+	h := start(t, k, podsapi.Options{MaxAnnotationBytes: 1024, OnEvent: func(typ string) {
+		mu.Lock()
+		counts[typ]++
+		mu.Unlock()
+	}})
+	h.expect("added uid-a", "synced")
+
+	big := p.DeepCopy()
+	big.Annotations["example.com/gpu"] = strings.Repeat("g", 2048)
+	k.Update(big)
+	ev := h.next()
+	if ev.Type != podsapi.PodRefused || ev.Pod.UID != "uid-a" || !errors.Is(ev.Err, podsapi.ErrPodTooLarge) {
+		t.Fatalf("event %v %s %v, want uid-a refused for its size", ev.Type, ev.Pod.UID, ev.Err)
+	}
+	if got := h.uidOf("ns", "a"); got != "" {
+		t.Errorf("Lookup still answers %q with the pod's old version", got)
+	}
+
+	// Bytes that are not a pod but name one (metadata with name b,
+	// namespace ns and uid uid-b, then a spec cut short): refused, named.
+	garbage := []byte{0x0a, 0x0e, 0x0a, 0x01, 'b', 0x1a, 0x02, 'n', 's', 0x2a, 0x05, 'u', 'i', 'd', '-', 'b', 0x12, 0x02, 0xff, 0xff}
+	k.SetRaw("uid-b", garbage, podsv1alpha1.EventType_ADDED)
+	ev = h.next()
+	if ev.Type != podsapi.PodRefused || ev.Pod.UID != "uid-b" || ev.Pod.Namespace != "ns" || ev.Pod.Name != "b" {
+		t.Fatalf("event %v %+v (%v), want uid-b refused and named", ev.Type, ev.Pod, ev.Err)
+	}
+
+	k.Delete(big)
+	h.expect("deleted uid-a")
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"ADDED": 2, "INITIAL_SYNC_COMPLETE": 1, "MODIFIED": 1, "DELETED": 1}
+	for typ, n := range want {
+		if counts[typ] != n {
+			t.Errorf("OnEvent counted %v, want %v", counts, want)
+			break
 		}
 	}
 }
