@@ -176,6 +176,9 @@ type Source struct {
 	mu     sync.RWMutex
 	synced bool
 	view   view
+	// changed is closed, and replaced, whenever the view changes: Await
+	// waits on it.
+	changed chan struct{}
 }
 
 // New checks opts and returns a Source. It does no I/O: the socket is
@@ -213,6 +216,7 @@ func New(opts Options) (*Source, error) {
 		onRetry: opts.OnReconnect,
 		log:     opts.Log,
 		view:    newView(),
+		changed: make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
@@ -278,6 +282,35 @@ func (s *Source) Lookup(namespace, name string) (model.KubeletPod, bool) {
 		return model.KubeletPod{}, false
 	}
 	return e.d.pod, true
+}
+
+// Await returns the pod with pod's UID, namespace and name as soon as the
+// watch has shown it, waiting up to ctx's end. It is for a query about a
+// pod whose sandbox the runtime already reported (NRI, CRI): the kubelet
+// sends a pod's ADDED before it creates the sandbox, but the event may
+// still be on its way, and a Lookup in that moment would miss the pod, or
+// find the predecessor of its name. It fails at once if the pod was
+// refused, and with ctx's cause if the watch has not shown it by then
+// (the caller can then read List or /pods).
+func (s *Source) Await(ctx context.Context, pod model.PodRef) (model.KubeletPod, error) {
+	k := model.PodKey{Namespace: pod.Namespace, Name: pod.Name}
+	for {
+		s.mu.RLock()
+		e := s.view.byUID[pod.UID]
+		changed := s.changed
+		s.mu.RUnlock()
+		if e != nil && key(&e.d.pod) == k {
+			if e.refused != nil {
+				return model.KubeletPod{}, e.refused
+			}
+			return e.d.pod, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return model.KubeletPod{}, fmt.Errorf("kubelet Pods API watch has not shown pod %s: %w", pod, context.Cause(ctx))
+		}
+	}
 }
 
 // Synced reports whether the watch is connected and its last relist
@@ -412,6 +445,9 @@ func (s *Source) apply(data []byte) string {
 	}
 	s.mu.Lock()
 	t := s.view.put(d)
+	if t != 0 {
+		s.notifyLocked()
+	}
 	s.mu.Unlock()
 	if t != 0 {
 		s.emit(Event{Type: t, Pod: d.pod})
@@ -423,6 +459,9 @@ func (s *Source) refuse(id model.KubeletPod, err error) {
 	err = fmt.Errorf("kubelet Pods API: pod %s refused: %w", podRef(&id), err)
 	s.mu.Lock()
 	news := s.view.refuse(id, err)
+	if news {
+		s.notifyLocked()
+	}
 	s.mu.Unlock()
 	if news {
 		s.log.WithError(err).Warn("Kubelet Pods API: pod refused; its name is unknown until it is read again")
@@ -433,6 +472,9 @@ func (s *Source) refuse(id model.KubeletPod, err error) {
 func (s *Source) delete(uid string) {
 	s.mu.Lock()
 	e := s.view.remove(uid)
+	if e != nil {
+		s.notifyLocked()
+	}
 	s.mu.Unlock()
 	if e != nil {
 		s.emit(Event{Type: PodDeleted, Pod: e.d.pod})
@@ -450,6 +492,7 @@ func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
 		}
 	}
 	s.synced = true
+	s.notifyLocked()
 	s.mu.Unlock()
 	if s.onList != nil {
 		s.onList(len(listed), len(gone), time.Since(start))
@@ -461,10 +504,32 @@ func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
 	s.emit(Event{Type: Synced})
 }
 
+// notifyLocked wakes Await's waiters. s.mu is held.
+func (s *Source) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
 func (s *Source) emit(ev Event) {
 	if s.handler != nil {
 		s.handler(ev)
 	}
+}
+
+// Pods reads the kubelet's pods once with ListPods, as List does, and
+// returns ListResult.Pods: a kubeletpods.Fetch, to share reads through a
+// kubeletpods.Reader. A refused pod's name is left out (so it is unknown
+// to the caller, never answered with another pod of that name), and the
+// refusals are logged.
+func (s *Source) Pods(ctx context.Context) ([]model.KubeletPod, error) {
+	res, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range res.Refused {
+		s.log.WithError(r.Err).WithField("pod", r.Pod).Warn("Kubelet Pods API: pod left out of a ListPods read")
+	}
+	return res.Pods, nil
 }
 
 // ListResult is one ListPods read.

@@ -22,8 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
+	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // waitTimeout bounds every wait for an event. It only turns a hang into a
@@ -570,5 +572,67 @@ func TestKnownPodThatBecomesUnreadableIsRefusedUntilDeleted(t *testing.T) {
 			t.Errorf("OnEvent counted %v, want %v", counts, want)
 			break
 		}
+	}
+}
+
+// A query about a pod whose sandbox exists can wait for the watch to show
+// that very pod, rather than miss it or get its name's predecessor.
+func TestAwaitWaitsForTheWatchToShowThePod(t *testing.T) {
+	old := pod("ns", "db-0", "uid-old", 0)
+	k := newKubelet(t, old)
+	h := start(t, k, podsapi.Options{MaxAnnotationBytes: 1024})
+	h.expect("added uid-old", "synced")
+
+	type result struct {
+		pod model.KubeletPod
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		p, err := h.src.Await(context.Background(), model.PodRef{UID: "uid-new", Namespace: "ns", Name: "db-0"})
+		got <- result{p, err}
+	}()
+	k.Add(pod("ns", "db-0", "uid-new", 5))
+	select {
+	case r := <-got:
+		if r.err != nil || r.pod.UID != "uid-new" || r.pod.Annotations["example.com/gpu"] != "GPU-uid-new" {
+			t.Fatalf("Await gave %+v, %v; want uid-new", r.pod, r.err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Await did not return once the pod arrived")
+	}
+
+	big := pod("ns", "big", "uid-big", 1)
+	big.Annotations["example.com/gpu"] = strings.Repeat("g", 2048)
+	k.Add(big)
+	h.until(is(podsapi.PodRefused))
+	if _, err := h.src.Await(context.Background(), model.PodRef{UID: "uid-big", Namespace: "ns", Name: "big"}); !errors.Is(err, podsapi.ErrPodTooLarge) {
+		t.Errorf("Await of a refused pod: %v, want ErrPodTooLarge", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := h.src.Await(ctx, model.PodRef{UID: "uid-never", Namespace: "ns", Name: "never"})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ns/never (uid uid-never)") {
+		t.Errorf("Await of a pod never shown: %v, want the deadline and the pod named", err)
+	}
+}
+
+// Pods is a kubeletpods.Fetch: reads of the Pods API can be shared as
+// /pods reads are.
+func TestPodsServesAKubeletpodsReader(t *testing.T) {
+	k := newKubelet(t, pod("ns", "a", "uid-a", 0), pod("ns", "a", "uid-a2", 3))
+	src, err := podsapi.New(podsapi.Options{Socket: k.Socket()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	r := kubeletpods.NewReader(src.Pods, kubeletpods.ReaderOptions{})
+	list, err := r.ReadAfter(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := list.Lookup(model.PodKey{Namespace: "ns", Name: "a"}); !ok || p.UID != "uid-a2" {
+		t.Errorf("the reader's list gives %+v for ns/a, want the newer uid-a2", p)
 	}
 }
