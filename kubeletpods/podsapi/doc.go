@@ -10,9 +10,10 @@
 // series of events for a handler. Each (re)connection starts with the
 // kubelet's full list of pods; Source treats it as a relist and reports the
 // pods missing from it as deleted, so nothing missed while disconnected (or
-// dropped by the kubelet as a slow watcher) survives the next sync. List
-// reads the pods once with ListPods, for a query about a pod the view does
-// not know yet.
+// dropped by the kubelet as a slow watcher) survives the next sync. Await
+// waits for the watch to show a given pod (one whose sandbox the runtime
+// reported), and List and Pods read the pods once with ListPods, for a
+// query the view cannot answer yet.
 //
 // Each pod arrives as the protobuf encoding of a v1.Pod. It is decoded only
 // if it is within a size bound, and only what allocators and trust need is

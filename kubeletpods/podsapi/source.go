@@ -385,7 +385,8 @@ func (s *Source) unsync(wasSynced bool) {
 // then INITIAL_SYNC_COMPLETE, then the events since registration: those
 // can repeat what the list already showed (ADDED for a listed pod, DELETED
 // for a pod the list no longer had), which put and remove take in their
-// stride.
+// stride, and can briefly bring back an older version of a pod than the
+// list showed; the last of them is the newest, so the view ends right.
 func (s *Source) watch(ctx context.Context) (synced bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream
