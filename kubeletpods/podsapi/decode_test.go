@@ -1,0 +1,246 @@
+package podsapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
+	"github.com/podres-proxy/podres-proxy/model"
+)
+
+func keepExample(k string) bool { return strings.HasPrefix(k, "example.com/") }
+
+func testDecoder(keep func(string) bool) *decoder {
+	return &decoder{maxPod: DefaultMaxPodBytes, maxAnnotation: DefaultMaxAnnotationBytes, keep: keep}
+}
+
+func marshal(t testing.TB, p *corev1.Pod) []byte {
+	t.Helper()
+	data, err := p.Marshal()
+	if err != nil {
+		t.Fatalf("marshal pod: %v", err)
+	}
+	return data
+}
+
+// equivalencePods are podstest's realistic pods (init containers,
+// sidecars, GPU requests, finished pods, allocator annotations on every
+// other pod) and a few shapes they lack: limits without requests,
+// quantities the API server canonicalizes, hugepages, a pod without
+// annotations.
+func equivalencePods() *corev1.PodList {
+	list := podstest.PodList(40, func(i int) map[string]string {
+		if i%2 == 0 {
+			return map[string]string{"example.com/gpu": `{"ids":["GPU-` + podstest.UID(i) + `"]}`}
+		}
+		return nil
+	})
+	always := corev1.ContainerRestartPolicyAlways
+	extra := podstest.Pod(40, nil)
+	extra.Annotations = nil
+	extra.Spec.InitContainers = []corev1.Container{{
+		Name:          "sidecar",
+		RestartPolicy: &always,
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			"example.com/nic":  resource.MustParse("1000m"),
+			"hugepages-2Mi":    resource.MustParse("64Mi"),
+			"example.com/fpga": resource.MustParse("2"),
+		}},
+	}}
+	extra.Spec.Containers[0].Resources.Requests["example.com/vgpu-memory"] = resource.MustParse("4096")
+	extra.Spec.Containers[0].Resources.Limits["example.com/vgpu-memory"] = resource.MustParse("4Ki")
+	list.Items = append(list.Items, extra)
+	return list
+}
+
+// Both kubelet sources must give the same model for the same pod: which
+// one answered must not change a PodResources answer.
+func TestDecodeGivesWhatPodsjsonGivesFromSlashPods(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep func(string) bool
+	}{{"allocator annotations only", keepExample}, {"every annotation", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			list := equivalencePods()
+			body, err := json.Marshal(list)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := podsjson.DecodeFrom(bytes.NewReader(body), 0, tc.keep)
+			if err != nil {
+				t.Fatalf("podsjson: %v", err)
+			}
+			if len(want) != len(list.Items) {
+				t.Fatalf("podsjson decoded %d pods of %d", len(want), len(list.Items))
+			}
+			dec := testDecoder(tc.keep)
+			for i := range list.Items {
+				got, err := dec.decode(marshal(t, &list.Items[i]))
+				if err != nil {
+					t.Fatalf("pod %d: %v", i, err)
+				}
+				// podsjson returns pods oldest first, and podstest's pods
+				// were created in order.
+				if !reflect.DeepEqual(got.pod, want[i]) {
+					t.Errorf("pod %d:\n from the Pods API %+v\n from /pods         %+v", i, got.pod, want[i])
+				}
+				if !got.created.Equal(list.Items[i].CreationTimestamp.Time) {
+					t.Errorf("pod %d created %v, want %v", i, got.created, list.Items[i].CreationTimestamp.Time)
+				}
+			}
+		})
+	}
+}
+
+func TestOversizePodIsRefusedUndecodedButNamed(t *testing.T) {
+	p := podstest.Pod(1, map[string]string{"example.com/gpu": "x"})
+	p.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = strings.Repeat("a", 64<<10)
+	dec := &decoder{maxPod: 32 << 10, maxAnnotation: DefaultMaxAnnotationBytes, keep: keepExample}
+
+	got, err := dec.decode(marshal(t, &p))
+	if !errors.Is(err, ErrPodTooLarge) {
+		t.Fatalf("err %v, want ErrPodTooLarge", err)
+	}
+	if !strings.Contains(err.Error(), "more than 32768") {
+		t.Errorf("error %q does not give the limit", err)
+	}
+	want := model.KubeletPod{UID: podstest.UID(1), Namespace: podstest.Namespace(1), Name: podstest.Name(1)}
+	if !reflect.DeepEqual(got.pod, want) {
+		t.Errorf("refused pod reads as %+v, want its identity %+v", got.pod, want)
+	}
+}
+
+func TestKeptAnnotationOverItsLimitRefusesThePod(t *testing.T) {
+	p := podstest.Pod(2, map[string]string{"example.com/gpu": strings.Repeat("g", 2048)})
+	p.Annotations["other.io/big"] = strings.Repeat("o", 4096) // not kept: not bounded by it
+	dec := &decoder{maxPod: DefaultMaxPodBytes, maxAnnotation: 1024, keep: keepExample}
+
+	_, err := dec.decode(marshal(t, &p))
+	if !errors.Is(err, ErrPodTooLarge) || !strings.Contains(err.Error(), `annotation "example.com/gpu" is 2048 bytes`) {
+		t.Fatalf("err %v, want ErrPodTooLarge naming the annotation", err)
+	}
+
+	p.Annotations["example.com/gpu"] = "small"
+	if _, err := dec.decode(marshal(t, &p)); err != nil {
+		t.Fatalf("an unkept annotation over the limit refused the pod: %v", err)
+	}
+}
+
+func TestUndecodablePodIsAnErrorNotAPanic(t *testing.T) {
+	for _, data := range [][]byte{{0xff, 0x01, 0x02}, {0x0a, 0x05, 0x0a}, {0x0a, 0x02, 0x2a, 0x7f}} {
+		if _, err := testDecoder(nil).decode(data); err == nil {
+			t.Errorf("% x decoded without error", data)
+		}
+	}
+}
+
+func TestPodWithoutIdentityIsRefused(t *testing.T) {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}
+	if _, err := testDecoder(nil).decode(marshal(t, &p)); err == nil || !strings.Contains(err.Error(), "no uid") {
+		t.Fatalf("err %v, want a pod without uid refused", err)
+	}
+}
+
+// FuzzDecode feeds the decoder arbitrary bytes: it must not panic, a pod
+// it accepts must hold only what the model allows, within the bounds, and
+// scanIdentity must read the identity Unmarshal does.
+func FuzzDecode(f *testing.F) {
+	for _, p := range equivalencePods().Items[:6] {
+		f.Add(marshal(f, &p))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0x0a, 0x00})
+	deleted := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "ns", UID: "u"}}
+	f.Add(marshal(f, &deleted))
+
+	f.Fuzz(func(t *testing.T, data []byte) { _ = checkDecode(t, data) })
+}
+
+// fuzzDecoder is the decoder FuzzDecode and TestDecodeSurvivesMutatedPods
+// check, with bounds small enough for mutated pods to cross them.
+var fuzzDecoder = &decoder{maxPod: 64 << 10, maxAnnotation: 512, keep: keepExample}
+
+// checkDecode decodes data, checks what an accepted pod holds, and
+// reports whether it was accepted.
+func checkDecode(t *testing.T, data []byte) bool {
+	dec := fuzzDecoder
+	got, err := dec.decodeUnsafe(data)
+	id := scanIdentity(data)
+	if err != nil {
+		return false
+	}
+	p := got.pod
+	if p.UID == "" || p.Namespace == "" || p.Name == "" {
+		t.Fatalf("accepted a pod without identity: %+v", p)
+	}
+	if len(p.UID) <= maxIdentityBytes && len(p.Namespace) <= maxIdentityBytes && len(p.Name) <= maxIdentityBytes &&
+		(id.UID != p.UID || id.Namespace != p.Namespace || id.Name != p.Name) {
+		t.Fatalf("scanIdentity read %+v, Unmarshal %+v", podRef(&id), podRef(&p))
+	}
+	if p.Terminal() && (p.Annotations != nil || len(p.Spec.Containers) != 0) {
+		t.Fatalf("a finished pod kept annotations or containers: %+v", p)
+	}
+	for k, v := range p.Annotations {
+		if !keepExample(k) || len(v) > dec.maxAnnotation {
+			t.Fatalf("kept annotation %q (%d bytes)", k, len(v))
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		if c.Kind != model.KindInit && c.Kind != model.KindSidecar && c.Kind != model.KindApp {
+			t.Fatalf("container %q of kind %q", c.Name, c.Kind)
+		}
+		for r := range c.Requests {
+			if !extendedResource(r) {
+				t.Fatalf("container %q kept %q", c.Name, r)
+			}
+		}
+	}
+	return true
+}
+
+// TestDecodeSurvivesMutatedPods runs checkDecode on deterministic
+// mutations of real pods (bit flips, cuts, inserted and repeated bytes),
+// so that every test run covers some of what FuzzDecode explores.
+func TestDecodeSurvivesMutatedPods(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	seeds := equivalencePods().Items[:8]
+	accepted := 0
+	for i := range 5000 {
+		data := marshal(t, &seeds[i%len(seeds)])
+		for range 1 + rng.IntN(4) {
+			switch pos := rng.IntN(len(data)); rng.IntN(4) {
+			case 0:
+				data[pos] ^= 1 << rng.IntN(8)
+			case 1:
+				data = data[:pos]
+			case 2:
+				data = slices.Insert(data, pos, byte(rng.IntN(256)))
+			case 3:
+				end := min(len(data), pos+1+rng.IntN(64))
+				data = slices.Insert(data, pos, data[pos:end]...)
+			}
+			if len(data) == 0 {
+				break
+			}
+		}
+		if checkDecode(t, data) {
+			accepted++
+		}
+	}
+	// Both paths must have been taken for the test to mean anything.
+	if accepted < 100 || accepted > 4900 {
+		t.Errorf("%d of 5000 mutated pods accepted", accepted)
+	}
+	t.Logf("%d of 5000 mutated pods accepted", accepted)
+}

@@ -1,0 +1,594 @@
+package podsapi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/util/wait"
+	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
+
+	"github.com/podres-proxy/podres-proxy/model"
+)
+
+// DefaultSocket is where a kubelet with the default root directory serves
+// the Pods API (<root>/pods-api/pods-api.sock).
+const DefaultSocket = "/var/lib/kubelet/pods-api/pods-api.sock"
+
+// More defaults for Options.
+const (
+	// DefaultMaxMessageBytes bounds one gRPC message from the kubelet:
+	// a ListPods answer (every pod of the node) or one watch event. It is
+	// far above DefaultMaxPodBytes so that an oversize pod still arrives
+	// and is refused alone; were the message refused by gRPC, the stream
+	// would fail at that pod at every reconnection and the source would
+	// never sync.
+	DefaultMaxMessageBytes = 64 << 20
+	// DefaultTimeout bounds a ListPods call.
+	DefaultTimeout = 5 * time.Second
+)
+
+// DefaultBackoff is the wait between watch attempts: from half a second
+// (a kubelet restart takes seconds) doubling to 30 s, with jitter so that
+// the daemons of many nodes do not retry in step. It starts again from the
+// beginning after each successful sync.
+var DefaultBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 30 * time.Second}
+
+// EventType says what happened to a pod, or to the view.
+type EventType int
+
+const (
+	// PodAdded: a pod the view did not have (or had refused) is now known.
+	PodAdded EventType = iota + 1
+	// PodModified: what is kept of a known pod changed.
+	PodModified
+	// PodDeleted: the kubelet no longer has the pod: it said so, or a
+	// relist did not include it. Event.Pod is the last version known.
+	PodDeleted
+	// PodRefused: the pod's event could not be read (too large, not
+	// decodable, no identity). Event.Pod holds what identity could be
+	// read and Event.Err says why. Until the pod is read again or deleted,
+	// Lookup answers nothing for its name.
+	PodRefused
+	// Synced: a relist is complete. The view holds every pod the kubelet
+	// has; pods missing from the relist have been reported PodDeleted.
+	Synced
+	// Unsynced: the watch stream ended after a sync; the view is kept but
+	// misses whatever happens until the next Synced.
+	Unsynced
+)
+
+func (t EventType) String() string {
+	switch t {
+	case PodAdded:
+		return "added"
+	case PodModified:
+		return "modified"
+	case PodDeleted:
+		return "deleted"
+	case PodRefused:
+		return "refused"
+	case Synced:
+		return "synced"
+	case Unsynced:
+		return "unsynced"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Event is what Source tells its handler.
+type Event struct {
+	Type EventType
+	// Pod is the pod the event is about; zero for Synced and Unsynced. It
+	// is shared with the view and must not be modified.
+	Pod model.KubeletPod
+	// Err is why a pod was refused (PodRefused only). errors.Is(Err,
+	// ErrPodTooLarge) tells a pod refused for its size.
+	Err error
+	// ByRelist marks a PodDeleted that no DELETED event announced: the
+	// pod was missing from a relist. A kubelet that has just restarted
+	// relists before its pod sources have given it every pod, and adds
+	// the missing ones back moments later, so such a deletion says "not
+	// known now" rather than "gone for good".
+	ByRelist bool
+}
+
+// Options configure a Source. The zero value watches DefaultSocket and
+// keeps every annotation.
+type Options struct {
+	// Socket is the kubelet's Pods API socket, as a path or a unix:// URL;
+	// empty means DefaultSocket. It need not exist yet.
+	Socket string
+	// KeepAnnotation says which annotations to keep (the allocators');
+	// nil keeps them all.
+	KeepAnnotation func(key string) bool
+	// MaxPodBytes bounds the protobuf encoding of one pod; 0 means
+	// DefaultMaxPodBytes. A larger pod is refused without being decoded.
+	MaxPodBytes int
+	// MaxAnnotationBytes bounds each kept annotation's value; 0 means
+	// DefaultMaxAnnotationBytes. A pod with a larger one is refused: its
+	// devices cannot be read, and answering it without them would be
+	// wrong.
+	MaxAnnotationBytes int
+	// MaxMessageBytes bounds one gRPC message (a ListPods answer, a watch
+	// event); 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// Timeout bounds a ListPods call; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Backoff paces watch attempts: Duration, growing by Factor up to Cap
+	// (0: DefaultBackoff.Cap), with Jitter; Steps is ignored. A zero
+	// Duration means DefaultBackoff.
+	Backoff wait.Backoff
+
+	// Handler, when set, is told every event, in order, from the watch
+	// goroutine, after the view reflects it (so Lookup in the handler
+	// sees the change). It must not block for long: the kubelet drops a
+	// watcher that falls 100 events behind, which costs a relist.
+	Handler func(Event)
+	// OnEvent, when set, is told the type of every event received from
+	// the kubelet ("ADDED", "MODIFIED", "DELETED",
+	// "INITIAL_SYNC_COMPLETE", or another the kubelet may add): for
+	// metrics. It must not block.
+	OnEvent func(kubeletType string)
+	// OnRelist, when set, is told of every completed relist: how many
+	// pods it listed, how many known pods it found gone, and how long it
+	// took from the watch call. For metrics; it must not block.
+	OnRelist func(pods, deleted int, took time.Duration)
+	// OnReconnect, when set, is told why each watch ended, before the
+	// next attempt. For metrics; it must not block.
+	OnReconnect func(err error)
+	// Log receives the source's logs; nil means logrus's standard logger.
+	Log logrus.FieldLogger
+}
+
+// Source watches the kubelet's Pods API and keeps a view of its pods. Run
+// does the watching; Lookup, Synced and List may be called from any
+// goroutine, before, during or after Run.
+type Source struct {
+	socket  string // for errors and logs
+	dec     decoder
+	maxMsg  int
+	timeout time.Duration
+	backoff wait.Backoff
+	handler func(Event)
+	onEvent func(string)
+	onList  func(int, int, time.Duration)
+	onRetry func(error)
+	log     logrus.FieldLogger
+
+	conn    *grpc.ClientConn
+	client  podsv1alpha1.PodsClient
+	running atomic.Bool
+
+	mu     sync.RWMutex
+	synced bool
+	view   view
+	// changed is closed, and replaced, whenever the view changes: Await
+	// waits on it.
+	changed chan struct{}
+}
+
+// New checks opts and returns a Source. It does no I/O: the socket is
+// dialled by Run and List, and may appear later.
+func New(opts Options) (*Source, error) {
+	target, socket, err := target(cmp.Or(opts.Socket, DefaultSocket))
+	if err != nil {
+		return nil, err
+	}
+	if opts.MaxPodBytes < 0 || opts.MaxAnnotationBytes < 0 || opts.MaxMessageBytes < 0 || opts.Timeout < 0 {
+		return nil, fmt.Errorf("kubelet Pods API source: negative limit or timeout (pod %d, annotation %d, message %d bytes; timeout %v)",
+			opts.MaxPodBytes, opts.MaxAnnotationBytes, opts.MaxMessageBytes, opts.Timeout)
+	}
+	bo := opts.Backoff
+	if bo.Duration <= 0 {
+		bo = DefaultBackoff
+	}
+	// The delay grows until it reaches Cap (where Step sets Steps to 0
+	// and keeps it), however many attempts that takes.
+	bo.Cap = cmp.Or(bo.Cap, DefaultBackoff.Cap)
+	bo.Steps = math.MaxInt32
+	s := &Source{
+		socket: socket,
+		dec: decoder{
+			maxPod:        cmp.Or(opts.MaxPodBytes, DefaultMaxPodBytes),
+			maxAnnotation: cmp.Or(opts.MaxAnnotationBytes, DefaultMaxAnnotationBytes),
+			keep:          opts.KeepAnnotation,
+		},
+		maxMsg:  cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes),
+		timeout: cmp.Or(opts.Timeout, DefaultTimeout),
+		backoff: bo,
+		handler: opts.Handler,
+		onEvent: opts.OnEvent,
+		onList:  opts.OnRelist,
+		onRetry: opts.OnReconnect,
+		log:     opts.Log,
+		view:    newView(),
+		changed: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = logrus.StandardLogger()
+	}
+	s.log = s.log.WithField("podsAPI", socket)
+	// gRPC's own reconnection backoff (1 s growing to 120 s by default)
+	// would keep a restarted kubelet unseen long after Run's next attempt;
+	// it follows Run's pace instead.
+	s.conn, err = grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: bo.Duration, Multiplier: 1.6, Jitter: 0.2, MaxDelay: bo.Cap},
+			MinConnectTimeout: cmp.Or(opts.Timeout, DefaultTimeout),
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(s.maxMsg)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet Pods API client for %s: %w", socket, err)
+	}
+	s.client = podsv1alpha1.NewPodsClient(s.conn)
+	return s, nil
+}
+
+// target turns a socket path or unix:// URL into a gRPC target, and the
+// path to name in messages.
+func target(socket string) (grpcTarget, path string, err error) {
+	path = socket
+	if rest, ok := strings.CutPrefix(socket, "unix://"); ok {
+		path = rest
+	} else if strings.Contains(socket, "://") {
+		return "", "", fmt.Errorf("kubelet Pods API socket %q: not a path or unix:// URL", socket)
+	}
+	if path == "" {
+		return "", "", fmt.Errorf("kubelet Pods API socket %q: no path", socket)
+	}
+	if !filepath.IsAbs(path) {
+		// unix:// URLs take absolute paths; gRPC's unix:relative form
+		// takes the rest.
+		return "unix:" + path, path, nil
+	}
+	return "unix://" + path, path, nil
+}
+
+// Close releases the connection to the kubelet. Call it after Run has
+// returned; List fails after it.
+func (s *Source) Close() error {
+	if err := s.conn.Close(); err != nil {
+		return fmt.Errorf("close kubelet Pods API connection to %s: %w", s.socket, err)
+	}
+	return nil
+}
+
+// Lookup returns the pod PodResources means by namespace and name: of the
+// pods of that name the kubelet has, a live one rather than a finished
+// one, and the newer among equals. It answers nothing while any pod of the
+// name is refused (it may be the newer). The answer is only as fresh as
+// the watch: see Synced. The pod is shared and must not be modified.
+func (s *Source) Lookup(namespace, name string) (model.KubeletPod, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.view.lookup(model.PodKey{Namespace: namespace, Name: name})
+	if !ok {
+		return model.KubeletPod{}, false
+	}
+	return e.d.pod, true
+}
+
+// Await returns the pod with pod's UID, namespace and name as soon as the
+// watch has shown it, waiting up to ctx's end. It is for a query about a
+// pod whose sandbox the runtime already reported (NRI, CRI): the kubelet
+// sends a pod's ADDED before it creates the sandbox, but the event may
+// still be on its way, and a Lookup in that moment would miss the pod, or
+// find the predecessor of its name. It fails at once if the pod was
+// refused, and with ctx's cause if the watch has not shown it by then
+// (the caller can then read List or /pods).
+func (s *Source) Await(ctx context.Context, pod model.PodRef) (model.KubeletPod, error) {
+	k := model.PodKey{Namespace: pod.Namespace, Name: pod.Name}
+	for {
+		s.mu.RLock()
+		e := s.view.byUID[pod.UID]
+		changed := s.changed
+		s.mu.RUnlock()
+		if e != nil && key(&e.d.pod) == k {
+			if e.refused != nil {
+				return model.KubeletPod{}, e.refused
+			}
+			return e.d.pod, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return model.KubeletPod{}, fmt.Errorf("kubelet Pods API watch has not shown pod %s: %w", pod, context.Cause(ctx))
+		}
+	}
+}
+
+// Synced reports whether the watch is connected and its last relist
+// complete: then the view holds every pod the kubelet has, up to the
+// events still in flight. While it is false (before the first sync, while
+// reconnecting) Lookup may miss new pods and still answer deleted ones,
+// and a caller that needs freshness should read List (or /pods) instead.
+func (s *Source) Synced() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.synced
+}
+
+// Run watches the kubelet's pods until ctx ends, reconnecting with backoff
+// whenever the watch fails or the kubelet ends it. It returns nil when ctx
+// ends, and an error only if the Source is already running.
+func (s *Source) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("kubelet Pods API source for %s: already running", s.socket)
+	}
+	defer s.running.Store(false)
+	bo := s.backoff
+	failures := 0 // attempts in a row that did not sync
+	for {
+		synced, err := s.watch(ctx)
+		s.unsync(synced)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if synced {
+			bo, failures = s.backoff, 0
+		} else {
+			failures++
+		}
+		delay := bo.Step()
+		log := s.log.WithError(err).WithField("retryIn", delay.Round(time.Millisecond))
+		if failures <= 1 {
+			log.Info("Kubelet Pods API watch ended; watching again")
+		} else {
+			// A kubelet without the PodsAPI feature gate never serves
+			// the socket: one line, not one every 30 s forever.
+			log.WithField("attempts", failures).Debug("Kubelet Pods API watch failed again")
+		}
+		if s.onRetry != nil {
+			s.onRetry(err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// unsync marks the view out of date after a watch ends, telling the
+// handler if it had been in sync.
+func (s *Source) unsync(wasSynced bool) {
+	s.mu.Lock()
+	s.synced = false
+	s.mu.Unlock()
+	if wasSynced {
+		s.emit(Event{Type: Unsynced})
+	}
+}
+
+// watch runs one WatchPods stream until it ends, and reports whether it
+// reached INITIAL_SYNC_COMPLETE.
+//
+// The kubelet registers the watcher, sends ADDED for every pod it has,
+// then INITIAL_SYNC_COMPLETE, then the events since registration: those
+// can repeat what the list already showed (ADDED for a listed pod, DELETED
+// for a pod the list no longer had), which put and remove take in their
+// stride, and can briefly bring back an older version of a pod than the
+// list showed; the last of them is the newest, so the view ends right.
+func (s *Source) watch(ctx context.Context) (synced bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream
+	start := time.Now()
+	stream, err := s.client.WatchPods(ctx, &podsv1alpha1.WatchPodsRequest{})
+	if err != nil {
+		return false, fmt.Errorf("call WatchPods: %w", err)
+	}
+	listed := make(map[string]struct{}) // the relist's UIDs, until it is complete
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				// The kubelet ends a watch when its queue of 100 events
+				// for the watcher fills, and when it shuts down.
+				err = errors.New("the kubelet ended the stream")
+			}
+			return synced, fmt.Errorf("receive from WatchPods: %w", err)
+		}
+		if s.onEvent != nil {
+			s.onEvent(ev.GetType().String())
+		}
+		switch ev.GetType() {
+		case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
+			uid := s.apply(ev.GetPod())
+			if !synced && uid != "" {
+				listed[uid] = struct{}{}
+			}
+		case podsv1alpha1.EventType_DELETED:
+			// Only the identity is guaranteed in a DELETED pod.
+			id := scanIdentity(ev.GetPod())
+			if id.UID == "" {
+				s.log.WithField("pod", podRef(&id)).Warn("Kubelet Pods API: DELETED event without a pod UID, ignored")
+				continue
+			}
+			delete(listed, id.UID)
+			s.delete(id.UID)
+		case podsv1alpha1.EventType_INITIAL_SYNC_COMPLETE:
+			if synced {
+				continue // one per stream; a second one is not a relist
+			}
+			s.completeRelist(listed, start)
+			synced, listed = true, nil
+		default:
+			s.log.WithField("type", ev.GetType().String()).Debug("Kubelet Pods API: event of an unknown type, ignored")
+		}
+	}
+}
+
+// apply reads one ADDED or MODIFIED pod into the view and tells the
+// handler. It returns the pod's UID, or "" when none could be read.
+func (s *Source) apply(data []byte) string {
+	d, err := s.dec.decode(data)
+	if err != nil {
+		s.refuse(d.pod, err)
+		return d.pod.UID
+	}
+	s.mu.Lock()
+	t := s.view.put(d)
+	if t != 0 {
+		s.notifyLocked()
+	}
+	s.mu.Unlock()
+	if t != 0 {
+		s.emit(Event{Type: t, Pod: d.pod})
+	}
+	return d.pod.UID
+}
+
+func (s *Source) refuse(id model.KubeletPod, err error) {
+	err = fmt.Errorf("kubelet Pods API: pod %s refused: %w", podRef(&id), err)
+	s.mu.Lock()
+	news := s.view.refuse(id, err)
+	if news {
+		s.notifyLocked()
+	}
+	s.mu.Unlock()
+	if news {
+		s.log.WithError(err).Warn("Kubelet Pods API: pod refused; its name is unknown until it is read again")
+		s.emit(Event{Type: PodRefused, Pod: id, Err: err})
+	}
+}
+
+func (s *Source) delete(uid string) {
+	s.mu.Lock()
+	e := s.view.remove(uid)
+	if e != nil {
+		s.notifyLocked()
+	}
+	s.mu.Unlock()
+	if e != nil {
+		s.emit(Event{Type: PodDeleted, Pod: e.d.pod})
+	}
+}
+
+// completeRelist removes the pods the relist did not list, marks the view
+// synced, and tells OnRelist and then the handler.
+func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
+	s.mu.Lock()
+	var gone []*entry
+	for uid := range s.view.byUID {
+		if _, ok := listed[uid]; !ok {
+			gone = append(gone, s.view.remove(uid))
+		}
+	}
+	s.synced = true
+	s.notifyLocked()
+	s.mu.Unlock()
+	if s.onList != nil {
+		s.onList(len(listed), len(gone), time.Since(start))
+	}
+	slices.SortFunc(gone, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
+	for _, e := range gone {
+		s.emit(Event{Type: PodDeleted, Pod: e.d.pod, ByRelist: true})
+	}
+	s.emit(Event{Type: Synced})
+}
+
+// notifyLocked wakes Await's waiters. s.mu is held.
+func (s *Source) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Source) emit(ev Event) {
+	if s.handler != nil {
+		s.handler(ev)
+	}
+}
+
+// Pods reads the kubelet's pods once with ListPods, as List does, and
+// returns ListResult.Pods: a kubeletpods.Fetch, to share reads through a
+// kubeletpods.Reader. A refused pod's name is left out (so it is unknown
+// to the caller, never answered with another pod of that name), and the
+// refusals are logged.
+func (s *Source) Pods(ctx context.Context) ([]model.KubeletPod, error) {
+	res, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range res.Refused {
+		s.log.WithError(r.Err).WithField("pod", r.Pod).Warn("Kubelet Pods API: pod left out of a ListPods read")
+	}
+	return res.Pods, nil
+}
+
+// ListResult is one ListPods read.
+type ListResult struct {
+	// Pods are the kubelet's pods, oldest first (by creation; the
+	// kubelet's order, by UID, among pods created in the same second), as
+	// kubeletpods.NewPodList wants them. A pod whose name is shared with a
+	// refused pod is left out, so that a lookup by that name finds
+	// nothing rather than the refused pod's predecessor.
+	Pods []model.KubeletPod
+	// Refused are the pods that could not be read, each with why, and
+	// the pods left out for sharing their name.
+	Refused []Refusal
+}
+
+// Refusal is a pod a read left out, and why.
+type Refusal struct {
+	Pod model.PodRef
+	Err error
+}
+
+// List reads the kubelet's pods once with ListPods, for a query about a
+// pod the watch has not shown yet. It is bounded by ctx and
+// Options.Timeout. The kubelet rate-limits ListPods (100 per second, burst
+// 10, shared by every client) and answers ResourceExhausted beyond that,
+// so callers should share reads (kubeletpods.Reader does).
+func (s *Source) List(ctx context.Context) (ListResult, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout,
+		fmt.Errorf("no answer within %v: %w", s.timeout, context.DeadlineExceeded))
+	defer cancel()
+	resp, err := s.client.ListPods(ctx, &podsv1alpha1.ListPodsRequest{})
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+		}
+		return ListResult{}, fmt.Errorf("list pods from the kubelet Pods API at %s: %w", s.socket, err)
+	}
+	var res ListResult
+	all := make([]decoded, 0, len(resp.GetPods()))
+	refusedNames := make(map[model.PodKey]bool)
+	for _, data := range resp.GetPods() {
+		d, err := s.dec.decode(data)
+		if err != nil {
+			res.Refused = append(res.Refused, Refusal{Pod: podRef(&d.pod), Err: err})
+			refusedNames[key(&d.pod)] = true
+			continue
+		}
+		all = append(all, d)
+	}
+	slices.SortStableFunc(all, func(a, b decoded) int { return a.created.Compare(b.created) })
+	res.Pods = make([]model.KubeletPod, 0, len(all))
+	for i := range all {
+		p := &all[i].pod
+		if refusedNames[key(p)] {
+			res.Refused = append(res.Refused, Refusal{Pod: podRef(p), Err: errors.New("another pod of its name was refused")})
+			continue
+		}
+		res.Pods = append(res.Pods, *p)
+	}
+	return res, nil
+}
