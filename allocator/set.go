@@ -105,6 +105,11 @@ func (s *Set) AllocatorOf(key string) string {
 	return ""
 }
 
+// Format returns the decoder named name, nil when the set has none: for
+// questions only one allocator's decoder can answer (trust asks HAMi's
+// which of its devices Volcano writes too).
+func (s *Set) Format(name string) Format { return s.byName[name] }
+
 // Decode implements decode.Decoder: it runs every decoder and returns the
 // devices they trust, in decoder order. For each annotation a decoder could
 // not (fully) understand it logs a warning naming the pod and the allocator,

@@ -192,3 +192,18 @@ func (h *Format) Decode(annotations map[string]string) ([]model.Device, error) {
 func (h *Format) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
 	return parse.CountRequest(requests, dev.Resource)
 }
+
+// Ascend reports whether dev was decoded from an Ascend chip's key,
+// hami.io/Ascend<chip>-devices-allocated: its type is a vendor word starting
+// with "Ascend" whose key's devices are reported as dev's resource. Volcano's
+// vNPU support (its HAMi-core Ascend path) writes these keys too, on pods of
+// Volcano, with HAMi's encoding. The type is the annotation's, but the
+// resource comes from the key, so a device of another key (NVIDIA's vGPUs,
+// say) that claims an Ascend type is not Ascend.
+func (h *Format) Ascend(dev model.Device) bool {
+	if dev.Allocator != Name || !strings.HasPrefix(dev.Type, hamiAscendPrefix) {
+		return false
+	}
+	name, ok := h.resource(dev.Type)
+	return ok && name == dev.Resource
+}

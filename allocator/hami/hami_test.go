@@ -352,6 +352,35 @@ func TestHAMiWantsCountsTheReportedResource(t *testing.T) {
 	}
 }
 
+// Ascend tells the devices of HAMi's Ascend keys, which Volcano writes too,
+// from the others by the key they came from: a device of the NVIDIA key
+// whose entry claims an Ascend type is not one.
+func TestHAMiAscendIsDecidedByTheKey(t *testing.T) {
+	h := New(Options{})
+	const npu = "68496E64-20E05477-92C31323-6E78030A-BD003019"
+	devs, err := h.Decode(map[string]string{
+		"hami.io/Ascend310P-devices-allocated":  npu + ",Ascend310P,4096,90:;",
+		"hami.io/Ascend910B2-devices-allocated": "Ascend910B2-1,Ascend910B2,65536,0:;",
+		NVIDIAAnnotation:                        uuidA + ",Ascend310P,500,5:;" + uuidB + ",NVIDIA,500,5:;",
+		"hami.io/dcu-devices-allocated":         "DCU-0,Ascend310P,500,5:;",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, d := range devs {
+		got[d.IDs[0]] = h.Ascend(d)
+	}
+	want := map[string]bool{npu: true, "Ascend910B2-1": true, uuidA: false, uuidB: false, "DCU-0": false}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Ascend by device id = %v; want %v", got, want)
+	}
+	other := model.Device{Allocator: "volcano-vgpu", Type: "Ascend310P", Resource: "huawei.com/Ascend310P"}
+	if h.Ascend(other) {
+		t.Errorf("another allocator's device is Ascend: %+v", other)
+	}
+}
+
 // A MIG annotation that cannot be trusted is reported and ignored: every
 // slice stays its parent GPU, shown once, and the container keeps it.
 func TestHAMiMalformedMIGAnnotationKeepsTheParentGPU(t *testing.T) {
