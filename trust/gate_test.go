@@ -50,7 +50,9 @@ func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
 	gate := trust.NewGate(set, trust.GateOptions{Log: logrus.New()})
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			devices, _ := set.Decode(model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
+			ref := model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}
+			devices, _ := set.Decode(ref, c.Annotations)
+			devices, _ = set.DecodeContainers(ref, devices, c.ContainerAnnotations())
 			inv := c.Snapshot()
 			devices, _ = allocator.Translate(devices, inv)
 			spec := c.Spec()

@@ -54,6 +54,24 @@ type Container struct {
 	Name     string            `json:"name"`
 	Kind     string            `json:"kind"` // init, sidecar, app
 	Requests map[string]string `json:"requests"`
+	// Annotations are those the runtime creates the container with where
+	// an allocator's device plugin writes some (testdata/README.md).
+	Annotations map[string]string `json:"annotations"`
+}
+
+// ContainerAnnotations returns the containers' annotations by container
+// name, as the store gives them to the decoders; nil when none has any.
+func (c Case) ContainerAnnotations() map[string]map[string]string {
+	var out map[string]map[string]string
+	for _, ctr := range c.Containers {
+		if len(ctr.Annotations) > 0 {
+			if out == nil {
+				out = map[string]map[string]string{}
+			}
+			out[ctr.Name] = ctr.Annotations
+		}
+	}
+	return out
 }
 
 // InventoryDevice is one of the node's devices, for decoders that name
