@@ -42,11 +42,18 @@ func (s *Store) observeSandbox(src record.Origin, sb model.Sandbox) {
 	}
 	now := s.now()
 	s.update(uid, func(r *record.Record) bool {
+		before := containerAnnotations(r)
 		changed, current := r.ObserveSandbox(src, sb, now)
 		if !current {
 			return false
 		}
-		return s.setAnnotations(r, sb.Annotations, src, now, false) || changed
+		if s.setAnnotations(r, sb.Annotations, src, now, false) {
+			return true
+		}
+		if !sameContainerAnnotations(before, containerAnnotations(r)) {
+			s.decodeDevices(r) // a new sandbox: the old one's containers are gone
+		}
+		return changed
 	})
 }
 
@@ -77,10 +84,23 @@ func (s *Store) setPhase(src record.Origin, uid string, phase record.Phase) {
 	s.update(uid, func(r *record.Record) bool { return r.SetPhase(src, phase, now) })
 }
 
-// ObserveContainer records a container the runtime reported.
+// ObserveContainer records a container the runtime reported, with the
+// container annotations some allocator reads. A container whose annotations
+// say something about the allocation (TensorFusion's MIG partitions) has
+// its pod's devices decoded again, the pod's annotations before the lock.
 func (s *Store) ObserveContainer(src record.Origin, c model.RuntimeContainer) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	c.Annotations = decode.RelevantToContainer(s.opts.Decoder, c.Annotations)
+	pre := decode.Batch{}
+	if len(c.Annotations) > 0 {
+		s.mu.RLock()
+		r := s.byUID[s.bySandbox[c.SandboxID]]
+		s.mu.RUnlock()
+		if r != nil && len(r.Annotations) > 0 {
+			pre.Add(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, r.Annotations)
+		}
+	}
+	s.lock(pre)
+	defer s.unlock()
 	s.observeContainer(src, c)
 }
 
@@ -89,8 +109,18 @@ func (s *Store) observeContainer(src record.Origin, c model.RuntimeContainer) {
 	if !ok || c.ID == "" {
 		return
 	}
+	c.Annotations = decode.RelevantToContainer(s.opts.Decoder, c.Annotations)
 	now := s.now()
-	s.update(uid, func(r *record.Record) bool { return r.ObserveContainer(src, c, now) })
+	s.update(uid, func(r *record.Record) bool {
+		before := containerAnnotations(r)
+		if !r.ObserveContainer(src, c, now) {
+			return false
+		}
+		if !sameContainerAnnotations(before, containerAnnotations(r)) {
+			s.decodeDevices(r)
+		}
+		return true
+	})
 }
 
 // ContainerRemoved records that a container is gone.
