@@ -1,6 +1,7 @@
 package state
 
 import (
+	"slices"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
@@ -95,7 +96,10 @@ func (s *Store) ObserveContainer(src record.Origin, c model.RuntimeContainer) {
 		s.mu.RLock()
 		r := s.byUID[s.bySandbox[c.SandboxID]]
 		s.mu.RUnlock()
-		if r != nil && len(r.Annotations) > 0 {
+		// A container's annotations never change: only its first event
+		// with them needs the pod's devices decoded again.
+		known := r != nil && slices.ContainsFunc(r.Containers, func(x record.Container) bool { return x.ID == c.ID && x.Annotations != nil })
+		if r != nil && !known && len(r.Annotations) > 0 {
 			pre.Add(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, r.Annotations)
 		}
 	}
