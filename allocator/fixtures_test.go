@@ -14,8 +14,10 @@ import (
 )
 
 // TestSchedulersOwnAnnotations runs every fixture written by a scheduler's
-// own encoding code (../shared/fixtures/allocators) through the decoders,
-// the inventory translation and the attribution policy, and checks what
+// own encoding code (../shared/fixtures/allocators, and those derived from
+// the writers' code paths in internal/allocfixture/testdata) through the
+// decoders, the containers' annotations included, the inventory
+// translation and the attribution policy, and checks what
 // each container is shown: position by position where the annotation says
 // which container gets what ("exact"), as a set per container where the
 // policy chooses ("policy"). A fixture added to the folder is tested here
@@ -34,9 +36,14 @@ func TestSchedulersOwnAnnotations(t *testing.T) {
 	set := allocator.NewSet(log, nil, decoders...)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			devices, errs := set.Decode(model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
+			ref := model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}
+			devices, errs := set.Decode(ref, c.Annotations)
 			if len(errs) > 0 {
 				t.Fatalf("%s: decode errors: %v", c.File, errs)
+			}
+			devices, errs = set.DecodeContainers(ref, devices, c.ContainerAnnotations())
+			if len(errs) > 0 {
+				t.Fatalf("%s: container annotations: %v", c.File, errs)
 			}
 			devices, problems := allocator.Translate(devices, c.Snapshot())
 			if len(problems) > 0 {

@@ -3,6 +3,8 @@ package allocator
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/sirupsen/logrus"
 
@@ -105,6 +107,11 @@ func (s *Set) AllocatorOf(key string) string {
 	return ""
 }
 
+// Format returns the decoder named name, nil when the set has none: for
+// questions only one allocator's decoder can answer (trust asks HAMi's
+// which of its devices Volcano writes too).
+func (s *Set) Format(name string) Format { return s.byName[name] }
+
 // Decode implements decode.Decoder: it runs every decoder and returns the
 // devices they trust, in decoder order. For each annotation a decoder could
 // not (fully) understand it logs a warning naming the pod and the allocator,
@@ -180,6 +187,88 @@ func decodeSafely(d Format, annotations map[string]string) (devices []model.Devi
 		}
 	}
 	return devices, err
+}
+
+// ContainerFormat is implemented by formats whose allocator writes some of
+// an allocation per container, in the annotations the runtime creates the
+// container with (a device plugin's AllocateResponse annotations), which
+// never reach the pod's metadata: TensorFusion's MIG partitions.
+type ContainerFormat interface {
+	// RelevantToContainer reports whether the format reads a container
+	// annotation key; the store keeps only those.
+	RelevantToContainer(key string) bool
+	// DecodeContainer returns devices, the pod's allocation so far, with
+	// what one container's annotations say applied (devices added for that
+	// container, or ones they supersede taken out). With an error it
+	// returns the devices still trusted, usually devices unchanged. It must
+	// not modify devices' elements.
+	DecodeContainer(devices []model.Device, container string, annotations map[string]string) ([]model.Device, error)
+}
+
+// RelevantToContainer reports whether some decoder reads the container
+// annotation key (ContainerFormat).
+func (s *Set) RelevantToContainer(key string) bool {
+	for _, d := range s.decoders {
+		if c, ok := d.(ContainerFormat); ok && c.RelevantToContainer(key) {
+			return true
+		}
+	}
+	return false
+}
+
+// DecodeContainers implements decode.ContainerDecoder: it applies each
+// container's annotations (by container name, in name order) to devices,
+// the pod's decoded allocation, with every ContainerFormat, and returns the
+// result. A decoder's panic, or a result past the limit on device ids,
+// leaves devices as they were, reported like a malformed annotation.
+func (s *Set) DecodeContainers(pod model.PodRef, devices []model.Device, containers map[string]map[string]string) ([]model.Device, []error) {
+	var errs []error
+	names := slices.Sorted(maps.Keys(containers))
+	for _, d := range s.decoders {
+		c, ok := d.(ContainerFormat)
+		if !ok {
+			continue
+		}
+		for _, name := range names {
+			got, err := decodeContainerSafely(c, d.Name(), devices, name, containers[name])
+			if n := countIDs(got); err == nil && n > s.maxDevices {
+				got, err = devices, fmt.Errorf("pod %s/%s container %s: %d devices, %d allowed per pod (--max-devices-per-pod): annotation refused as malformed",
+					pod.Namespace, pod.Name, name, n, s.maxDevices)
+			}
+			if err != nil {
+				s.log.WithFields(logrus.Fields{
+					"pod":       pod.Namespace + "/" + pod.Name,
+					"uid":       pod.UID,
+					"container": name,
+					"allocator": d.Name(),
+				}).WithError(err).Warn("allocator container annotation not understood; the pod is answered without what it says")
+				errs = append(errs, fmt.Errorf("%s: %w", d.Name(), err))
+				if s.onError != nil {
+					s.onError(d.Name())
+				}
+			}
+			devices = got
+		}
+	}
+	return devices, errs
+}
+
+// decodeContainerSafely is decodeSafely for one container's annotations:
+// a panic, or a device without allocator, resource or id, leaves devices
+// as they were.
+func decodeContainerSafely(c ContainerFormat, allocator string, devices []model.Device, container string, annotations map[string]string) (out []model.Device, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = devices, fmt.Errorf("decoder panicked: %v", p)
+		}
+	}()
+	out, err = c.DecodeContainer(slices.Clip(devices), container, annotations)
+	for i, dev := range out {
+		if dev.Allocator == "" || dev.Resource == "" || slices.Contains(dev.IDs, "") {
+			return devices, errors.Join(err, fmt.Errorf("container %s: device %d (%s) has no allocator, resource or id", container, i, dev.Resource))
+		}
+	}
+	return out, err
 }
 
 // Replacer is implemented by decoders whose ids replace what the kubelet

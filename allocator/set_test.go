@@ -206,3 +206,63 @@ func BenchmarkDecodeOverTheLimit(b *testing.B) {
 		s.Decode(testPod, ann)
 	}
 }
+
+// fakeContainerDecoder adds, for each container whose annotations have its
+// key, the devices it holds, or panics.
+type fakeContainerDecoder struct {
+	fakeDecoder
+	add []model.Device
+}
+
+func (f *fakeContainerDecoder) RelevantToContainer(key string) bool { return key == f.key }
+func (f *fakeContainerDecoder) DecodeContainer(devices []model.Device, container string, ann map[string]string) ([]model.Device, error) {
+	if _, ok := ann[f.key]; !ok {
+		return devices, nil
+	}
+	if f.panics {
+		panic("index out of range") // a decoder bug
+	}
+	for _, d := range f.add {
+		d.Container = container
+		devices = append(devices, d)
+	}
+	return devices, f.err
+}
+
+// Container annotations are applied container by container, in name order,
+// by the decoders that read them; a decoder's panic or a result past the
+// device limit leaves the pod's devices as they were, reported.
+func TestSetDecodeContainers(t *testing.T) {
+	pod := []model.Device{gpu("GPU-pod", 0)}
+	mig := model.Device{Allocator: "tf", Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"MIG-a"}}
+	in := func(d model.Device, c string) model.Device { d.Container = c; return d }
+	ctrs := map[string]map[string]string{"b": {"k": "v"}, "a": {"k": "v"}, "plain": {"other": "x"}}
+
+	s := NewSet(quietLog(), nil, koordinator.New(koordinator.Options{}), &fakeContainerDecoder{fakeDecoder: fakeDecoder{name: "tf", key: "k"}, add: []model.Device{mig}})
+	if !s.RelevantToContainer("k") || s.RelevantToContainer(koordinator.Annotation) {
+		t.Error("RelevantToContainer: want only the container decoder's key")
+	}
+	got, errs := s.DecodeContainers(testPod, pod, ctrs)
+	if want := []model.Device{gpu("GPU-pod", 0), in(mig, "a"), in(mig, "b")}; len(errs) != 0 || !reflect.DeepEqual(got, want) {
+		t.Errorf("DecodeContainers = %+v, %v; want %+v", got, errs, want)
+	}
+
+	var counted []string
+	buggy := NewSet(quietLog(), func(a string) { counted = append(counted, a) }, &fakeContainerDecoder{fakeDecoder: fakeDecoder{name: "tf", key: "k", panics: true}})
+	got, errs = buggy.DecodeContainers(testPod, pod, ctrs)
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "tf: decoder panicked") || !reflect.DeepEqual(got, pod) || len(counted) != 2 {
+		t.Errorf("a panicking decoder: %+v, %v, counted %v; want the pod's devices and the panics as errors", got, errs, counted)
+	}
+
+	over := NewSet(quietLog(), nil, &fakeContainerDecoder{fakeDecoder: fakeDecoder{name: "tf", key: "k"}, add: []model.Device{mig, mig}})
+	over.LimitDevicesPerPod(2)
+	got, errs = over.DecodeContainers(testPod, pod, ctrs)
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "allowed per pod") || !reflect.DeepEqual(got, pod) {
+		t.Errorf("past the limit: %+v, %v; want the pod's devices and errors", got, errs)
+	}
+
+	bad := NewSet(quietLog(), nil, &fakeContainerDecoder{fakeDecoder: fakeDecoder{name: "tf", key: "k"}, add: []model.Device{{Allocator: "tf", Resource: "nvidia.com/gpu", IDs: []string{""}}}})
+	if got, errs = bad.DecodeContainers(testPod, pod, ctrs); len(errs) != 2 || !reflect.DeepEqual(got, pod) {
+		t.Errorf("an empty id: %+v, %v; want the pod's devices and errors", got, errs)
+	}
+}

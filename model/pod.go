@@ -71,6 +71,9 @@ type RuntimeContainer struct {
 	SandboxID string
 	Name      string
 	State     ContainerState
+	// Annotations are those the container was created with (the kubelet's
+	// and its device plugins'), not the pod's.
+	Annotations map[string]string
 }
 
 // KubeletPod is what a /pods read says about one pod.

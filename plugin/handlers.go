@@ -90,10 +90,11 @@ func (p *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs
 			continue
 		}
 		containers = append(containers, model.RuntimeContainer{
-			ID:        ctr.GetId(),
-			SandboxID: ctr.GetPodSandboxId(),
-			Name:      ctr.GetName(),
-			State:     containerState(ctr.GetState()),
+			ID:          ctr.GetId(),
+			SandboxID:   ctr.GetPodSandboxId(),
+			Name:        ctr.GetName(),
+			State:       containerState(ctr.GetState()),
+			Annotations: ctr.GetAnnotations(),
 		})
 	}
 	p.update(ctx, "Synchronize", func() {
@@ -205,6 +206,9 @@ func (p *handlers) observeContainer(ctx context.Context, event string, pod *api.
 		SandboxID: ctr.GetPodSandboxId(),
 		Name:      ctr.GetName(),
 		State:     st,
+		// The annotations the container was created with: a device
+		// plugin's (TensorFusion's MIG partitions) are only there.
+		Annotations: ctr.GetAnnotations(),
 	}
 	if c.SandboxID == "" {
 		c.SandboxID = pod.GetId()

@@ -129,18 +129,59 @@ func (s *Store) setAnnotations(r *record.Record, all map[string]string, src reco
 		return false
 	}
 	r.Annotations = rel
-	if d, ok := s.pre.Lookup(rel); ok {
-		r.Devices, r.DecodeErrors = d.Devices, d.Errors
-	} else if len(rel) == 0 {
-		r.Devices, r.DecodeErrors = nil, nil
-	} else {
-		// Not decoded beforehand: adopt at Open, or annotations that
-		// changed between predecode's look and the lock.
-		s.decodedUnderLock++
-		r.Devices, r.DecodeErrors = decode.Decode(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, rel)
-	}
+	s.decodeDevices(r)
 	r.Provenance.Annotations = &record.Seen{Origin: src, At: now}
 	return true
+}
+
+// decodeDevices sets r's Devices and DecodeErrors from its Annotations, and
+// then its containers' annotations. Called with mu held.
+func (s *Store) decodeDevices(r *record.Record) {
+	ref := model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}
+	if d, ok := s.pre.Lookup(r.Annotations); ok {
+		r.Devices, r.DecodeErrors = d.Devices, d.Errors
+	} else if len(r.Annotations) == 0 {
+		r.Devices, r.DecodeErrors = nil, nil
+	} else {
+		// Not decoded beforehand: adopt at Open, annotations that
+		// changed between predecode's look and the lock, or a CRI or
+		// NRI snapshot that brought a container's annotations.
+		s.decodedUnderLock++
+		r.Devices, r.DecodeErrors = decode.Decode(s.opts.Decoder, ref, r.Annotations)
+	}
+	cd, ok := s.opts.Decoder.(decode.ContainerDecoder)
+	if !ok {
+		return
+	}
+	if ctrs := containerAnnotations(r); len(ctrs) > 0 {
+		// Bounded and cheap under the lock: only the runtime writes
+		// container annotations, and only an allocator's keys are kept.
+		devs, errs := cd.DecodeContainers(ref, r.Devices, ctrs)
+		r.Devices = devs
+		for _, err := range errs {
+			r.DecodeErrors = append(slices.Clip(r.DecodeErrors), err.Error())
+		}
+	}
+}
+
+// containerAnnotations returns the annotations of r's containers that have
+// some, by container name; a later container of one name (a restart) wins.
+func containerAnnotations(r *record.Record) map[string]map[string]string {
+	var out map[string]map[string]string
+	for _, c := range r.Containers {
+		if len(c.Annotations) == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]map[string]string{}
+		}
+		out[c.Name] = c.Annotations
+	}
+	return out
+}
+
+func sameContainerAnnotations(a, b map[string]map[string]string) bool {
+	return maps.EqualFunc(a, b, func(x, y map[string]string) bool { return maps.Equal(x, y) })
 }
 
 // adopt installs a record read back from disk, decoding its annotations

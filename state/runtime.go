@@ -43,11 +43,17 @@ func (s *Store) observeSandbox(src record.Origin, sb model.Sandbox) {
 	}
 	now := s.now()
 	s.update(uid, func(r *record.Record) bool {
+		before := containerAnnotations(r)
 		changed, current := r.ObserveSandbox(src, sb, now)
 		if !current {
 			return false
 		}
-		return s.sandboxAnnotations(r, sb.Annotations, src, now) || changed
+		took := s.sandboxAnnotations(r, sb.Annotations, src, now)
+		if !sameContainerAnnotations(before, containerAnnotations(r)) {
+			s.decodeDevices(r) // a new sandbox: the old one's containers are gone
+			return true
+		}
+		return took || changed
 	})
 }
 
@@ -110,10 +116,26 @@ func (s *Store) setPhase(src record.Origin, uid string, phase record.Phase) {
 	s.update(uid, func(r *record.Record) bool { return r.SetPhase(src, phase, now) })
 }
 
-// ObserveContainer records a container the runtime reported.
+// ObserveContainer records a container the runtime reported, with the
+// container annotations some allocator reads. A container whose annotations
+// say something about the allocation (TensorFusion's MIG partitions) has
+// its pod's devices decoded again, the pod's annotations before the lock.
 func (s *Store) ObserveContainer(src record.Origin, c model.RuntimeContainer) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	c.Annotations = decode.RelevantToContainer(s.opts.Decoder, c.Annotations)
+	pre := decode.Batch{}
+	if len(c.Annotations) > 0 {
+		s.mu.RLock()
+		r := s.byUID[s.bySandbox[c.SandboxID]]
+		s.mu.RUnlock()
+		// A container's annotations never change: only its first event
+		// with them needs the pod's devices decoded again.
+		known := r != nil && slices.ContainsFunc(r.Containers, func(x record.Container) bool { return x.ID == c.ID && x.Annotations != nil })
+		if r != nil && !known && len(r.Annotations) > 0 {
+			pre.Add(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, r.Annotations)
+		}
+	}
+	s.lock(pre)
+	defer s.unlock()
 	s.observeContainer(src, c)
 }
 
@@ -122,8 +144,18 @@ func (s *Store) observeContainer(src record.Origin, c model.RuntimeContainer) {
 	if !ok || c.ID == "" {
 		return
 	}
+	c.Annotations = decode.RelevantToContainer(s.opts.Decoder, c.Annotations)
 	now := s.now()
-	s.update(uid, func(r *record.Record) bool { return r.ObserveContainer(src, c, now) })
+	s.update(uid, func(r *record.Record) bool {
+		before := containerAnnotations(r)
+		if !r.ObserveContainer(src, c, now) {
+			return false
+		}
+		if !sameContainerAnnotations(before, containerAnnotations(r)) {
+			s.decodeDevices(r)
+		}
+		return true
+	})
 }
 
 // ContainerRemoved records that a container is gone.

@@ -75,6 +75,8 @@ func ReasonClass(reason string) string {
 // DefaultSchedulerNames returns, per allocator, the spec.schedulerName of the
 // pods its scheduler places by default: koord-scheduler, hami-scheduler,
 // volcano (both of Volcano's device plugins) and tensor-fusion-scheduler.
+// HAMi's Ascend keys are believed on Volcano's pods too (Gate.believedOn):
+// Volcano's vNPU support writes them.
 func DefaultSchedulerNames() map[string][]string {
 	return map[string][]string{
 		koordinator.Name:     {"koord-scheduler"},
@@ -141,7 +143,7 @@ func Vettable(spec *model.PodSpec) bool {
 // and those refused. A device counts only when all of these hold:
 //
 //   - the pod's spec.schedulerName is one the device's allocator's
-//     scheduler uses;
+//     scheduler uses, or, for HAMi's Ascend keys, Volcano's (believedOn);
 //   - some container of the pod (init, sidecar or app) requests what the
 //     device provides, as its decoder's Wants judges requests;
 //   - every id has the shape its resource needs: an NVIDIA resource's ids
@@ -198,7 +200,7 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snaps
 	if !Vettable(spec) {
 		return ReasonSpecUnknown, "the pod's spec (scheduler and requests) was never read from the kubelet's /pods"
 	}
-	if names := g.schedulers[dev.Allocator]; !slices.Contains(names, spec.SchedulerName) {
+	if names := g.believedOn(dev); !slices.Contains(names, spec.SchedulerName) {
 		return ReasonWrongScheduler, fmt.Sprintf("pod scheduled by %q; %s annotations are believed on pods of %s only",
 			spec.SchedulerName, dev.Allocator, quoteNames(names))
 	}
@@ -221,6 +223,20 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snaps
 		}
 	}
 	return "", ""
+}
+
+// believedOn returns the scheduler names dev's annotation is believed on:
+// those of its allocator, and those of every other scheduler whose own code
+// writes that annotation. Volcano's vNPU support (its HAMi-core Ascend path)
+// writes HAMi's hami.io/Ascend<chip>-devices-allocated on Volcano's pods, and
+// the Ascend device plugin hands those NPUs out; it writes no other HAMi key,
+// so a Volcano pod's HAMi NVIDIA annotation is still refused.
+func (g *Gate) believedOn(dev model.Device) []string {
+	names := g.schedulers[dev.Allocator]
+	if h, ok := g.set.Format(hami.Name).(*hami.Format); ok && h.Ascend(dev) {
+		return append(slices.Clip(names), g.schedulers[volcano.VGPUName]...)
+	}
+	return names
 }
 
 func quoteNames(names []string) string {

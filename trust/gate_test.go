@@ -50,7 +50,9 @@ func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
 	gate := trust.NewGate(set, trust.GateOptions{Log: logrus.New()})
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			devices, _ := set.Decode(model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}, c.Annotations)
+			ref := model.PodRef{Namespace: "fixtures", Name: c.Name, UID: c.Name}
+			devices, _ := set.Decode(ref, c.Annotations)
+			devices, _ = set.DecodeContainers(ref, devices, c.ContainerAnnotations())
 			inv := c.Snapshot()
 			devices, _ = allocator.Translate(devices, inv)
 			spec := c.Spec()
@@ -68,6 +70,53 @@ func TestTheGateBelievesEverySchedulersOwnAllocation(t *testing.T) {
 				if r.Reason != trust.ReasonWrongScheduler || r.Class != trust.ClassForged {
 					t.Errorf("%s: refused as %s (%s), want %s (forged)", c.File, r.Reason, r.Class, trust.ReasonWrongScheduler)
 				}
+			}
+		})
+	}
+}
+
+// Volcano's vNPU support writes HAMi's Ascend keys on Volcano's pods, so
+// they are believed there; it writes no other HAMi key, so a Volcano pod's
+// HAMi NVIDIA annotation is still a forgery, whatever type its entries
+// claim. --volcano-scheduler-names decides which pods are Volcano's.
+func TestHAMiAscendKeysAreBelievedOnVolcanosPodsOnly(t *testing.T) {
+	const npu = "68496E64-20E05477-92C31323-6E78030A-BD003019"
+	const gpu = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
+	ascend := map[string]string{"hami.io/Ascend310P-devices-allocated": npu + ",Ascend310P,6144,0:;"}
+	nvidia := map[string]string{hami.NVIDIAAnnotation: gpu + ",Ascend310P,500,5:;"}
+	npuPod := []model.ContainerSpec{{Name: "main", Kind: model.KindApp, Requests: map[string]string{"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "4096"}}}
+	gpuPod := []model.ContainerSpec{{Name: "main", Kind: model.KindApp, Requests: map[string]string{"nvidia.com/gpu": "1"}}}
+	for _, tt := range []struct {
+		name       string
+		schedulers map[string][]string
+		scheduler  string
+		ann        map[string]string
+		containers []model.ContainerSpec
+		want       string // "" believed, else the reason
+	}{
+		{"Ascend on Volcano's pod", nil, "volcano", ascend, npuPod, ""},
+		{"Ascend on HAMi's pod", nil, "hami-scheduler", ascend, npuPod, ""},
+		{"Ascend on default-scheduler's pod", nil, "default-scheduler", ascend, npuPod, trust.ReasonWrongScheduler},
+		{"NVIDIA claiming an Ascend type on Volcano's pod", nil, "volcano", nvidia, gpuPod, trust.ReasonWrongScheduler},
+		{"NVIDIA on HAMi's pod", nil, "hami-scheduler", nvidia, gpuPod, ""},
+		{"Ascend on a renamed Volcano's pod", map[string][]string{volcano.VGPUName: {"volcano-ai"}}, "volcano-ai", ascend, npuPod, ""},
+		{"Ascend on Volcano's old name once renamed", map[string][]string{volcano.VGPUName: {"volcano-ai"}}, "volcano", ascend, npuPod, trust.ReasonWrongScheduler},
+		{"Ascend on Volcano's pod that asks no NPU", nil, "volcano", ascend, gpuPod, trust.ReasonNoRequest},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			set := quietSet(t)
+			gate := trust.NewGate(set, trust.GateOptions{SchedulerNames: tt.schedulers, Log: logrus.New()})
+			devices, errs := set.Decode(model.PodRef{Namespace: "ns", Name: "p", UID: "u"}, tt.ann)
+			if len(errs) > 0 || len(devices) != 1 {
+				t.Fatalf("decoded %+v, %v; want one device", devices, errs)
+			}
+			spec := &model.PodSpec{SchedulerName: tt.scheduler, Containers: tt.containers}
+			kept, refused := gate.Vet(spec, devices, nil)
+			switch {
+			case tt.want == "" && (len(kept) != 1 || len(refused) != 0):
+				t.Errorf("refused %+v; want it believed", refused)
+			case tt.want != "" && (len(kept) != 0 || len(refused) != 1 || refused[0].Reason != tt.want):
+				t.Errorf("kept %+v, refused %+v; want it refused as %s", kept, refused, tt.want)
 			}
 		})
 	}
@@ -130,6 +179,8 @@ func FuzzGateVet(f *testing.F) {
 	f.Add("volcano", "volcano.sh/vgpu-number", "1", volcano.VGPUName, "NVIDIA", "nvidia.com/gpu", "GPU-\x1b[2J", false)
 	f.Add("koord-scheduler", "koordinator.sh/fpga", "100", koordinator.Name, "fpga", "koordinator.sh/fpga", "0000:3b:00.0,fpga-1", false)
 	f.Add("", "", "", "unknown", "", "", "", false)
+	f.Add("volcano", "huawei.com/Ascend310P", "1", hami.Name, "Ascend310P", "huawei.com/Ascend310P", "68496E64-20E05477-92C31323-6E78030A-BD003019", false)
+	f.Add("volcano", "nvidia.com/gpu", "1", hami.Name, "Ascend310P", "nvidia.com/gpu", "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", true)
 	gpu := "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
 	nodeWithGPU := inventory.NewSnapshot([]inventory.Device{{Type: inventory.TypeGPU, ID: gpu, Healthy: true}})
 	gate := trust.NewGate(quietSet(f), trust.GateOptions{})
@@ -155,7 +206,11 @@ func FuzzGateVet(f *testing.F) {
 				t.Errorf("refusal without a reason or with the wrong class: %+v", r)
 			}
 		}
-		if len(kept) > 0 && !slices.Contains(gate.SchedulerNames(alloc), scheduler) {
+		// Volcano writes HAMi's Ascend keys (hami.io/<chip>-devices-allocated,
+		// reported as huawei.com/<chip>) too.
+		volcanoAscend := alloc == hami.Name && strings.HasPrefix(typ, "Ascend") && resource == "huawei.com/"+typ &&
+			slices.Contains(gate.SchedulerNames(volcano.VGPUName), scheduler)
+		if len(kept) > 0 && !slices.Contains(gate.SchedulerNames(alloc), scheduler) && !volcanoAscend {
 			t.Errorf("kept %+v on a pod of %q, not a scheduler of %s", kept, scheduler, alloc)
 		}
 		for _, d := range kept {

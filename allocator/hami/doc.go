@@ -30,6 +30,13 @@
 // reported as that MIG-<uuid>, whole. A malformed MIG annotation is reported
 // and ignored: the slices stay their parent GPU.
 //
+// HAMi's Ascend keys (hami.io/Ascend<chip>-devices-allocated) are written by
+// Volcano's vNPU support too, with HAMi's encoding, on Volcano's pods
+// (Format.Ascend tells their devices apart for the trust gate). A container
+// asks for a vendor's devices as HAMi's own code counts them
+// (GenerateResourceRequests): by the count resource the devices are reported
+// as, and, for AWS Neuron, by aws.amazon.com/neuroncore alone too.
+//
 // Which container an entry is for: HAMi's device plugin hands the k-th
 // non-empty entry to the k-th container, in spec order (init and sidecar
 // containers first), that requests the vendor's resource, and so does

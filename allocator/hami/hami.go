@@ -185,10 +185,63 @@ func (h *Format) Decode(annotations map[string]string) ([]model.Device, error) {
 	return devices, errors.Join(errs...)
 }
 
-// Wants implements allocator.Format. HAMi's device plugins count devices in the
-// resource the devices are reported as (nvidia.com/gpu: 2 is two vGPUs);
-// their memory and core resources only size each one. HAMi devices carry a
-// ContainerIndex, so this matters only when the index is outside the pod.
+// Wants implements allocator.Format with the requests HAMi's own code counts
+// (each vendor's GenerateResourceRequests). Most vendors count devices in
+// the resource the devices are reported as (nvidia.com/gpu: 2 is two
+// vGPUs); their memory and core resources only size each one. AWS Neuron is
+// the exception: a container asking only aws.amazon.com/neuroncore gets
+// devices too, as many as the cores fill (neuronCoresPerDevice each, one
+// device, shared, for fewer), so HAMi writes an allocation for it. HAMi
+// devices carry a ContainerIndex, so Wants decides which containers a list's
+// entries stand for and whether any container asked at all.
 func (h *Format) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
-	return parse.CountRequest(requests, dev.Resource)
+	if whole, share = parse.CountRequest(requests, dev.Resource); whole > 0 || share {
+		return whole, share
+	}
+	if dev.Resource == h.resources[neuronVendor] {
+		return neuronCores(requests)
+	}
+	return 0, false
+}
+
+// AWS Neuron: HAMi's vendor word, the core resource its awsneuron device
+// counts devices in when the count resource is absent, and the cores per
+// device it assumes (HAMi caps the node's cores per device at two).
+const (
+	neuronVendor         = "aws-neuron"
+	neuronCoreResource   = "aws.amazon.com/neuroncore"
+	neuronCoresPerDevice = 2
+)
+
+// neuronCores reads a NeuronCore request as HAMi's awsneuron device splits
+// it: up to neuronCoresPerDevice cores are one device (a share of it when
+// fewer), more are that many cores per device. HAMi refuses a count it
+// cannot split (3 cores); such a container asks nothing.
+func neuronCores(requests map[string]string) (whole int64, share bool) {
+	cores, fraction := parse.CountRequest(requests, neuronCoreResource)
+	switch {
+	case fraction || cores <= 0:
+		return 0, false
+	case cores < neuronCoresPerDevice:
+		return 0, true
+	case cores%neuronCoresPerDevice != 0:
+		return 0, false
+	default:
+		return cores / neuronCoresPerDevice, false
+	}
+}
+
+// Ascend reports whether dev was decoded from an Ascend chip's key,
+// hami.io/Ascend<chip>-devices-allocated: its type is a vendor word starting
+// with "Ascend" whose key's devices are reported as dev's resource. Volcano's
+// vNPU support (its HAMi-core Ascend path) writes these keys too, on pods of
+// Volcano, with HAMi's encoding. The type is the annotation's, but the
+// resource comes from the key, so a device of another key (NVIDIA's vGPUs,
+// say) that claims an Ascend type is not Ascend.
+func (h *Format) Ascend(dev model.Device) bool {
+	if dev.Allocator != Name || !strings.HasPrefix(dev.Type, hamiAscendPrefix) {
+		return false
+	}
+	name, ok := h.resource(dev.Type)
+	return ok && name == dev.Resource
 }

@@ -352,6 +352,98 @@ func TestHAMiWantsCountsTheReportedResource(t *testing.T) {
 	}
 }
 
+// HAMi's awsneuron device counts a container asking only
+// aws.amazon.com/neuroncore as asking Neuron devices (GenerateResourceRequests
+// -> splitCoreRequest), so the decoder must too; the count resource, when
+// present, is what HAMi reads first.
+func TestHAMiWantsNeuronCoresAsHAMiSplitsThem(t *testing.T) {
+	h := New(Options{})
+	dev := model.Device{Allocator: Name, Type: "AWSNeuron", Resource: "aws.amazon.com/neuron", IDs: []string{"ip-10-0-1-23-AWSNeuron-0"}}
+	for _, tt := range []struct {
+		requests  map[string]string
+		wantWhole int64
+		wantShare bool
+	}{
+		{map[string]string{"aws.amazon.com/neuroncore": "1"}, 0, true},  // one core of a device
+		{map[string]string{"aws.amazon.com/neuroncore": "2"}, 1, false}, // a device's two cores
+		{map[string]string{"aws.amazon.com/neuroncore": "4"}, 2, false},
+		{map[string]string{"aws.amazon.com/neuroncore": "3"}, 0, false}, // HAMi refuses: not a multiple of 2
+		{map[string]string{"aws.amazon.com/neuroncore": "0"}, 0, false},
+		{map[string]string{"aws.amazon.com/neuroncore": "-2"}, 0, false},
+		{map[string]string{"aws.amazon.com/neuroncore": "1500m"}, 0, false},
+		{map[string]string{"aws.amazon.com/neuroncore": "two"}, 0, false},
+		{map[string]string{"aws.amazon.com/neuron": "3", "aws.amazon.com/neuroncore": "2"}, 3, false},
+		{map[string]string{"aws.amazon.com/neuron": "1"}, 1, false},
+	} {
+		whole, share := h.Wants(dev, tt.requests)
+		if whole != tt.wantWhole || share != tt.wantShare {
+			t.Errorf("Wants(%v) = %d, %v; want %d, %v", tt.requests, whole, share, tt.wantWhole, tt.wantShare)
+		}
+	}
+	// Cores ask for Neuron devices only: another vendor's devices are
+	// counted in their own resource.
+	if whole, share := h.Wants(hv(uuidA, 0, 1, true), map[string]string{"aws.amazon.com/neuroncore": "2"}); whole != 0 || share {
+		t.Errorf("an NVIDIA vGPU wanted by neuroncore: %d, %v", whole, share)
+	}
+	// With aws-neuron reported under another name, its cores still count.
+	renamed := New(Options{Resources: map[string]string{"aws-neuron": "example.com/neuron"}})
+	dev.Resource = "example.com/neuron"
+	if whole, _ := renamed.Wants(dev, map[string]string{"aws.amazon.com/neuroncore": "2"}); whole != 1 {
+		t.Errorf("renamed Neuron resource: neuroncore 2 wants %d devices, want 1", whole)
+	}
+}
+
+// FuzzHAMiWantsNeuronCores: whatever the core request, Wants never asks for
+// more devices than the cores could fill, nor both whole devices and a share.
+func FuzzHAMiWantsNeuronCores(f *testing.F) {
+	for _, seed := range []string{"1", "2", "3", "4", "0", "-2", "1500m", "1e3", "9223372036854775807", "2Ki", ""} {
+		f.Add(seed)
+	}
+	h := New(Options{})
+	dev := model.Device{Allocator: Name, Type: "AWSNeuron", Resource: "aws.amazon.com/neuron"}
+	f.Fuzz(func(t *testing.T, cores string) {
+		whole, share := h.Wants(dev, map[string]string{"aws.amazon.com/neuroncore": cores})
+		if whole < 0 || (whole > 0 && share) {
+			t.Fatalf("Wants(neuroncore %q) = %d, %v", cores, whole, share)
+		}
+		if whole > 0 {
+			n, fraction, ok := parse.Quantity(cores)
+			if !ok || fraction || whole*neuronCoresPerDevice != n {
+				t.Fatalf("Wants(neuroncore %q) = %d devices, which %d cores per device do not make", cores, whole, neuronCoresPerDevice)
+			}
+		}
+	})
+}
+
+// Ascend tells the devices of HAMi's Ascend keys, which Volcano writes too,
+// from the others by the key they came from: a device of the NVIDIA key
+// whose entry claims an Ascend type is not one.
+func TestHAMiAscendIsDecidedByTheKey(t *testing.T) {
+	h := New(Options{})
+	const npu = "68496E64-20E05477-92C31323-6E78030A-BD003019"
+	devs, err := h.Decode(map[string]string{
+		"hami.io/Ascend310P-devices-allocated":  npu + ",Ascend310P,4096,90:;",
+		"hami.io/Ascend910B2-devices-allocated": "Ascend910B2-1,Ascend910B2,65536,0:;",
+		NVIDIAAnnotation:                        uuidA + ",Ascend310P,500,5:;" + uuidB + ",NVIDIA,500,5:;",
+		"hami.io/dcu-devices-allocated":         "DCU-0,Ascend310P,500,5:;",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, d := range devs {
+		got[d.IDs[0]] = h.Ascend(d)
+	}
+	want := map[string]bool{npu: true, "Ascend910B2-1": true, uuidA: false, uuidB: false, "DCU-0": false}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Ascend by device id = %v; want %v", got, want)
+	}
+	other := model.Device{Allocator: "volcano-vgpu", Type: "Ascend310P", Resource: "huawei.com/Ascend310P"}
+	if h.Ascend(other) {
+		t.Errorf("another allocator's device is Ascend: %+v", other)
+	}
+}
+
 // A MIG annotation that cannot be trusted is reported and ignored: every
 // slice stays its parent GPU, shown once, and the container keeps it.
 func TestHAMiMalformedMIGAnnotationKeepsTheParentGPU(t *testing.T) {

@@ -16,12 +16,24 @@
 //	                                  every container that asks for one
 //	tensor-fusion.ai/partition-uuids  "MIG-<uuid>[/<gi>/<ci>]:<parent GPU>,...":
 //	                                  the MIG instances of partitioned mode
+//	                                  (TensorFusion's own proxy reads it here)
+//	tensor-fusion.ai/isolation        the pod's mode; "partitioned": its GPUs
+//	                                  are MIG instances carved out of gpu-ids'
+//
+// Its device plugin writes partition-uuids in fact per container, in the
+// AllocateResponse, which the runtime creates the container with and the
+// pod's metadata never gets: read from there too (DecodeContainer).
 //
 // GPUs come from container-gpus when it is there (each to its named
 // container), else from gpu-ids (pod level). A partition's instance is
 // reported as MIG-<uuid> (a /<gi>/<ci> suffix dropped: DCGM resolves the
 // bare instance UUID), with its parent for the NUMA node, and the parent
 // GPU itself is then not reported to the pod: the pod holds a slice of it.
+// Partitions in a container's annotations (DecodeContainer) go to that
+// container, or to the pod when several containers list them (TensorFusion
+// allocates per pod, so each container it serves gets the same ones). In
+// partitioned mode no whole GPU is reported at all: until the containers
+// exist, the pod's slices are unknown, and its GPUs are not its own.
 // TensorFusion writes GPU ids in their Kubernetes-name form (gpu-<uuid>);
 // the proxy spells them GPU-<uuid> when it answers (allocator.NormalizeID).
 //

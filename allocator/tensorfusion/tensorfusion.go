@@ -14,11 +14,16 @@ import (
 
 // TensorFusion's annotation keys and name.
 const (
-	Name                = "tensorfusion"
-	ContainerGPUsKey    = "tensor-fusion.ai/container-gpus"
-	GPUIDsKey           = "tensor-fusion.ai/gpu-ids"
-	PartitionUUIDsKey   = "tensor-fusion.ai/partition-uuids"
-	indexResourcePrefix = "tensor-fusion.ai/index"
+	Name              = "tensorfusion"
+	ContainerGPUsKey  = "tensor-fusion.ai/container-gpus"
+	GPUIDsKey         = "tensor-fusion.ai/gpu-ids"
+	PartitionUUIDsKey = "tensor-fusion.ai/partition-uuids"
+	// IsolationKey is the isolation mode TensorFusion's webhook gives a
+	// pod; in partitioned mode its GPUs are MIG instances the device plugin
+	// carves out of the gpu-ids GPUs when the containers are created.
+	IsolationKey         = "tensor-fusion.ai/isolation"
+	isolationPartitioned = "partitioned"
+	indexResourcePrefix  = "tensor-fusion.ai/index"
 )
 
 // Options configure the TensorFusion decoder.
@@ -46,7 +51,7 @@ func (t *Format) Name() string { return Name }
 
 // Relevant implements allocator.Format.
 func (t *Format) Relevant(key string) bool {
-	return key == ContainerGPUsKey || key == GPUIDsKey || key == PartitionUUIDsKey
+	return key == ContainerGPUsKey || key == GPUIDsKey || key == PartitionUUIDsKey || key == IsolationKey
 }
 
 // Wants implements allocator.Format: a container asks for a share of the pod's GPUs
@@ -91,12 +96,70 @@ func (t *Format) Decode(annotations map[string]string) ([]model.Device, error) {
 			gpus = append(gpus, t.gpu(id, ""))
 		}
 	}
-	gpus = slices.DeleteFunc(gpus, func(d model.Device) bool { return sliced[claimKey(d.IDs[0])] })
+	partitioned := strings.TrimSpace(annotations[IsolationKey]) == isolationPartitioned
+	gpus = slices.DeleteFunc(gpus, func(d model.Device) bool {
+		// In partitioned mode the pod holds slices of its GPUs, never a
+		// whole one: until the containers' partitions are known (their
+		// annotations, DecodeContainer) it is shown none.
+		return sliced[claimKey(d.IDs[0])] || (partitioned && !parse.IsMIG(d.IDs[0]))
+	})
 	devices := append(gpus, migs...)
 	if len(devices) == 0 {
 		devices = nil
 	}
 	return devices, errors.Join(errs...)
+}
+
+// RelevantToContainer implements allocator.ContainerFormat: TensorFusion's
+// device plugin returns the MIG instances of partitioned mode in the
+// container's AllocateResponse annotations, which the runtime creates the
+// container with and which never reach the pod's metadata.
+func (t *Format) RelevantToContainer(key string) bool { return key == PartitionUUIDsKey }
+
+// DecodeContainer implements allocator.ContainerFormat: the partitions in
+// one container's annotations ("MIG-<uuid>[/<gi>/<ci>]:<parent GPU>,...", as
+// in the pod's) become MIG devices of that container, and their parent GPUs
+// leave devices, the pod's allocation: the pod holds slices of them, as
+// when the pod's annotations list the partitions. TensorFusion allocates
+// per pod (its worker), so every container the device plugin serves gets
+// the same partitions: an instance another container listed already
+// becomes the pod's, which the attribution policy gives every container
+// asking for the pod's GPUs. A malformed value adds and removes nothing.
+func (t *Format) DecodeContainer(devices []model.Device, container string, annotations map[string]string) ([]model.Device, error) {
+	v, ok := annotations[PartitionUUIDsKey]
+	if !ok {
+		return devices, nil
+	}
+	if !safeName(container) {
+		return devices, fmt.Errorf("decode %s of container %s: not a container name", PartitionUUIDsKey, parse.Quote(container))
+	}
+	migs, err := t.partitions(v)
+	if err != nil {
+		return devices, fmt.Errorf("decode %s of container %s: %w", PartitionUUIDsKey, container, err)
+	}
+	out := slices.Clone(devices)
+	at := map[string]int{} // the pod's MIG instances so far -> index in out
+	for i, d := range out {
+		if d.Allocator == Name && len(d.IDs) > 0 && parse.IsMIG(d.IDs[0]) {
+			at[claimKey(d.IDs[0])] = i
+		}
+	}
+	sliced := map[string]bool{}
+	for _, m := range migs {
+		sliced[claimKey(m.Parent)] = true
+		if i, dup := at[claimKey(m.IDs[0])]; dup {
+			if out[i].Container != container {
+				out[i].Container = "" // out is a copy: devices' elements stay
+			}
+			continue
+		}
+		m.Container = container
+		at[claimKey(m.IDs[0])] = len(out)
+		out = append(out, m)
+	}
+	return slices.DeleteFunc(out, func(d model.Device) bool {
+		return d.Allocator == Name && len(d.IDs) > 0 && !parse.IsMIG(d.IDs[0]) && sliced[claimKey(d.IDs[0])]
+	}), nil
 }
 
 // gpu is a GPU the pod shares, or a MIG instance named where GPUs are,

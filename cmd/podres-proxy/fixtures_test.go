@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +45,11 @@ func TestServeReportsWhatTheSchedulersWrote(t *testing.T) {
 	}
 	var groups []*group
 	for _, c := range cases {
+		if c.ContainerAnnotations() != nil {
+			// Only the runtime has a container's annotations, and this
+			// serve has none: the plugin's tests run these through NRI.
+			continue
+		}
 		b, err := json.Marshal(c.Inventory)
 		if err != nil {
 			t.Fatal(err)
@@ -141,7 +147,8 @@ func serveFixtures(t *testing.T, cases []allocfixture.Case) {
 
 // fixturePod is the fixture's pod as the kubelet knows it: in the
 // scheduler's namespace, its containers in spec order, and, for resources
-// whose kubelet ids an allocator replaces (HAMi's device plugins), ids of
+// whose kubelet ids an allocator replaces (the device plugins serving HAMi's
+// keys, whichever scheduler wrote them), ids of
 // the device plugin's own that name no device, as many as each container
 // requests.
 func fixturePod(c allocfixture.Case) fakekubelet.Pod {
@@ -150,8 +157,9 @@ func fixturePod(c allocfixture.Case) fakekubelet.Pod {
 		opts = append(opts, fakekubelet.WithAnnotation(key, value))
 	}
 	replaced := map[string]bool{}
-	if c.Scheduler == "hami" {
-		for _, name := range hami.New(hami.Options{}).ReplacedResources() {
+	h := hami.New(hami.Options{})
+	if slices.ContainsFunc(slices.Collect(maps.Keys(c.Annotations)), h.Relevant) {
+		for _, name := range h.ReplacedResources() {
 			replaced[name] = true
 		}
 	}

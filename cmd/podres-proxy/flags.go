@@ -150,7 +150,7 @@ var schedulerFamilies = []struct {
 }{
 	{"koordinator", "Koordinator", "Koordinator", []string{koordinator.Name}},
 	{"hami", "HAMi", "HAMi", []string{hami.Name}},
-	{"volcano", "Volcano", "Volcano vGPU and gpushare", []string{volcano.VGPUName, volcano.GPUShareName}},
+	{"volcano", "Volcano", "Volcano vGPU, gpushare and vNPU (HAMi's Ascend keys)", []string{volcano.VGPUName, volcano.GPUShareName}},
 	{"tensorfusion", "TensorFusion", "TensorFusion", []string{tensorfusion.Name}},
 }
 

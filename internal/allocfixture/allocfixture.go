@@ -23,6 +23,12 @@ import (
 // shared folder out beside the repository.
 const Dir = "../shared/fixtures/allocators"
 
+// RepoDir, relative to the module root, holds more fixtures in the same
+// format (testdata/README.md): annotations derived from the writers' own
+// code paths where the shared folder has none (Volcano's vNPU, HAMi's AWS
+// Neuron, TensorFusion's partitions). Load reads both.
+const RepoDir = "internal/allocfixture/testdata"
+
 // Case is one fixture: one pod, its annotations, and what v1 List must show.
 type Case struct {
 	// File is the fixture's path, for failure messages.
@@ -48,6 +54,24 @@ type Container struct {
 	Name     string            `json:"name"`
 	Kind     string            `json:"kind"` // init, sidecar, app
 	Requests map[string]string `json:"requests"`
+	// Annotations are those the runtime creates the container with where
+	// an allocator's device plugin writes some (testdata/README.md).
+	Annotations map[string]string `json:"annotations"`
+}
+
+// ContainerAnnotations returns the containers' annotations by container
+// name, as the store gives them to the decoders; nil when none has any.
+func (c Case) ContainerAnnotations() map[string]map[string]string {
+	var out map[string]map[string]string
+	for _, ctr := range c.Containers {
+		if len(ctr.Annotations) > 0 {
+			if out == nil {
+				out = map[string]map[string]string{}
+			}
+			out[ctr.Name] = ctr.Annotations
+		}
+	}
+	return out
 }
 
 // InventoryDevice is one of the node's devices, for decoders that name
@@ -89,6 +113,8 @@ func (c Case) SchedulerName() string {
 		return "koord-scheduler"
 	case "hami":
 		return "hami-scheduler"
+	case "tensorfusion":
+		return "tensor-fusion-scheduler"
 	default:
 		return c.Scheduler
 	}
@@ -120,6 +146,11 @@ func Load() ([]Case, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("allocation fixtures: no */*.json under %s", dir)
 	}
+	more, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(RepoDir), "*", "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("allocation fixtures: %w", err)
+	}
+	files = append(files, more...)
 	slices.Sort(files)
 	cases := make([]Case, 0, len(files))
 	for _, f := range files {

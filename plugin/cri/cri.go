@@ -202,10 +202,11 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 			continue
 		}
 		containers = append(containers, model.RuntimeContainer{
-			ID:        ctr.GetId(),
-			SandboxID: ctr.GetPodSandboxId(),
-			Name:      ctr.GetMetadata().GetName(),
-			State:     criContainerState(ctr.GetState()),
+			ID:          ctr.GetId(),
+			SandboxID:   ctr.GetPodSandboxId(),
+			Name:        ctr.GetMetadata().GetName(),
+			State:       criContainerState(ctr.GetState()),
+			Annotations: ctr.GetAnnotations(), // a device plugin's are only there
 		})
 	}
 	r.store.Reconcile(record.OriginCRI, asOf, sandboxes, containers, true)

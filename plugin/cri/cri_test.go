@@ -8,6 +8,9 @@ import (
 
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
+	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
@@ -145,4 +148,35 @@ func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T)
 	poll.Until(t, "a reconcile failing while the runtime is down", func() bool { return errorsSoFar() > failed })
 	critest.Serve(t, sock, &critest.Runtime{})
 	statetest.Wait(t, store, "the pod removed after the restart", func() bool { return statetest.Phase(store, "uid-web") == record.PhaseRemoved })
+}
+
+// CRI lists a container with the annotations it was created with: a device
+// plugin's there (TensorFusion's MIG partitions) reach the pod's devices
+// when NRI missed the container's creation.
+func TestReconcileBringsTheContainersAnnotations(t *testing.T) {
+	formats, err := registry.NewFormats(registry.Names(), registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := state.New(state.Options{Decoder: allocator.NewSet(testLog(), nil, formats...)})
+	const parent, mig = "GPU-7d6ce1b0-52a1-4d0e-9b1e-0a5f3c2d9e11", "MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55"
+	pod := critest.Pod("train", criv1.PodSandboxState_SANDBOX_READY)
+	pod.Annotations = map[string]string{tensorfusion.IsolationKey: "partitioned", tensorfusion.GPUIDsKey: parent}
+	ctr := critest.Ctr(pod, "main", criv1.ContainerState_CONTAINER_RUNNING)
+	ctr.Annotations = map[string]string{tensorfusion.PartitionUUIDsKey: mig + "/7/0:" + parent, "io.kubernetes.container.hash": "3f2a1b"}
+	rt := &critest.Runtime{}
+	rt.Set([]*criv1.PodSandbox{pod}, []*criv1.Container{ctr})
+	sock := filepath.Join(shortTempDir(t), "cri.sock")
+	critest.Serve(t, sock, rt)
+	r, err := NewReconciler(store, Options{Endpoint: "unix://" + sock, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReconcileOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := store.Get(pod.Metadata.Uid)
+	if !ok || len(rec.Devices) != 1 || rec.Devices[0].IDs[0] != mig || rec.Devices[0].Container != "main" {
+		t.Errorf("devices after a CRI reconcile: %+v; want the container's MIG slice only\n%s", rec, statetest.Dump(store))
+	}
 }

@@ -33,6 +33,48 @@ type Decoder interface {
 	Decode(pod model.PodRef, annotations map[string]string) ([]model.Device, []error)
 }
 
+// ContainerDecoder is a Decoder whose allocators also write per container,
+// in the annotations the runtime creates a container with (a device
+// plugin's AllocateResponse annotations), which never reach the pod's. The
+// allocator set implements it.
+type ContainerDecoder interface {
+	Decoder
+	// RelevantToContainer reports whether some allocator reads the
+	// container annotation key; only those are kept in records.
+	RelevantToContainer(key string) bool
+	// DecodeContainers returns devices, decoded from the pod's annotations,
+	// with what the containers' annotations (by container name) say
+	// applied, and errors for the annotations it could not understand.
+	DecodeContainers(pod model.PodRef, devices []model.Device, containers map[string]map[string]string) ([]model.Device, []error)
+}
+
+// MaxContainerAnnotation bounds the value of a container annotation a
+// record keeps: TensorFusion's partitions for a whole node's MIG instances
+// take a few KiB. Container annotations come from the runtime, which got
+// them from the kubelet and its device plugins, not from the pod's author;
+// the bound keeps a broken plugin from growing records.
+const MaxContainerAnnotation = 16 << 10
+
+// RelevantToContainer keeps the container annotations d reads, each at most
+// MaxContainerAnnotation bytes long (a longer one is left out, and so not
+// believed); nil when there are none or d reads none.
+func RelevantToContainer(d Decoder, all map[string]string) map[string]string {
+	cd, ok := d.(ContainerDecoder)
+	if !ok {
+		return nil
+	}
+	var rel map[string]string
+	for k, v := range all {
+		if cd.RelevantToContainer(k) && len(v) <= MaxContainerAnnotation {
+			if rel == nil {
+				rel = map[string]string{}
+			}
+			rel[k] = v
+		}
+	}
+	return rel
+}
+
 // Relevant keeps the annotations d reads; nil when there are none.
 func Relevant(d Decoder, all map[string]string) map[string]string {
 	var rel map[string]string

@@ -72,8 +72,9 @@ func (r *Record) SetPhase(src Origin, phase Phase, now time.Time) bool {
 }
 
 // ObserveContainer records a container of the record's sandbox that src
-// reported at now; a container of another sandbox changes nothing. It
-// reports whether the record changed.
+// reported at now, with c.Annotations, which the caller has cut down to
+// those some allocator reads; a container of another sandbox changes
+// nothing. It reports whether the record changed.
 func (r *Record) ObserveContainer(src Origin, c model.RuntimeContainer, now time.Time) bool {
 	if r.SandboxID != c.SandboxID {
 		return false
@@ -83,14 +84,23 @@ func (r *Record) ObserveContainer(src Origin, c model.RuntimeContainer, now time
 		return false // removal of a container we never knew: nothing to record
 	}
 	if i < 0 {
-		r.Containers = append(r.Containers, Container{Name: c.Name, ID: c.ID, State: c.State})
+		r.Containers = append(r.Containers, Container{Name: c.Name, ID: c.ID, State: c.State, Annotations: c.Annotations})
 	} else {
 		old := r.Containers[i]
-		if old.State == c.State || old.State == model.ContainerRemoved ||
-			(c.State == model.ContainerUnknown && old.State == model.ContainerStopped) {
+		// A container's annotations never change, so the first seen stay;
+		// a record written before they were kept learns them later.
+		annotated := old.Annotations == nil && len(c.Annotations) > 0 && old.State != model.ContainerRemoved
+		moved := old.State != c.State && old.State != model.ContainerRemoved &&
+			(c.State != model.ContainerUnknown || old.State != model.ContainerStopped)
+		if !annotated && !moved {
 			return false
 		}
-		r.Containers[i].State = c.State
+		if annotated {
+			r.Containers[i].Annotations = c.Annotations
+		}
+		if moved {
+			r.Containers[i].State = c.State
+		}
 		if c.Name != "" {
 			r.Containers[i].Name = c.Name
 		}

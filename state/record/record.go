@@ -67,6 +67,11 @@ type Container struct {
 	Name  string               `json:"name"`
 	ID    string               `json:"id"`
 	State model.ContainerState `json:"state"`
+	// Annotations holds only the container annotations some allocator
+	// decodes (a device plugin's, such as TensorFusion's MIG partitions),
+	// as the runtime created the container with them; Devices include
+	// what they say.
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // Record is everything the node knows about one pod, keyed by UID. A Record
@@ -92,7 +97,8 @@ type Record struct {
 	Spec *model.PodSpec `json:"spec,omitempty"`
 	// Annotations holds only the annotations some allocator decodes.
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// Devices are what the allocators decoded from Annotations.
+	// Devices are what the allocators decoded from Annotations and the
+	// containers' Annotations.
 	Devices []model.Device `json:"devices"`
 	// DecodeErrors says why an allocator annotation was not understood; the
 	// pod is then answered without those devices.
