@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -40,26 +38,6 @@ var allocatorBounds = Bounds{
 // selector padded with what the pod's owner likes.
 func largeHint(n int) string {
 	return `{"rdma":{"allocateStrategy":"RequestsAsCount","vfSelector":{"matchLabels":{"pad":"` + strings.Repeat("x", n) + `"}}}}`
-}
-
-// hintsList is a /pods of n running pods, each with a hint of hintBytes
-// (the attack of issue 23), then one new pod with a Koordinator GPU
-// allocation; pod n is the new one.
-func hintsList(n, hintBytes int) []byte {
-	list := podstest.PodList(n+1, func(i int) map[string]string {
-		if i == n {
-			return map[string]string{allocatedKey: gpuAlloc}
-		}
-		return map[string]string{hintKey: largeHint(hintBytes)}
-	})
-	for i := range list.Items {
-		list.Items[i].Status.Phase = corev1.PodRunning
-	}
-	b, err := stdjson.Marshal(list)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
 
 func byName(pods []model.KubeletPod, name string) *model.KubeletPod {
@@ -133,7 +111,7 @@ func TestAPodsAllocatorAnnotationsAreBoundedTogether(t *testing.T) {
 // a read may keep). They must cost next to nothing, and the new pod's
 // allocation must come through.
 func TestTenantsLargeHintsAreNotKept(t *testing.T) {
-	body := hintsList(105, 255<<10)
+	body := podstest.LargeHintsJSON(105, 255<<10)
 	b := allocatorBounds
 	b.Kept = 25 << 20 // the DaemonSet's: a quarter of its GOMEMLIMIT
 	var before, after runtime.MemStats
@@ -150,7 +128,7 @@ func TestTenantsLargeHintsAreNotKept(t *testing.T) {
 	}
 	retained := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("%d pods, %d MiB of /pods: %d KiB kept after the read", len(pods), len(body)>>20, retained>>10)
-	if p := byName(pods, podstest.Name(105)); p == nil || p.Annotations[allocatedKey] != gpuAlloc {
+	if p := byName(pods, podstest.Name(105)); p == nil || p.Annotations[allocatedKey] != podstest.NewPodAllocation {
 		t.Fatalf("the new pod's allocation did not come through: %+v", p)
 	}
 	if retained > 2<<20 {
