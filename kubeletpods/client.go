@@ -38,16 +38,16 @@ const (
 	// MaxPodAnnotationBytes bounds what one pod's allocator annotations
 	// keep of a read, together. The API lets a tenant write 256 KiB of
 	// annotations on every pod, and some allocator keys are the pod's own
-	// to write (Koordinator's device-allocate-hint) or any number of keys
-	// (HAMi's, one per vendor word); kept whole, 110 such pods alone
-	// would take 27 MiB of every read, and the read failed for every pod
-	// once they passed what a read may keep. 64 KiB is more than any
-	// scheduler writes for one pod: 256 device ids, the most a pod's
-	// annotations may name, are about 52 KiB in the wordiest format
-	// (Koordinator's GPU entries), a hint 4 KiB at most. At this bound 250 pods keep at most
-	// 16 MiB, within the quarter of the DaemonSet's GOMEMLIMIT a read may
-	// keep. A key past it is refused on its pod only (see
-	// podsjson.Bounds).
+	// to write (Koordinator's device-allocate-hint) or come in any number
+	// (HAMi's, one per vendor word): kept whole, 105 pods with a 255 KiB
+	// hint took 26 MiB of every read, more than a read may keep, and
+	// every read failed. 64 KiB is more than any scheduler writes for one
+	// pod: 256 device ids, the most a pod's annotations may name, are
+	// about 52 KiB in the wordiest format (Koordinator's GPU entries), a
+	// hint 4 KiB at most. At this bound 250 pods keep at most 16 MiB,
+	// within the quarter of the DaemonSet's GOMEMLIMIT a read may keep
+	// (defaultMaxKept), so no tenant's annotations fail a read. A key
+	// past it is refused on its pod only (see podsjson.Bounds).
 	MaxPodAnnotationBytes = 64 << 10
 )
 
@@ -110,7 +110,7 @@ type Config struct {
 	// as model.OversizedAnnotation, which its allocator refuses as
 	// malformed. Other annotations, such as kubectl's
 	// last-applied-configuration, are skipped unread. nil keeps every
-	// annotation, within MaxPodAnnotationBytes a pod.
+	// annotation whole (tools and tests), within what a read may keep.
 	MaxAnnotationBytes func(key string) int
 	// Log receives the warnings about the configuration; nil means
 	// logrus's standard logger.
@@ -160,9 +160,11 @@ func NewClient(cfg Config) (*Client, error) {
 		maxBody:  cmp.Or(cfg.MaxBodyBytes, defaultMaxBody(memoryLimit())),
 		bounds: podsjson.Bounds{
 			Annotation: cfg.MaxAnnotationBytes,
-			Pod:        MaxPodAnnotationBytes,
 			Kept:       defaultMaxKept(memoryLimit()),
 		},
+	}
+	if cfg.MaxAnnotationBytes != nil {
+		c.bounds.Pod = MaxPodAnnotationBytes
 	}
 
 	tokenFile := cfg.TokenFile

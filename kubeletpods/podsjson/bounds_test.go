@@ -111,6 +111,9 @@ func TestAPodsAllocatorAnnotationsAreBoundedTogether(t *testing.T) {
 // a read may keep). They must cost next to nothing, and the new pod's
 // allocation must come through.
 func TestTenantsLargeHintsAreNotKept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 26 MiB of /pods")
+	}
 	body := podstest.LargeHintsJSON(105, 255<<10)
 	b := allocatorBounds
 	b.Kept = 25 << 20 // the DaemonSet's: a quarter of its GOMEMLIMIT
@@ -136,6 +139,38 @@ func TestTenantsLargeHintsAreNotKept(t *testing.T) {
 	}
 	runtime.KeepAlive(pods)
 	runtime.KeepAlive(body)
+}
+
+// 110 pods at the API's 256 KiB of annotations each is a legal node: with
+// every allocator annotation about as large as its bound lets it be kept
+// (a hint of 4 KiB, an allocation of 56 KiB, as /pods encodes them: JSON
+// in a JSON string, each quote escaped) and the rest in kubectl's
+// last-applied-configuration, the read keeps every allocation within what
+// the DaemonSet's read may keep.
+func TestALegalNodeAtTheAPIsAnnotationLimitReadsWhole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 28 MiB of /pods")
+	}
+	hint := largeHint(4<<10 - 200)
+	alloc := `{"gpu":[` + strings.Repeat(`{"minor":0,"id":"GPU-x"},`, 56<<10/34) + `{"minor":0,"id":"GPU-x"}]}`
+	body := podstest.PodListJSON(110, func(int) map[string]string {
+		return map[string]string{
+			hintKey:      hint,
+			allocatedKey: alloc,
+			"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("z", 256<<10-len(hint)-len(alloc)-200),
+		}
+	})
+	b := allocatorBounds
+	b.Kept = 25 << 20
+	pods, err := decodePodsFrom(bytes.NewReader(body), b)
+	if err != nil {
+		t.Fatalf("reading %d MiB of /pods: %v", len(body)>>20, err)
+	}
+	for _, p := range pods {
+		if !p.Terminal() && (p.Annotations[allocatedKey] != alloc || p.Annotations[hintKey] != hint || len(p.Annotations) != 2) {
+			t.Fatalf("pod %s kept %d annotations, not its hint and allocation whole", p.Name, len(p.Annotations))
+		}
+	}
 }
 
 // FuzzAnnotations checks the annotations scanner against encoding/json:
