@@ -41,11 +41,12 @@ var errNotString = errors.New("annotation value is not a string")
 
 // annotations reads a pod's metadata.annotations as the answer encodes it
 // (a JSON object of strings, or null) and returns those b keeps. Values of
-// the keys b skips are scanned past, never copied or unescaped: a
-// kubectl last-applied-configuration or a tenant's padding costs the
-// scan, not memory. Nor are the values of kept keys over their bound: the
-// only copy of them is the one go-json makes of the pod's whole
-// annotations object, for as long as the pod is decoded. The keys kept and their values count against b.Pod.
+// the keys b skips are scanned past, never unescaped or kept: a kubectl
+// last-applied-configuration or a tenant's padding costs the scan, not
+// memory. Nor are the values of kept keys over their bound. The only copy
+// of them is the one go-json makes of the pod's whole annotations object,
+// which lives while the pod is decoded. The keys kept and their values
+// count against b.Pod; those replaced do not.
 func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 	if len(raw) == 0 {
 		return nil, nil // no annotations field
@@ -99,18 +100,24 @@ func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 		if bound != 0 {
 			var value string
 			size := max(0, len(rawValue)-2) // without the quotes
+			read := false
 			switch {
 			case bound > 0 && size > bound:
 				value = model.OversizedAnnotation(fmt.Sprintf("%d bytes in the kubelet's /pods, over the bound of %d for this annotation", size, bound))
 			case b.Pod > 0 && podBytes+len(key)+size > b.Pod:
 				value = model.OversizedAnnotation(fmt.Sprintf("%d bytes in the kubelet's /pods, which would take the pod's allocator annotations to %d bytes, over their bound of %d",
 					size, podBytes+len(key)+size, b.Pod))
-			case rawValue != nil:
-				if value, err = unquote(rawValue); err != nil {
-					return nil, err
+			default:
+				read = true
+				if rawValue != nil {
+					if value, err = unquote(rawValue); err != nil {
+						return nil, err
+					}
 				}
 			}
-			if _, ok := model.Oversized(value); !ok {
+			if read {
+				// Counted whatever the value says: one that looks
+				// like a replacement is the tenant's, and costs the same.
 				podBytes += len(key) + size
 			}
 			kept[key] = value
