@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 
@@ -31,6 +32,22 @@ type Format interface {
 	// CountsRequests, not on the particular device: Assign asks once per
 	// kind of device.
 	Wants(dev model.Device, requests map[string]string) (whole int64, share bool)
+}
+
+// DefaultMaxAnnotationBytes bounds the value of an allocator annotation a
+// pod source keeps (see MaxAnnotationBytes). DefaultMaxDevicesPerPod device
+// ids are about 52 KiB in the wordiest format, Koordinator's GPU entries
+// with their resources, as /pods encodes them (JSON in a JSON string);
+// nothing larger is an allocation.
+const DefaultMaxAnnotationBytes = 64 << 10
+
+// Bounded is implemented by a Format some of whose annotations are far
+// smaller than DefaultMaxAnnotationBytes, such as an input the pod's owner
+// writes of which the decoder reads a word.
+type Bounded interface {
+	// MaxAnnotationBytes returns the bound of the key's value; 0 means
+	// DefaultMaxAnnotationBytes.
+	MaxAnnotationBytes(key string) int
 }
 
 // Set is the decoders of every allocator the daemon understands. It is the
@@ -96,6 +113,26 @@ func (s *Set) Relevant(key string) bool {
 	return false
 }
 
+// MaxAnnotationBytes returns how large the annotation key's value may be for
+// a pod source to keep it (kubeletpods.Config.MaxAnnotationBytes): 0 when
+// no decoder reads the key, else its decoder's bound (Bounded), by default
+// DefaultMaxAnnotationBytes. A value over its bound reaches Decode as
+// model.OversizedAnnotation and is refused as malformed.
+func (s *Set) MaxAnnotationBytes(key string) int {
+	for _, d := range s.decoders {
+		if !d.Relevant(key) {
+			continue
+		}
+		if b, ok := d.(Bounded); ok {
+			if n := b.MaxAnnotationBytes(key); n > 0 {
+				return n
+			}
+		}
+		return DefaultMaxAnnotationBytes
+	}
+	return 0
+}
+
 // AllocatorOf returns the name of the first decoder that reads the
 // annotation key, "" when none does.
 func (s *Set) AllocatorOf(key string) string {
@@ -121,12 +158,24 @@ func (s *Set) Format(name string) Format { return s.byName[name] }
 // A decoder whose devices would take the pod past the limit on device ids
 // (LimitDevicesPerPod) is refused as malformed, all its devices dropped: a
 // partial list could hand a consumer an arbitrary subset of them.
+//
+// An annotation a pod source did not read because it was over its bound
+// (model.OversizedAnnotation) is refused as malformed too: its decoder
+// decodes the pod as if it were absent, and reports it. Koordinator's
+// allocation is then not shown; its over-long hint only makes the
+// allocation's requests read in percent, as an unreadable hint does.
 func (s *Set) Decode(pod model.PodRef, annotations map[string]string) ([]model.Device, []error) {
+	annotations, oversized := withoutOversized(annotations)
 	var devices []model.Device
 	var errs []error
 	total := 0 // device ids so far
 	for _, d := range s.decoders {
 		got, err := decodeSafely(d, annotations)
+		for _, key := range oversized {
+			if d.Relevant(key.name) {
+				err = errors.Join(fmt.Errorf("annotation %s refused as malformed: %s", key.name, key.detail), err)
+			}
+		}
 		if n := countIDs(got); total+n > s.maxDevices {
 			err = errors.Join(err, fmt.Errorf("pod %s/%s: %d devices, %d allowed per pod (--max-devices-per-pod): annotation refused as malformed",
 				pod.Namespace, pod.Name, total+n, s.maxDevices))
@@ -149,6 +198,30 @@ func (s *Set) Decode(pod model.PodRef, annotations map[string]string) ([]model.D
 		devices = append(devices, got...)
 	}
 	return devices, errs
+}
+
+// oversizedKey is an annotation withoutOversized took out.
+type oversizedKey struct{ name, detail string }
+
+// withoutOversized returns annotations without the values a pod source
+// left unread (model.OversizedAnnotation), and those keys, sorted. When
+// there are none it returns annotations itself.
+func withoutOversized(annotations map[string]string) (map[string]string, []oversizedKey) {
+	var out []oversizedKey
+	for k, v := range annotations {
+		if detail, ok := model.Oversized(v); ok {
+			out = append(out, oversizedKey{k, detail})
+		}
+	}
+	if out == nil {
+		return annotations, nil
+	}
+	slices.SortFunc(out, func(a, b oversizedKey) int { return strings.Compare(a.name, b.name) })
+	rest := maps.Clone(annotations)
+	for _, k := range out {
+		delete(rest, k.name)
+	}
+	return rest, out
 }
 
 // countIDs counts the device ids of devices; a device named by minor or

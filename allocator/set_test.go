@@ -266,3 +266,60 @@ func TestSetDecodeContainers(t *testing.T) {
 		t.Errorf("an empty id: %+v, %v; want the pod's devices and errors", got, errs)
 	}
 }
+
+func TestMaxAnnotationBytesBoundsEveryAllocatorKeyAndTheHintMost(t *testing.T) {
+	s := NewSet(quietLog(), nil, koordinator.New(koordinator.Options{}), hami.New(hami.Options{}))
+	for key, want := range map[string]int{
+		koordinator.Annotation:           DefaultMaxAnnotationBytes,
+		koordinator.HintAnnotation:       4 << 10,
+		"hami.io/vgpu-devices-allocated": DefaultMaxAnnotationBytes,
+		"kubernetes.io/config.seen":      0,
+	} {
+		if got := s.MaxAnnotationBytes(key); got != want {
+			t.Errorf("MaxAnnotationBytes(%q) = %d; want %d", key, got, want)
+		}
+	}
+}
+
+// An allocation a pod source left unread for its size (kubeletpods keeps
+// none over its bound) is refused on that pod, like any malformed one:
+// warned, counted, shown; the other allocators' devices stay.
+func TestSetDecodeRefusesAnOversizedAllocationAsMalformed(t *testing.T) {
+	log, hook := logtest.NewNullLogger()
+	var counted []string
+	other := &fakeDecoder{name: "hami", key: "hami", devices: []model.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
+	s := NewSet(log, func(a string) { counted = append(counted, a) }, koordinator.New(koordinator.Options{}), other)
+
+	got, errs := s.Decode(testPod, map[string]string{
+		"hami":                 "x",
+		koordinator.Annotation: model.OversizedAnnotation("300000 bytes in the kubelet's /pods, over the bound of 65536 for this annotation"),
+	})
+
+	if want := []model.Device{{Allocator: "hami", Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("devices = %+v; want only the other allocator's %+v", got, want)
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "koordinator: annotation "+koordinator.Annotation+" refused as malformed: 300000 bytes") {
+		t.Errorf("errors = %v; want one saying the allocation was refused for its size", errs)
+	}
+	if !reflect.DeepEqual(counted, []string{"koordinator"}) || len(hook.AllEntries()) != 1 {
+		t.Errorf("onError calls = %v, log entries %d; want [koordinator] and one warning", counted, len(hook.AllEntries()))
+	}
+}
+
+// Of the hint only allocateStrategy is read: one too large to keep makes
+// the allocation read as without a hint (requests in percent), reported,
+// but the pod keeps its devices.
+func TestSetDecodeKeepsTheAllocationOfAPodWhoseHintIsOversized(t *testing.T) {
+	var counted int
+	s := NewSet(quietLog(), func(string) { counted++ }, koordinator.New(koordinator.Options{}))
+	got, errs := s.Decode(testPod, map[string]string{
+		koordinator.HintAnnotation: model.OversizedAnnotation("261120 bytes in the kubelet's /pods, over the bound of 4096 for this annotation"),
+		koordinator.Annotation:     `{"gpu":[{"minor":0,"id":"GPU-k"}]}`,
+	})
+	if want := []model.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("devices = %+v; want %+v", got, want)
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), koordinator.HintAnnotation+" refused as malformed") || counted != 1 {
+		t.Errorf("errors = %v, onError calls = %d; want one about the hint", errs, counted)
+	}
+}

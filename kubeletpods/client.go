@@ -33,8 +33,22 @@ const (
 	DefaultMaxBodyBytes = 256 << 20
 	// defaultMaxKept bounds what the decoder keeps of the live pods when
 	// GOMEMLIMIT is not set: their allocator annotations and container
-	// resources (110 pods with the API's 256 KiB of annotations each fit).
+	// resources.
 	defaultMaxKeptBytes = 32 << 20
+	// MaxPodAnnotationBytes bounds what one pod's allocator annotations
+	// keep of a read, together. The API lets a tenant write 256 KiB of
+	// annotations on every pod, and some allocator keys are the pod's own
+	// to write (Koordinator's device-allocate-hint) or come in any number
+	// (HAMi's, one per vendor word): kept whole, 105 pods with a 255 KiB
+	// hint took 26 MiB of every read, more than a read may keep, and
+	// every read failed. 64 KiB is more than any scheduler writes for one
+	// pod: 256 device ids, the most a pod's annotations may name, are
+	// about 52 KiB in the wordiest format (Koordinator's GPU entries), a
+	// hint 4 KiB at most. At this bound 250 pods keep at most 16 MiB,
+	// within the quarter of the DaemonSet's GOMEMLIMIT a read may keep
+	// (defaultMaxKept), so no tenant's annotations fail a read. A key
+	// past it is refused on its pod only (see podsjson.Bounds).
+	MaxPodAnnotationBytes = 64 << 10
 )
 
 // memoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT, which the
@@ -89,10 +103,15 @@ type Config struct {
 	// only the reads: the answer is never held whole). 0 means twice
 	// GOMEMLIMIT when it is set (at least 64 MiB), else DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// KeepAnnotation says which pod annotations a read keeps (the
-	// allocators' own); nil keeps them all. Others, such as kubectl's
-	// last-applied-configuration, are dropped as each pod is decoded.
-	KeepAnnotation func(key string) bool
+	// MaxAnnotationBytes says which pod annotations a read keeps (the
+	// allocators' own) and how large each may be: it returns the bound
+	// of the key's value, 0 for a key not kept; a value over its bound,
+	// or over what is left of the pod's MaxPodAnnotationBytes, is kept
+	// as model.OversizedAnnotation, which its allocator refuses as
+	// malformed. Other annotations, such as kubectl's
+	// last-applied-configuration, are skipped unread. nil keeps every
+	// annotation whole (tools and tests), within what a read may keep.
+	MaxAnnotationBytes func(key string) int
 	// Log receives the warnings about the configuration; nil means
 	// logrus's standard logger.
 	Log logrus.FieldLogger
@@ -105,8 +124,7 @@ type Client struct {
 	redacted string // for errors and logs
 	timeout  time.Duration
 	maxBody  int64
-	maxKept  int64
-	keep     func(string) bool
+	bounds   podsjson.Bounds
 	http     *bearer.Client
 }
 
@@ -140,8 +158,13 @@ func NewClient(cfg Config) (*Client, error) {
 		redacted: u.Redacted(),
 		timeout:  cmp.Or(cfg.Timeout, DefaultTimeout),
 		maxBody:  cmp.Or(cfg.MaxBodyBytes, defaultMaxBody(memoryLimit())),
-		maxKept:  defaultMaxKept(memoryLimit()),
-		keep:     cfg.KeepAnnotation,
+		bounds: podsjson.Bounds{
+			Annotation: cfg.MaxAnnotationBytes,
+			Kept:       defaultMaxKept(memoryLimit()),
+		},
+	}
+	if cfg.MaxAnnotationBytes != nil {
+		c.bounds.Pod = MaxPodAnnotationBytes
 	}
 
 	tokenFile := cfg.TokenFile
@@ -214,7 +237,7 @@ func (c *Client) pods(ctx context.Context) ([]model.KubeletPod, error) {
 	}
 
 	body := &limitedBody{r: resp.Body, left: c.maxBody}
-	pods, err := podsjson.DecodeFrom(body, c.maxKept, c.keep)
+	pods, err := podsjson.DecodeFrom(body, c.bounds)
 	if body.over {
 		return nil, fmt.Errorf("answer is larger than the limit of %d bytes", c.maxBody)
 	}

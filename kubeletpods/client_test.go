@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,9 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
@@ -402,5 +406,43 @@ func TestTheTokenNeverFollowsARedirectToPlainHTTP(t *testing.T) {
 	defer plain.mu.Unlock()
 	for _, r := range plain.requests {
 		t.Errorf("the redirect was followed over plain http, Authorization %q", r.Header.Get("Authorization"))
+	}
+}
+
+// A pod whose allocation is over its bound is refused as malformed, on
+// that pod only, as its decoding errors (a record's decodeErrors) say; the
+// read and the other pods' allocations are untouched.
+func TestAnOversizedAllocationIsRefusedOnItsPodOnly(t *testing.T) {
+	huge := `{"gpu":[` + strings.Repeat(`{"minor":0,"id":"GPU-x"},`, 4000) + `{"minor":0,"id":"GPU-x"}]}`
+	k := newFakeKubelet(t, false)
+	k.body.Store(podstest.PodListJSON(3, func(i int) map[string]string {
+		if i == 0 {
+			return map[string]string{koordinator.Annotation: huge}
+		}
+		return map[string]string{koordinator.Annotation: podstest.NewPodAllocation}
+	}))
+	log, hook := logtest.NewNullLogger()
+	set := allocator.NewSet(log, nil, must(registry.NewFormats(registry.Names(), registry.Options{}))...)
+	set.LimitDevicesPerPod(10000) // so that only the size refuses pod 0
+	c := newTestClient(t, Config{URL: k.URL + "/pods", MaxAnnotationBytes: set.MaxAnnotationBytes})
+	pods, err := c.Pods(t.Context())
+	if err != nil {
+		t.Fatalf("one pod's oversized allocation failed the read: %v", err)
+	}
+	for _, p := range pods {
+		devs, errs := set.Decode(model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
+		switch p.Name {
+		case podstest.Name(0):
+			if len(devs) != 0 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "refused as malformed: 1") {
+				t.Errorf("pod 0: devices %v, errors %v; want none and the size named", devs, errs)
+			}
+		default:
+			if len(devs) != 1 || !slices.Equal(devs[0].IDs, []string{podstest.NewPodGPU}) || errs != nil {
+				t.Errorf("pod %s: devices %v, errors %v; want its GPU", p.Name, devs, errs)
+			}
+		}
+	}
+	if n := len(hook.AllEntries()); n != 1 {
+		t.Errorf("%d warnings; want one, naming pod 0", n)
 	}
 }

@@ -126,6 +126,22 @@ func (k *Format) Relevant(key string) bool {
 	return key == Annotation || key == HintAnnotation
 }
 
+// maxHintBytes bounds the hint a pod source keeps: the decoder reads one
+// word of it (allocateStrategy, per device type), and a selector and a
+// policy for two device types fit many times over. The pod's owner writes
+// it (an admission policy that stops forged allocations leaves it
+// writable), so it must not cost what an allocation may.
+const maxHintBytes = 4 << 10
+
+// MaxAnnotationBytes implements allocator.Bounded: the hint is small; the
+// allocation takes the default bound.
+func (k *Format) MaxAnnotationBytes(key string) int {
+	if key == HintAnnotation {
+		return maxHintBytes
+	}
+	return 0
+}
+
 // Decode implements allocator.Format. A hint that cannot be read is reported and
 // the allocation is read as if there were none (requests in percent): the
 // devices are the pod's either way, only their split between its

@@ -116,8 +116,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		CAFile:      c.caFile,
 		InsecureTLS: c.insecureTLS,
 		Timeout:     c.podsTimeout,
-		// Only the allocators' annotations: a /pods read keeps little.
-		KeepAnnotation: allocators.Relevant,
+		// Only the allocators' annotations, each within its bound: a /pods
+		// read keeps little, whatever a tenant writes.
+		MaxAnnotationBytes: allocators.MaxAnnotationBytes,
 	})
 	if err != nil {
 		return fmt.Errorf("kubelet /pods client: %w", err)

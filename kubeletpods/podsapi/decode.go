@@ -80,9 +80,9 @@ func (d *decoder) decodeUnsafe(data []byte) (decoded, error) {
 // podsjson does from /pods, so that both sources give equal values for the
 // same pod: identity and phase; of a live pod, the annotations keep accepts
 // (nil when the pod has none, as a JSON pod without "annotations" decodes)
-// and each container's kind and extended resources; of every pod, the
-// scheduler's name. A finished (Succeeded or Failed) pod keeps no
-// annotations and no containers: the kubelet lists finished pods until
+// and each container's kind and extended resources, and the scheduler's
+// name. A finished (Succeeded or Failed) pod keeps no annotations and no
+// spec, as /pods' decoder (podsjson) keeps none: the kubelet lists finished pods until
 // they are deleted, and PodResources never reports them.
 func (d *decoder) convert(p *v1.Pod) (decoded, error) {
 	pod := model.KubeletPod{
@@ -96,7 +96,6 @@ func (d *decoder) convert(p *v1.Pod) (decoded, error) {
 		return out, fmt.Errorf("pod has no uid, namespace or name (uid %q, %s/%s)", pod.UID, pod.Namespace, pod.Name)
 	}
 	if pod.Terminal() {
-		out.pod.Spec = model.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: []model.ContainerSpec{}}
 		return out, nil
 	}
 	if p.Annotations != nil {

@@ -77,7 +77,16 @@ func TestDecodeGivesWhatPodsjsonGivesFromSlashPods(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := podsjson.DecodeFrom(bytes.NewReader(body), 0, tc.keep)
+			var bounds podsjson.Bounds
+			if tc.keep != nil {
+				bounds.Annotation = func(key string) int {
+					if tc.keep(key) {
+						return 1 << 20
+					}
+					return 0
+				}
+			}
+			want, err := podsjson.DecodeFrom(bytes.NewReader(body), bounds)
 			if err != nil {
 				t.Fatalf("podsjson: %v", err)
 			}

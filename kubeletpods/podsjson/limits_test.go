@@ -10,11 +10,11 @@ import (
 
 func TestLivePodsKeepingMoreThanTheLimitFailTheReadClearly(t *testing.T) {
 	body := podstest.FinishedPodsJSON(0, 0, 50)
-	_, err := decodePodsFrom(bytes.NewReader(body), 1000, nil)
+	_, err := decodePodsFrom(bytes.NewReader(body), Bounds{Kept: 1000})
 	if err == nil || !strings.Contains(err.Error(), "larger than the limit") {
 		t.Fatalf("50 live pods against a limit of 1000 kept bytes: got %v, want a clear error", err)
 	}
-	pods, err := decodePodsFrom(bytes.NewReader(body), 1<<20, nil)
+	pods, err := decodePodsFrom(bytes.NewReader(body), Bounds{Kept: 1 << 20})
 	if err != nil || len(pods) != 50 {
 		t.Fatalf("within the limit: %d pods, %v", len(pods), err)
 	}
@@ -39,8 +39,13 @@ func TestOnlyTheAnnotationsAskedForAreKept(t *testing.T) {
 	body := []byte(`{"kind":"PodList","items":[{"metadata":{"name":"a","namespace":"d","uid":"u","annotations":` +
 		`{"scheduling.koordinator.sh/device-allocated":"{}","kubectl.kubernetes.io/last-applied-configuration":"` +
 		strings.Repeat("x", 4096) + `"}},"status":{"phase":"Running"}}]}`)
-	keep := func(k string) bool { return strings.HasPrefix(k, "scheduling.koordinator.sh/") }
-	pods, err := decodePodsFrom(bytes.NewReader(body), 1024, keep)
+	keep := func(k string) int {
+		if strings.HasPrefix(k, "scheduling.koordinator.sh/") {
+			return 64
+		}
+		return 0
+	}
+	pods, err := decodePodsFrom(bytes.NewReader(body), Bounds{Annotation: keep, Kept: 1024})
 	if err != nil {
 		t.Fatalf("a 4 KiB annotation nobody needs counted against a limit of 1 KiB: %v", err)
 	}

@@ -1,7 +1,8 @@
 // Package podsjson decodes the kubelet's /pods answer (a v1 PodList in
 // JSON) into model.KubeletPods: identity, phase, the annotations asked for
 // and the extended resources each container requests, skipping everything
-// else unread, one pod at a time and within a bound on what it keeps. It is
+// else unread, one pod at a time and within bounds on what it keeps (each
+// annotation, each pod's annotations, the whole answer: see Bounds). It is
 // apart from package kubeletpods, the HTTP client and coalescing reader,
 // because decoding is its own concern with its own speed and memory goals
 // (the decoder comparison below) and its own fuzzing.
@@ -13,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 
@@ -58,8 +58,11 @@ type pod struct {
 		Name      string `json:"name"`
 		// CreationTimestamp is RFC 3339 in UTC with a Z (metav1.Time's
 		// encoding), so the strings sort as the times do.
-		CreationTimestamp string            `json:"creationTimestamp"`
-		Annotations       map[string]string `json:"annotations"`
+		CreationTimestamp string `json:"creationTimestamp"`
+		// Annotations are read by Bounds.annotations, which copies only
+		// the values kept: the raw object lives only while its pod is
+		// decoded.
+		Annotations json.RawMessage `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
 		// SchedulerName says which scheduler placed the pod: the
@@ -85,16 +88,15 @@ type container struct {
 	} `json:"resources"`
 }
 
-// Decode decodes a /pods answer as kubeletpods.Client.Pods does, for tools
-// and benchmarks that have the body already.
+// Decode decodes a /pods answer as kubeletpods.Client.Pods does, keeping
+// every annotation, for tools and benchmarks that have the body already.
 func Decode(data []byte) ([]model.KubeletPod, error) { return decodePods(data) }
 
 // DecodeFrom decodes a /pods answer from a stream, as kubeletpods.Client.Pods
-// does: see decodePodStream. maxKept bounds the bytes of annotations and
-// container resources kept (0: no bound); keep, when set, says which
-// annotations to keep (nil keeps them all). It never panics.
-func DecodeFrom(r io.Reader, maxKept int64, keep func(string) bool) ([]model.KubeletPod, error) {
-	return decodePodsFrom(r, maxKept, keep)
+// does: see decodePodStream. b says what it keeps of each live pod's
+// annotations and bounds what it keeps in all. It never panics.
+func DecodeFrom(r io.Reader, b Bounds) ([]model.KubeletPod, error) {
+	return decodePodsFrom(r, b)
 }
 
 // decodePods turns a /pods answer into KubeletPods, oldest first (see
@@ -102,25 +104,24 @@ func DecodeFrom(r io.Reader, maxKept int64, keep func(string) bool) ([]model.Kub
 // fast paths, and a strange answer from the kubelet must cost one failed
 // read, not the node daemon.
 func decodePods(data []byte) (pods []model.KubeletPod, err error) {
-	return decodePodsFrom(bytes.NewReader(data), 0, nil)
+	return decodePodsFrom(bytes.NewReader(data), Bounds{})
 }
 
-// decodePodsFrom is decodePods reading the answer as a stream: see
-// decodePodStream. maxKept bounds what it keeps; 0 means no bound. keep,
-// when set, says which annotations to keep; nil keeps them all.
-func decodePodsFrom(r io.Reader, maxKept int64, keep func(string) bool) (pods []model.KubeletPod, err error) {
+// decodePodsFrom is decodePods reading the answer as a stream, within b:
+// see decodePodStream.
+func decodePodsFrom(r io.Reader, b Bounds) (pods []model.KubeletPod, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			pods, err = nil, fmt.Errorf("decode kubelet pods: decoder panicked: %v", p)
 		}
 	}()
-	return decodePodStream(r, maxKept, keep)
+	return decodePodStream(r, b)
 }
 
 // decodePodList is decodePods without the recover, so that fuzzing finds
 // panics instead of hiding them.
 func decodePodList(data []byte) ([]model.KubeletPod, error) {
-	return decodePodStream(bytes.NewReader(data), 0, nil)
+	return decodePodStream(bytes.NewReader(data), Bounds{})
 }
 
 // errTooMuchKept is the error of an answer whose live pods keep more than
@@ -130,20 +131,22 @@ var errTooMuchKept = errors.New("the pods' annotations and container resources a
 // decodePodStream decodes a /pods answer one pod at a time, so that memory
 // holds one pod's JSON (in the decoder's buffer) and what is kept of the
 // pods before it, never the whole answer: a /pods of tens of MiB (finished
-// pods with large environments stay listed until deleted) must not take
-// the daemon's memory. Finished pods (Succeeded, Failed) keep only their
-// identity and phase, which PodList.Lookup needs to prefer a live pod of
-// the same name; their annotations and containers are dropped as soon as
-// the pod is decoded. Of the other pods' annotations only those keep
-// accepts are kept (all when keep is nil). maxKept > 0 bounds the bytes of
-// annotations and container resources kept.
-func decodePodStream(r io.Reader, maxKept int64, keep func(string) bool) ([]model.KubeletPod, error) {
+// pods with large environments stay listed until deleted, and each pod
+// may carry 256 KiB of annotations) must not take the daemon's memory.
+// Finished pods (Succeeded, Failed) keep only their identity and phase,
+// which PodList.Lookup needs to prefer a live pod of the same name; their
+// annotations and containers are dropped as soon as the pod is decoded.
+// Of the other pods' annotations only those b keeps are kept, each within
+// its bound and each pod's within b.Pod; b.Kept bounds the bytes of
+// annotations and container resources kept in all.
+func decodePodStream(r io.Reader, b Bounds) ([]model.KubeletPod, error) {
 	dec := json.NewDecoder(r)
 	if err := expectDelim(dec, '{'); err != nil {
 		return nil, err
 	}
-	var list podList
-	var kept int64
+	var kind string
+	var pods []kept
+	var keptBytes int64
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -155,16 +158,16 @@ func decodePodStream(r io.Reader, maxKept int64, keep func(string) bool) ([]mode
 		}
 		switch key {
 		case "kind":
-			err = dec.Decode(&list.Kind)
+			err = dec.Decode(&kind)
 		case "items":
-			err = decodeItems(dec, &list, maxKept, &kept, keep)
+			err = decodeItems(dec, &pods, b, &keptBytes)
 		default:
 			var skip json.RawMessage // apiVersion and metadata: a few bytes
 			err = dec.Decode(&skip)
 		}
 		if err != nil {
 			if errors.Is(err, errTooMuchKept) {
-				return nil, fmt.Errorf("decode kubelet pods: %w (%d bytes)", err, maxKept)
+				return nil, fmt.Errorf("decode kubelet pods: %w (%d bytes)", err, b.Kept)
 			}
 			return nil, fmt.Errorf("decode kubelet pods: %s: %w", key, err)
 		}
@@ -175,11 +178,18 @@ func decodePodStream(r io.Reader, maxKept int64, keep func(string) bool) ([]mode
 	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("decode kubelet pods: data after the answer (%v, %v)", tok, err)
 	}
-	return list.kubeletPods()
+	return finish(kind, pods)
 }
 
-// decodeItems decodes the items array (or null) one pod at a time.
-func decodeItems(dec *json.Decoder, list *podList, maxKept int64, kept *int64, keep func(string) bool) error {
+// kept is what is kept of one pod, and when it was created, to sort by.
+type kept struct {
+	created string
+	pod     model.KubeletPod
+}
+
+// decodeItems decodes the items array (or null) one pod at a time into
+// pods; keptBytes counts what they keep.
+func decodeItems(dec *json.Decoder, pods *[]kept, b Bounds, keptBytes *int64) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -193,41 +203,33 @@ func decodeItems(dec *json.Decoder, list *podList, maxKept int64, kept *int64, k
 	for dec.More() {
 		var p pod
 		if err := dec.Decode(&p); err != nil {
-			return fmt.Errorf("item %d: %w", len(list.Items), err)
+			return fmt.Errorf("item %d: %w", len(*pods), err)
 		}
-		if p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" {
-			p.Metadata.Annotations = nil
-			p.Spec.InitContainers, p.Spec.Containers = nil, nil
-		} else if keep != nil {
-			// kubectl's last-applied-configuration and the like: only the
-			// allocators' annotations are needed.
-			maps.DeleteFunc(p.Metadata.Annotations, func(k, _ string) bool { return !keep(k) })
+		kp, err := p.kubeletPod(&b)
+		if err != nil {
+			return fmt.Errorf("item %d: %w", len(*pods), err)
 		}
-		if maxKept > 0 {
-			if *kept += p.size(); *kept > maxKept {
+		if b.Kept > 0 {
+			if *keptBytes += size(&kp); *keptBytes > b.Kept {
 				return errTooMuchKept
 			}
 		}
-		list.Items = append(list.Items, p)
+		*pods = append(*pods, kept{p.Metadata.CreationTimestamp, kp})
 	}
 	_, err = dec.Token() // ]
 	return err
 }
 
 // size is about the bytes p keeps, to bound what an answer keeps.
-func (p *pod) size() int64 {
-	n := int64(len(p.Metadata.UID) + len(p.Metadata.Namespace) + len(p.Metadata.Name) + len(p.Metadata.CreationTimestamp))
-	for k, v := range p.Metadata.Annotations {
+func size(p *model.KubeletPod) int64 {
+	n := int64(len(p.UID) + len(p.Namespace) + len(p.Name) + len(p.Phase))
+	for k, v := range p.Annotations {
 		n += int64(len(k) + len(v))
 	}
-	for _, cs := range [][]container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range cs {
-			n += int64(len(cs[i].Name))
-			for _, m := range []map[string]string{cs[i].Resources.Limits, cs[i].Resources.Requests} {
-				for k, v := range m {
-					n += int64(len(k) + len(v))
-				}
-			}
+	for _, c := range p.Spec.Containers {
+		n += int64(len(c.Name))
+		for k, v := range c.Requests {
+			n += int64(len(k) + len(v))
 		}
 	}
 	return n
@@ -244,49 +246,76 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-// kubeletPods checks the decoded list and turns it into KubeletPods. It
-// sorts the list.
+// kubeletPods turns the decoded list into KubeletPods as Decode does: the
+// reference decoder's way in (see the fuzz test).
 func (list *podList) kubeletPods() ([]model.KubeletPod, error) {
-	if list.Kind != "PodList" {
-		return nil, fmt.Errorf("decode kubelet pods: answer is not a PodList (kind %q)", list.Kind)
-	}
+	pods := make([]kept, 0, len(list.Items))
 	for i := range list.Items {
-		md := &list.Items[i].Metadata
-		if md.UID == "" || md.Namespace == "" || md.Name == "" {
+		p := &list.Items[i]
+		kp, err := p.kubeletPod(&Bounds{})
+		if err != nil {
+			return nil, fmt.Errorf("decode kubelet pods: item %d: %w", i, err)
+		}
+		pods = append(pods, kept{p.Metadata.CreationTimestamp, kp})
+	}
+	return finish(list.Kind, pods)
+}
+
+// kubeletPod keeps what podres-proxy needs of p: of a finished pod only
+// its identity and phase, of a live one also the annotations b keeps and
+// its containers' extended resources.
+func (p *pod) kubeletPod(b *Bounds) (model.KubeletPod, error) {
+	kp := model.KubeletPod{
+		UID:       p.Metadata.UID,
+		Namespace: p.Metadata.Namespace,
+		Name:      p.Metadata.Name,
+		Phase:     p.Status.Phase,
+	}
+	if kp.Terminal() {
+		return kp, nil
+	}
+	ann, err := b.annotations(p.Metadata.Annotations)
+	if err != nil {
+		return model.KubeletPod{}, err
+	}
+	specs := make([]model.ContainerSpec, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
+	for j := range p.Spec.InitContainers {
+		c := &p.Spec.InitContainers[j]
+		kind := model.KindInit
+		if c.RestartPolicy == "Always" {
+			kind = model.KindSidecar
+		}
+		specs = append(specs, containerSpec(c, kind))
+	}
+	for j := range p.Spec.Containers {
+		specs = append(specs, containerSpec(&p.Spec.Containers[j], model.KindApp))
+	}
+	kp.Annotations = ann
+	kp.Spec = model.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs}
+	return kp, nil
+}
+
+// finish checks the decoded pods and sorts them.
+func finish(kind string, items []kept) ([]model.KubeletPod, error) {
+	if kind != "PodList" {
+		return nil, fmt.Errorf("decode kubelet pods: answer is not a PodList (kind %q)", kind)
+	}
+	for i := range items {
+		p := &items[i].pod
+		if p.UID == "" || p.Namespace == "" || p.Name == "" {
 			return nil, fmt.Errorf("decode kubelet pods: item %d has no uid, namespace or name (uid %q, %s/%s)",
-				i, md.UID, md.Namespace, md.Name)
+				i, p.UID, p.Namespace, p.Name)
 		}
 	}
 	// The kubelet lists pods from a map, in no order. Sorting by creation
 	// makes "the last of several pods with one name" mean "the newest",
 	// which PodList.Lookup relies on.
-	slices.SortStableFunc(list.Items, func(a, b pod) int {
-		return cmp.Compare(a.Metadata.CreationTimestamp, b.Metadata.CreationTimestamp)
+	slices.SortStableFunc(items, func(a, b kept) int {
+		return cmp.Compare(a.created, b.created)
 	})
-
-	pods := make([]model.KubeletPod, len(list.Items))
-	for i := range list.Items {
-		p := &list.Items[i]
-		specs := make([]model.ContainerSpec, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
-		for j := range p.Spec.InitContainers {
-			c := &p.Spec.InitContainers[j]
-			kind := model.KindInit
-			if c.RestartPolicy == "Always" {
-				kind = model.KindSidecar
-			}
-			specs = append(specs, containerSpec(c, kind))
-		}
-		for j := range p.Spec.Containers {
-			specs = append(specs, containerSpec(&p.Spec.Containers[j], model.KindApp))
-		}
-		pods[i] = model.KubeletPod{
-			UID:         p.Metadata.UID,
-			Namespace:   p.Metadata.Namespace,
-			Name:        p.Metadata.Name,
-			Phase:       p.Status.Phase,
-			Annotations: p.Metadata.Annotations,
-			Spec:        model.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs},
-		}
+	pods := make([]model.KubeletPod, len(items))
+	for i := range items {
+		pods[i] = items[i].pod
 	}
 	return pods, nil
 }

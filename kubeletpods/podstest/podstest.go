@@ -297,6 +297,46 @@ func shortID(i int) string { return fmt.Sprintf("%05x", 0x7a000+i) }
 
 func ptr[T any](v T) *T { return &v }
 
+// Koordinator's annotations, for LargeHintsJSON.
+const (
+	koordAllocated = "scheduling.koordinator.sh/device-allocated"
+	koordHint      = "scheduling.koordinator.sh/device-allocate-hint"
+)
+
+// NewPodAllocation is the Koordinator allocation of the new pod of
+// LargeHintsJSON: one whole GPU, whose id is NewPodGPU.
+const (
+	NewPodGPU        = "GPU-5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
+	NewPodAllocation = `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"},"id":"` + NewPodGPU + `"}]}`
+)
+
+// LargeHintsJSON returns a /pods answer of n running pods, each with a
+// Koordinator device-allocate-hint of about hintBytes (a real strategy in
+// a selector padded out: the pod's owner writes the hint, and the API
+// takes 256 KiB of annotations a pod), then one new pod, Pod(n), that
+// requests a GPU and carries NewPodAllocation: another tenant's pod being
+// created on the same node (issue 23).
+func LargeHintsJSON(n, hintBytes int) []byte {
+	// The padding is put in after encoding: encoding/json would take
+	// seconds (under the race detector) to escape 26 MiB of it.
+	const pad = "@PADDING@"
+	hint := `{"rdma":{"allocateStrategy":"RequestsAsCount","vfSelector":{"matchLabels":{"pad":"` + pad + `"}}}}`
+	list := PodList(n+1, func(i int) map[string]string {
+		if i == n {
+			return map[string]string{koordAllocated: NewPodAllocation}
+		}
+		return map[string]string{koordHint: hint}
+	})
+	for i := range list.Items {
+		list.Items[i].Status.Phase = corev1.PodRunning
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		panic(fmt.Sprintf("podstest: marshal pod list: %v", err))
+	}
+	return bytes.ReplaceAll(b, []byte(pad), bytes.Repeat([]byte("x"), hintBytes))
+}
+
 // FinishedPodsJSON returns a /pods answer of n finished pods (Succeeded),
 // each with an environment value of valueBytes (valid objects, as a Job
 // leaves them: they stay in /pods and count against no quota), and then

@@ -159,7 +159,10 @@ func (b Batch) Lookup(rel map[string]string) (*Result, bool) {
 // with runtime, given what the API says now: runtime's values, plus the
 // keys only the API has when runtime had any; and, sorted, the keys whose
 // API value differs from runtime's, that the API dropped, or that it added
-// to a pod that started with none.
+// to a pod that started with none. An API value the pod source left unread
+// for its size (model.OversizedAnnotation) is neither taken nor an edit:
+// nothing is known of it but that it is large, as the runtime's copy of a
+// tenant's padded annotation is too.
 func Fixed(runtime, api map[string]string) (fixed map[string]string, edited []string) {
 	fixed = maps.Clone(runtime)
 	if fixed == nil {
@@ -167,6 +170,9 @@ func Fixed(runtime, api map[string]string) (fixed map[string]string, edited []st
 	}
 	for k, v := range api {
 		old, ok := runtime[k]
+		if _, unread := model.Oversized(v); unread {
+			continue
+		}
 		switch {
 		case !ok && len(runtime) > 0:
 			fixed[k] = v

@@ -64,6 +64,9 @@ func TestFixedKeepsTheRuntimesCopyAndRecordsTheAPIsEdits(t *testing.T) {
 		{"edited and dropped", map[string]string{"a": "1", "b": "2"}, map[string]string{"a": "9"}, map[string]string{"a": "1", "b": "2"}, []string{"a", "b"}},
 		{"a key added later is taken", map[string]string{"a": "1"}, map[string]string{"a": "1", "mig": "m"}, map[string]string{"a": "1", "mig": "m"}, nil},
 		{"none at start: none later", nil, map[string]string{"a": "1"}, map[string]string{}, []string{"a"}},
+		{"an API value too large to read is no edit", map[string]string{"a": "1", "hint": strings.Repeat("x", 300<<10)},
+			map[string]string{"a": "1", "hint": model.OversizedAnnotation("307200 bytes, over the bound of 4096")},
+			map[string]string{"a": "1", "hint": strings.Repeat("x", 300<<10)}, nil},
 	} {
 		fixed, edited := Fixed(tt.runtime, tt.api)
 		if !maps.Equal(fixed, tt.fixed) || !reflect.DeepEqual(edited, tt.edited) {

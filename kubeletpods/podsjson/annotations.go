@@ -1,0 +1,255 @@
+package podsjson
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/podres-proxy/podres-proxy/model"
+)
+
+// Bounds say which annotations a decode keeps of each live pod and how
+// large they may be. A pod's annotations are the one part of /pods a
+// tenant writes freely (256 KiB a pod, the API server's limit), and every
+// other tenant's new pod waits on the same read, so what one pod's
+// annotations may cost is bounded here rather than by the answer: an
+// annotation over its bound is replaced by model.OversizedAnnotation (its
+// allocator then refuses it as malformed, on that pod only) and the read
+// goes on.
+type Bounds struct {
+	// Annotation returns the most bytes the value of an annotation key
+	// may take, as the answer encodes it (JSON-escaped, so never less
+	// than the value itself), for the key to be kept; 0 skips the key
+	// unread. nil keeps every annotation, unbounded (tools, benchmarks).
+	Annotation func(key string) int
+	// Pod bounds the bytes of the annotations one pod keeps together,
+	// keys included; 0 means no bound. The key whose value would take a
+	// pod past it is replaced as if over its own bound, so that a pod
+	// with many allocator keys (HAMi's are one per vendor word) costs no
+	// more than a pod with one.
+	Pod int
+	// Kept bounds the bytes of annotations and container resources the
+	// whole answer keeps of its live pods; an answer over it fails the
+	// read. 0 means no bound.
+	Kept int64
+}
+
+// errNotString is the error of an annotation whose value is not a string.
+var errNotString = errors.New("annotation value is not a string")
+
+// annotations reads a pod's metadata.annotations as the answer encodes it
+// (a JSON object of strings, or null) and returns those b keeps. Values of
+// the keys b skips are scanned past, never unescaped or kept: a kubectl
+// last-applied-configuration or a tenant's padding costs the scan, not
+// memory. Nor are the values of kept keys over their bound. The only copy
+// of them is the one go-json makes of the pod's whole annotations object,
+// which lives while the pod is decoded. The keys kept and their values
+// count against b.Pod; those replaced do not.
+func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
+	if len(raw) == 0 {
+		return nil, nil // no annotations field
+	}
+	s := scanner{b: raw}
+	s.space()
+	if s.literal("null") {
+		s.space()
+		if !s.done() {
+			return nil, s.errorf("data after null")
+		}
+		return nil, nil
+	}
+	if !s.consume('{') {
+		return nil, s.errorf("want an object")
+	}
+	kept := map[string]string{}
+	podBytes := 0
+	s.space()
+	if s.consume('}') {
+		return kept, s.end()
+	}
+	for {
+		s.space()
+		rawKey, err := s.str()
+		if err != nil {
+			return nil, err
+		}
+		key, err := unquote(rawKey)
+		if err != nil {
+			return nil, err
+		}
+		s.space()
+		if !s.consume(':') {
+			return nil, s.errorf("want ':' after annotation %q", key)
+		}
+		s.space()
+		var rawValue []byte // nil: null
+		if !s.literal("null") {
+			if rawValue, err = s.str(); err != nil {
+				if errors.Is(err, errNotString) {
+					return nil, fmt.Errorf("annotation %q: %w", key, err)
+				}
+				return nil, err
+			}
+		}
+		bound := -1 // keep, unbounded
+		if b.Annotation != nil {
+			bound = b.Annotation(key)
+		}
+		if bound != 0 {
+			var value string
+			size := max(0, len(rawValue)-2) // without the quotes
+			read := false
+			switch {
+			case bound > 0 && size > bound:
+				value = model.OversizedAnnotation(fmt.Sprintf("%d bytes in the kubelet's /pods, over the bound of %d for this annotation", size, bound))
+			case b.Pod > 0 && podBytes+len(key)+size > b.Pod:
+				value = model.OversizedAnnotation(fmt.Sprintf("%d bytes in the kubelet's /pods, which would take the pod's allocator annotations to %d bytes, over their bound of %d",
+					size, podBytes+len(key)+size, b.Pod))
+			default:
+				read = true
+				if rawValue != nil {
+					if value, err = unquote(rawValue); err != nil {
+						return nil, err
+					}
+				}
+			}
+			if read {
+				// Counted whatever the value says: one that looks
+				// like a replacement is the tenant's, and costs the same.
+				podBytes += len(key) + size
+			}
+			kept[key] = value
+		}
+		s.space()
+		if s.consume(',') {
+			continue
+		}
+		if s.consume('}') {
+			return kept, s.end()
+		}
+		return nil, s.errorf("want ',' or '}' after annotation %q", key)
+	}
+}
+
+// unquote decodes a JSON string token exactly as the rest of the answer's
+// strings are decoded.
+func unquote(tok []byte) (string, error) {
+	if bytes.IndexByte(tok, '\\') < 0 && printableASCII(tok) {
+		return string(tok[1 : len(tok)-1]), nil
+	}
+	var s string
+	if err := json.Unmarshal(tok, &s); err != nil {
+		return "", fmt.Errorf("annotations: %w", err)
+	}
+	return s, nil
+}
+
+// printableASCII reports whether tok has only the bytes a JSON string
+// needs no decoding for (invalid UTF-8 is decoded to U+FFFD).
+func printableASCII(tok []byte) bool {
+	for _, c := range tok {
+		if c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// scanner walks a JSON object of strings without building anything.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) done() bool { return s.i == len(s.b) }
+
+func (s *scanner) consume(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+func (s *scanner) literal(lit string) bool {
+	if bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
+		s.i += len(lit)
+		return true
+	}
+	return false
+}
+
+// end checks that nothing but space follows the object.
+func (s *scanner) end() error {
+	s.space()
+	if !s.done() {
+		return s.errorf("data after the object")
+	}
+	return nil
+}
+
+// str returns the string token at the scanner, quotes included, and moves
+// past it. It checks what a JSON string may hold (no control characters,
+// only JSON's escapes) without decoding it.
+func (s *scanner) str() ([]byte, error) {
+	start := s.i
+	if !s.consume('"') {
+		if s.i < len(s.b) && s.b[s.i] != '}' && s.b[s.i] != ',' {
+			return nil, errNotString
+		}
+		return nil, s.errorf("want a string")
+	}
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		s.i++
+		switch {
+		case c == '"':
+			return s.b[start:s.i], nil
+		case c < 0x20:
+			return nil, s.errorf("control character in a string")
+		case c == '\\':
+			if s.i >= len(s.b) {
+				return nil, s.errorf("unfinished escape")
+			}
+			e := s.b[s.i]
+			s.i++
+			switch e {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if s.i+4 > len(s.b) || !isHex(s.b[s.i:s.i+4]) {
+					return nil, s.errorf("bad \\u escape")
+				}
+				s.i += 4
+			default:
+				return nil, s.errorf("bad escape \\%c", e)
+			}
+		}
+	}
+	return nil, s.errorf("unfinished string")
+}
+
+func isHex(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *scanner) errorf(format string, args ...any) error {
+	return fmt.Errorf("annotations: offset %d: %s", s.i, fmt.Sprintf(format, args...))
+}
