@@ -211,10 +211,14 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrongVersion := bytes.Replace(goodData, []byte(`"schemaVersion": 3`), []byte(`"schemaVersion": 99`), 1)
+	// A file an earlier build wrote is not read as the current schema: it
+	// is set aside like any other file that cannot be loaded.
+	oldVersion := bytes.Replace(goodData, []byte(`"schemaVersion": 3`), []byte(`"schemaVersion": 2`), 1)
 	files := map[string][]byte{
 		"good.json":          goodData,
 		"truncated.json":     bytes.Replace(goodData, []byte(`"good"`), []byte(`"truncated"`), 1)[:len(goodData)/2],
 		"version.json":       bytes.Replace(wrongVersion, []byte(`"good"`), []byte(`"version"`), 1),
+		"old-version.json":   bytes.Replace(oldVersion, []byte(`"good"`), []byte(`"old-version"`), 1),
 		"garbage.json":       []byte("\x00\x01not json at all"),
 		"other-uid.json":     goodData, // says uid "good"
 		".good.json.123.tmp": goodData[:10],
@@ -232,13 +236,15 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 
 	// A reader sees the problems without moving anything.
 	recs, errs := persist.ReadDir(dir)
-	if len(recs) != 1 || len(errs) != 4 {
-		t.Errorf("ReadDir: %d records and %d errors, want 1 and 4: %v", len(recs), len(errs), errs)
+	if len(recs) != 1 || len(errs) != 5 {
+		t.Errorf("ReadDir: %d records and %d errors, want 1 and 5: %v", len(recs), len(errs), errs)
 	}
 	for _, err := range errs {
 		var fe *persist.FileError
 		if !errors.As(err, &fe) {
 			t.Errorf("ReadDir error %v is not a *FileError", err)
+		} else if strings.HasSuffix(fe.Path, "old-version.json") && !strings.Contains(fe.Error(), "schemaVersion 2, this podres-proxy reads only 3") {
+			t.Errorf("ReadDir does not say why the older version is refused: %v", err)
 		}
 	}
 
@@ -248,8 +254,8 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 		t.Errorf("loaded %v, want only the good record", recs)
 	}
 	st := s.Stats()
-	if st.CorruptFiles != 4 {
-		t.Errorf("Stats.CorruptFiles = %d, want 4", st.CorruptFiles)
+	if st.CorruptFiles != 5 {
+		t.Errorf("Stats.CorruptFiles = %d, want 5", st.CorruptFiles)
 	}
 	if got := strings.Join(podFiles(t, dir), " "); got != "README good.json" {
 		t.Errorf("pods directory after Open: %s; want the bad and temporary files gone", got)
@@ -262,7 +268,7 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 	for _, e := range corrupt {
 		setAside = append(setAside, e.Name())
 	}
-	for _, name := range []string{"truncated.json", "version.json", "garbage.json", "other-uid.json"} {
+	for _, name := range []string{"truncated.json", "version.json", "old-version.json", "garbage.json", "other-uid.json"} {
 		found := false
 		for _, got := range setAside {
 			if strings.HasPrefix(got, name+".") {
