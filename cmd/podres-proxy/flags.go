@@ -49,7 +49,6 @@ type serveConfig struct {
 	logLevel                                string
 	gpuResource, rdmaResource, fpgaResource string
 	allocators, hamiResources               string
-	hamiLegacyIndexing                      bool
 	maxDevicesPerPod                        int
 	schedulerNames                          map[string]*string // flag value per scheduler family
 	nodeName                                string
@@ -90,7 +89,6 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.fpgaResource, "fpga-resource-name", koordinator.DefaultFPGAResource, "resource name allocated FPGAs are reported as")
 	fs.StringVar(&c.allocators, "allocators", strings.Join(registry.Names(), ","), "the schedulers whose annotations are decoded: "+strings.Join(registry.Names(), ", ")+" (each reads only its own annotations)")
 	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
-	fs.BoolVar(&c.hamiLegacyIndexing, "hami-legacy-indexing", false, "deprecated, no effect: HAMi's lists are read as its device plugin reads them (the k-th non-empty entry for the k-th container requesting the vendor's resource), right for every HAMi version")
 	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
 	c.schedulerNames = map[string]*string{}
 	for _, family := range schedulerFamilies {
