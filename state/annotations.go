@@ -102,7 +102,6 @@ func (s *Store) setAnnotations(r *record.Record, all map[string]string, src reco
 	} else {
 		// Not decoded beforehand: adopt at Open, or annotations that
 		// changed between predecode's look and the lock.
-		s.decodedUnderLock++
 		r.Devices, r.DecodeErrors = decode.Decode(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, rel)
 	}
 	r.Provenance.Annotations = &record.Seen{Origin: src, At: now}
