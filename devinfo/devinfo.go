@@ -163,7 +163,7 @@ func (w *Writer) write(resource, id string) error {
 			delete(w.owned, path)
 			return nil // another writer's now
 		}
-		if err := atomicfile.Write(path, data, 0o644, nil); err != nil {
+		if err := atomicfile.Write(path, data, 0o644); err != nil {
 			return fmt.Errorf("update device-info: %w", err)
 		}
 		w.owned[path] = data
