@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"flag"
-
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
@@ -63,7 +61,7 @@ type serveConfig struct {
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	c := &serveConfig{}
-	fs := newFlagSet("serve", stderr)
+	fs := cmdline.NewFlagSet("serve", stderr)
 	fs.StringVar(&c.socket, "socket", cmdline.DefaultSocket, "where to serve the PodResources API; consumers mount its directory in place of /var/lib/kubelet/pod-resources")
 	fs.StringVar(&c.kubeletSocket, "kubelet-socket", cmdline.DefaultKubeletSocket, "the kubelet's PodResources socket (path or unix:// URL)")
 	fs.StringVar(&c.podsURL, "kubelet-pods-url", "", "the kubelet's /pods endpoint (default https://$NODE_IP:10250/pods; http://127.0.0.1:10255/pods for the read-only port)")
@@ -114,11 +112,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 		if fs.NArg() > 0 {
 			return cmdline.Usage(fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 		}
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "kubelet-token-file" {
-				c.tokenFileSet = true
-			}
-		})
+		c.tokenFileSet = fs.Changed("kubelet-token-file")
 		return c.complete()
 	}
 }
