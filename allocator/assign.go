@@ -139,17 +139,9 @@ func (s *Set) assignKind(spec *model.PodSpec, devices []model.Device, idxs []int
 }
 
 // indexed returns the spec position of a per-container device: the
-// ContainerIndex-th container of its scope. ok is false for a pod-level
-// device and for an index outside the scope, which then follows the
-// pod-level policy.
-//
-// The scope is the device's ContainerScope unless the allocator's list
-// length (ContainerCount) says otherwise: when it differs from that scope's
-// size, the first of ScopeAll, ScopeApp, ScopeRequesting whose size equals it
-// is used. Records written before the decoders counted HAMi's non-empty
-// entries (ScopeRequestingAll) carry HAMi's list position and length, which
-// told HAMi's two padding conventions apart in a pod with init containers.
-// ScopeRequestingAll is never swapped: its index counts something else.
+// ContainerIndex-th container of its ContainerScope. ok is false for a
+// pod-level device and for an index outside the scope, which then follows
+// the pod-level policy.
 func (s *Set) indexed(spec *model.PodSpec, dev model.Device) (pos int, ok bool) {
 	if dev.Container != "" {
 		// Named by the allocator; a name the spec lacks falls through to
@@ -160,36 +152,21 @@ func (s *Set) indexed(spec *model.PodSpec, dev model.Device) (pos int, ok bool) 
 	if dev.ContainerIndex == nil || *dev.ContainerIndex < 0 {
 		return 0, false
 	}
-	positions := s.scope(spec, dev, dev.ContainerScope)
-	if n := dev.ContainerCount; n > 0 && len(positions) != n && dev.ContainerScope != model.ScopeRequestingAll {
-		for _, other := range []model.ContainerScope{model.ScopeAll, model.ScopeApp, model.ScopeRequesting} {
-			if other == dev.ContainerScope {
-				continue
-			}
-			if p := s.scope(spec, dev, other); len(p) == n {
-				positions = p
-				break
-			}
-		}
-	}
+	positions := s.scope(spec, dev)
 	if *dev.ContainerIndex >= len(positions) {
 		return 0, false
 	}
 	return positions[*dev.ContainerIndex], true
 }
 
-// scope returns the spec positions of the containers a scope covers, in
-// spec order. An unknown scope (a record written by a newer daemon) covers
-// nothing, so its devices follow the pod-level policy.
-func (s *Set) scope(spec *model.PodSpec, dev model.Device, scope model.ContainerScope) []int {
+// scope returns the spec positions of the containers dev's ContainerScope
+// covers, in spec order. A device without a scope, or with one this build
+// does not know (a record written by a newer daemon), covers nothing, so it
+// follows the pod-level policy.
+func (s *Set) scope(spec *model.PodSpec, dev model.Device) []int {
 	var positions []int
 	for pos, c := range spec.Containers {
-		switch scope {
-		case model.ScopeAll:
-		case model.ScopeApp:
-			if c.Kind != model.KindApp {
-				continue
-			}
+		switch dev.ContainerScope {
 		case model.ScopeRequesting:
 			if c.Kind != model.KindApp || !s.Requests(dev, c.Requests) {
 				continue

@@ -30,7 +30,11 @@ func gpus(ids ...string) []model.Device {
 	return out
 }
 
-func at(index int, d model.Device) model.Device { d.ContainerIndex = &index; return d }
+// at makes d a per-container device: the index-th container of scope.
+func at(index int, scope model.ContainerScope, d model.Device) model.Device {
+	d.ContainerIndex, d.ContainerScope = &index, scope
+	return d
+}
 
 // ids shows an assignment as container -> device ids, joined per device.
 func ids(a Assignment) map[string][]string {
@@ -143,25 +147,40 @@ func TestAssign(t *testing.T) {
 			want:    map[string][]string{"main": {"GPU-0", "0000:01:00.2", "GPU-1"}},
 		},
 		{
-			name: "ContainerIndex names the container, whatever it requests",
-			spec: spec(container("init", model.KindInit), container("sidecar", model.KindSidecar), container("a", model.KindApp), container("b", model.KindApp, nvidia, "1")),
+			name: "ContainerIndex counts the requesting containers, init and sidecar included",
+			spec: spec(container("init", model.KindInit), container("sidecar", model.KindSidecar, nvidia, "1"), container("a", model.KindApp), container("b", model.KindApp, nvidia, "1")),
 			devices: []model.Device{
-				at(1, gpu("GPU-0", 0)),
-				at(2, gpu("GPU-1", 1)),
+				at(0, model.ScopeRequestingAll, gpu("GPU-0", 0)),
+				at(1, model.ScopeRequestingAll, gpu("GPU-1", 1)),
 			},
-			want: map[string][]string{"sidecar": {"GPU-0"}, "a": {"GPU-1"}},
+			want: map[string][]string{"sidecar": {"GPU-0"}, "b": {"GPU-1"}},
+		},
+		{
+			name: "ContainerIndex counts the requesting app containers only",
+			spec: spec(container("sidecar", model.KindSidecar, nvidia, "1"), container("a", model.KindApp, nvidia, "1"), container("b", model.KindApp, nvidia, "1")),
+			devices: []model.Device{
+				at(0, model.ScopeRequesting, gpu("GPU-0", 0)),
+				at(1, model.ScopeRequesting, gpu("GPU-1", 1)),
+			},
+			want: map[string][]string{"a": {"GPU-0"}, "b": {"GPU-1"}},
 		},
 		{
 			name:    "ContainerIndex of a plain init container is dropped",
-			spec:    spec(container("init", model.KindInit), container("a", model.KindApp)),
-			devices: []model.Device{at(0, gpu("GPU-0", 0)), at(1, gpu("GPU-1", 1))},
+			spec:    spec(container("init", model.KindInit, nvidia, "1"), container("a", model.KindApp, nvidia, "1")),
+			devices: []model.Device{at(0, model.ScopeRequestingAll, gpu("GPU-0", 0)), at(1, model.ScopeRequestingAll, gpu("GPU-1", 1))},
 			want:    map[string][]string{"a": {"GPU-1"}},
 		},
 		{
 			name:    "ContainerIndex out of range falls back to the pod-level policy",
 			spec:    spec(container("a", model.KindApp), container("b", model.KindApp, nvidia, "1")),
-			devices: []model.Device{at(2, gpu("GPU-0", 0)), at(-1, gpu("GPU-1", 1))},
+			devices: []model.Device{at(2, model.ScopeRequestingAll, gpu("GPU-0", 0)), at(-1, model.ScopeRequestingAll, gpu("GPU-1", 1))},
 			want:    map[string][]string{"b": {"GPU-0", "GPU-1"}},
+		},
+		{
+			name:    "ContainerIndex without a scope falls back to the pod-level policy",
+			spec:    spec(container("a", model.KindApp), container("b", model.KindApp, nvidia, "1")),
+			devices: []model.Device{at(0, "", gpu("GPU-0", 0))},
+			want:    map[string][]string{"b": {"GPU-0"}},
 		},
 		{
 			name:    "devices of an allocator the set does not know go to the first app container",
@@ -215,7 +234,7 @@ func TestAssignIsDeterministic(t *testing.T) {
 	)
 	devices := []model.Device{
 		gpu("GPU-0", 0), rdma(0, "0000:01:00.2", "0000:01:00.3"), shared(gpu("GPU-1", 1)),
-		gpu("GPU-2", 2), rdma(1, "0000:02:00.2"), gpu("GPU-3", 3), at(3, gpu("GPU-4", 4)),
+		gpu("GPU-2", 2), rdma(1, "0000:02:00.2"), gpu("GPU-3", 3), at(2, model.ScopeRequestingAll, gpu("GPU-4", 4)),
 	}
 	first, _ := s.Assign(sp, devices)
 	for range 50 {

@@ -59,12 +59,8 @@
 //   - A device with ContainerIndex (per-container allocators) goes to the
 //     index-th container of its ContainerScope: every container that
 //     requests it by its decoder's Wants, init containers included, in spec
-//     order (ScopeRequestingAll: HAMi), the app containers that request it
-//     (ScopeRequesting: Volcano vGPU), and, for records written by earlier
-//     versions, every container (ScopeAll) or the app containers (ScopeApp).
-//     For those last two, when the device's ContainerCount differs from the
-//     scope's size, the first of ScopeAll, ScopeApp, ScopeRequesting whose
-//     size equals it is used instead. If the container is a plain init
+//     order (ScopeRequestingAll: HAMi), or the app containers that request
+//     it (ScopeRequesting: Volcano vGPU). If the container is a plain init
 //     container the device is dropped, because the kubelet never reports
 //     init containers and the device was not the other containers'; if the
 //     index is out of range the device falls through to the pod-level policy

@@ -62,15 +62,13 @@ func TestAssignHAMiDevicesByPosition(t *testing.T) {
 			want:  map[string][]string{"main": {uuidA}},
 		},
 		{
-			name:  "legacy indexing configured, but a list as long as the pod is read as current",
-			opts:  hami.Options{LegacyIndexing: true},
+			name:  "a list as long as the pod: the requesting sidecar's entry",
 			spec:  spec(container("proxy", model.KindSidecar, gpu, "1"), container("main", model.KindApp)),
 			value: uuidA + ",NVIDIA,500,5:;;",
 			want:  map[string][]string{"proxy": {uuidA}},
 		},
 		{
-			name:  "legacy indexing changes nothing: the requesting container gets it whatever the padding",
-			opts:  hami.Options{LegacyIndexing: true},
+			name:  "the requesting container gets it whatever the padding",
 			spec:  spec(container("proxy", model.KindSidecar), container("a", model.KindApp), container("b", model.KindApp, gpu, "1")),
 			value: ";" + uuidA + ",NVIDIA,500,5:;;;;",
 			want:  map[string][]string{"b": {uuidA}},

@@ -65,6 +65,7 @@ func FuzzAssign(f *testing.F) {
 			d.Shared = r.next()%2 == 1
 			if ci := r.next() % 8; ci > 0 {
 				d.ContainerIndex = ptr(ci - 2) // -1 .. 5: some out of range
+				d.ContainerScope = model.ScopeRequestingAll
 			}
 			devices = append(devices, d)
 		}
@@ -104,8 +105,14 @@ func FuzzAssign(f *testing.F) {
 		}
 		for i, d := range devices {
 			id := d.IDs[0]
+			var requesting []model.ContainerSpec // the containers ContainerIndex counts
+			for _, c := range sp.Containers {
+				if s.Requests(d, c.Requests) {
+					requesting = append(requesting, c)
+				}
+			}
 			ci := d.ContainerIndex
-			toInit := ci != nil && *ci >= 0 && *ci < len(sp.Containers) && sp.Containers[*ci].Kind == model.KindInit
+			toInit := ci != nil && *ci >= 0 && *ci < len(requesting) && requesting[*ci].Kind == model.KindInit
 			if toInit != (len(holders[id]) == 0) {
 				t.Errorf("device %d (%+v) held by %v", i, d, holders[id])
 			}

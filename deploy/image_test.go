@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // repoRoot is the module root, where the Dockerfile and its context are.
@@ -392,16 +393,17 @@ func TestBinaryBuiltAsTheDockerfileDoesIsStatic(t *testing.T) {
 }
 
 // serveFlagSet rebuilds the flag set of "podres-proxy serve" from its -h
-// output: each flag's name and the type its usage line names (none: bool).
-func serveFlagSet(t *testing.T, bin string) *flag.FlagSet {
+// output (pflag's): each flag's name and the type its usage line names
+// (none: bool).
+func serveFlagSet(t *testing.T, bin string) *pflag.FlagSet {
 	t.Helper()
 	out, err := exec.Command(bin, "serve", "-h").CombinedOutput()
 	if err != nil {
 		t.Fatalf("podres-proxy serve -h: %v\n%s", err, out)
 	}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.SetOutput(new(bytes.Buffer))
-	line := regexp.MustCompile(`^  -([a-z0-9-]+)(?: ([a-z0-9]+))?$`)
+	line := regexp.MustCompile(`^ +--([a-z0-9-]+)(?: ([a-z0-9]+))?  `)
 	for _, l := range strings.Split(string(out), "\n") {
 		m := line.FindStringSubmatch(l)
 		if m == nil {

@@ -182,7 +182,7 @@ func (w *Writer) write(resource, id string) error {
 			w.own(path, nil) // another writer's now
 			return nil
 		}
-		if err := atomicfile.Write(path, data, 0o644, nil); err != nil {
+		if err := atomicfile.Write(path, data, 0o644); err != nil {
 			return fmt.Errorf("update device-info: %w", err)
 		}
 		w.own(path, data)

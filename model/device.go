@@ -33,12 +33,13 @@ type Device struct {
 	// container-gpus); it takes precedence over ContainerIndex.
 	Container string `json:"container,omitempty"`
 	// ContainerScope says which containers of the pod spec the allocator's
-	// list covers, that is what ContainerIndex counts; empty is ScopeAll.
+	// list covers, that is what ContainerIndex counts. A ContainerIndex
+	// without a scope this build knows is ignored: the device is
+	// attributed as a pod-level one.
 	ContainerScope ContainerScope `json:"containerScope,omitempty"`
 	// ContainerCount is the length of the allocator's container list (with
-	// ScopeRequestingAll, its non-empty entries), 0 when unknown. For
-	// ScopeAll, ScopeApp and ScopeRequesting, when it disagrees with the
-	// scope's size, the scope whose size it matches is used instead.
+	// ScopeRequestingAll, its non-empty entries), 0 when unknown; kept for
+	// operators reading the record, not used to attribute the device.
 	ContainerCount int `json:"containerCount,omitempty"`
 	// Index is the vendor's enumeration index (nvidia-smi index) when the
 	// allocator named the device by it (Volcano gpushare); like Minor, it is
@@ -59,12 +60,6 @@ type Device struct {
 type ContainerScope string
 
 const (
-	// ScopeAll: every container, init and sidecar containers first (HAMi
-	// since its PR #1650, as schema-1 records read it; no decoder writes it
-	// any more).
-	ScopeAll ContainerScope = ""
-	// ScopeApp: the app containers only (HAMi before that; likewise).
-	ScopeApp ContainerScope = "app"
 	// ScopeRequesting: the app containers that request the device, as the
 	// allocator's decoder judges requests (Volcano vGPU).
 	ScopeRequesting ContainerScope = "requesting"

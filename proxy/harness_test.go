@@ -61,7 +61,6 @@ type harness struct {
 	qps       float64
 	burst     int
 	noKubelet bool
-	stateDir  string            // withStateDir: a persisted store opened from it
 	trusting  bool              // withTrust: the proxy vets devices
 	trustOpts trust.GateOptions // withTrust's scheduler names
 	maxConns  int
@@ -99,10 +98,6 @@ func withRequestTimeout(d time.Duration) option { return func(h *harness) { h.re
 
 // withIdleTimeout sets after how long the proxy closes an idle connection.
 func withIdleTimeout(d time.Duration) option { return func(h *harness) { h.idle = d } }
-
-// withStateDir opens the store from dir, as serve does, instead of an
-// in-memory one.
-func withStateDir(dir string) option { return func(h *harness) { h.stateDir = dir } }
 
 // withoutKubelet starts the proxy while the kubelet's socket does not exist.
 func withoutKubelet() option { return func(h *harness) { h.noKubelet = true } }
@@ -163,16 +158,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		h.trustOpts.Log, h.trustOpts.OnRefuse = log, m.AllocationRefused
 		gate = trust.NewGate(set, h.trustOpts)
 	}
-	if h.stateDir != "" {
-		st, err := state.Open(h.stateDir, state.Options{Decoder: set, Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		h.store = st
-	} else {
-		h.store = state.New(state.Options{Decoder: set})
-	}
+	h.store = state.New(state.Options{Decoder: set})
 	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})
 	if err != nil {
 		t.Fatal(err)

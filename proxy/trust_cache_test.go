@@ -1,9 +1,6 @@
 package proxy_test
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -106,40 +103,19 @@ func TestAGPUTheInventoryFindsLaterIsShown(t *testing.T) {
 	}
 }
 
-func TestAfterAnUpgradeFromSchema1ListAndGetShowTheDevices(t *testing.T) {
-	// A record the previous release wrote has a spec without the
-	// scheduler's name: List must read /pods for it, as Get does, rather
-	// than refuse the pod's devices as unvetted.
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "pods"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	ann, _ := json.Marshal(oneGPU)
-	v1 := `{
-  "schemaVersion": 1,
-  "uid": "uid-p",
-  "namespace": "ml",
-  "name": "p",
-  "sandboxID": "sandbox-1",
-  "state": "ready",
-  "containers": [{"name": "train", "id": "c0ffee", "state": "running"}],
-  "spec": {"containers": [{"name": "train", "kind": "app", "requests": {"koordinator.sh/gpu-core": "100"}}]},
-  "annotations": {"scheduling.koordinator.sh/device-allocated": ` + string(ann) + `},
-  "devices": [{"allocator": "koordinator", "type": "gpu", "resource": "nvidia.com/gpu", "ids": ["` + gpuUUID + `"], "minor": 0}],
-  "sources": {"sandbox": {"source": "nri", "at": "2025-03-01T12:00:00Z"}, "spec": {"source": "kubelet", "at": "2025-03-01T12:00:00Z"}, "annotations": {"source": "nri", "at": "2025-03-01T12:00:00Z"}},
-  "updatedAt": "2025-03-01T12:00:00Z"
-}
-`
-	if err := os.WriteFile(filepath.Join(dir, "pods", "uid-p.json"), []byte(v1), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, withTrust(nil), withNode(), withStateDir(dir))
-	h.k.SetPods(fk.NewPod("ml", "p", "uid-p", fk.WithSchedulerName("koord-scheduler"), fk.WithAnnotation(koordKey, oneGPU),
-		fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})))
+func TestALivePodWhoseSpecWasNeverReadShowsItsDevicesInListAndGet(t *testing.T) {
+	// NRI reported the sandbox before any /pods read saw the pod, so its
+	// record has no spec to vet the devices with: List must read /pods
+	// for it, as Get does, rather than refuse the devices as unvetted.
+	h := newHarness(t, withTrust(nil), withNode())
+	p := fk.NewPod("ml", "p", "uid-p", fk.WithSchedulerName("koord-scheduler"), fk.WithAnnotation(koordKey, oneGPU),
+		fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"}))
+	h.markLive(p, "sandbox-1")
+	h.k.SetPods(p)
 	if got := listedGPUsOf(h, "p"); !slices.Equal(got, []string{gpuUUID}) {
-		t.Errorf("List after the upgrade shows %v, want %s", got, gpuUUID)
+		t.Errorf("List shows %v, want %s", got, gpuUUID)
 	}
 	if got := gpusOf(h, "p"); !slices.Equal(got, []string{gpuUUID}) {
-		t.Errorf("Get after the upgrade shows %v, want %s", got, gpuUUID)
+		t.Errorf("Get shows %v, want %s", got, gpuUUID)
 	}
 }

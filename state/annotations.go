@@ -146,7 +146,6 @@ func (s *Store) decodeDevices(r *record.Record) {
 		// Not decoded beforehand: adopt at Open, annotations that
 		// changed between predecode's look and the lock, or a CRI or
 		// NRI snapshot that brought a container's annotations.
-		s.decodedUnderLock++
 		r.Devices, r.DecodeErrors = decode.Decode(s.opts.Decoder, ref, r.Annotations)
 	}
 	cd, ok := s.opts.Decoder.(decode.ContainerDecoder)

@@ -77,9 +77,6 @@ func TestContainerAnnotationsReachThePodsDevicesAndSurviveARestart(t *testing.T)
 	}
 	// Later events of the container change nothing of it.
 	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "main", State: model.ContainerRunning})
-	if n := s.decodedUnderLock; n != 0 {
-		t.Errorf("%d decodings under the store's lock; the pod's annotations are decoded before it", n)
-	}
 	if got := migOf(mustGet(t, s, "u1")); len(got) != 1 || got[0] != "main "+tfMIG {
 		t.Errorf("devices once running: %q", got)
 	}

@@ -6,10 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/internal/fulldisk"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/persist"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -110,19 +110,19 @@ func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t
 	// A new node whose disk is full: the records' directory cannot be
 	// created. The daemon must start and keep what it learns, and write it
 	// all once there is room, as the kubelet and containerd start anyway.
-	dir := t.TempDir()
-	var mu sync.Mutex
-	full := true
-	s := openTest(t, dir, Options{}, func(p *tuning) {
-		p.Fault = func(op, _ string) error {
-			mu.Lock()
-			defer mu.Unlock()
-			if full && op == "mkdir" {
-				return syscall.ENOSPC
-			}
-			return nil
-		}
-	})
+	disk := fulldisk.Mount(t)
+	dir := filepath.Join(disk, "state")
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	// On ext4 a full disk still creates an empty file (the lock) but no
+	// directory, which takes a block; a tmpfs needs no block for either,
+	// so the lock file is made first and then the inodes taken too.
+	if err := os.WriteFile(filepath.Join(dir, lockFileName), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	free := fulldisk.Fill(t, disk, true)
+	s := openTest(t, dir, Options{}, nil)
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
 		t.Fatalf("Flush on a full disk: %v, want ENOSPC", err)
@@ -130,9 +130,7 @@ func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t
 	if _, ok := s.Live(model.PodKey{Namespace: "ns", Name: "a"}); !ok {
 		t.Fatal("the pod learned on a full disk is not known")
 	}
-	mu.Lock()
-	full = false
-	mu.Unlock()
+	free()
 	flush(t, s)
 	if got := readRecordFile(t, dir, "u1"); got.SandboxID != "sb1" {
 		t.Errorf("record written once there was room: sandbox %q, want sb1", got.SandboxID)

@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/internal/fulldisk"
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/persist"
@@ -211,10 +211,14 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrongVersion := bytes.Replace(goodData, []byte(`"schemaVersion": 3`), []byte(`"schemaVersion": 99`), 1)
+	// A file an earlier build wrote is not read as the current schema: it
+	// is set aside like any other file that cannot be loaded.
+	oldVersion := bytes.Replace(goodData, []byte(`"schemaVersion": 3`), []byte(`"schemaVersion": 2`), 1)
 	files := map[string][]byte{
 		"good.json":          goodData,
 		"truncated.json":     bytes.Replace(goodData, []byte(`"good"`), []byte(`"truncated"`), 1)[:len(goodData)/2],
 		"version.json":       bytes.Replace(wrongVersion, []byte(`"good"`), []byte(`"version"`), 1),
+		"old-version.json":   bytes.Replace(oldVersion, []byte(`"good"`), []byte(`"old-version"`), 1),
 		"garbage.json":       []byte("\x00\x01not json at all"),
 		"other-uid.json":     goodData, // says uid "good"
 		".good.json.123.tmp": goodData[:10],
@@ -232,13 +236,15 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 
 	// A reader sees the problems without moving anything.
 	recs, errs := persist.ReadDir(dir)
-	if len(recs) != 1 || len(errs) != 4 {
-		t.Errorf("ReadDir: %d records and %d errors, want 1 and 4: %v", len(recs), len(errs), errs)
+	if len(recs) != 1 || len(errs) != 5 {
+		t.Errorf("ReadDir: %d records and %d errors, want 1 and 5: %v", len(recs), len(errs), errs)
 	}
 	for _, err := range errs {
 		var fe *persist.FileError
 		if !errors.As(err, &fe) {
 			t.Errorf("ReadDir error %v is not a *FileError", err)
+		} else if strings.HasSuffix(fe.Path, "old-version.json") && !strings.Contains(fe.Error(), "schemaVersion 2, this podres-proxy reads only 3") {
+			t.Errorf("ReadDir does not say why the older version is refused: %v", err)
 		}
 	}
 
@@ -248,8 +254,8 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 		t.Errorf("loaded %v, want only the good record", recs)
 	}
 	st := s.Stats()
-	if st.CorruptFiles != 4 {
-		t.Errorf("Stats.CorruptFiles = %d, want 4", st.CorruptFiles)
+	if st.CorruptFiles != 5 {
+		t.Errorf("Stats.CorruptFiles = %d, want 5", st.CorruptFiles)
 	}
 	if got := strings.Join(podFiles(t, dir), " "); got != "README good.json" {
 		t.Errorf("pods directory after Open: %s; want the bad and temporary files gone", got)
@@ -262,7 +268,7 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 	for _, e := range corrupt {
 		setAside = append(setAside, e.Name())
 	}
-	for _, name := range []string{"truncated.json", "version.json", "garbage.json", "other-uid.json"} {
+	for _, name := range []string{"truncated.json", "version.json", "old-version.json", "garbage.json", "other-uid.json"} {
 		found := false
 		for _, got := range setAside {
 			if strings.HasPrefix(got, name+".") {
@@ -340,91 +346,41 @@ func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *t
 	}
 }
 
-func TestAFailureAtEveryStepOfAWriteIsRetriedAndLeavesTheOldFileIntact(t *testing.T) {
-	for _, op := range []string{"create", "write", "sync", "rename", "syncdir", "remove"} {
-		t.Run(op, func(t *testing.T) {
-			dir := t.TempDir()
-			clock := newFakeClock()
-			var mu sync.Mutex
-			failing := false
-			// hold stops the writer's next attempt at its first step, where no
-			// temporary file of it exists yet: failed writes are retried in
-			// the background, and the test must not look at the directory in
-			// the middle of a retry.
-			first := "create"
-			if op == "remove" {
-				first = "remove"
-			}
-			var hold, arrived chan struct{}
-			s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *tuning) {
-				p.Fault = func(gotOp, path string) error {
-					mu.Lock()
-					h, a := hold, arrived
-					if h != nil && gotOp == first {
-						hold, arrived = nil, nil
-					}
-					fail := failing && gotOp == op
-					mu.Unlock()
-					if h != nil && gotOp == first {
-						close(a)
-						<-h
-					}
-					if fail {
-						return syscall.ENOSPC
-					}
-					return nil
-				}
-			})
+func TestAWriteFailingOnAFullDiskIsRetriedAndLeavesTheOldFileIntact(t *testing.T) {
+	// A disk without a free block fails the temporary file's write; one
+	// without a free inode fails its creation. Either way the old file
+	// stays whole and the change is written once there is room.
+	for _, full := range []struct {
+		name   string
+		inodes bool
+	}{{"no free block", false}, {"no free inode", true}} {
+		t.Run(full.name, func(t *testing.T) {
+			disk := fulldisk.Mount(t)
+			dir := filepath.Join(disk, "state")
+			s := openTest(t, dir, Options{}, nil)
 			s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 			flush(t, s)
-			before, err := os.ReadFile(filepath.Join(dir, podsDirName, "u1.json"))
+			path := filepath.Join(dir, podsDirName, "u1.json")
+			before, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
 
-			mu.Lock()
-			failing = true
-			mu.Unlock()
-			if op == "remove" {
-				s.SandboxRemoved(record.OriginNRI, "sb1", "")
-				flush(t, s)
-				before, _ = os.ReadFile(filepath.Join(dir, podsDirName, "u1.json"))
-				clock.Advance(time.Minute)
-				s.Prune()
-			} else {
-				s.SandboxStopped(record.OriginNRI, "sb1", "")
-			}
+			free := fulldisk.Fill(t, disk, full.inodes)
+			s.SandboxStopped(record.OriginNRI, "sb1", "")
 			if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
-				t.Fatalf("Flush while %s fails: %v, want ENOSPC", op, err)
+				t.Fatalf("Flush on a full disk: %v, want ENOSPC", err)
 			}
 			if err := s.Flush(context.Background()); err == nil {
 				t.Fatal("a second Flush while writes still fail returned nil")
 			}
-			mu.Lock()
-			hold, arrived = make(chan struct{}), make(chan struct{})
-			release, atFirstStep := hold, arrived
-			mu.Unlock()
-			<-atFirstStep // the writer retries and waits before its first step
-			after, err := os.ReadFile(filepath.Join(dir, podsDirName, "u1.json"))
-			if op != "syncdir" && (err != nil || !bytes.Equal(before, after)) {
-				t.Errorf("a failed %s changed the file (err %v):\n%s\nwas\n%s", op, err, after, before)
-			}
-			for _, name := range podFiles(t, dir) {
-				if isTempName(name) {
-					t.Errorf("temporary file %s left after a failed %s", name, op)
-				}
+			if after, err := os.ReadFile(path); err != nil || !bytes.Equal(before, after) {
+				t.Errorf("a failed write changed the file (err %v):\n%s\nwas\n%s", err, after, before)
 			}
 
-			mu.Lock()
-			failing = false
-			mu.Unlock()
-			close(release)
+			free()
 			flush(t, s)
-			if op == "remove" {
-				if names := podFiles(t, dir); len(names) != 0 {
-					t.Errorf("pruned record's file still there: %v", names)
-				}
-			} else if got := readRecordFile(t, dir, "u1").State; got != record.PhaseStopped {
+			if got := readRecordFile(t, dir, "u1").State; got != record.PhaseStopped {
 				t.Errorf("file says %q after recovery, want stopped", got)
 			}
 			for _, name := range podFiles(t, dir) {
@@ -475,26 +431,6 @@ func TestFlushAndCloseOfAnInMemoryStoreDoNothing(t *testing.T) {
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
 	if len(s.Records()) != 2 {
 		t.Error("an in-memory store stopped working after Close")
-	}
-}
-
-func TestFlushReturnsWhenItsContextEnds(t *testing.T) {
-	dir := t.TempDir()
-	block := make(chan struct{})
-	s := openTest(t, dir, Options{}, func(p *tuning) {
-		p.Fault = func(op, _ string) error {
-			if op == "sync" {
-				<-block
-			}
-			return nil
-		}
-	})
-	defer close(block)
-	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := s.Flush(ctx); !errors.Is(err, context.Canceled) {
-		t.Errorf("Flush with a done context while the disk hangs: %v", err)
 	}
 }
 

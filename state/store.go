@@ -96,10 +96,6 @@ type Store struct {
 	// pre holds the annotations decoded for the call that holds mu; nil
 	// otherwise. Set and read with mu held.
 	pre decode.Batch
-
-	// decodedUnderLock counts decodings done with mu held (see
-	// predecode), for tests.
-	decodedUnderLock int
 }
 
 // New returns an in-memory store.

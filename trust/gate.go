@@ -133,8 +133,8 @@ func (g *Gate) SchedulerNames(allocator string) []string {
 }
 
 // Vettable reports whether a spec says enough to vet a pod's devices: it
-// was read from /pods, with its scheduler name. A record written before the
-// scheduler name was kept must be read again first.
+// was read from /pods, with its scheduler name. A pod whose spec was never
+// read (NRI reported it first) must be read from /pods first.
 func Vettable(spec *model.PodSpec) bool {
 	return spec != nil && spec.SchedulerName != ""
 }

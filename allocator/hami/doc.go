@@ -43,9 +43,7 @@
 // Attribution. HAMi has written three shapes of list: one entry per app
 // container (before its PR #1650), one per container, init containers
 // first (after), and recently no entry at all for a container without the
-// vendor's devices; counting non-empty entries reads all three alike, so
-// HAMiOptions.LegacyIndexing, which chose between the first two, no longer
-// changes anything.
+// vendor's devices; counting non-empty entries reads all three alike.
 //
 // Empty entries (";;", a trailing ';' or ':') are containers or devices
 // without allocation, not errors. Whitespace around fields is ignored, and

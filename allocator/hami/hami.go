@@ -62,14 +62,6 @@ type Options struct {
 	// removes a default, and that vendor's annotation is then skipped with
 	// an error like an unknown vendor's.
 	Resources map[string]string
-	// LegacyIndexing is ignored and kept for the --hami-legacy-indexing
-	// flag's sake. It chose between HAMi's two ways of padding its list
-	// (app containers only, before HAMi's PR #1650; every container, init
-	// containers first, after). The decoder now reads what HAMi's device
-	// plugin reads, the k-th non-empty entry for the k-th container asking
-	// for the vendor's resource, which is right for both and for recent
-	// HAMi, which pads no longer.
-	LegacyIndexing bool
 }
 
 // Format decodes hami.io/<vendor>-devices-allocated.

@@ -138,12 +138,6 @@ func TestHAMiDecode(t *testing.T) {
 			},
 		},
 		{
-			name: "legacy indexing changes nothing: the same reading fits every HAMi version",
-			opts: Options{LegacyIndexing: true},
-			ann:  map[string]string{NVIDIAAnnotation: hamiExample},
-			want: []model.Device{hv(uuidA, 0, 1, true)},
-		},
-		{
 			name: "dynamic MIG: two slices of one GPU written as the parent twice are that GPU once",
 			ann:  map[string]string{NVIDIAAnnotation: uuidA + ",NVIDIA,9856,14:" + uuidA + ",NVIDIA,9856,14:;"},
 			want: []model.Device{hv(uuidA, 0, 1, true)},

@@ -49,7 +49,7 @@ func TestNewFormatsOfAllNames(t *testing.T) {
 func TestNewFormatsPassesEachItsOptions(t *testing.T) {
 	ds, err := NewFormats(Names(), Options{
 		Koordinator:     koordinator.Options{GPUResource: "k.example/gpu"},
-		HAMi:            hami.Options{Resources: map[string]string{"vgpu": "h.example/gpu"}, LegacyIndexing: true},
+		HAMi:            hami.Options{Resources: map[string]string{"vgpu": "h.example/gpu"}},
 		VolcanoVGPU:     volcano.VGPUOptions{Resource: "v.example/gpu"},
 		VolcanoGPUShare: volcano.GPUShareOptions{Resource: "s.example/gpu"},
 	})
@@ -70,7 +70,7 @@ func TestNewFormatsPassesEachItsOptions(t *testing.T) {
 	for _, d := range devices {
 		got[d.Allocator] = d.Resource
 		if d.Allocator == hami.Name && d.ContainerScope != model.ScopeRequestingAll {
-			t.Errorf("HAMi device scope = %q; want %q whatever LegacyIndexing says", d.ContainerScope, model.ScopeRequestingAll)
+			t.Errorf("HAMi device scope = %q; want %q", d.ContainerScope, model.ScopeRequestingAll)
 		}
 	}
 	want := map[string]string{koordinator.Name: "k.example/gpu", hami.Name: "h.example/gpu", volcano.VGPUName: "v.example/gpu", volcano.GPUShareName: "s.example/gpu"}

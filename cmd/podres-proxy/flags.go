@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"flag"
-
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
@@ -49,7 +47,6 @@ type serveConfig struct {
 	logLevel                                string
 	gpuResource, rdmaResource, fpgaResource string
 	allocators, hamiResources               string
-	hamiLegacyIndexing                      bool
 	maxDevicesPerPod                        int
 	schedulerNames                          map[string]*string // flag value per scheduler family
 	nodeName                                string
@@ -64,7 +61,7 @@ type serveConfig struct {
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	c := &serveConfig{}
-	fs := newFlagSet("serve", stderr)
+	fs := cmdline.NewFlagSet("serve", stderr)
 	fs.StringVar(&c.socket, "socket", cmdline.DefaultSocket, "where to serve the PodResources API; consumers mount its directory in place of /var/lib/kubelet/pod-resources")
 	fs.StringVar(&c.kubeletSocket, "kubelet-socket", cmdline.DefaultKubeletSocket, "the kubelet's PodResources socket (path or unix:// URL)")
 	fs.StringVar(&c.podsURL, "kubelet-pods-url", "", "the kubelet's /pods endpoint (default https://$NODE_IP:10250/pods; http://127.0.0.1:10255/pods for the read-only port)")
@@ -91,7 +88,6 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.fpgaResource, "fpga-resource-name", koordinator.DefaultFPGAResource, "resource name allocated FPGAs are reported as")
 	fs.StringVar(&c.allocators, "allocators", strings.Join(registry.Names(), ","), "the schedulers whose annotations are decoded: "+strings.Join(registry.Names(), ", ")+" (each reads only its own annotations)")
 	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
-	fs.BoolVar(&c.hamiLegacyIndexing, "hami-legacy-indexing", false, "deprecated, no effect: HAMi's lists are read as its device plugin reads them (the k-th non-empty entry for the k-th container requesting the vendor's resource), right for every HAMi version")
 	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
 	c.schedulerNames = map[string]*string{}
 	for _, family := range schedulerFamilies {
@@ -117,11 +113,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 		if fs.NArg() > 0 {
 			return cmdline.Usage(fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 		}
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "kubelet-token-file" {
-				c.tokenFileSet = true
-			}
-		})
+		c.tokenFileSet = fs.Changed("kubelet-token-file")
 		return c.complete()
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"flag"
-
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/internal/inspect"
 	"github.com/podres-proxy/podres-proxy/internal/query"
@@ -69,13 +67,4 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'podres-proxy COMMAND -h' for a command's flags.")
-}
-
-// newFlagSet returns a flag set that reports errors instead of exiting.
-// serve's flags use it: their names and -h are an interface the deployment
-// files and their tests read. inspect and query use cmdline.NewFlagSet.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("podres-proxy "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
 }

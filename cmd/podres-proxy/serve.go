@@ -75,7 +75,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	decoders, err := registry.NewFormats(strings.Split(c.allocators, ","), registry.Options{
 		Koordinator:     koordinator.Options{GPUResource: c.gpuResource, RDMAResource: c.rdmaResource, FPGAResource: c.fpgaResource},
-		HAMi:            hami.Options{Resources: hamiResources, LegacyIndexing: c.hamiLegacyIndexing},
+		HAMi:            hami.Options{Resources: hamiResources},
 		VolcanoVGPU:     volcano.VGPUOptions{Resource: c.gpuResource},
 		VolcanoGPUShare: volcano.GPUShareOptions{Resource: c.gpuResource},
 		TensorFusion:    tensorfusion.Options{Resource: c.gpuResource},
@@ -85,9 +85,6 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	allocators := allocator.NewSet(log, metrics.AnnotationError, decoders...)
 	allocators.LimitDevicesPerPod(c.maxDevicesPerPod)
-	if c.hamiLegacyIndexing {
-		log.Warn("--hami-legacy-indexing is deprecated and has no effect: every HAMi version's list is read the same way")
-	}
 	schedulers, err := c.trustedSchedulers()
 	if err != nil {
 		return cmdline.Usage(err)

@@ -14,7 +14,7 @@ import (
 var version = "dev"
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", stderr)
+	fs := cmdline.NewFlagSet("version", stderr)
 	if err := cmdline.Parse(fs, args); err != nil {
 		return err
 	}

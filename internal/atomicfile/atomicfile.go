@@ -26,11 +26,6 @@ func IsTemp(name string) bool {
 	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, TempSuffix)
 }
 
-// Fault, when not nil, is called before each step of a Write ("create",
-// "write", "sync", "rename"); an error fails that step as the file system
-// would. Tests inject full disks and crashes with it.
-type Fault func(op string) error
-
 // Write replaces path with data, with permissions perm: a temporary file in
 // the same directory is written, fsynced and renamed over path. It does not
 // fsync the directory, which makes the rename durable: callers writing many
@@ -38,19 +33,10 @@ type Fault func(op string) error
 // removed and path keeps its previous content. Errors name path and the
 // step, not the temporary file's random name, so that the same failure
 // reads the same each time it repeats.
-func Write(path string, data []byte, perm os.FileMode, fault Fault) (err error) {
-	step := func(op string) error {
-		if fault == nil {
-			return nil
-		}
-		return fault(op)
-	}
+func Write(path string, data []byte, perm os.FileMode) (err error) {
 	dir, name := filepath.Split(path)
 	if dir == "" {
 		dir = "."
-	}
-	if err := step("create"); err != nil {
-		return fmt.Errorf("create a temporary file for %s: %w", path, err)
 	}
 	f, err := os.CreateTemp(dir, TempPattern(name))
 	if err != nil {
@@ -65,29 +51,21 @@ func Write(path string, data []byte, perm os.FileMode, fault Fault) (err error) 
 			os.Remove(tmp)
 		}
 	}()
-	if err = step("write"); err == nil {
-		_, err = f.Write(data)
-	}
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Chmod(perm)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, plain(err))
 	}
-	if err = step("sync"); err == nil {
-		err = f.Sync()
-	}
-	if err != nil {
+	if err = f.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", path, plain(err))
 	}
 	closed = true
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", path, plain(err))
 	}
-	if err = step("rename"); err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
+	if err = os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename the temporary file over %s: %w", path, plain(err))
 	}
 	return nil

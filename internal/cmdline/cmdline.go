@@ -1,12 +1,10 @@
 // Package cmdline holds what podres-proxy's commands share about their
 // command lines: the paths they use by default, usage errors and the exit
-// status each error gives, flag sets whose flags may come between the
-// arguments, and the -o formats.
+// status each error gives, their flag sets (pflag's), and the -o formats.
 package cmdline
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -37,7 +35,7 @@ func ExitCode(name string, err error, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp), errors.Is(err, pflag.ErrHelp):
+	case errors.Is(err, pflag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "podres-proxy %s: %v\n", name, err)
@@ -48,10 +46,9 @@ func ExitCode(name string, err error, stderr io.Writer) int {
 	}
 }
 
-// NewFlagSet returns a flag set for the commands that take positional
-// arguments (inspect, query): pflag's, so that flags may come before,
-// between or after them, as with kubectl. It reports errors instead of
-// exiting.
+// NewFlagSet returns the flag set of a command: pflag's, so that flags are
+// --long as in kubectl and may come before, between or after positional
+// arguments (inspect, query). It reports errors instead of exiting.
 func NewFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("podres-proxy "+name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -59,9 +56,9 @@ func NewFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
 }
 
 // Parse parses args, turning flag errors into usage errors.
-func Parse(fs interface{ Parse([]string) error }, args []string) error {
+func Parse(fs *pflag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) || errors.Is(err, pflag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
 		return UsageError{err}

@@ -107,7 +107,7 @@ func Write(path string, p *File) (err error) {
 		return fmt.Errorf("encode the inventory: %w", err)
 	}
 	data = append(data, '\n')
-	if err := atomicfile.Write(path, data, 0o640, nil); err != nil {
+	if err := atomicfile.Write(path, data, 0o640); err != nil {
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(path))

@@ -41,9 +41,6 @@ type Shared[T any] struct {
 	// itself, the call's own (30 s) when others wait for it.
 	fn      func(ctx context.Context, started time.Time) (T, error)
 	metrics *metrics.Metrics
-	// joined, when set, is told each time a caller starts waiting: a hook
-	// for tests, which await it instead of sleeping.
-	joined func(method string)
 
 	mu   sync.Mutex
 	cur  *flight[T] // the call in flight, if any
@@ -83,11 +80,7 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 		// kubelet with every call, made a steady List measurably slower.)
 		f := &flight[T]{started: time.Now(), callers: 1, done: make(chan struct{})}
 		c.cur = f
-		joined := c.joined
 		c.mu.Unlock()
-		if joined != nil {
-			joined(c.method)
-		}
 		callCtx, cancel := context.WithCancelCause(ctx)
 		bound := time.AfterFunc(sharedTimeout, func() { cancel(c.timeoutCause()) })
 		f.val, f.err = c.fn(callCtx, f.started)
@@ -103,11 +96,7 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	f := c.next
 	f.waiters++
 	f.callers++
-	joined := c.joined
 	c.mu.Unlock()
-	if joined != nil {
-		joined(c.method)
-	}
 
 	select {
 	case <-f.done:
@@ -126,14 +115,6 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	default:
 		return zero, status.FromContextError(context.Cause(ctx)).Err()
 	}
-}
-
-// SetJoined sets a hook told each time a caller starts waiting: tests
-// await it instead of sleeping.
-func (c *Shared[T]) SetJoined(f func(method string)) {
-	c.mu.Lock()
-	c.joined = f
-	c.mu.Unlock()
 }
 
 // timedOut turns the error of a call its timer cancelled into the

@@ -75,9 +75,6 @@ type Options struct {
 
 	// For tests: zero means the default.
 	BatchWindow, MinBackoff, MaxBackoff time.Duration
-	// Fault, when set (tests), is asked before each file system operation
-	// of the writer and fails it by returning an error.
-	Fault func(op, path string) error
 }
 
 // Open takes the writer lock of the state directory dir, creating dir if
@@ -114,7 +111,6 @@ func Open(dir string, opts Options) (*Writer, []*record.Record, error) {
 		batchWindow: cmpOr(opts.BatchWindow, batchWindow),
 		minBackoff:  cmpOr(opts.MinBackoff, minBackoff),
 		maxBackoff:  cmpOr(opts.MaxBackoff, maxBackoff),
-		fault:       opts.Fault,
 		wake:        make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),

@@ -70,9 +70,8 @@ func lockDir(dir string, warn func(error)) (*os.File, error) {
 	return f, nil
 }
 
-// writePID replaces the lock file's content with pid; tests replace it to
-// inject a full disk.
-var writePID = func(f *os.File, pid []byte) error {
+// writePID replaces the lock file's content with pid.
+func writePID(f *os.File, pid []byte) error {
 	if err := f.Truncate(0); err != nil {
 		return err
 	}

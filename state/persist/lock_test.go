@@ -6,20 +6,27 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/podres-proxy/podres-proxy/internal/fulldisk"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 func TestStartsOnAFullDiskWithoutThePIDInTheLockFile(t *testing.T) {
-	defer func(w func(*os.File, []byte) error) { writePID = w }(writePID)
-	writePID = func(*os.File, []byte) error { return syscall.ENOSPC }
+	disk := fulldisk.Mount(t)
+	dir := filepath.Join(disk, "state")
+	if err := os.MkdirAll(filepath.Join(dir, podsDirName), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, lockFileName), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	defer fulldisk.Fill(t, disk, false)()
 	log, hook := logtest.NewNullLogger()
-	w, _, err := Open(t.TempDir(), Options{Log: log})
+	w, _, err := Open(dir, Options{Log: log})
 	if err != nil {
 		t.Fatalf("Open on a disk too full for the pid: %v", err)
 	}

@@ -44,9 +44,6 @@ type Writer struct {
 
 	batchWindow            time.Duration
 	minBackoff, maxBackoff time.Duration
-	// fault, when set (tests), is asked before each file system operation
-	// of the writer and fails it by returning an error.
-	fault func(op, path string) error
 
 	wake      chan struct{} // cap 1: there are pending changes
 	kick      chan struct{} // cap 1: a Flush waits; skip batch window and backoff
@@ -353,11 +350,7 @@ func (p *Writer) persist(uid string) error {
 	path := filepath.Join(p.podsDir, uid+record.Ext)
 	r, ok := p.get(uid)
 	if !ok {
-		err := p.inject("remove", path)
-		if err == nil {
-			err = os.Remove(path)
-		}
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove record file of deleted pod %s: %w", uid, err)
 		}
 		return nil
@@ -373,16 +366,13 @@ func (p *Writer) persist(uid string) error {
 // the old content or the new one; the directory fsync that makes the rename
 // durable is the batch's.
 func (p *Writer) writeAtomic(path string, data []byte) error {
-	return atomicfile.Write(path, data, 0o640, func(op string) error { return p.inject(op, path) })
+	return atomicfile.Write(path, data, 0o640)
 }
 
 // ensurePodsDir creates the records' directory when it is missing: on a
 // full disk it may not have been possible at start, and a directory an
 // operator removed comes back.
 func (p *Writer) ensurePodsDir() error {
-	if err := p.inject("mkdir", p.podsDir); err != nil {
-		return fmt.Errorf("create %s: %w", p.podsDir, err)
-	}
 	if err := mkdirDurable(p.podsDir); err != nil {
 		return fmt.Errorf("create %s: %w", p.podsDir, err)
 	}
@@ -390,15 +380,5 @@ func (p *Writer) ensurePodsDir() error {
 }
 
 func (p *Writer) syncPodsDir() error {
-	if err := p.inject("syncdir", p.podsDir); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", p.podsDir, err)
-	}
 	return atomicfile.SyncDir(p.podsDir)
-}
-
-func (p *Writer) inject(op, path string) error {
-	if p.fault == nil {
-		return nil
-	}
-	return p.fault(op, path)
 }

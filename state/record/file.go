@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -48,22 +47,12 @@ func Encode(r *Record) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// readableOlderVersions are the older schema versions read as the current
-// one: each later version only added fields (2: countsRequests, the
-// requesting-all scope, refused, edited, the spec's schedulerName; 3: a
-// device's parent and container, gpuSlots), so an older file decodes as a
-// current one and an upgrade keeps every record (what it learned, and
-// when) instead of setting them aside. The one absence that means
-// something is the spec's schedulerName: without it the trust gate cannot
-// vet the pod, so its spec is read from /pods again before its devices are
-// answered (resolver.vettable). Such a record is written back as the
-// current version at its next change.
-var readableOlderVersions = []int{1, 2}
-
 // Decode reads a record file's content. It accepts only what this
-// version writes (and readableOlderVersions): the current SchemaVersion, known fields, known states, a
-// usable uid, and nothing after the object. What it accepts can be encoded
-// again.
+// version writes: the current SchemaVersion, known fields, known states, a
+// usable uid, and nothing after the object. A file of another version is
+// refused like any file that cannot be read, and the store sets it aside
+// (docs/state-format.md, "Schema version policy"). What it accepts can be
+// encoded again.
 func Decode(data []byte) (*Record, error) {
 	var head struct {
 		SchemaVersion *int `json:"schemaVersion"`
@@ -74,8 +63,8 @@ func Decode(data []byte) (*Record, error) {
 	if head.SchemaVersion == nil {
 		return nil, errors.New("no schemaVersion")
 	}
-	if *head.SchemaVersion != SchemaVersion && !slices.Contains(readableOlderVersions, *head.SchemaVersion) {
-		return nil, fmt.Errorf("schemaVersion %d, this podres-proxy reads %v and %d", *head.SchemaVersion, readableOlderVersions, SchemaVersion)
+	if *head.SchemaVersion != SchemaVersion {
+		return nil, fmt.Errorf("schemaVersion %d, this podres-proxy reads only %d", *head.SchemaVersion, SchemaVersion)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -86,7 +75,6 @@ func Decode(data []byte) (*Record, error) {
 	if err := validate(&r); err != nil {
 		return nil, err
 	}
-	r.SchemaVersion = SchemaVersion
 	if _, err := Encode(&r); err != nil {
 		return nil, err
 	}

@@ -69,6 +69,8 @@ func TestRecordFilesThatAreNotExactlyOursAreRefused(t *testing.T) {
 		"array":          "[]",
 		"no version":     strings.Replace(string(good), `"schemaVersion": 3,`, "", 1),
 		"oldest version": strings.Replace(string(good), `"schemaVersion": 3`, `"schemaVersion": 0`, 1),
+		"version 1":      strings.Replace(string(good), `"schemaVersion": 3`, `"schemaVersion": 1`, 1),
+		"version 2":      strings.Replace(string(good), `"schemaVersion": 3`, `"schemaVersion": 2`, 1),
 		"newer version":  strings.Replace(string(good), `"schemaVersion": 3`, `"schemaVersion": 4`, 1),
 		"unknown field":  strings.Replace(string(good), `"schemaVersion": 3,`, `"schemaVersion": 3, "color": "red",`, 1),
 		"trailing data":  string(good) + "{}",
@@ -113,9 +115,9 @@ func FuzzLoadRecord(f *testing.F) {
 	f.Add(good)
 	f.Add(minimal)
 	f.Add(good[:len(good)/2])
-	f.Add([]byte(`{"schemaVersion":2,"uid":"u","state":"removed","removedAt":"0000-01-01T00:00:00+01:00","updatedAt":"9999-12-31T23:59:59-23:59"}`))
-	f.Add([]byte(`{"schemaVersion":2,"UID":"u","State":"ready","devices":[{"ids":null,"minor":-1}]}`))
-	f.Add([]byte(`{"schemaVersion":2}`))
+	f.Add([]byte(`{"schemaVersion":3,"uid":"u","state":"removed","removedAt":"0000-01-01T00:00:00+01:00","updatedAt":"9999-12-31T23:59:59-23:59"}`))
+	f.Add([]byte(`{"schemaVersion":3,"UID":"u","State":"ready","devices":[{"ids":null,"minor":-1}]}`))
+	f.Add([]byte(`{"schemaVersion":3}`))
 	f.Add([]byte("\x00garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Decode(data)
@@ -141,39 +143,4 @@ func FuzzLoadRecord(f *testing.F) {
 			t.Fatalf("accepted record refused under its own file name: %v", err)
 		}
 	})
-}
-
-func TestAVersion1FileFromThePreviousReleaseLoadsWhole(t *testing.T) {
-	// Version 2 only added fields, so an upgrade keeps what version 1
-	// recorded (the pod's spec, its sandbox, when each was learned) rather
-	// than setting the files aside.
-	v1 := `{
-  "schemaVersion": 1,
-  "uid": "0b5d8e3a-1c2f-4b7e-9a6d-2f1e3c4b5a69",
-  "namespace": "ml",
-  "name": "trainer-0",
-  "sandboxID": "4f1c0d2e9b8a",
-  "state": "ready",
-  "containers": [{"name": "main", "id": "c0ffee", "state": "running"}],
-  "spec": {"containers": [{"name": "main", "kind": "app", "requests": {"nvidia.com/gpu": "1"}}]},
-  "annotations": {"scheduling.koordinator.sh/device-allocated": "{\"gpu\":[{\"minor\":3,\"id\":\"GPU-1\"}]}"},
-  "devices": [{"allocator": "koordinator", "type": "gpu", "resource": "nvidia.com/gpu", "ids": ["GPU-1"], "minor": 3}],
-  "sources": {"sandbox": {"source": "nri", "at": "2025-03-01T12:00:00Z"}, "spec": {"source": "kubelet", "at": "2025-03-01T12:00:00Z"}},
-  "updatedAt": "2025-03-01T12:00:00Z"
-}
-`
-	r, err := Decode([]byte(v1))
-	if err != nil {
-		t.Fatalf("a version-1 file was refused: %v", err)
-	}
-	if r.SandboxID != "4f1c0d2e9b8a" || r.Spec == nil || len(r.Spec.Containers) != 1 || r.Provenance.Spec == nil || len(r.Devices) != 1 {
-		t.Errorf("the version-1 record lost facts: %+v", r)
-	}
-	out, err := Encode(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(out), `"schemaVersion": 3,`) {
-		t.Errorf("written back as another version than the current one:\n%s", out)
-	}
 }

@@ -1,0 +1,217 @@
+package upstream
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/podres-proxy/podres-proxy/proxy/metrics"
+)
+
+// These tests run in synctest bubbles: synctest.Wait lets every caller reach
+// the point where it waits for a call, so each step happens in a known
+// order without sleeps or hooks in Shared.
+
+// kubelet is a fake call whose every call waits for the test to answer it.
+type kubelet struct {
+	mu    sync.Mutex
+	calls []*call
+}
+
+type call struct {
+	ctx     context.Context
+	started time.Time
+	answer  chan error
+}
+
+func (k *kubelet) fn(ctx context.Context, started time.Time) (time.Time, error) {
+	c := &call{ctx: ctx, started: started, answer: make(chan error, 1)}
+	k.mu.Lock()
+	k.calls = append(k.calls, c)
+	k.mu.Unlock()
+	select {
+	case err := <-c.answer:
+		return started, err
+	case <-ctx.Done():
+		return started, ctx.Err()
+	}
+}
+
+func (k *kubelet) count() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.calls)
+}
+
+func (k *kubelet) call(t *testing.T, i int) *call {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if i >= len(k.calls) {
+		t.Fatalf("call %d has not started (%d calls)", i+1, len(k.calls))
+	}
+	return k.calls[i]
+}
+
+type result struct {
+	started time.Time // when the call the caller got started
+	err     error
+}
+
+func doAsync(ctx context.Context, s *Shared[time.Time]) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		started, err := s.Do(ctx)
+		ch <- result{started, err}
+	}()
+	return ch
+}
+
+func newTestShared(k *kubelet) (*Shared[time.Time], *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	return NewShared("List", k.fn, metrics.New(reg)), reg
+}
+
+func TestCallersArrivingDuringACallShareTheNextOneWhichStartsAfterThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := &kubelet{}
+		s, reg := newTestShared(k)
+		first := doAsync(t.Context(), s)
+		synctest.Wait()
+		time.Sleep(time.Second) // the bubble's clock: later callers arrive after the call started
+		arrived := time.Now()
+		const n = 8
+		var later []<-chan result
+		for range n {
+			later = append(later, doAsync(t.Context(), s))
+		}
+		synctest.Wait()
+		if k.count() != 1 {
+			t.Fatalf("%d calls while the first is in flight, want 1", k.count())
+		}
+		k.call(t, 0).answer <- nil
+		synctest.Wait()
+		if r := <-first; r.err != nil {
+			t.Fatalf("first caller: %v", r.err)
+		}
+		if k.count() != 2 {
+			t.Fatalf("%d calls after the first ended, want the next to have started for the %d waiting", k.count(), n)
+		}
+		k.call(t, 1).answer <- nil
+		for _, ch := range later {
+			r := <-ch
+			if r.err != nil {
+				t.Fatalf("later caller: %v", r.err)
+			}
+			if r.started.Before(arrived) {
+				t.Errorf("a caller got a call that started at %v, before it arrived at %v", r.started, arrived)
+			}
+		}
+		if got := sharedCount(t, reg); got != n-1 {
+			t.Errorf("shared calls metric = %v, want %d (callers beyond the first of the shared call)", got, n-1)
+		}
+	})
+}
+
+// sharedCount is the value of the shared calls counter.
+func sharedCount(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "podres_proxy_upstream_shared_calls_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func TestASharedCallsErrorGoesToEveryCallerAndACallerMayLeave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := &kubelet{}
+		s, _ := newTestShared(k)
+		first := doAsync(t.Context(), s)
+		synctest.Wait()
+		const n = 3
+		var waiting []<-chan result
+		for range n {
+			waiting = append(waiting, doAsync(t.Context(), s))
+		}
+		leaving, leave := context.WithCancel(t.Context())
+		left := doAsync(leaving, s)
+		synctest.Wait()
+		leave()
+		synctest.Wait()
+		if r := <-left; status.Code(r.err) != codes.Canceled {
+			t.Errorf("a caller that gave up got %v, want Canceled", r.err)
+		}
+
+		k.call(t, 0).answer <- nil
+		synctest.Wait()
+		if r := <-first; r.err != nil {
+			t.Errorf("the call in flight: %v", r.err)
+		}
+		refused := status.Error(codes.ResourceExhausted, "rejected by rate limit")
+		next := k.call(t, 1)
+		if next.ctx.Err() != nil {
+			t.Fatalf("the call others wait for was cancelled when one caller left")
+		}
+		next.answer <- refused
+		for _, ch := range waiting {
+			r := <-ch
+			if st, _ := status.FromError(r.err); st.Code() != codes.ResourceExhausted || st.Message() != "rejected by rate limit" {
+				t.Errorf("a caller of the shared call got %v, want the kubelet's ResourceExhausted: rejected by rate limit", r.err)
+			}
+		}
+	})
+}
+
+func TestACallNobodyWaitsForAnyMoreIsCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := &kubelet{}
+		s, _ := newTestShared(k)
+		first := doAsync(t.Context(), s)
+		synctest.Wait()
+		leaving, leave := context.WithCancel(t.Context())
+		left := doAsync(leaving, s)
+		synctest.Wait()
+		k.call(t, 0).answer <- nil
+		synctest.Wait()
+		<-first
+		next := k.call(t, 1)
+		leave()
+		synctest.Wait()
+		<-left
+		if next.ctx.Err() == nil {
+			t.Errorf("the call its only caller gave up on goes on")
+		}
+	})
+}
+
+func TestASharedCallThatHangsEndsWithDeadlineExceeded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := &kubelet{}
+		s, _ := newTestShared(k)
+		first := doAsync(t.Context(), s)
+		synctest.Wait()
+		second := doAsync(t.Context(), s)
+		time.Sleep(sharedTimeout) // the bubble's clock
+		synctest.Wait()
+		if r := <-first; status.Code(r.err) != codes.DeadlineExceeded {
+			t.Errorf("a call that hung got %v, want DeadlineExceeded", r.err)
+		}
+		time.Sleep(sharedTimeout)
+		synctest.Wait()
+		if r := <-second; r.err == nil {
+			t.Errorf("the shared call that hung answered no error")
+		}
+	})
+}
