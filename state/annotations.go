@@ -37,37 +37,7 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, pods []model.KubeletPod) {
 			continue
 		}
 		seen[p.UID] = true
-		s.update(p.UID, func(r *record.Record) bool {
-			changed := r.ObserveKubeletPod(p, now)
-			if p.Terminal() {
-				// The /pods decoder keeps no annotations of a finished pod
-				// (see kubeletpods): keep what was seen while it ran.
-				return changed
-			}
-			if seen := r.Provenance.Annotations; seen != nil && seen.Origin != record.OriginKubelet && s.opts.Decoder != nil {
-				// The runtime's copy (NRI, CRI) is the allocation the sandbox
-				// started with, and it stays: an edit in the API changes
-				// nothing, and is recorded. A key the runtime's copy did not
-				// have is taken only when the sandbox started with an
-				// allocation (HAMi's device plugin writes its MIG instances
-				// after the sandbox started), keeping the copy's source and
-				// time, which say since when the pod holds its devices; a pod
-				// that started with none gets none later.
-				fixed, edited := decode.Fixed(r.Annotations, s.relevant(p.Annotations))
-				if s.setAnnotations(r, fixed, seen.Origin, seen.At, false) {
-					changed = true
-				}
-				if !slices.Equal(r.Edited, edited) {
-					r.Edited = edited
-					changed = true
-				}
-				return changed
-			}
-			if s.setAnnotations(r, p.Annotations, record.OriginKubelet, now, false) {
-				changed = true
-			}
-			return changed
-		})
+		s.observeKubeletPod(p, now)
 	}
 	for uid, r := range s.byUID {
 		if r.State == record.PhasePending && !seen[uid] {
@@ -75,6 +45,42 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, pods []model.KubeletPod) {
 		}
 	}
 	s.setNames(asOf, pods)
+}
+
+// observeKubeletPod records what a kubelet source reported of one pod at
+// now, all but the name's UID: see ObserveKubeletPods. Called with mu held.
+func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
+	s.update(p.UID, func(r *record.Record) bool {
+		changed := r.ObserveKubeletPod(p, now)
+		if p.Terminal() {
+			// The /pods decoder keeps no annotations of a finished pod
+			// (see kubeletpods): keep what was seen while it ran.
+			return changed
+		}
+		if seen := r.Provenance.Annotations; seen != nil && seen.Origin != record.OriginKubelet && s.opts.Decoder != nil {
+			// The runtime's copy (NRI, CRI) is the allocation the sandbox
+			// started with, and it stays: an edit in the API changes
+			// nothing, and is recorded. A key the runtime's copy did not
+			// have is taken only when the sandbox started with an
+			// allocation (HAMi's device plugin writes its MIG instances
+			// after the sandbox started), keeping the copy's source and
+			// time, which say since when the pod holds its devices; a pod
+			// that started with none gets none later.
+			fixed, edited := decode.Fixed(r.Annotations, s.relevant(p.Annotations))
+			if s.setAnnotations(r, fixed, seen.Origin, seen.At, false) {
+				changed = true
+			}
+			if !slices.Equal(r.Edited, edited) {
+				r.Edited = edited
+				changed = true
+			}
+			return changed
+		}
+		if s.setAnnotations(r, p.Annotations, record.OriginKubelet, now, false) {
+			changed = true
+		}
+		return changed
+	})
 }
 
 // setNames records which UID each name of a complete kubelet list taken at
@@ -106,6 +112,44 @@ func (s *Store) setNames(asOf time.Time, pods []model.KubeletPod) {
 	s.names, s.namesAt = names, asOf
 	if changed {
 		s.bump()
+	}
+}
+
+// ObserveWatchedPod records one pod the kubelet's Pods API watch reported
+// added or modified: its spec and allocator annotations, as a /pods read
+// would, and that its name is now this UID (a pod recreated under the same
+// name is known by its new UID before its sandbox exists).
+func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
+	if p.UID == "" {
+		return
+	}
+	pre := decode.Batch{}
+	if !p.Terminal() {
+		s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
+	}
+	s.lock(pre)
+	defer s.unlock()
+	s.observeKubeletPod(&p, s.now())
+	key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
+	if cur, ok := s.names[key]; cur != p.UID && (!ok || !p.Terminal()) {
+		s.names[key] = p.UID
+		s.bump()
+	}
+}
+
+// WatchedPodDeleted records that the kubelet's Pods API watch no longer
+// has a pod: its name is no longer that UID, and a pending record of it
+// (no sandbox was ever reported) is removed.
+func (s *Store) WatchedPodDeleted(p model.PodRef) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
+	if s.names[key] == p.UID {
+		delete(s.names, key)
+		s.bump()
+	}
+	if r, ok := s.byUID[p.UID]; ok && r.State == record.PhasePending {
+		s.setPhase(record.OriginKubelet, p.UID, record.PhaseRemoved)
 	}
 }
 

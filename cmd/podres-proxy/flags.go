@@ -19,6 +19,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -32,6 +33,7 @@ import (
 type serveConfig struct {
 	socket, kubeletSocket                   string
 	podsURL, tokenFile, caFile              string
+	podsAPISocket                           string
 	insecureTLS                             bool
 	podsTimeout                             time.Duration
 	stateDir                                string
@@ -69,6 +71,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.caFile, "kubelet-ca-file", "", "CA bundle to verify the kubelet's serving certificate (default the system roots)")
 	fs.BoolVar(&c.insecureTLS, "kubelet-insecure-tls", false, "do not verify the kubelet's serving certificate (self-signed kubelet certificates)")
 	fs.DurationVar(&c.podsTimeout, "kubelet-pods-timeout", 5*time.Second, "time limit for one /pods read")
+	fs.StringVar(&c.podsAPISocket, "kubelet-pods-api-socket", podsapi.DefaultSocket, "the kubelet's Pods API socket (KEP-4188, kubelet feature gate PodsAPI), watched and preferred to /pods whenever it answers; empty disables")
 	fs.StringVar(&c.stateDir, "state-dir", cmdline.DefaultStateDir, "the persisted state store (one JSON file per pod) and inventory.json, the device inventory for inspect and query --sources")
 	fs.DurationVar(&c.pruneAfter, "prune-after", state.DefaultPruneAfter, "how long removed pods stay in the state store")
 	fs.StringVar(&c.nriSocket, "nri-socket", defaultNRISocket, "the runtime's NRI socket; empty disables the NRI plugin")

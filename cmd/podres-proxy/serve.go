@@ -32,6 +32,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/inventory/sysfs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/plugin/cri"
 	"github.com/podres-proxy/podres-proxy/proxy"
@@ -123,6 +124,19 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if c.insecureTLS {
 		log.Warn("--kubelet-insecure-tls: the kubelet's serving certificate is not verified")
 	}
+	sourceMetrics := newPodSourceMetrics(reg)
+	fetch := pods.Pods
+	var podsAPI *podsapi.Source
+	if c.podsAPISocket != "" {
+		podsAPI, err = newPodsAPI(c.podsAPISocket, store, allocators, sourceMetrics, log)
+		if err != nil {
+			return cmdline.Usage(fmt.Errorf("--kubelet-pods-api-socket: %w", err))
+		}
+		defer podsAPI.Close()
+		fetch = podsAPI.Or(pods.Pods, func(source string) { sourceMetrics.reads.WithLabelValues(source).Inc() })
+	} else {
+		log.Info("the kubelet's Pods API is disabled (--kubelet-pods-api-socket is empty): pods are learned from /pods")
+	}
 	var deviceInfo *devinfo.Writer
 	if c.deviceInfoDir != "" {
 		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log, Inventory: inv.Snapshot})
@@ -139,7 +153,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Log:                     log,
 	}, proxy.Providers{
 		Store:         store,
-		Pods:          pods.Pods,
+		Pods:          fetch,
 		Allocators:    allocators,
 		Inventory:     inv.Snapshot,
 		ResourceNames: names,
@@ -177,6 +191,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	_ = publisher.Publish()
 	start("inventory", inv.Run)
 	start("inventory file", publisher.Run)
+	if podsAPI != nil {
+		start("kubelet Pods API watch", podsAPI.Run)
+	}
 	start("proxy", srv.Serve)
 	if deviceInfo != nil {
 		// Files an earlier run left for pods gone meanwhile go at the first

@@ -65,6 +65,7 @@ func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...strin
 		"--kubelet-pods-url", k.PodsURL,
 		"--kubelet-token-file", k.TokenFile,
 		"--kubelet-ca-file", k.CAFile,
+		"--kubelet-pods-api-socket", "",
 		"--state-dir", stateDir,
 		"--device-info-dir", filepath.Join(dir, "devinfo"),
 		"--nri-socket", "",

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/internal/poll"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
+	"github.com/podres-proxy/podres-proxy/test/clients"
+	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
+)
+
+// metricsText returns serve's /metrics.
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+func TestPodsBeingCreatedAreLearnedFromThePodsAPIWithoutReadingPods(t *testing.T) {
+	// A kubelet with the PodsAPI gate on: new pods are learned from its
+	// watch, with their annotations, before their sandboxes exist. Pods
+	// being created are answered with their devices at CNI ADD time and
+	// /pods is never read.
+	dir, err := os.MkdirTemp("", "prc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	k := fakekubelet.Start(t, dir)
+	api := podsapitest.New(filepath.Join(dir, "pods-api.sock"))
+	if err := api.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(api.Stop)
+	srv := startServe(t, k, dir, "--kubelet-pods-api-socket", api.Socket())
+	poll.Until(t, "the Pods API watch to sync", func() bool {
+		return strings.Contains(metricsText(t, srv.metrics), `podres_proxy_pods_api_relists_total 1`)
+	})
+
+	var pods []fakekubelet.Pod
+	for i, gpu := range []string{gpuUUID, "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc"} {
+		name := []string{"a", "b"}[i]
+		p := fakekubelet.NewPod("ml", name, "uid-"+name, fakekubelet.WithSchedulerName("koord-scheduler"),
+			fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
+				`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpu+`"}]}`),
+			fakekubelet.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"}))
+		pods = append(pods, p)
+		k.SetPods(pods...) // the kubelet's PodResources (and /pods, which must not be read)
+		api.Add(&p.Pod)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ids, err := clients.KataCDIDevices(ctx, srv.socket, "ml", name)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "nvidia.com/gpu=" + gpu; !slices.Contains(ids, want) {
+			t.Errorf("pod %s being created: Get gives %v, want %s", name, ids, want)
+		}
+	}
+	if n := k.PodsReads(); n != 0 {
+		t.Errorf("/pods was read %d times, want 0: the Pods API answers", n)
+	}
+
+	// The Pods API goes away (the gate turned off, a kubelet downgrade):
+	// /pods takes over.
+	api.Stop()
+	third := "GPU-3d2c6f10-1111-4b4b-8c8c-23456789abcd"
+	c := fakekubelet.NewPod("ml", "c", "uid-c", fakekubelet.WithSchedulerName("koord-scheduler"),
+		fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
+			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+third+`"}]}`),
+		fakekubelet.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"}))
+	k.SetPods(append(pods, c)...)
+	poll.Until(t, "the new pod to be answered from /pods", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ids, err := clients.KataCDIDevices(ctx, srv.socket, "ml", "c")
+		return err == nil && slices.Contains(ids, "nvidia.com/gpu="+third)
+	})
+	if k.PodsReads() == 0 {
+		t.Error("with the Pods API gone, /pods was never read")
+	}
+}
