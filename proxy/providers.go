@@ -26,6 +26,9 @@ type Providers struct {
 	// concurrent queries (kubeletpods.Reader) and records each read in
 	// Store. Nil answers pods unknown to the store with Unavailable.
 	Pods kubeletpods.Fetch
+	// Watching reports whether a kubelet watch (the Pods API) keeps the
+	// store's names current (merge.Options.Watching); nil: never.
+	Watching func() bool
 	// Allocators attribute a pod's devices to its containers.
 	Allocators *allocator.Set
 	// Inventory returns the current device inventory. Each call takes one

@@ -133,6 +133,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 		resolver: merge.NewResolver(merge.Options{
 			Store:      p.Store,
 			Pods:       pods,
+			Watching:   p.Watching,
 			Allocators: p.Allocators,
 			Trust:      newChecker(p.Trust, p.Store),
 			Metrics:    p.Metrics,

@@ -157,6 +157,22 @@ func (s *Store) live(key model.PodKey) (*record.Record, bool) {
 	return live, live != nil
 }
 
+// Named returns the record of the UID the freshest kubelet pod list or
+// watch gives a name, whatever its phase (pending, running, finished).
+func (s *Store) Named(key model.PodKey) (*record.Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	uid, ok := s.names[key]
+	if !ok {
+		return nil, false
+	}
+	r, ok := s.byUID[uid]
+	if !ok || (r.State == record.PhaseRemoved && r.KubeletPhase != "Succeeded" && r.KubeletPhase != "Failed") {
+		return nil, false // removed while not finished: a read must say what the name is
+	}
+	return r, true
+}
+
 // Current is Live for a record that also needs no confirmation from the
 // kubelet: one none of whose containers the runtime reported stopped since
 // the freshest kubelet list confirmed its name. A stopped container is how

@@ -96,3 +96,53 @@ func TestPodsBeingCreatedAreLearnedFromThePodsAPIWithoutReadingPods(t *testing.T
 		t.Error("with the Pods API gone, /pods was never read")
 	}
 }
+
+func TestAPodStuckBeforeItsSandboxCostsNoReadPerListWithThePodsAPI(t *testing.T) {
+	// A pod stuck in ContainerCreating (a missing Secret) and a finished
+	// Job pod are in every List the kubelet answers. With the Pods API's
+	// watch the store knows which pod each name is, so polling consumers
+	// (DCGM exporter, NFD, RTE) cost the kubelet no read per List.
+	dir, err := os.MkdirTemp("", "prc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	k := fakekubelet.Start(t, dir)
+	api := podsapitest.New(filepath.Join(dir, "pods-api.sock"))
+	if err := api.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(api.Stop)
+	stuck := fakekubelet.NewPod("ml", "stuck", "uid-stuck", fakekubelet.WithSchedulerName("koord-scheduler"),
+		fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
+			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpuUUID+`"}]}`),
+		fakekubelet.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"}))
+	stuck.Status.Phase = "Pending"
+	done := fakekubelet.NewPod("batch", "job-x7k2p", "uid-job")
+	done.Status.Phase = "Succeeded"
+	k.SetPods(stuck, done)
+	api.Add(&stuck.Pod)
+	api.Add(&done.Pod)
+	srv := startServe(t, k, dir, "--kubelet-pods-api-socket", api.Socket())
+	poll.Until(t, "the Pods API watch to sync", func() bool {
+		return strings.Contains(metricsText(t, srv.metrics), `podres_proxy_pods_api_relists_total 1`)
+	})
+	lists := api.ListCalls()
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		owners, err := clients.DCGMDeviceToPod(ctx, srv.socket)
+		cancel()
+		if err != nil {
+			t.Fatalf("List %d: %v", i, err)
+		}
+		if owners[gpuUUID].Pod != "stuck" {
+			t.Fatalf("List %d: %s is labelled %+v, want the stuck pod that holds it", i, gpuUUID, owners[gpuUUID])
+		}
+	}
+	if n := api.ListCalls() - lists; n != 0 {
+		t.Errorf("10 Lists cost %d ListPods calls, want 0", n)
+	}
+	if n := k.PodsReads(); n != 0 {
+		t.Errorf("10 Lists cost %d /pods reads, want 0", n)
+	}
+}

@@ -126,7 +126,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	sourceMetrics := newPodSourceMetrics(reg)
 	fetch := pods.Pods
-	var podsAPI *podsapi.Source
+	var (
+		podsAPI  *podsapi.Source
+		watching func() bool
+	)
 	if c.podsAPISocket != "" {
 		podsAPI, err = newPodsAPI(c.podsAPISocket, store, allocators, sourceMetrics, log)
 		if err != nil {
@@ -134,6 +137,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		}
 		defer podsAPI.Close()
 		fetch = podsAPI.Or(pods.Pods, func(source string) { sourceMetrics.reads.WithLabelValues(source).Inc() })
+		watching = podsAPI.Synced
 	} else {
 		log.Info("the kubelet's Pods API is disabled (--kubelet-pods-api-socket is empty): pods are learned from /pods")
 	}
@@ -154,6 +158,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}, proxy.Providers{
 		Store:         store,
 		Pods:          fetch,
+		Watching:      watching,
 		Allocators:    allocators,
 		Inventory:     inv.Snapshot,
 		ResourceNames: names,

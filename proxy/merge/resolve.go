@@ -51,7 +51,11 @@ type Resolver struct {
 type Options struct {
 	Store *state.Store
 	// Pods reads /pods, shared between queries; nil: every read fails.
-	Pods       *kubeletpods.Reader
+	Pods *kubeletpods.Reader
+	// Watching reports whether a kubelet watch (the Pods API) keeps the
+	// store's names current, so that the pod the kubelet has under a name
+	// is known without a read; nil: never.
+	Watching   func() bool
 	Allocators *allocator.Set
 	// Trust vets decoded devices; nil reports every decoded device.
 	Trust *trust.Checker
@@ -121,8 +125,17 @@ var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 func (r *Resolver) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time, inv *inventory.Snapshot) (plans []Plan, fromStore bool, err error) {
 	plans = make([]Plan, len(keys))
 	var need []int
+	watching := r.o.Watching != nil && r.o.Watching()
 	for i, k := range keys {
 		rec, ok := r.o.Store.Current(k)
+		if !ok && watching {
+			// The watch says which pod the name is now, with its spec
+			// and annotations: a pod being created, one stuck before its
+			// sandbox or a finished one costs no read. Without a watch a
+			// pod not running is read again: only a read says whether
+			// its name is still that pod.
+			rec, ok = r.o.Store.Named(k)
+		}
 		if ok && (len(rec.Devices) == 0 || r.Vettable(rec)) {
 			plans[i] = r.PlanFor(rec, inv)
 			continue

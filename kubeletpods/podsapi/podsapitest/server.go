@@ -42,6 +42,7 @@ type Server struct {
 	srv      *grpc.Server
 	served   chan struct{} // closed when srv.Serve returns
 	drops    int
+	lists    int
 
 	// stall, held by Stall, keeps watch streams from sending, as a
 	// client that does not read would.
@@ -229,7 +230,15 @@ func (s *Server) WatchPods(_ *podsv1alpha1.WatchPodsRequest, stream podsv1alpha1
 func (s *Server) ListPods(context.Context, *podsv1alpha1.ListPodsRequest) (*podsv1alpha1.ListPodsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.lists++
 	return &podsv1alpha1.ListPodsResponse{Pods: s.sortedLocked()}, nil
+}
+
+// ListCalls returns how many ListPods calls the server answered.
+func (s *Server) ListCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lists
 }
 
 // GetPod implements v1alpha1.PodsServer.
