@@ -3,11 +3,13 @@ package proxy_test
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -15,10 +17,13 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
+	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
@@ -555,5 +560,17 @@ func TestGetOfAPodBeingCreatedCostsOnePodsRead(t *testing.T) {
 	}
 	if n := h.k.PodsReads() - before; n != 1 {
 		t.Errorf("a Get of a pod being created cost %d /pods reads, want 1", n)
+	}
+}
+
+// Any tenant can write any allocator's annotation on its own pod, so a
+// proxy that reports devices without vetting them is never built.
+func TestProxyWithoutATrustGateIsRefused(t *testing.T) {
+	set := allocator.NewSet(logrus.New(), nil)
+	dir := shortDir(t)
+	_, err := proxy.New(proxy.Config{Socket: filepath.Join(dir, "proxy.sock"), KubeletSocket: filepath.Join(dir, "kubelet.sock")},
+		proxy.Providers{Store: state.New(state.Options{Decoder: set}), Allocators: set})
+	if err == nil || !strings.Contains(err.Error(), "trust gate") {
+		t.Fatalf("proxy.New without Trust = %v, want an error naming the trust gate", err)
 	}
 }
