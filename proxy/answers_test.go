@@ -30,7 +30,7 @@ import (
 // sandbox NRI has recorded: Lists about it need no /pods read.
 func steadyPod(t *testing.T, h *harness, opts ...fk.PodOption) fk.Pod {
 	t.Helper()
-	p := fk.NewPod("default", "trainer", "uid-1", append([]fk.PodOption{fk.WithAnnotation(koordKey, oneGPU),
+	p := fk.NewPod("default", "trainer", "uid-1", append([]fk.PodOption{byKoord, fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"})}, opts...)...)
 	h.k.SetPods(p)
 	h.list() // learns the spec from /pods
@@ -100,7 +100,7 @@ func TestAPodRecreatedBetweenTwoListsGetsItsOwnDevicesThoughTheKubeletAnswersAli
 	// PodResources carries no UID, so the kubelet answers the same bytes.
 	h.store.SandboxStopped(record.OriginNRI, "sb-1", "")
 	h.store.SandboxRemoved(record.OriginNRI, "sb-1", "")
-	recreated := fk.NewPod("default", "trainer", "uid-2", fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)),
+	recreated := fk.NewPod("default", "trainer", "uid-2", byKoord, fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}))
 	h.k.SetPods(recreated)
 	if after := kubeletList(t, h); !proto.Equal(before, after) {
@@ -148,7 +148,7 @@ func TestListFollowsTheInventory(t *testing.T) {
 func TestAListThatNeededAPodsReadIsNotReusedWhenPodsIsDown(t *testing.T) {
 	h := newHarness(t)
 	// A pod NRI has not recorded: every List must read /pods for it.
-	h.k.SetPods(fk.NewPod("default", "creating", "uid-1", fk.WithAnnotation(koordKey, oneGPU)))
+	h.k.SetPods(fk.NewPod("default", "creating", "uid-1", byKoord, fk.WithAnnotation(koordKey, oneGPU), koordApp))
 	for range 2 {
 		h.list()
 		if _, err := h.v1alpha1().List(ctx(t), &v1alpha1.ListPodResourcesRequest{}); err != nil {
@@ -186,16 +186,16 @@ func canonical(resp *v1.ListPodResourcesResponse) *v1.ListPodResourcesResponse {
 // same GPU reported by the kubelet too, no allocation at all.
 func mixedPods() []fk.Pod {
 	pods := []fk.Pod{
-		fk.NewPod("ns1", "vf", "uid-vf", fk.WithAnnotation(koordKey, gpuAndVF),
+		fk.NewPod("ns1", "vf", "uid-vf", byKoord, fk.WithAnnotation(koordKey, gpuAndVF),
 			fk.WithSidecar("side", map[string]string{"koordinator.sh/rdma": "1"}),
 			fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"})),
-		fk.NewPod("ns1", "two", "uid-two", fk.WithAnnotation(koordKey, twoGPUs),
+		fk.NewPod("ns1", "two", "uid-two", byKoord, fk.WithAnnotation(koordKey, twoGPUs),
 			fk.WithContainer("x", map[string]string{"nvidia.com/gpu": "1"}),
 			fk.WithContainer("y", map[string]string{"nvidia.com/gpu": "1"})),
-		fk.NewPod("ns2", "dup", "uid-dup", fk.WithAnnotation(koordKey, oneGPU),
+		fk.NewPod("ns2", "dup", "uid-dup", byKoord, fk.WithAnnotation(koordKey, oneGPU),
 			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}),
 			fk.WithKubeletDevices("app", "nvidia.com/gpu", 0, gpuUUID)),
-		fk.NewPod("ns2", "devs", "uid-devs", fk.WithAnnotation(koordKey, oneGPU),
+		fk.NewPod("ns2", "devs", "uid-devs", byKoord, fk.WithAnnotation(koordKey, oneGPU),
 			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1", "example.com/dev": "3"}),
 			fk.WithKubeletDevices("app", "example.com/dev", 1, "dev-0", "dev-1", "dev-2"),
 			fk.WithCPUs("app", 2, 3)),
@@ -264,7 +264,7 @@ func liveTrainers(h *harness, n int, opts func(i int) []fk.PodOption) []fk.Pod {
 	for i := range n {
 		gpu := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
 		pods = append(pods, fk.NewPod("default", fmt.Sprintf("trainer-%d", i), fmt.Sprintf("uid-%d", i),
-			append([]fk.PodOption{fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu))}, opts(i)...)...))
+			append([]fk.PodOption{byKoord, fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu))}, opts(i)...)...))
 	}
 	h.k.SetPods(pods...)
 	h.list()
@@ -304,9 +304,13 @@ func TestAPodChangedBetweenTwoListsIsRebuiltAndTheOthersReused(t *testing.T) {
 	}
 	step("nothing changed since", 0)
 
-	// The store changes for one pod: trainer-1's sandbox stops.
+	// The store changes for one pod: trainer-1's sandbox stops. Every pod
+	// with devices is rebuilt, not only trainer-1: the trust gate weighs
+	// each pod's claims against every other pod's record (who holds a
+	// whole GPU), and the answers it reused are not told which records
+	// changed.
 	h.store.SandboxStopped(record.OriginNRI, "sb-1", "")
-	resp = step("one pod's sandbox stopped", 1)
+	resp = step("one pod's sandbox stopped", float64(len(pods)))
 	for i := range pods {
 		want := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
 		if got := devicesOf(findPod(resp, "default", pods[i].Name), "app")["nvidia.com/gpu"]; !slices.Equal(got, []string{want}) {

@@ -111,7 +111,7 @@ type benchEnv struct {
 // newBenchEnv runs every proxy in this process, podres-proxy with the trust
 // gate as serve wires it.
 func newBenchEnv(b testing.TB, n int) *benchEnv {
-	h := newHarness(b, withTrust(nil))
+	h := newHarness(b)
 	pods := benchPods(n)
 	h.k.SetPods(pods...)
 	// Steady state: one read learns the specs, NRI has recorded the sandboxes.
@@ -564,12 +564,19 @@ func TestBenchmarkReport(t *testing.T) {
 	// Freshness costs: a new pod's Get, and 64 concurrent Gets of new pods.
 	e := newBenchEnv(t, 250)
 	before := e.h.k.PodsReads()
-	e.h.k.AddPod(fk.NewPod("default", "new-pod", "uid-new", fk.WithAnnotation(koordKey, oneGPU), fk.Realistic()))
+	// Pods as koord-scheduler places them, each with a GPU of its own, so
+	// that the trust gate believes them as it does on a node.
+	gpuApp := fk.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100"})
+	newGPU := func(n int) string {
+		return strings.ReplaceAll(oneGPU, gpuUUID, fmt.Sprintf("GPU-%08x-0000-4a4a-9b9b-123456789abc", n))
+	}
+	e.h.k.AddPod(fk.NewPod("default", "new-pod", "uid-new", byKoord, fk.WithAnnotation(koordKey, newGPU(0)), gpuApp, fk.Realistic()))
 	e.h.get("default", "new-pod")
 	fmt.Fprintf(&out, "\nGet of a pod being created: %d /pods read(s)\n", e.h.k.PodsReads()-before)
 	var pods []fk.Pod
 	for i := range 64 {
-		pods = append(pods, fk.NewPod("burst", fmt.Sprintf("p%d", i), fmt.Sprintf("burst-%d", i), fk.WithAnnotation(koordKey, oneGPU), fk.Realistic()))
+		pods = append(pods, fk.NewPod("burst", fmt.Sprintf("p%d", i), fmt.Sprintf("burst-%d", i), byKoord,
+			fk.WithAnnotation(koordKey, newGPU(1+i)), gpuApp, fk.Realistic()))
 	}
 	for _, p := range pods {
 		e.h.k.AddPod(p)

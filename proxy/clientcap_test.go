@@ -156,7 +156,7 @@ func pidfdsInPidfs() bool {
 // trainer is a pod with a GPU and an RDMA VF that koord-scheduler
 // allocated.
 func trainer() fk.Pod {
-	return fk.NewPod("default", "trainer", "uid-1",
+	return fk.NewPod("default", "trainer", "uid-1", byKoord,
 		fk.WithAnnotation(koordKey, gpuAndVF),
 		fk.WithContainer("main", map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "1"}))
 }

@@ -20,8 +20,8 @@ func TestMultusGetsTheVFDuringCNIAdd(t *testing.T) {
 	// Multus asks during CNI ADD: the sandbox does not exist, the store has
 	// never heard of the pod, only /pods has its annotation.
 	h.k.SetPods(
-		fk.NewPod("default", "neighbour", "uid-0", fk.WithAnnotation(koordKey, oneGPU)),
-		fk.NewPod("team", "rdma-pod", "uid-1", fk.WithAnnotation(koordKey, gpuAndVF),
+		fk.NewPod("default", "neighbour", "uid-0", byKoord, fk.WithAnnotation(koordKey, oneGPU), koordApp),
+		fk.NewPod("team", "rdma-pod", "uid-1", byKoord, fk.WithAnnotation(koordKey, gpuAndVF),
 			fk.WithContainer("main", map[string]string{"koordinator.sh/rdma": "1", "koordinator.sh/gpu-core": "100"})))
 	ids, err := clients.MultusDeviceIDs(ctx(t), h.socket, "team", "rdma-pod", "koordinator.sh/rdma")
 	if err != nil {
@@ -34,7 +34,7 @@ func TestMultusGetsTheVFDuringCNIAdd(t *testing.T) {
 
 func TestMultusFailsTheAddWhenThePodIsUnknownAndPodsIsDown(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("team", "rdma-pod", "uid-1", fk.WithAnnotation(koordKey, gpuAndVF)))
+	h.k.SetPods(fk.NewPod("team", "rdma-pod", "uid-1", byKoord, fk.WithAnnotation(koordKey, gpuAndVF), koordApp))
 	h.k.SetPodsDown(true)
 	if ids, err := clients.MultusDeviceIDs(ctx(t), h.socket, "team", "rdma-pod", "koordinator.sh/rdma"); err == nil {
 		t.Fatalf("Multus got %v without error; an empty deviceID would be configured silently", ids)
@@ -43,7 +43,7 @@ func TestMultusFailsTheAddWhenThePodIsUnknownAndPodsIsDown(t *testing.T) {
 
 func TestDCGMExporterLabelsTheGPUWithTheRequestingContainer(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("ml", "train", "uid-1", fk.WithAnnotation(koordKey, twoGPUs),
+	h.k.SetPods(fk.NewPod("ml", "train", "uid-1", byKoord, fk.WithAnnotation(koordKey, twoGPUs),
 		fk.WithSidecar("log-shipper", nil),
 		fk.WithContainer("trainer", map[string]string{"koordinator.sh/gpu-core": "200"})))
 	for name, f := range map[string]func() (map[string]clients.GPUOwner, error){
@@ -66,7 +66,7 @@ func TestDCGMExporterLabelsTheGPUWithTheRequestingContainer(t *testing.T) {
 func TestNRIPluginsAndKataGetDevicesThroughGet(t *testing.T) {
 	one := int64(1)
 	h := newHarness(t, withInventory(inventory.Device{Type: inventory.TypeGPU, ID: gpuUUID, NUMANode: &one, Healthy: true}))
-	h.k.SetPods(fk.NewPod("default", "vm", "uid-1", fk.WithAnnotation(koordKey, gpuAndVF),
+	h.k.SetPods(fk.NewPod("default", "vm", "uid-1", byKoord, fk.WithAnnotation(koordKey, gpuAndVF),
 		fk.WithContainer("guest", map[string]string{"nvidia.com/gpu": "1", "koordinator.sh/rdma": "1"})))
 	hints, err := clients.NRIPluginsTopologyHints(ctx(t), h.socket, "default", "vm", "guest")
 	if err != nil {
@@ -96,7 +96,7 @@ func TestNFDCountsAddedDevicesPerNUMANode(t *testing.T) {
 			Topology: &v1.TopologyInfo{Nodes: []*v1.NUMANode{{ID: 0}}}}},
 		CpuIds: []int64{0, 1, 2, 3},
 	})
-	h.k.SetPods(fk.NewPod("default", "gpu", "uid-1", fk.WithAnnotation(koordKey, oneGPU)))
+	h.k.SetPods(fk.NewPod("default", "gpu", "uid-1", byKoord, fk.WithAnnotation(koordKey, oneGPU), koordApp))
 	free, unknown, err := clients.NFDFreePerNUMA(ctx(t), h.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestNFDCountsAddedDevicesPerNUMANode(t *testing.T) {
 
 func TestAntreaSeesTheVFOnTheFirstAsk(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("net", "sriov", "uid-1", fk.WithAnnotation(koordKey, gpuAndVF),
+	h.k.SetPods(fk.NewPod("net", "sriov", "uid-1", byKoord, fk.WithAnnotation(koordKey, gpuAndVF),
 		fk.WithContainer("app", map[string]string{"koordinator.sh/rdma": "1"})))
 	ids, err := clients.AntreaVFDeviceIDs(ctx(t), h.socket, "net", "sriov", "koordinator.sh/rdma")
 	if err != nil {
@@ -148,7 +148,7 @@ func TestNFDCountsHAMiGPUsByTheirRealIDs(t *testing.T) {
 		}
 	}
 	h.k.SetAllocatable(&v1.AllocatableResourcesResponse{Devices: fake})
-	h.k.SetPods(fk.NewPod("default", "vgpu", "uid-1",
+	h.k.SetPods(fk.NewPod("default", "vgpu", "uid-1", byHAMi,
 		fk.WithAnnotation("hami.io/vgpu-devices-allocated", gpuUUID2+",NVIDIA,3000,30:;"),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}),
 		fk.WithKubeletDevices("app", "nvidia.com/gpu", -1, gpuUUID2+"-2")))

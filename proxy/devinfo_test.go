@@ -19,7 +19,7 @@ func TestTheVFsDeviceInfoIsWrittenBeforeMultusGetsTheVF(t *testing.T) {
 	dir := shortDir(t)
 	w := devinfo.New(devinfo.Options{Dir: dir, SysfsRoot: shortDir(t)})
 	h := newHarness(t, withProviders(func(d *proxy.Providers) { d.DeviceInfo = w }))
-	h.k.SetPods(fk.NewPod("team", "rdma-pod", "uid-1", fk.WithAnnotation(koordKey, gpuAndVF),
+	h.k.SetPods(fk.NewPod("team", "rdma-pod", "uid-1", byKoord, fk.WithAnnotation(koordKey, gpuAndVF),
 		fk.WithContainer("main", map[string]string{"koordinator.sh/rdma": "1", "koordinator.sh/gpu-core": "100"})))
 	ids, err := clients.MultusDeviceIDs(ctx(t), h.socket, "team", "rdma-pod", "koordinator.sh/rdma")
 	if err != nil || !slices.Equal(ids, []string{vfAddr}) {

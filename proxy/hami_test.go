@@ -23,7 +23,7 @@ const (
 // sidecar), and leaves the container's other devices alone.
 func TestHAMiUUIDsReplaceTheKubeletsFakeIDs(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("default", "vgpu", "uid-1",
+	h.k.SetPods(fk.NewPod("default", "vgpu", "uid-1", byHAMi,
 		fk.WithAnnotation(hamiKey, ";;"+gpuUUID+",NVIDIA,3000,30:;"),
 		fk.WithInit("fetch", nil),
 		fk.WithSidecar("mesh", nil),
@@ -70,7 +70,7 @@ func TestHAMiUUIDsReplaceTheKubeletsFakeIDs(t *testing.T) {
 // reaches the app container instead of being dropped with the init one.
 func TestLegacyHAMiListReachesTheAppContainer(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("default", "legacy", "uid-1",
+	h.k.SetPods(fk.NewPod("default", "legacy", "uid-1", byHAMi,
 		fk.WithAnnotation(hamiKey, gpuUUID+",NVIDIA,3000,30:;"),
 		fk.WithInit("fetch", nil),
 		fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"}),
@@ -85,7 +85,7 @@ func TestLegacyHAMiListReachesTheAppContainer(t *testing.T) {
 // the other container still gets its GPU, and the error is counted.
 func TestMalformedHAMiContainerKeepsTheKubeletsIDs(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("default", "half", "uid-1",
+	h.k.SetPods(fk.NewPod("default", "half", "uid-1", byHAMi,
 		fk.WithAnnotation(hamiKey, gpuUUID+",NVIDIA,lots,30:;"+gpuUUID2+",NVIDIA,3000,30:;"),
 		fk.WithContainer("a", map[string]string{"nvidia.com/gpu": "1"}),
 		fk.WithContainer("b", map[string]string{"nvidia.com/gpu": "1"}),

@@ -37,6 +37,7 @@ const (
 	koordKey = "scheduling.koordinator.sh/device-allocated"
 	gpuUUID  = "GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"
 	gpuUUID2 = "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc"
+	gpuUUID3 = "GPU-7f3e1d2c-1111-4b4b-8c8c-abcdef012345"
 	vfAddr   = "0000:01:00.2"
 	pfAddr   = "0000:01:00.0"
 
@@ -61,8 +62,7 @@ type harness struct {
 	qps       float64
 	burst     int
 	noKubelet bool
-	trusting  bool              // withTrust: the proxy vets devices
-	trustOpts trust.GateOptions // withTrust's scheduler names
+	trustOpts trust.GateOptions // withSchedulerNames
 	maxConns  int
 	perClient int // withMaxConnectionsPerClient; else the total cap
 	reqTime   time.Duration
@@ -78,10 +78,12 @@ func withRateLimit(qps float64, burst int) option {
 	return func(h *harness) { h.qps, h.burst = qps, burst }
 }
 
-// withTrust makes the proxy vet devices as serve does, with these
-// scheduler names per allocator (nil: the defaults).
-func withTrust(names map[string][]string) option {
-	return func(h *harness) { h.trusting, h.trustOpts.SchedulerNames = true, names }
+// withSchedulerNames sets, per allocator, the scheduler names whose pods
+// the trust gate believes its annotations on (without it: the defaults,
+// koord-scheduler for Koordinator and so on), as serve's
+// --<allocator>-scheduler-names flags do.
+func withSchedulerNames(names map[string][]string) option {
+	return func(h *harness) { h.trustOpts.SchedulerNames = names }
 }
 
 // withMaxConnections caps the proxy's client connections.
@@ -153,11 +155,10 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		t.Fatal(err)
 	}
 	set := allocator.NewSet(log, m.AnnotationError, decoders...)
-	var gate *trust.Gate
-	if h.trusting {
-		h.trustOpts.Log, h.trustOpts.OnRefuse = log, m.AllocationRefused
-		gate = trust.NewGate(set, h.trustOpts)
-	}
+	// The proxy vets devices as serve's does: no production proxy runs
+	// without the trust gate, so no test does either.
+	h.trustOpts.Log, h.trustOpts.OnRefuse = log, m.AllocationRefused
+	gate := trust.NewGate(set, h.trustOpts)
 	h.store = state.New(state.Options{Decoder: set})
 	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})
 	if err != nil {
@@ -309,3 +310,18 @@ func findPod(resp *v1.ListPodResourcesResponse, ns, name string) *v1.PodResource
 	}
 	return nil
 }
+
+// byKoord places a pod by koord-scheduler, the scheduler whose Koordinator
+// annotations the trust gate believes by default: a pod of any other
+// scheduler gets none of its annotated devices.
+var byKoord = fakekubelet.WithSchedulerName("koord-scheduler")
+
+// koordApp is the app container "app" asking for what the tests' Koordinator
+// annotations allocate (whole GPUs, an RDMA VF), as a pod the scheduler
+// allocated them to does: the trust gate believes devices only on a pod
+// some container of which requests them.
+var koordApp = fakekubelet.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "1"})
+
+// byHAMi places a pod by hami-scheduler, whose annotations the trust gate
+// believes by default.
+var byHAMi = fakekubelet.WithSchedulerName("hami-scheduler")

@@ -160,7 +160,9 @@ func hostilePod(n int) fk.Pod {
 		fmt.Fprintf(&vfs, `{"minor":-1,"busID":"0000:%02x:%02x.%d"}`, 0x10+i/256, (i/8)%32, i%8)
 	}
 	ann := `{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:0f:00.0","extension":{"vfs":[` + vfs.String() + `]}}]}`
-	return fk.NewPod("tenant", "hostile", "uid-hostile", fk.WithAnnotation(koordKey, ann),
+	// Placed by koord-scheduler (any pod may name it), so that the trust
+	// gate looks at every VF: the worst case.
+	return fk.NewPod("tenant", "hostile", "uid-hostile", byKoord, fk.WithAnnotation(koordKey, ann),
 		fk.WithContainer("app", map[string]string{"koordinator.sh/rdma": "1"}), fk.Realistic())
 }
 

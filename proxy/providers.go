@@ -39,9 +39,9 @@ type Providers struct {
 	// ResourceNames name the inventory's devices in GetAllocatableResources;
 	// nil means inventory.DefaultResourceNames.
 	ResourceNames inventory.ResourceNames
-	// Trust decides which decoded devices are reported (package trust);
-	// serve always sets it. Nil reports every decoded device, for tests of
-	// attribution alone.
+	// Trust decides which decoded devices are reported (package trust).
+	// Required: any tenant can annotate its own pod, so no device is
+	// reported that the gate has not vetted.
 	Trust   *trust.Gate
 	Metrics *metrics.Metrics
 	// PlainSharedGPUIDs reports every sharer of a GPU under the GPU's plain
@@ -54,14 +54,6 @@ type Providers struct {
 	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
 	// devices pods are answered with; nil writes none.
 	DeviceInfo merge.DeviceInfoWriter
-}
-
-// newChecker returns the trust checker of gate, nil without a gate.
-func newChecker(gate *trust.Gate, store *state.Store) *trust.Checker {
-	if gate == nil {
-		return nil
-	}
-	return trust.NewChecker(gate, store)
 }
 
 // snapshot returns the inventory to answer one call from: one snapshot per

@@ -62,7 +62,7 @@ func multusVFs(t *testing.T, h *harness) []string {
 }
 
 func TestARecreatedPodIsNeverAnsweredWithItsPredecessorsVF(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withTwoVFs())
+	h := newHarness(t, withTwoVFs())
 	runningOld(t, h)
 
 	// Force deletion: the kubelet stops the old pod's container (NRI
@@ -89,7 +89,7 @@ func TestARecreatedPodIsNeverAnsweredWithItsPredecessorsVF(t *testing.T) {
 func TestARecreatedPodSeenByAnyKubeletReadIsNotAnsweredFromItsPredecessor(t *testing.T) {
 	// The old sandbox's containers were not reported stopped yet, but a
 	// /pods read made for another pod already shows db-0 with its new UID.
-	h := newHarness(t, withTrust(nil), withTwoVFs())
+	h := newHarness(t, withTwoVFs())
 	runningOld(t, h)
 	h.k.SetPods(statefulPod("uid-new", vf2), fk.NewPod("other", "newcomer", "uid-newcomer"))
 	h.get("other", "newcomer") // a pod the store does not know: a /pods read
@@ -99,7 +99,7 @@ func TestARecreatedPodSeenByAnyKubeletReadIsNotAnsweredFromItsPredecessor(t *tes
 }
 
 func TestARestartedContainerCostsOneKubeletReadNotOnePerList(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withTwoVFs())
+	h := newHarness(t, withTwoVFs())
 	runningOld(t, h)
 	// The container exits and is restarted: the name is still its pod.
 	h.store.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c-old", SandboxID: "sb-old", Name: "db", State: model.ContainerStopped})

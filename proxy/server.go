@@ -37,6 +37,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	"github.com/podres-proxy/podres-proxy/proxy/upstream"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // Config configures a Server.
@@ -101,8 +102,8 @@ func New(cfg Config, p Providers) (*Server, error) {
 	if cfg.Socket == "" {
 		return nil, errors.New("proxy: no socket path")
 	}
-	if p.Store == nil || p.Allocators == nil {
-		return nil, errors.New("proxy: a store and an allocator set are required")
+	if p.Store == nil || p.Allocators == nil || p.Trust == nil {
+		return nil, errors.New("proxy: a store, an allocator set and a trust gate are required")
 	}
 	log := cfg.Log
 	if log == nil {
@@ -135,7 +136,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 			Pods:       pods,
 			Watching:   p.Watching,
 			Allocators: p.Allocators,
-			Trust:      newChecker(p.Trust, p.Store),
+			Trust:      trust.NewChecker(p.Trust, p.Store),
 			Metrics:    p.Metrics,
 			Log:        log,
 

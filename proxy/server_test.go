@@ -3,11 +3,13 @@ package proxy_test
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -15,16 +17,20 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
+	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
 func TestListAddsKoordinatorDevicesOneEntryPerID(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("default", "trainer", "uid-1",
+	h.k.SetPods(fk.NewPod("default", "trainer", "uid-1", byKoord,
 		fk.WithAnnotation(koordKey, gpuAndVF),
 		fk.WithContainer("main", map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "1"})))
 
@@ -51,7 +57,7 @@ func TestListAddsKoordinatorDevicesOneEntryPerID(t *testing.T) {
 
 func TestDevicesGoToTheRequestingContainerNeverToASidecar(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("default", "mixed", "uid-1",
+	h.k.SetPods(fk.NewPod("default", "mixed", "uid-1", byKoord,
 		fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithInit("setup", nil),
 		fk.WithSidecar("proxy", nil),
@@ -94,8 +100,11 @@ func TestDevicesGoToTheRequestingContainerNeverToASidecar(t *testing.T) {
 
 func TestDevicesGoToFirstAppContainerWhenNoneRequests(t *testing.T) {
 	h := newHarness(t)
-	h.k.SetPods(fk.NewPod("default", "plain", "uid-1",
+	// Only a plain init container (a GPU check the kubelet never lists)
+	// requests the GPU: no container the kubelet lists asks for it.
+	h.k.SetPods(fk.NewPod("default", "plain", "uid-1", byKoord,
 		fk.WithAnnotation(koordKey, oneGPU),
+		fk.WithInit("gpu-check", map[string]string{"nvidia.com/gpu": "1"}),
 		fk.WithSidecar("mesh", nil),
 		fk.WithContainer("first", nil),
 		fk.WithContainer("second", nil)))
@@ -115,13 +124,13 @@ func TestKubeletAnswerSurvivesTheMerge(t *testing.T) {
 	h := newHarness(t)
 	h.k.SetUnknownFields(true)
 	h.k.SetPods(
-		fk.NewPod("default", "both", "uid-1",
+		fk.NewPod("default", "both", "uid-1", byKoord,
 			fk.WithAnnotation(koordKey, oneGPU),
 			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1", "example.com/dev": "1"}),
 			fk.WithKubeletDevices("app", "example.com/dev", 1, "dev-0"),
 			fk.WithCPUs("app", 2, 3)),
 		// The kubelet's device plugin already reports the same GPU: no duplicate.
-		fk.NewPod("default", "dup", "uid-2",
+		fk.NewPod("default", "dup", "uid-2", byKoord,
 			fk.WithAnnotation(koordKey, oneGPU),
 			fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}),
 			fk.WithKubeletDevices("app", "nvidia.com/gpu", 0, gpuUUID)),
@@ -162,10 +171,11 @@ func TestKubeletAnswerSurvivesTheMerge(t *testing.T) {
 func TestListAndGetAgree(t *testing.T) {
 	h := newHarness(t)
 	h.k.SetPods(
-		fk.NewPod("ns1", "a", "uid-a", fk.WithAnnotation(koordKey, gpuAndVF),
+		// a's GPU is neither of b's: a whole GPU is shown on one pod only.
+		fk.NewPod("ns1", "a", "uid-a", byKoord, fk.WithAnnotation(koordKey, strings.ReplaceAll(gpuAndVF, gpuUUID, gpuUUID3)),
 			fk.WithSidecar("side", map[string]string{"koordinator.sh/rdma": "1"}),
 			fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"})),
-		fk.NewPod("ns1", "b", "uid-b", fk.WithAnnotation(koordKey, twoGPUs),
+		fk.NewPod("ns1", "b", "uid-b", byKoord, fk.WithAnnotation(koordKey, twoGPUs),
 			fk.WithContainer("x", map[string]string{"nvidia.com/gpu": "1"}),
 			fk.WithContainer("y", map[string]string{"nvidia.com/gpu": "1"})),
 		fk.NewPod("ns2", "c", "uid-c"))
@@ -235,9 +245,9 @@ func TestProxyStartsBeforeTheKubeletSocketExists(t *testing.T) {
 
 func TestPodsUnreachableFailsUnknownPodsAndKeepsLiveOnes(t *testing.T) {
 	h := newHarness(t)
-	live := fk.NewPod("default", "running", "uid-live", fk.WithAnnotation(koordKey, oneGPU),
+	live := fk.NewPod("default", "running", "uid-live", byKoord, fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}))
-	newPod := fk.NewPod("default", "creating", "uid-new", fk.WithAnnotation(koordKey, gpuAndVF))
+	newPod := fk.NewPod("default", "creating", "uid-new", byKoord, fk.WithAnnotation(koordKey, gpuAndVF), koordApp)
 	h.k.SetPods(live)
 	h.list() // learns the running pod's spec from /pods
 	h.markLive(live, "sandbox-live")
@@ -271,7 +281,7 @@ func TestPodsUnreachableFailsUnknownPodsAndKeepsLiveOnes(t *testing.T) {
 
 func TestLivePodIsAnsweredWithoutReadingPods(t *testing.T) {
 	h := newHarness(t)
-	p := fk.NewPod("default", "p", "uid-1", fk.WithAnnotation(koordKey, oneGPU),
+	p := fk.NewPod("default", "p", "uid-1", byKoord, fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}))
 	h.k.SetPods(p)
 	h.list() // one read learns the spec
@@ -288,7 +298,7 @@ func TestLivePodIsAnsweredWithoutReadingPods(t *testing.T) {
 
 func TestRecreatedPodNeverGetsItsPredecessorsDevices(t *testing.T) {
 	h := newHarness(t)
-	old := fk.NewPod("default", "web-0", "uid-old", fk.WithAnnotation(koordKey, oneGPU),
+	old := fk.NewPod("default", "web-0", "uid-old", byKoord, fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}))
 	h.k.SetPods(old)
 	h.list()
@@ -298,7 +308,7 @@ func TestRecreatedPodNeverGetsItsPredecessorsDevices(t *testing.T) {
 	// The StatefulSet recreates web-0 with another GPU; its sandbox does not
 	// exist yet (Multus asks during CNI ADD).
 	second := strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)
-	h.k.SetPods(fk.NewPod("default", "web-0", "uid-new", fk.WithAnnotation(koordKey, second),
+	h.k.SetPods(fk.NewPod("default", "web-0", "uid-new", byKoord, fk.WithAnnotation(koordKey, second),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"})))
 	if got := devicesOf(h.get("default", "web-0"), "app")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID2}) {
 		t.Fatalf("recreated pod got %v, want the new GPU %s", got, gpuUUID2)
@@ -308,8 +318,8 @@ func TestRecreatedPodNeverGetsItsPredecessorsDevices(t *testing.T) {
 func TestMalformedAnnotationIsAnsweredWithoutDevicesAndCounted(t *testing.T) {
 	h := newHarness(t)
 	h.k.SetPods(
-		fk.NewPod("default", "broken", "uid-1", fk.WithAnnotation(koordKey, `{"gpu":[{"id":`)),
-		fk.NewPod("default", "fine", "uid-2", fk.WithAnnotation(koordKey, oneGPU)))
+		fk.NewPod("default", "broken", "uid-1", byKoord, fk.WithAnnotation(koordKey, `{"gpu":[{"id":`), koordApp),
+		fk.NewPod("default", "fine", "uid-2", byKoord, fk.WithAnnotation(koordKey, oneGPU), koordApp))
 	resp := h.list()
 	if d := devicesOf(findPod(resp, "default", "broken"), "app"); len(d) != 0 {
 		t.Errorf("malformed annotation gave devices %v", d)
@@ -385,7 +395,7 @@ func TestQueryArrivingDuringAnOlderReadWaitsForAFreshOne(t *testing.T) {
 	poll.Until(t, "the first /pods read to start", func() bool { return h.k.PodsReads() >= 1 })
 
 	// The scheduler bound a new pod after that read started; Multus asks now.
-	h.k.AddPod(fk.NewPod("default", "new", "uid-1", fk.WithAnnotation(koordKey, gpuAndVF)))
+	h.k.AddPod(fk.NewPod("default", "new", "uid-1", byKoord, fk.WithAnnotation(koordKey, gpuAndVF), koordApp))
 	second := make(chan *v1.PodResources, 1)
 	go func() {
 		resp, err := h.v1().Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: "new"})
@@ -408,7 +418,9 @@ func TestConcurrentGetsOfNewPodsShareReads(t *testing.T) {
 	h := newHarness(t)
 	var pods []fk.Pod
 	for i := range 64 {
-		pods = append(pods, fk.NewPod("default", fmt.Sprintf("p%d", i), fmt.Sprintf("uid-%d", i), fk.WithAnnotation(koordKey, oneGPU)))
+		gpu := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i) // each its own: a whole GPU is one pod's
+		pods = append(pods, fk.NewPod("default", fmt.Sprintf("p%d", i), fmt.Sprintf("uid-%d", i), byKoord,
+			fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu)), koordApp))
 	}
 	h.k.SetPods(pods...)
 	// Eight clients of eight calls each: one connection carries at most
@@ -492,8 +504,8 @@ func TestTerminalPodsAreNotAnsweredWithDevices(t *testing.T) {
 	h := newHarness(t)
 	// A finished pod and its running successor share a name; /pods lists both.
 	h.k.SetPods(
-		fk.NewPod("default", "job", "uid-done", fk.WithAnnotation(koordKey, oneGPU), fk.WithPhase(corev1.PodSucceeded)),
-		fk.NewPod("default", "job", "uid-run", fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2))))
+		fk.NewPod("default", "job", "uid-done", byKoord, fk.WithAnnotation(koordKey, oneGPU), fk.WithPhase(corev1.PodSucceeded), koordApp),
+		fk.NewPod("default", "job", "uid-run", byKoord, fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)), koordApp))
 	if got := devicesOf(h.get("default", "job"), "app")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID2}) {
 		t.Fatalf("got %v, want the running pod's GPU", got)
 	}
@@ -504,8 +516,8 @@ func TestMinorOnlyAllocationsAreTranslatedThroughTheInventory(t *testing.T) {
 	h := newHarness(t, withInventory(inventory.Device{Type: inventory.TypeGPU, ID: gpuUUID2, Minor: &one, NUMANode: &numa, Healthy: true}))
 	// Pods scheduled by Koordinator before it recorded GPU ids carry minors only.
 	h.k.SetPods(
-		fk.NewPod("default", "old", "uid-1", fk.WithAnnotation(koordKey, `{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}`)),
-		fk.NewPod("default", "unknown", "uid-2", fk.WithAnnotation(koordKey, `{"gpu":[{"minor":7,"resources":{"koordinator.sh/gpu-core":"100"}}]}`)))
+		fk.NewPod("default", "old", "uid-1", byKoord, fk.WithAnnotation(koordKey, `{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}`), koordApp),
+		fk.NewPod("default", "unknown", "uid-2", byKoord, fk.WithAnnotation(koordKey, `{"gpu":[{"minor":7,"resources":{"koordinator.sh/gpu-core":"100"}}]}`), koordApp))
 	pod := h.get("default", "old")
 	d := pod.Containers[0].Devices
 	if len(d) != 1 || d[0].DeviceIds[0] != gpuUUID2 || d[0].GetTopology().GetNodes()[0].GetID() != 1 {
@@ -517,11 +529,13 @@ func TestMinorOnlyAllocationsAreTranslatedThroughTheInventory(t *testing.T) {
 }
 
 func TestReplacingAllocatorKeepsAnotherAllocatorsDevice(t *testing.T) {
-	h := newHarness(t)
+	// One scheduler runs both allocators' plugins, so the gate believes
+	// both on its pods.
+	h := newHarness(t, withSchedulerNames(map[string][]string{hami.Name: {"koord-scheduler"}}))
 	// Koordinator and HAMi both allocated a GPU to the same container; HAMi's
 	// device plugin gave the kubelet a fake id, which HAMi's UUID replaces.
 	// Koordinator's GPU must survive the replacement.
-	h.k.SetPods(fk.NewPod("default", "both", "uid-1",
+	h.k.SetPods(fk.NewPod("default", "both", "uid-1", byKoord,
 		fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithAnnotation("hami.io/vgpu-devices-allocated", gpuUUID2+",NVIDIA,3000,30:;"),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "2"}),
@@ -540,11 +554,23 @@ func TestGetOfAPodBeingCreatedCostsOnePodsRead(t *testing.T) {
 	h.k.SetPods(fk.NewPod("default", "other", "uid-0"))
 	h.list()
 	before := h.k.PodsReads()
-	h.k.AddPod(fk.NewPod("default", "new", "uid-1", fk.WithAnnotation(koordKey, oneGPU)))
+	h.k.AddPod(fk.NewPod("default", "new", "uid-1", byKoord, fk.WithAnnotation(koordKey, oneGPU), koordApp))
 	if got := devicesOf(h.get("default", "new"), "app")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
 		t.Fatalf("new pod got %v", got)
 	}
 	if n := h.k.PodsReads() - before; n != 1 {
 		t.Errorf("a Get of a pod being created cost %d /pods reads, want 1", n)
+	}
+}
+
+// Any tenant can write any allocator's annotation on its own pod, so a
+// proxy that reports devices without vetting them is never built.
+func TestProxyWithoutATrustGateIsRefused(t *testing.T) {
+	set := allocator.NewSet(logrus.New(), nil)
+	dir := shortDir(t)
+	_, err := proxy.New(proxy.Config{Socket: filepath.Join(dir, "proxy.sock"), KubeletSocket: filepath.Join(dir, "kubelet.sock")},
+		proxy.Providers{Store: state.New(state.Options{Decoder: set}), Allocators: set})
+	if err == nil || !strings.Contains(err.Error(), "trust gate") {
+		t.Fatalf("proxy.New without Trust = %v, want an error naming the trust gate", err)
 	}
 }

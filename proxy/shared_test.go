@@ -57,7 +57,7 @@ type listResult struct {
 
 func TestListsThatArriveDuringAKubeletCallGetOneThatStartedAfterThem(t *testing.T) {
 	h := newHarness(t)
-	p := fk.NewPod("default", "trainer", "uid-1", fk.WithAnnotation(koordKey, oneGPU),
+	p := fk.NewPod("default", "trainer", "uid-1", byKoord, fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"}))
 	h.k.SetPods(p)
 	h.list()
@@ -78,7 +78,7 @@ func TestListsThatArriveDuringAKubeletCallGetOneThatStartedAfterThem(t *testing.
 	// A pod is created while A's call is in flight; then eight more clients
 	// ask. The call in flight started before they arrived, so they must
 	// not be given its answer.
-	h.k.AddPod(fk.NewPod("default", "created", "uid-2", fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)),
+	h.k.AddPod(fk.NewPod("default", "created", "uid-2", byKoord, fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)),
 		fk.WithContainer("app", map[string]string{"nvidia.com/gpu": "1"})))
 	const n = 8
 	later := make(chan listResult, n)

@@ -27,7 +27,7 @@ func sharingNode(t *testing.T, opts ...option) *harness {
 		{Type: inventory.TypeGPU, ID: gpuUUID2, NUMANode: &zero, Healthy: true},
 	}
 	// The inventory is also what GetAllocatableResources lists.
-	return newHarness(t, append([]option{withTrust(nil), withInventory(gpus...)}, opts...)...)
+	return newHarness(t, append([]option{withInventory(gpus...)}, opts...)...)
 }
 
 // sharer is a pod of one allocator holding a share of a GPU.

@@ -35,7 +35,7 @@ func TestRunningPodsLearnedFromNRIKeepTheirDevicesWhenPodsGoesDownBeforeAnyQuery
 	// Every running pod must still be answered with its devices: their
 	// specs were read when the runtime reported them, not left for the
 	// first List that includes them.
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	koord := fk.WithSchedulerName("koord-scheduler")
 	rdma := `{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"},"id":"` + pfAddr + `","extension":{"vfs":[{"minor":-1,"busID":"` + vfAddr + `"}]}}]}`
 	a := fk.NewPod("ml", "a", "uid-a", koord, fk.WithAnnotation(koordKey, oneGPU),

@@ -40,7 +40,7 @@ func twoClaimsOfOneWholeGPU(h *harness) (first, second fk.Pod) {
 }
 
 func TestWhenAWholeGPUsHolderLeavesTheNextClaimantGetsIt(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	_, second := twoClaimsOfOneWholeGPU(h)
 	if got := listedGPUsOf(h, "second"); len(got) != 0 {
 		t.Fatalf("second shows %v while first holds the GPU", got)
@@ -60,7 +60,7 @@ func TestWhenAWholeGPUsHolderLeavesTheNextClaimantGetsIt(t *testing.T) {
 func TestAWholeGPUIsNeverShownOnTwoPodsWhenItsFirstHolderComesBack(t *testing.T) {
 	// A node reboot: both sandboxes stop, the later claimant starts first
 	// and alone holds the GPU; then the first holder starts again.
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	first, second := twoClaimsOfOneWholeGPU(h)
 	h.store.SandboxStopped(record.OriginNRI, "sandbox-1", "uid-zz-first")
 	h.store.SandboxStopped(record.OriginNRI, "sandbox-2", "uid-aa-second")
@@ -85,7 +85,7 @@ func TestAGPUTheInventoryFindsLaterIsShown(t *testing.T) {
 	var cur atomic.Pointer[inventory.Snapshot]
 	devs := nodeDevices()
 	cur.Store(inventory.NewSnapshot(devs[1:]))
-	h := newHarness(t, withTrust(nil), withChangingInventory(&cur))
+	h := newHarness(t, withChangingInventory(&cur))
 	p := fk.NewPod("ml", "p", "uid-p", fk.WithSchedulerName("koord-scheduler"), fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"}))
 	h.k.SetPods(p)
@@ -107,7 +107,7 @@ func TestALivePodWhoseSpecWasNeverReadShowsItsDevicesInListAndGet(t *testing.T) 
 	// NRI reported the sandbox before any /pods read saw the pod, so its
 	// record has no spec to vet the devices with: List must read /pods
 	// for it, as Get does, rather than refuse the devices as unvetted.
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	p := fk.NewPod("ml", "p", "uid-p", fk.WithSchedulerName("koord-scheduler"), fk.WithAnnotation(koordKey, oneGPU),
 		fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"}))
 	h.markLive(p, "sandbox-1")

@@ -51,7 +51,7 @@ func refusedReasons(h *harness, uid string) []string {
 }
 
 func TestForgedAnnotationsGetNothingAndTheVictimKeepsItsDevices(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	victim := fk.NewPod("ml", "victim", "uid-victim", fk.WithSchedulerName("koord-scheduler"),
 		fk.WithAnnotation(koordKey, gpuAndVF),
 		fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/rdma": "1"}))
@@ -152,7 +152,7 @@ func TestForgedAnnotationsGetNothingAndTheVictimKeepsItsDevices(t *testing.T) {
 func TestSchedulerNamesAreConfigurable(t *testing.T) {
 	// Koordinator runs as the default scheduler: its pods say
 	// default-scheduler, and koord-scheduler is not in use.
-	h := newHarness(t, withTrust(map[string][]string{koordinator.Name: {"default-scheduler"}}), withNode())
+	h := newHarness(t, withSchedulerNames(map[string][]string{koordinator.Name: {"default-scheduler"}}), withNode())
 	h.k.SetPods(
 		fk.NewPod("ml", "train", "uid-1", fk.WithAnnotation(koordKey, oneGPU),
 			fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})),
@@ -167,7 +167,7 @@ func TestSchedulerNamesAreConfigurable(t *testing.T) {
 }
 
 func TestUnsafeAndForeignIDsAreRefused(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	const notHere = "GPU-00000000-1111-4222-8333-444455556666"
 	gpu := func(id string) string {
 		return `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"` + id + `"}]}`
@@ -231,7 +231,7 @@ func refusedOf(rec *record.Record) []model.Refused {
 }
 
 func TestAPodWhoseSpecWasNeverReadIsNotBelieved(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	// NRI reported the sandbox with a copied annotation, and /pods has been
 	// down since: nothing says which scheduler placed the pod or what it
 	// requests.
@@ -252,7 +252,7 @@ func TestAPodWhoseSpecWasNeverReadIsNotBelieved(t *testing.T) {
 }
 
 func TestAContestedWholeGPUStaysWithItsFirstHolder(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	koord := fk.WithSchedulerName("koord-scheduler")
 	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
 	// A default-scheduler copy seen first holds nothing: only a claim the
@@ -300,7 +300,7 @@ func TestAContestedWholeGPUStaysWithItsFirstHolder(t *testing.T) {
 }
 
 func TestASharedGPUIsShownOnEverySharer(t *testing.T) {
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	half := `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory-ratio":"50"},"id":"` + gpuUUID + `"}]}`
 	var pods []fk.Pod
 	for _, name := range []string{"a", "b"} {
@@ -326,7 +326,7 @@ func TestAnAnnotationEditedOnARunningPodChangesNothingAndIsCounted(t *testing.T)
 	// names another GPU, the runtime's (NRI) still the one the sandbox
 	// started with. The answer must stay, not follow the edit or flip
 	// between the two as /pods reads and runtime events alternate.
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	koord := fk.WithSchedulerName("koord-scheduler")
 	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
 	p := fk.NewPod("ml", "trainer", "uid-trainer", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
@@ -385,7 +385,7 @@ func TestAnEditTakesNoEffectWhenThePodsSandboxIsRecreated(t *testing.T) {
 	// the runtime starts the new sandbox from the pod as the API has it,
 	// edit included. The allocation stays the one the pod UID's first
 	// sandbox started with.
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	koord := fk.WithSchedulerName("koord-scheduler")
 	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
 	p := fk.NewPod("ml", "trainer", "uid-trainer", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
@@ -429,7 +429,7 @@ func TestWholeAndSharedClaimsOnOneGPUKeepTheFirstClaim(t *testing.T) {
 		{"a share first, then whole", share("sharer"), whole("taker")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, withTrust(nil), withNode())
+			h := newHarness(t, withNode())
 			h.k.SetPods(c.first)
 			h.list()
 			h.markLive(c.first, "sandbox-1")
@@ -455,7 +455,7 @@ func TestARefusedAllocationLeavesTheKubeletsOwnDevices(t *testing.T) {
 	// refused as wrong-scheduler. The refusal adds nothing and removes
 	// nothing: DCGM exporter still labels the pod's GPU, NFD and RTE still
 	// count it used, on every method.
-	h := newHarness(t, withTrust(nil), withNode())
+	h := newHarness(t, withNode())
 	h.k.SetPods(fk.NewPod("tenant", "plugin-gpu", "uid-plugin-gpu",
 		fk.WithAnnotation(hamiKey, gpuUUID2+",NVIDIA,3000,30:;"),
 		fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"}),

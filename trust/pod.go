@@ -24,13 +24,8 @@ func NewChecker(gate *Gate, store *state.Store) *Checker {
 	return &Checker{gate: gate, store: store}
 }
 
-// Gate returns the checker's gate; nil for a nil checker (no trust gate).
-func (c *Checker) Gate() *Gate {
-	if c == nil {
-		return nil
-	}
-	return c.gate
-}
+// Gate returns the checker's gate.
+func (c *Checker) Gate() *Gate { return c.gate }
 
 // Vettable reports whether the record says enough to vet its devices
 // without reading /pods: its spec, with the scheduler name.

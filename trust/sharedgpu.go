@@ -115,8 +115,7 @@ func gpuUUID(id string) bool { return len(id) > 4 && strings.EqualFold(id[:4], "
 // of the node: the pods Holders counts as claimants, their devices
 // translated, normalised and believed as for their own answers. prev is the
 // table the last call returned (nil at start): a pod that keeps sharing a
-// GPU keeps its slot. g may be nil (no trust gate: every decoded device is
-// believed).
+// GPU keeps its slot.
 func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*record.Record, inv *inventory.Snapshot) *SharedGPUs {
 	var sharers []sharer
 	for _, r := range records {
@@ -125,9 +124,7 @@ func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*record.Record, inv *inven
 		}
 		devs, _ := allocator.Translate(r.Devices, inv)
 		devs = allocator.NormalizeIDs(devs)
-		if g != nil {
-			devs, _ = g.Vet(r.Spec, devs, inv)
-		}
+		devs, _ = g.Vet(r.Spec, devs, inv)
 		c := claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live()}
 		for _, d := range devs {
 			if !sharedGPU(d) {

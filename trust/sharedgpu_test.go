@@ -1,12 +1,17 @@
 package trust
 
 import (
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
@@ -19,6 +24,10 @@ func sharerRecord(uid, gpu string, at time.Time, slots map[string]int) *record.R
 		Provenance: record.Provenance{Sandbox: &record.Seen{Origin: record.OriginNRI, At: at}, Annotations: &record.Seen{Origin: record.OriginNRI, At: at}},
 		Devices:    []model.Device{{Allocator: hami.Name, Type: "NVIDIA", Resource: parse.DefaultGPUResource, IDs: []string{gpu}, Shared: true}},
 		GPUSlots:   slots,
+		// hami-scheduler's pod asking for the GPU, as the gate believes it.
+		Spec: &model.PodSpec{SchedulerName: "hami-scheduler", Containers: []model.ContainerSpec{
+			{Name: "app", Kind: model.KindApp, Requests: map[string]string{parse.DefaultGPUResource: "1"}},
+		}},
 	}
 }
 
@@ -34,7 +43,13 @@ func TestSharedGPUsKeepTheRecordedSlotsAcrossARestart(t *testing.T) {
 		sharerRecord("d", gpu, t0.Add(3*time.Second), map[string]int{key: 1}),
 		sharerRecord("e", gpu, t0.Add(4*time.Second), nil),
 	}
-	var g *Gate // no trust gate
+	decoders, err := registry.NewFormats(registry.Names(), registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	g := NewGate(allocator.NewSet(log, nil, decoders...), GateOptions{Log: log})
 	table := g.SharedGPUs(nil, records, nil)
 	for uid, want := range map[string]string{"a": gpu, "c": gpu + "::2", "d": gpu + "::1", "e": gpu + "::3"} {
 		if got := table.SharedGPUID(uid, gpu); got != want {

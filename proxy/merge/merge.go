@@ -29,10 +29,6 @@ func V1(pod *v1.PodResources, p Plan, inv *inventory.Snapshot) {
 	if p.Empty() || len(pod.GetContainers()) == 0 {
 		return
 	}
-	if p.toLast != nil {
-		addV1(pod.Containers[len(pod.Containers)-1], p.toLast, inv)
-		return
-	}
 	for _, c := range pod.Containers {
 		if devs := p.assign[c.GetName()]; len(devs) > 0 {
 			addV1(c, devs, inv)
@@ -105,10 +101,6 @@ func (s deviceSet) hasOrAdd(resource, id string) bool {
 // containers only and has no topology, exactly as the kubelet's.
 func V1alpha1(pod *v1alpha1.PodResources, p Plan) {
 	if p.Empty() || len(pod.GetContainers()) == 0 {
-		return
-	}
-	if p.toLast != nil {
-		addV1alpha1(pod.Containers[len(pod.Containers)-1], p.toLast)
 		return
 	}
 	for _, c := range pod.Containers {

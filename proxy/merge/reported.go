@@ -37,9 +37,6 @@ func (r *Resolver) relabel(p Plan) Plan {
 	if r.o.MIGResource == "" {
 		return p
 	}
-	if p.toLast != nil {
-		p.toLast = allocator.MIGResource(p.toLast, r.o.MIGResource)
-	}
 	if p.assign != nil {
 		a := make(allocator.Assignment, len(p.assign))
 		for name, devs := range p.assign {

@@ -25,14 +25,10 @@ import (
 type Plan struct {
 	// assign gives each container its devices, by name.
 	assign allocator.Assignment
-	// toLast holds devices of a pod whose spec was never seen while /pods is
-	// unreachable: they go to the last container the kubelet lists, which
-	// is always an app container (sidecars come first), never a sidecar.
-	toLast []model.Device
 }
 
 // Empty reports whether the plan adds nothing.
-func (p Plan) Empty() bool { return len(p.assign) == 0 && len(p.toLast) == 0 }
+func (p Plan) Empty() bool { return len(p.assign) == 0 }
 
 // Resolver decides, for the pods of a kubelet answer, which devices to add.
 // It answers from the store when the pod's sandbox is live and everything
@@ -57,7 +53,7 @@ type Options struct {
 	// is known without a read; nil: never.
 	Watching   func() bool
 	Allocators *allocator.Set
-	// Trust vets decoded devices; nil reports every decoded device.
+	// Trust vets decoded devices: only what it believes is reported.
 	Trust *trust.Checker
 	// PlainSharedGPUIDs reports every sharer of a GPU under its plain UUID.
 	PlainSharedGPUIDs bool
@@ -158,14 +154,9 @@ func (r *Resolver) Plans(ctx context.Context, keys []model.PodKey, arrived time.
 					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
 					keys[i].Name, keys[i].Namespace, err)
 			}
-			if r.o.Trust != nil {
-				// Its spec is unknown, so its allocation cannot be vetted:
-				// PlanFor refuses it, visibly, rather than guess.
-				plans[i] = r.PlanFor(rec, inv)
-				continue
-			}
-			plans[i] = Plan{toLast: r.translate(rec, inv)}
-			r.o.Metrics.Unattributed()
+			// A live record whose spec is unknown cannot be vetted:
+			// PlanFor refuses its devices, visibly, rather than guess.
+			plans[i] = r.PlanFor(rec, inv)
 		}
 		return plans, false, nil
 	}
@@ -207,10 +198,7 @@ func (r *Resolver) PlanFor(rec *record.Record, inv *inventory.Snapshot) Plan {
 		}
 		return Plan{}
 	}
-	var holders *trust.Holders
-	if r.o.Trust != nil {
-		holders = r.o.Trust.Holders(inv)
-	}
+	holders := r.o.Trust.Holders(inv)
 	shared := r.sharedGPUs(inv)
 	if p, ok := r.cache.get(rec, inv, holders, shared); ok {
 		return p
@@ -226,21 +214,29 @@ func (r *Resolver) PlanFor(rec *record.Record, inv *inventory.Snapshot) Plan {
 	devs = r.vet(rec, devs, inv, holders)
 	devs = r.reported(rec, devs, shared)
 	var p Plan
-	if len(devs) == 0 {
-		p = Plan{}
-	} else if a, ok := r.o.Allocators.Assign(rec.Spec, devs); ok {
-		if !r.o.PlainSharedGPUIDs {
-			a = trust.OnePlainPerPod(rec.Spec, a)
-		}
-		p = Plan{assign: a}
-	} else {
-		p = Plan{toLast: devs}
+	// The gate believes devices only on a pod whose spec it read, so
+	// Assign fails only for a spec without app containers, which no
+	// kubelet lists: such a pod adds nothing.
+	if a, ok := r.assign(rec.Spec, devs); ok {
+		p = r.relabel(Plan{assign: a})
 	}
-	p = r.relabel(p)
 	if cacheable {
 		r.cache.put(rec, inv, holders, shared, p, r.o.Store.Len())
 	}
 	return p
+}
+
+// assign attributes devs to the spec's containers; false when there is
+// nothing to attribute.
+func (r *Resolver) assign(spec *model.PodSpec, devs []model.Device) (allocator.Assignment, bool) {
+	if len(devs) == 0 {
+		return nil, false
+	}
+	a, ok := r.o.Allocators.Assign(spec, devs)
+	if ok && !r.o.PlainSharedGPUIDs {
+		a = trust.OnePlainPerPod(spec, a)
+	}
+	return a, ok
 }
 
 // translate fills in the ids of devices the allocator named only by minor
@@ -257,19 +253,10 @@ func (r *Resolver) translate(rec *record.Record, inv *inventory.Snapshot) []mode
 }
 
 // Vettable reports whether the record says enough to vet its devices
-// without reading /pods: its spec, with the scheduler name when a trust gate
-// is set.
-func (r *Resolver) Vettable(rec *record.Record) bool {
-	if r.o.Trust == nil {
-		return rec.Spec != nil
-	}
-	return r.o.Trust.Vettable(rec)
-}
+// without reading /pods: its spec, with the scheduler name.
+func (r *Resolver) Vettable(rec *record.Record) bool { return r.o.Trust.Vettable(rec) }
 
 // vet returns the devices of rec the trust gate believes (see trust.Checker).
 func (r *Resolver) vet(rec *record.Record, devs []model.Device, inv *inventory.Snapshot, holders *trust.Holders) []model.Device {
-	if r.o.Trust == nil {
-		return devs
-	}
 	return r.o.Trust.Vet(rec, devs, inv, holders)
 }

@@ -2,11 +2,9 @@ package merge
 
 import (
 	"maps"
-	"slices"
 	"sync"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -59,11 +57,7 @@ func (r *Resolver) sharedGPUs(inv *inventory.Snapshot) *trust.SharedGPUs {
 }
 
 // DependsOnOthers reports whether a pod's answer can change when another
-// pod's record does: the trust gate weighs claims against each other, and
-// a GPU's sharers' ids depend on who else shares it.
-func (r *Resolver) DependsOnOthers(rec *record.Record) bool {
-	if len(rec.Devices) == 0 {
-		return false
-	}
-	return r.o.Trust != nil || !r.o.PlainSharedGPUIDs && slices.ContainsFunc(rec.Devices, func(d model.Device) bool { return d.Shared })
-}
+// pod's record does: that of any pod with devices, since the trust gate
+// weighs claims against each other (and a GPU's sharers' ids depend on who
+// else shares it).
+func (r *Resolver) DependsOnOthers(rec *record.Record) bool { return len(rec.Devices) > 0 }

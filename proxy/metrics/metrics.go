@@ -28,7 +28,6 @@ type Metrics struct {
 	podsReadDuration       prometheus.Histogram
 	annotationErrors       *prometheus.CounterVec
 	allocationsRefused     *prometheus.CounterVec
-	unattributed           prometheus.Counter
 	listPodsTotal          *prometheus.CounterVec
 	upstreamShared         *prometheus.CounterVec
 	connectionsRejected    prometheus.Counter
@@ -86,11 +85,6 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name:      "allocations_refused_total",
 			Help:      "Decoded devices not reported because the trust rules refused them, by allocator and reason (wrong-scheduler, no-request, not-on-node, contested: forged; unsafe-id: malformed; spec-unknown: not vetted yet). Counted when a pod's refusals change, not per query.",
 		}, []string{"allocator", "reason"}),
-		unattributed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "devices_attributed_without_spec_total",
-			Help:      "Pods answered while their spec was unknown and /pods unreachable: devices went to the last container the kubelet listed.",
-		}),
 		connectionsRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "connections_rejected_total",
@@ -109,7 +103,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{"method"})
 	reg.MustRegister(m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
-		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused, m.unattributed,
+		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused,
 		m.listPodsTotal, m.upstreamShared)
 	return m
 }
@@ -211,13 +205,4 @@ func (m *Metrics) RateLimited() {
 		return
 	}
 	m.rateLimited.Inc()
-}
-
-// Unattributed counts a pod answered while its spec was unknown and /pods
-// unreachable.
-func (m *Metrics) Unattributed() {
-	if m == nil {
-		return
-	}
-	m.unattributed.Inc()
 }
