@@ -1,5 +1,7 @@
 package model
 
+import "strings"
+
 // PodKey identifies a pod the way PodResources does.
 type PodKey struct {
 	Namespace string
@@ -99,3 +101,15 @@ const (
 	ContainerRemoved ContainerState = "removed"
 	ContainerUnknown ContainerState = "unknown"
 )
+
+// ExtendedResource reports whether a container resource can be a device:
+// anything but the kubelet's own cpu, memory, ephemeral-storage and
+// hugepages-<size>, which no allocator annotates. Both kubelet pod sources
+// (/pods, the Pods API) keep only these of a container's requests.
+func ExtendedResource(name string) bool {
+	switch name {
+	case "cpu", "memory", "ephemeral-storage":
+		return false
+	}
+	return !strings.HasPrefix(name, "hugepages-")
+}

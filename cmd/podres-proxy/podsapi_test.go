@@ -32,11 +32,10 @@ func metricsText(t *testing.T, addr string) string {
 	return string(body)
 }
 
-func TestPodsBeingCreatedAreLearnedFromThePodsAPIWithoutReadingPods(t *testing.T) {
-	// A kubelet with the PodsAPI gate on: new pods are learned from its
-	// watch, with their annotations, before their sandboxes exist. Pods
-	// being created are answered with their devices at CNI ADD time and
-	// /pods is never read.
+// kubeletWithPodsAPI starts a fake kubelet and a fake Pods API in a new
+// directory.
+func kubeletWithPodsAPI(t *testing.T) (*fakekubelet.Kubelet, *podsapitest.Server, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "prc-")
 	if err != nil {
 		t.Fatal(err)
@@ -48,10 +47,27 @@ func TestPodsBeingCreatedAreLearnedFromThePodsAPIWithoutReadingPods(t *testing.T
 		t.Fatal(err)
 	}
 	t.Cleanup(api.Stop)
+	return k, api, dir
+}
+
+// startServeWatching starts serve on the Pods API and waits for its watch
+// to sync.
+func startServeWatching(t *testing.T, k *fakekubelet.Kubelet, api *podsapitest.Server, dir string) served {
+	t.Helper()
 	srv := startServe(t, k, dir, "--kubelet-pods-api-socket", api.Socket())
 	poll.Until(t, "the Pods API watch to sync", func() bool {
 		return strings.Contains(metricsText(t, srv.metrics), `podres_proxy_pods_api_relists_total 1`)
 	})
+	return srv
+}
+
+func TestPodsBeingCreatedAreLearnedFromThePodsAPIWithoutReadingPods(t *testing.T) {
+	// A kubelet with the PodsAPI gate on: new pods are learned from its
+	// watch, with their annotations, before their sandboxes exist. Pods
+	// being created are answered with their devices at CNI ADD time and
+	// /pods is never read.
+	k, api, dir := kubeletWithPodsAPI(t)
+	srv := startServeWatching(t, k, api, dir)
 
 	var pods []fakekubelet.Pod
 	for i, gpu := range []string{gpuUUID, "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc"} {
@@ -102,17 +118,7 @@ func TestAPodStuckBeforeItsSandboxCostsNoReadPerListWithThePodsAPI(t *testing.T)
 	// Job pod are in every List the kubelet answers. With the Pods API's
 	// watch the store knows which pod each name is, so polling consumers
 	// (DCGM exporter, NFD, RTE) cost the kubelet no read per List.
-	dir, err := os.MkdirTemp("", "prc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	k := fakekubelet.Start(t, dir)
-	api := podsapitest.New(filepath.Join(dir, "pods-api.sock"))
-	if err := api.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(api.Stop)
+	k, api, dir := kubeletWithPodsAPI(t)
 	stuck := fakekubelet.NewPod("ml", "stuck", "uid-stuck", fakekubelet.WithSchedulerName("koord-scheduler"),
 		fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
 			`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpuUUID+`"}]}`),
@@ -123,10 +129,7 @@ func TestAPodStuckBeforeItsSandboxCostsNoReadPerListWithThePodsAPI(t *testing.T)
 	k.SetPods(stuck, done)
 	api.Add(&stuck.Pod)
 	api.Add(&done.Pod)
-	srv := startServe(t, k, dir, "--kubelet-pods-api-socket", api.Socket())
-	poll.Until(t, "the Pods API watch to sync", func() bool {
-		return strings.Contains(metricsText(t, srv.metrics), `podres_proxy_pods_api_relists_total 1`)
-	})
+	srv := startServeWatching(t, k, api, dir)
 	lists := api.ListCalls()
 	for i := range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

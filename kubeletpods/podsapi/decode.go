@@ -3,7 +3,6 @@ package podsapi
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -134,7 +133,7 @@ func containerSpec(c *v1.Container, kind model.ContainerKind) model.ContainerSpe
 	var reqs map[string]string
 	add := func(from v1.ResourceList) {
 		for name, q := range from {
-			if !extendedResource(string(name)) {
+			if !model.ExtendedResource(string(name)) {
 				continue
 			}
 			if reqs == nil {
@@ -146,17 +145,6 @@ func containerSpec(c *v1.Container, kind model.ContainerKind) model.ContainerSpe
 	add(c.Resources.Requests)
 	add(c.Resources.Limits) // after requests, so that limits win
 	return model.ContainerSpec{Name: c.Name, Kind: kind, Requests: reqs}
-}
-
-// extendedResource reports whether a container resource can be a device:
-// anything but the kubelet's own cpu, memory, ephemeral-storage and
-// hugepages-<size>, which no allocator annotates. It is podsjson's rule.
-func extendedResource(name string) bool {
-	switch name {
-	case "cpu", "memory", "ephemeral-storage":
-		return false
-	}
-	return !strings.HasPrefix(name, "hugepages-")
 }
 
 // Field numbers of the v1.Pod protobuf encoding (k8s.io/api/core/v1 and

@@ -210,7 +210,7 @@ func checkDecode(t *testing.T, data []byte) bool {
 			t.Fatalf("container %q of kind %q", c.Name, c.Kind)
 		}
 		for r := range c.Requests {
-			if !extendedResource(r) {
+			if !model.ExtendedResource(r) {
 				t.Fatalf("container %q kept %q", c.Name, r)
 			}
 		}

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 
 	// The /pods answer is decoded with github.com/goccy/go-json, a drop-in
 	// for encoding/json: the same struct tags and the same Unmarshal, so
@@ -327,7 +326,7 @@ func containerSpec(c *container, kind model.ContainerKind) model.ContainerSpec {
 	var reqs map[string]string
 	add := func(from map[string]string) {
 		for name, q := range from {
-			if !extendedResource(name) {
+			if !model.ExtendedResource(name) {
 				continue
 			}
 			if reqs == nil {
@@ -339,15 +338,4 @@ func containerSpec(c *container, kind model.ContainerKind) model.ContainerSpec {
 	add(c.Resources.Requests)
 	add(c.Resources.Limits) // after requests, so that limits win
 	return model.ContainerSpec{Name: c.Name, Kind: kind, Requests: reqs}
-}
-
-// extendedResource reports whether a container resource can be a device:
-// anything but the kubelet's own cpu, memory, ephemeral-storage and
-// hugepages-<size>, which no allocator annotates.
-func extendedResource(name string) bool {
-	switch name {
-	case "cpu", "memory", "ephemeral-storage":
-		return false
-	}
-	return !strings.HasPrefix(name, "hugepages-")
 }

@@ -201,7 +201,7 @@ func FuzzDecodePods(f *testing.F) {
 					t.Fatalf("container %q of kind %q", c.Name, c.Kind)
 				}
 				for r := range c.Requests {
-					if !extendedResource(r) {
+					if !model.ExtendedResource(r) {
 						t.Fatalf("container %q keeps %q", c.Name, r)
 					}
 				}
