@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -437,5 +438,56 @@ func TestARefusedHAMiAllocationLeavesNoFakeIDOfTheDevicePlugin(t *testing.T) {
 	}
 	if got := refusedReasons(h, "uid-vgpu"); !slices.Equal(got, []string{trust.ReasonWrongScheduler}) {
 		t.Errorf("refused %v, want [%s]", got, trust.ReasonWrongScheduler)
+	}
+}
+
+// fourGPUs is a node with four GPUs, as the inventory finds them.
+func fourGPUs() (ids []string, devs []inventory.Device) {
+	for i := range int64(4) {
+		n := i
+		id := fmt.Sprintf("GPU-4a0c5e1d-77b2-4c1e-9d3a-0000000000%02d", i)
+		ids = append(ids, id)
+		devs = append(devs, inventory.Device{Type: inventory.TypeGPU, ID: id, Minor: &n, NUMANode: new(int64), Healthy: true, Source: inventory.SourceFile})
+	}
+	return ids, devs
+}
+
+func TestAWholeGPURequestIsShownOneGPUWhateverTheAnnotationNames(t *testing.T) {
+	// A pod placed by koord-scheduler asks for one whole GPU, and quota
+	// counted one; its annotation (edited before the sandbox started)
+	// names all four free GPUs of the node. Kata would cold-plug four,
+	// DCGM blame it for four, NFD count four used.
+	ids, devs := fourGPUs()
+	h := newHarness(t, withTrust(nil), withInventory(devs...))
+	var entries []string
+	for i, id := range ids {
+		entries = append(entries, fmt.Sprintf(`{"minor":%d,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"},"id":"%s"}`, i, id))
+	}
+	greedy := fk.NewPod("tenant", "greedy", "uid-greedy", fk.WithSchedulerName("koord-scheduler"),
+		fk.WithAnnotation(koordKey, `{"gpu":[`+strings.Join(entries, ",")+`]}`),
+		fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100"}))
+	h.k.SetPods(greedy)
+	h.markLive(greedy, "sandbox-greedy")
+
+	cdi, err := clients.KataCDIDevices(ctx(t), h.socket, "tenant", "greedy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"nvidia.com/gpu=" + ids[0]}; !slices.Equal(cdi, want) {
+		t.Errorf("Kata would cold-plug %v, want %v: the pod asked for one GPU", cdi, want)
+	}
+	free, _, err := clients.NFDFreePerNUMA(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := free[clients.NUMAKey{Resource: "nvidia.com/gpu", NUMA: 0}]; got != 3 {
+		t.Errorf("NFD counts %d free GPUs, want 3", got)
+	}
+	want := []string{trust.ReasonOverRequest, trust.ReasonOverRequest, trust.ReasonOverRequest}
+	if got := refusedReasons(h, "uid-greedy"); !slices.Equal(got, want) {
+		t.Errorf("refused %v, want %v", got, want)
+	}
+	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", "koordinator", "reason", trust.ReasonOverRequest); got != 3 {
+		t.Errorf("podres_proxy_allocations_refused_total{reason=%q} = %v, want 3", trust.ReasonOverRequest, got)
 	}
 }
