@@ -155,8 +155,9 @@ func Vettable(spec *model.PodSpec) bool {
 //     device's are PCI addresses, any other a CDI-safe name (letters,
 //     digits, "-_.:", at most 128 bytes, not "all");
 //   - where inv knows devices of the device's type (gpu, rdma, fpga), each
-//     id is one of them (a MIG instance is not looked up: the inventory
-//     lists whole GPUs);
+//     id is one of them; a MIG instance, which the inventory does not list,
+//     must name its parent GPU (MIG-GPU-<uuid>/<gi>/<ci>, or the device's
+//     Parent) and the parent must be one of them;
 //   - a Koordinator pod-level device is within what the pod's containers
 //     ask for: of each kind (type, resource), no more devices than
 //     allocator.Set.Asks counts in the pod's requests, the first ones in
@@ -274,6 +275,13 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snaps
 	if typ := allocator.InventoryType(dev); typ != "" && inv.HasType(typ) {
 		for _, id := range dev.IDs {
 			if parse.IsMIG(id) {
+				// The inventory lists whole GPUs: the instance is on this
+				// node when its parent is.
+				parent := migParent(dev, id)
+				if d, ok := inv.Lookup(parent); parent == "" || !ok || d.Type != typ {
+					return ReasonNotOnNode, fmt.Sprintf("MIG instance %s is not on a %s of this node's inventory (parent %s)",
+						strconv.Quote(id), typ, strconv.Quote(parent))
+				}
 				continue
 			}
 			if d, ok := inv.Lookup(id); !ok || d.Type != typ {
