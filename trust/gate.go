@@ -228,7 +228,9 @@ type surplus struct {
 // annotation naming more devices of a kind than that sum names devices
 // nobody was given (Assign would show them all to the one container asking).
 // Other allocators are not capped here: HAMi and Volcano vGPU list devices
-// per container, and a TensorFusion share may span several GPUs.
+// per container, and a TensorFusion share may span several GPUs. RDMA
+// devices and FPGAs of a pod that asks for GPUs may number as many as the
+// GPUs (joint allocation); the joint-allocate annotation itself is not read.
 func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []bool) []surplus {
 	type kind struct {
 		typ, resource string
@@ -245,6 +247,13 @@ func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []b
 		n, counted := asks[k]
 		if !counted {
 			n = g.set.Asks(spec, dev)
+			if dev.Type == inventory.TypeRDMA || dev.Type == inventory.TypeFPGA {
+				// Koordinator's joint allocation (device-joint-allocate,
+				// GPU first) gives one RDMA device (or FPGA) per PCIe
+				// switch of the pod's GPUs, whatever their own request:
+				// up to as many as the GPUs it asks for.
+				n = max(n, g.set.Asks(spec, model.Device{Allocator: dev.Allocator, Type: inventory.TypeGPU}))
+			}
 			asks[k] = n
 		}
 		if seen[k]++; seen[k] <= n {

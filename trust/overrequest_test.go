@@ -61,7 +61,8 @@ func TestAContainerIsShownNoMoreDevicesThanItsRequestsAskFor(t *testing.T) {
 		name        string
 		annotations map[string]string
 		containers  []model.ContainerSpec
-		kept        int // devices believed, the first ones in the annotation's order
+		kept        int  // devices believed, the first ones in the annotation's order
+		joint       bool // RDMA devices jointly allocated with the GPUs: one per GPU, whatever rdma asks
 	}{
 		{
 			name:        "one whole GPU (gpu-core 100) asked, four named",
@@ -118,6 +119,18 @@ func TestAContainerIsShownNoMoreDevicesThanItsRequestsAskFor(t *testing.T) {
 			kept: 2,
 		},
 		{
+			// koord-scheduler's joint allocation gives a VF on the NIC
+			// of each GPU's PCIe switch, whatever rdma asks.
+			name: "two GPUs and one RDMA device asked, jointly allocated: a VF per GPU believed",
+			annotations: map[string]string{
+				koordinator.Annotation:                            `{` + gpuEntries(2, whole) + `,` + rdmaEntries + `}`,
+				"scheduling.koordinator.sh/device-joint-allocate": `{"deviceTypes":["gpu","rdma"]}`,
+			},
+			containers: []model.ContainerSpec{app("train", "koordinator.sh/gpu", "200", "koordinator.sh/rdma", "100")},
+			kept:       4,
+			joint:      true,
+		},
+		{
 			name:        "a GPU and a VF asked, two of each named: each kind is counted alone",
 			annotations: map[string]string{koordinator.Annotation: `{` + gpuEntries(2, whole) + `,` + rdmaEntries + `}`},
 			containers:  []model.ContainerSpec{app("train", "nvidia.com/gpu", "1", "koordinator.sh/rdma", "100")},
@@ -171,6 +184,9 @@ func TestAContainerIsShownNoMoreDevicesThanItsRequestsAskFor(t *testing.T) {
 					byResource[d.Resource]++
 				}
 				for res, n := range byResource {
+					if tc.joint && res == "koordinator.sh/rdma" {
+						continue
+					}
 					one := devs[slices.IndexFunc(devs, func(d model.Device) bool { return d.Resource == res })]
 					if asks := set.Asks(&model.PodSpec{Containers: []model.ContainerSpec{c}}, one); n > asks {
 						t.Errorf("container %s shown %d %s, its requests ask for %d", name, n, res, asks)
