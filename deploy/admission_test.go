@@ -146,7 +146,7 @@ func compilePolicy(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionP
 // admissionRequest is what the API server hands the policy.
 type admissionRequest struct {
 	operation      string // CREATE or UPDATE
-	subResource    string // "binding", "status"; "" for the pod itself
+	subResource    string // "binding", "status"; "" (absent) for the pod itself
 	user           string
 	object, old    any // a Pod or a Binding; old is nil on CREATE
 	writersMissing bool
@@ -174,10 +174,16 @@ func (cp celPolicy) admit(t *testing.T, writers *corev1.ConfigMap, r admissionRe
 		params = toCEL(t, writers)
 	}
 	vars := map[string]any{}
+	// The API server hands CEL the AdmissionRequest as JSON: an empty
+	// subResource is absent, not "".
+	request := map[string]any{"operation": r.operation, "userInfo": map[string]any{"username": r.user}}
+	if r.subResource != "" {
+		request["subResource"] = r.subResource
+	}
 	act := map[string]any{
 		"object":    toCEL(t, r.object),
 		"oldObject": toCEL(t, r.old),
-		"request":   map[string]any{"operation": r.operation, "subResource": r.subResource, "userInfo": map[string]any{"username": r.user}},
+		"request":   request,
 		"params":    params,
 		"variables": vars,
 	}
