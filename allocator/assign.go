@@ -194,3 +194,52 @@ func (s *Set) Requests(dev model.Device, requests map[string]string) bool {
 	whole, share := dec.Wants(dev, requests)
 	return whole > 0 || share
 }
+
+// Asker is implemented by formats whose requests can ask for shares of
+// several devices, which Wants cannot say: Koordinator's
+// koordinator.sh/gpu.shared: 2 asks a share of each of two GPUs.
+type Asker interface {
+	// Asks returns how many devices of dev's kind a container with these
+	// requests asks for, whole or a share of each; 0 for none.
+	Asks(dev model.Device, requests map[string]string) int64
+}
+
+// Asks returns how many devices of dev's kind the pod's containers ask for
+// in all, the number ResourceQuota and the scheduler counted: each sidecar
+// and app container the whole devices it asks for, or one for a share of a
+// device (a share is part of one device) unless its format is an Asker;
+// when none of them asks, the most
+// any one plain init container asks, since init containers run one after
+// another and hand their devices on. 0 when no container asks for dev or
+// its allocator is not in the set. It counts devices as Assign hands them
+// out (one model.Device each), not ids: one Koordinator RDMA allocation of
+// a NIC can name several VFs.
+func (s *Set) Asks(spec *model.PodSpec, dev model.Device) int64 {
+	dec := s.byName[dev.Allocator]
+	if dec == nil || spec == nil {
+		return 0
+	}
+	asks := func(requests map[string]string) int64 {
+		whole, share := dec.Wants(dev, requests)
+		if share {
+			whole = max(whole, 1)
+		}
+		return whole
+	}
+	if a, ok := dec.(Asker); ok {
+		asks = func(requests map[string]string) int64 { return a.Asks(dev, requests) }
+	}
+	var running, init int64
+	for _, c := range spec.Containers {
+		n := asks(c.Requests)
+		if c.Kind == model.KindInit {
+			init = max(init, n)
+		} else {
+			running += n
+		}
+	}
+	if running > 0 {
+		return running
+	}
+	return init
+}

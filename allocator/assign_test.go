@@ -252,3 +252,35 @@ func TestAssignIsDeterministic(t *testing.T) {
 		t.Errorf("Assign:\n got %v\nwant %v", got, want)
 	}
 }
+
+func TestAsksCountsWhatQuotaCounted(t *testing.T) {
+	const (
+		nvidia = "nvidia.com/gpu"
+		core   = "koordinator.sh/gpu-core"
+		ratio  = "koordinator.sh/gpu-memory-ratio"
+		share  = "koordinator.sh/gpu.shared"
+	)
+	s := NewSet(nil, nil, koordinator.New(koordinator.Options{}))
+	for _, tc := range []struct {
+		name string
+		spec *model.PodSpec
+		dev  model.Device
+		want int64
+	}{
+		{"one whole GPU", spec(container("app", model.KindApp, core, "100", ratio, "100")), gpu(uuidA, 0), 1},
+		{"a sidecar's and an app's GPUs add up", spec(container("proxy", model.KindSidecar, nvidia, "1"), container("app", model.KindApp, nvidia, "2")), gpu(uuidA, 0), 3},
+		{"a share is one device", spec(container("app", model.KindApp, core, "50")), shared(gpu(uuidA, 0)), 1},
+		{"two sharers, one device each at most", spec(container("a", model.KindApp, core, "50"), container("b", model.KindApp, core, "50")), shared(gpu(uuidA, 0)), 2},
+		{"gpu.shared: 2 asks a share of two GPUs", spec(container("app", model.KindApp, core, "100", ratio, "100", share, "2")), shared(gpu(uuidA, 0)), 2},
+		{"init containers only: the one asking most", spec(container("i1", model.KindInit, nvidia, "1"), container("i2", model.KindInit, nvidia, "2"), container("app", model.KindApp)), gpu(uuidA, 0), 2},
+		{"the running containers' ask, when they ask", spec(container("init", model.KindInit, nvidia, "4"), container("app", model.KindApp, nvidia, "1")), gpu(uuidA, 0), 1},
+		{"nobody asks", spec(container("app", model.KindApp)), gpu(uuidA, 0), 0},
+		{"RDMA asked in percent", spec(container("app", model.KindApp, "koordinator.sh/rdma", "100")), rdma(0, "0000:1f:00.2"), 1},
+		{"an allocator the set lacks", spec(container("app", model.KindApp, nvidia, "1")), model.Device{Allocator: "other", Resource: nvidia}, 0},
+		{"no spec", nil, gpu(uuidA, 0), 0},
+	} {
+		if got := s.Asks(tc.spec, tc.dev); got != tc.want {
+			t.Errorf("%s: Asks = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -99,9 +99,11 @@
 // Gate.Vet keeps a device only on a pod its allocator's scheduler placed
 // (spec.schedulerName), that requests what the device provides, whose ids
 // have their resource's shape and, where the inventory knows the type, are
-// this node's; Gate.Holders and Gate.Contest show an exclusive device
+// this node's, and of Koordinator's devices no more than the pod's requests
+// ask for (Set.Asks); Gate.Holders and Gate.Contest show an exclusive device
 // (Koordinator's whole GPU, VF, PF, FPGA) on the pod that claimed it first
-// only. Refusals carry a reason and a class (forged, malformed, unvetted)
+// only, a PF and its VFs, a GPU and its MIG instances contesting each other
+// as one device. Refusals carry a reason and a class (forged, malformed, unvetted)
 // for the log, the metric and the record. The proxy applies the gate where
 // a pod's devices are answered, after Translate and before Assign.
 package allocator

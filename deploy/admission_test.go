@@ -11,6 +11,7 @@ import (
 	"github.com/google/cel-go/ext"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -145,6 +146,7 @@ func compilePolicy(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionP
 // admissionRequest is what the API server hands the policy.
 type admissionRequest struct {
 	operation      string // CREATE or UPDATE
+	subResource    string // "binding", "status"; "" (absent) for the pod itself
 	user           string
 	object, old    any // a Pod or a Binding; old is nil on CREATE
 	writersMissing bool
@@ -172,10 +174,16 @@ func (cp celPolicy) admit(t *testing.T, writers *corev1.ConfigMap, r admissionRe
 		params = toCEL(t, writers)
 	}
 	vars := map[string]any{}
+	// The API server hands CEL the AdmissionRequest as JSON: an empty
+	// subResource is absent, not "".
+	request := map[string]any{"operation": r.operation, "userInfo": map[string]any{"username": r.user}}
+	if r.subResource != "" {
+		request["subResource"] = r.subResource
+	}
 	act := map[string]any{
 		"object":    toCEL(t, r.object),
 		"oldObject": toCEL(t, r.old),
-		"request":   map[string]any{"operation": r.operation, "userInfo": map[string]any{"username": r.user}},
+		"request":   request,
 		"params":    params,
 		"variables": vars,
 	}
@@ -319,7 +327,7 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 		},
 		{
 			name: "a tenant binds with an allocation annotation on the Binding (merged into the pod)",
-			req: admissionRequest{operation: "CREATE", user: tenant, object: &corev1.Binding{
+			req: admissionRequest{operation: "CREATE", subResource: "binding", user: tenant, object: &corev1.Binding{
 				TypeMeta:   metaBinding,
 				ObjectMeta: objectMeta("train-0", withKoord(koordValue)),
 				Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
@@ -363,6 +371,108 @@ func TestAdmissionPolicyWritersAreConfigurable(t *testing.T) {
 	req.user = koordinator
 	if msg := cp.admit(t, ap.writers, req); msg == "" {
 		t.Error("a writer no longer listed was allowed")
+	}
+}
+
+// boundPod is a pod created already bound to node-1 (spec.nodeName) under
+// scheduler's name, asking for one whole GPU, without any annotation.
+func boundPod(scheduler string) *corev1.Pod {
+	p := podWith(nil)
+	p.Spec.SchedulerName = scheduler
+	p.Spec.NodeName = "node-1"
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"koordinator.sh/gpu-core": resource.MustParse("100")}
+	return p
+}
+
+// A pod's spec.schedulerName is written by whoever creates it. Created with
+// spec.nodeName set it is never scheduled: no scheduler allocated or
+// counted its devices, yet podres-proxy believes the annotations of pods
+// that name a device scheduler. Only the listed writers may create one.
+func TestAdmissionPolicyDeniesBoundPodsNamingADeviceScheduler(t *testing.T) {
+	ap := renderAdmissionPolicy(t)
+	cp := compilePolicy(t, ap.policy)
+	unbound := boundPod("koord-scheduler")
+	unbound.Spec.NodeName = ""
+	for _, c := range []struct {
+		name      string
+		req       admissionRequest
+		wantDeny  bool
+		wantWords []string
+	}{
+		{
+			name:      "a tenant creates a pod bound to a node under koord-scheduler's name",
+			req:       admissionRequest{operation: "CREATE", user: tenant, object: boundPod("koord-scheduler")},
+			wantDeny:  true,
+			wantWords: []string{"spec.nodeName", "koord-scheduler", tenant},
+		},
+		{
+			name:      "... under hami-scheduler's",
+			req:       admissionRequest{operation: "CREATE", user: tenant, object: boundPod("hami-scheduler")},
+			wantDeny:  true,
+			wantWords: []string{"hami-scheduler"},
+		},
+		{
+			name:      "... under Volcano's",
+			req:       admissionRequest{operation: "CREATE", user: rsController, object: boundPod("volcano")},
+			wantDeny:  true,
+			wantWords: []string{"volcano"},
+		},
+		{
+			name: "koord-scheduler's service account creates one",
+			req:  admissionRequest{operation: "CREATE", user: koordinator, object: boundPod("koord-scheduler")},
+		},
+		{
+			name: "a tenant creates a bound pod under default-scheduler's name",
+			req:  admissionRequest{operation: "CREATE", user: tenant, object: boundPod("default-scheduler")},
+		},
+		{
+			name: "a tenant creates a pod for koord-scheduler to place",
+			req:  admissionRequest{operation: "CREATE", user: tenant, object: unbound},
+		},
+		{
+			name: "the kubelet creates the mirror pod of a static pod",
+			req:  admissionRequest{operation: "CREATE", user: "system:node:node-1", object: boundPod("koord-scheduler")},
+		},
+		{
+			name: "koord-scheduler binds a pod (a Binding has no spec)",
+			req: admissionRequest{operation: "CREATE", subResource: "binding", user: koordinator, object: &corev1.Binding{
+				TypeMeta: metaBinding, ObjectMeta: objectMeta("train-0", nil), Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}},
+		},
+		{
+			name: "the kubelet updates a bound pod's status",
+			req:  admissionRequest{operation: "UPDATE", subResource: "status", user: "system:node:node-1", old: boundPod("koord-scheduler"), object: boundPod("koord-scheduler")},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			msg := cp.admit(t, ap.writers, c.req)
+			if denied := msg != ""; denied != c.wantDeny {
+				t.Fatalf("denied = %v (%q), want %v", denied, msg, c.wantDeny)
+			}
+			for _, w := range c.wantWords {
+				if !strings.Contains(msg, w) {
+					t.Errorf("denial %q does not name %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestAdmissionPolicyDeviceSchedulersAreConfigurable(t *testing.T) {
+	// Where Koordinator runs under another name, the ConfigMap lists it:
+	// that name is guarded, and the default no longer is. Without the key,
+	// the defaults are.
+	ap := renderAdmissionPolicy(t)
+	cp := compilePolicy(t, ap.policy)
+	ap.writers.Data["schedulers"] = " my-koord-scheduler \n\n"
+	if msg := cp.admit(t, ap.writers, admissionRequest{operation: "CREATE", user: tenant, object: boundPod("my-koord-scheduler")}); msg == "" {
+		t.Error("a bound pod under a listed scheduler's name was allowed")
+	}
+	if msg := cp.admit(t, ap.writers, admissionRequest{operation: "CREATE", user: tenant, object: boundPod("koord-scheduler")}); msg != "" {
+		t.Errorf("a scheduler no longer listed is still guarded: %s", msg)
+	}
+	delete(ap.writers.Data, "schedulers")
+	if msg := cp.admit(t, ap.writers, admissionRequest{operation: "CREATE", user: tenant, object: boundPod("tensor-fusion-scheduler")}); msg == "" {
+		t.Error("without the schedulers key, a default device scheduler is not guarded")
 	}
 }
 

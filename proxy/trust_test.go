@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -484,5 +485,150 @@ func TestARefusedAllocationLeavesTheKubeletsOwnDevices(t *testing.T) {
 	}
 	if got := refusedReasons(h, "uid-plugin-gpu"); !slices.Equal(got, []string{trust.ReasonWrongScheduler}) {
 		t.Errorf("refused %v, want [%s]", got, trust.ReasonWrongScheduler)
+	}
+}
+
+// fourGPUs is a node with four GPUs, as the inventory finds them.
+func fourGPUs() (ids []string, devs []inventory.Device) {
+	for i := range int64(4) {
+		n := i
+		id := fmt.Sprintf("GPU-4a0c5e1d-77b2-4c1e-9d3a-0000000000%02d", i)
+		ids = append(ids, id)
+		devs = append(devs, inventory.Device{Type: inventory.TypeGPU, ID: id, Minor: &n, NUMANode: new(int64), Healthy: true, Source: inventory.SourceFile})
+	}
+	return ids, devs
+}
+
+func TestAWholeGPURequestIsShownOneGPUWhateverTheAnnotationNames(t *testing.T) {
+	// A pod placed by koord-scheduler asks for one whole GPU, and quota
+	// counted one; its annotation (edited before the sandbox started)
+	// names all four free GPUs of the node. Kata would cold-plug four,
+	// DCGM blame it for four, NFD count four used.
+	ids, devs := fourGPUs()
+	h := newHarness(t, withInventory(devs...))
+	var entries []string
+	for i, id := range ids {
+		entries = append(entries, fmt.Sprintf(`{"minor":%d,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"},"id":"%s"}`, i, id))
+	}
+	greedy := fk.NewPod("tenant", "greedy", "uid-greedy", fk.WithSchedulerName("koord-scheduler"),
+		fk.WithAnnotation(koordKey, `{"gpu":[`+strings.Join(entries, ",")+`]}`),
+		fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100"}))
+	h.k.SetPods(greedy)
+	h.markLive(greedy, "sandbox-greedy")
+
+	cdi, err := clients.KataCDIDevices(ctx(t), h.socket, "tenant", "greedy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"nvidia.com/gpu=" + ids[0]}; !slices.Equal(cdi, want) {
+		t.Errorf("Kata would cold-plug %v, want %v: the pod asked for one GPU", cdi, want)
+	}
+	free, _, err := clients.NFDFreePerNUMA(ctx(t), h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := free[clients.NUMAKey{Resource: "nvidia.com/gpu", NUMA: 0}]; got != 3 {
+		t.Errorf("NFD counts %d free GPUs, want 3", got)
+	}
+	want := []string{trust.ReasonOverRequest, trust.ReasonOverRequest, trust.ReasonOverRequest}
+	if got := refusedReasons(h, "uid-greedy"); !slices.Equal(got, want) {
+		t.Errorf("refused %v, want %v", got, want)
+	}
+	if got := h.counter("podres_proxy_allocations_refused_total", "allocator", "koordinator", "reason", trust.ReasonOverRequest); got != 3 {
+		t.Errorf("podres_proxy_allocations_refused_total{reason=%q} = %v, want 3", trust.ReasonOverRequest, got)
+	}
+}
+
+func TestAPFAndItsVFAreNeverShownOnTwoPods(t *testing.T) {
+	// Whoever owns the PF sets its VFs' MAC, VLAN and trust: a pod given
+	// the PF while another holds one of its VFs (or the other way round)
+	// owns the other's network. Both orders: the first claim stands.
+	koord := fk.WithSchedulerName("koord-scheduler")
+	vfPod := func(name string) fk.Pod {
+		return fk.NewPod("ml", name, "uid-"+name, koord,
+			fk.WithAnnotation(koordKey, `{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"},"id":"`+pfAddr+`","extension":{"vfs":[{"minor":-1,"busID":"`+vfAddr+`"}]}}]}`),
+			fk.WithContainer("app", map[string]string{"koordinator.sh/rdma": "100"}))
+	}
+	pfPod := func(name string) fk.Pod {
+		return fk.NewPod("ml", name, "uid-"+name, koord,
+			fk.WithAnnotation(koordKey, `{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"},"id":"`+pfAddr+`"}]}`),
+			fk.WithContainer("app", map[string]string{"koordinator.sh/rdma": "100"}))
+	}
+	for _, c := range []struct {
+		name          string
+		first, second fk.Pod
+		want          string
+	}{
+		{"the VF first, then the PF", vfPod("vf-holder"), pfPod("pf-taker"), vfAddr},
+		{"the PF first, then a VF", pfPod("pf-holder"), vfPod("vf-taker"), pfAddr},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, withNode())
+			h.k.SetPods(c.first)
+			h.list()
+			h.markLive(c.first, "sandbox-1")
+			h.k.SetPods(c.first, c.second)
+			h.list()
+			h.markLive(c.second, "sandbox-2")
+			ids, err := clients.MultusDeviceIDs(ctx(t), h.socket, "ml", c.first.Name, "koordinator.sh/rdma")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ids, []string{c.want}) {
+				t.Errorf("Multus hands the first claimant %v, want %s", ids, c.want)
+			}
+			ids, err = clients.MultusDeviceIDs(ctx(t), h.socket, "ml", c.second.Name, "koordinator.sh/rdma")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) != 0 {
+				t.Errorf("Multus hands %v to %s, whose PF or VF another pod holds", ids, c.second.Name)
+			}
+			if got := refusedReasons(h, string(c.second.UID)); !slices.Equal(got, []string{trust.ReasonContested}) {
+				t.Errorf("later claimant refused %v, want [%s]", got, trust.ReasonContested)
+			}
+		})
+	}
+}
+
+func TestAMIGInstanceOfAGPUHeldWholeIsNotShown(t *testing.T) {
+	// One pod holds the GPU whole; another's annotation names a MIG
+	// instance of it (MIG-GPU-<uuid>/<gi>/<ci>), or of a GPU this node
+	// does not have. Neither is cold-plugged.
+	koord := fk.WithSchedulerName("koord-scheduler")
+	oneWhole := fk.WithContainer("train", map[string]string{"nvidia.com/gpu": "1"})
+	mig := func(uuid string) string {
+		return `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"MIG-` + uuid + `/1/0"}]}`
+	}
+	holder := fk.NewPod("ml", "holder", "uid-holder", koord, fk.WithAnnotation(koordKey, oneGPU), oneWhole)
+	slicer := fk.NewPod("tenant", "slicer", "uid-slicer", koord, fk.WithAnnotation(koordKey, mig(gpuUUID)), oneWhole)
+	stranger := fk.NewPod("tenant", "stranger", "uid-stranger", koord,
+		fk.WithAnnotation(koordKey, mig("GPU-0f0f0f0f-1111-4222-8333-444455556666")), oneWhole)
+	h := newHarness(t, withNode())
+	h.k.SetPods(holder)
+	h.list()
+	h.markLive(holder, "sandbox-holder")
+	h.k.SetPods(holder, slicer, stranger)
+	h.list()
+	h.markLive(slicer, "sandbox-slicer")
+	h.markLive(stranger, "sandbox-stranger")
+
+	for _, p := range []fk.Pod{slicer, stranger} {
+		cdi, err := clients.KataCDIDevices(ctx(t), h.socket, p.Namespace, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cdi) != 0 {
+			t.Errorf("Kata would cold-plug %v into %s", cdi, p.Name)
+		}
+	}
+	if cdi, err := clients.KataCDIDevices(ctx(t), h.socket, "ml", "holder"); err != nil || !slices.Equal(cdi, []string{"nvidia.com/gpu=" + gpuUUID}) {
+		t.Errorf("the holder shows %v (%v), want its GPU", cdi, err)
+	}
+	if got := refusedReasons(h, "uid-slicer"); !slices.Equal(got, []string{trust.ReasonContested}) {
+		t.Errorf("a MIG instance of a held GPU refused %v, want [%s]", got, trust.ReasonContested)
+	}
+	if got := refusedReasons(h, "uid-stranger"); !slices.Equal(got, []string{trust.ReasonNotOnNode}) {
+		t.Errorf("a MIG instance of a GPU not on the node refused %v, want [%s]", got, trust.ReasonNotOnNode)
 	}
 }

@@ -45,6 +45,12 @@ const (
 	// started the sandbox with is kept, so the edit is refused. Class
 	// forged.
 	ReasonEdited = "edited"
+	// ReasonOverRequest: the pod's containers ask for fewer devices of the
+	// kind than the annotation names (a pod requesting one whole GPU whose
+	// annotation names four); the devices beyond what they ask for, in the
+	// annotation's order, are refused. ResourceQuota and the scheduler
+	// counted the requests, not the annotation. Class forged.
+	ReasonOverRequest = "over-request"
 	// ReasonSpecUnknown: the pod's spec (its scheduler and requests) was
 	// never read, so nothing about the allocation can be checked. Class
 	// unvetted.
@@ -151,8 +157,13 @@ func Vettable(spec *model.PodSpec) bool {
 //     device's are PCI addresses, any other a CDI-safe name (letters,
 //     digits, "-_.:", at most 128 bytes, not "all");
 //   - where inv knows devices of the device's type (gpu, rdma, fpga), each
-//     id is one of them (a MIG instance is not looked up: the inventory
-//     lists whole GPUs).
+//     id is one of them; a MIG instance, which the inventory does not list,
+//     must name its parent GPU (MIG-GPU-<uuid>/<gi>/<ci>, or the device's
+//     Parent) and the parent must be one of them;
+//   - a Koordinator pod-level device is within what the pod's containers
+//     ask for: of each kind (type, resource), no more devices than
+//     allocator.Set.Asks counts in the pod's requests, the first ones in
+//     the annotation's order kept (over-request).
 //
 // A device failing one is refused whole, with all its ids: reporting some of
 // an RDMA allocation's VFs could hand Multus an arbitrary one. With a nil
@@ -174,14 +185,14 @@ func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv *inventory.S
 			drop = make([]bool, len(devices))
 		}
 		drop[i] = true
-		refused = append(refused, model.Refused{
-			Allocator: dev.Allocator,
-			Resource:  dev.Resource,
-			IDs:       slices.Clone(dev.IDs),
-			Reason:    reason,
-			Class:     ReasonClass(reason),
-			Detail:    detail,
-		})
+		refused = append(refused, refusal(dev, reason, detail))
+	}
+	for _, over := range g.overRequest(spec, devices, drop) {
+		if drop == nil {
+			drop = make([]bool, len(devices))
+		}
+		drop[over.index] = true
+		refused = append(refused, refusal(devices[over.index], ReasonOverRequest, over.detail))
 	}
 	if drop == nil {
 		return devices, nil
@@ -193,6 +204,66 @@ func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv *inventory.S
 		}
 	}
 	return kept, refused
+}
+
+func refusal(dev model.Device, reason, detail string) model.Refused {
+	return model.Refused{
+		Allocator: dev.Allocator,
+		Resource:  dev.Resource,
+		IDs:       slices.Clone(dev.IDs),
+		Reason:    reason,
+		Class:     ReasonClass(reason),
+		Detail:    detail,
+	}
+}
+
+// surplus is a device overRequest refuses: its index and why.
+type surplus struct {
+	index  int
+	detail string
+}
+
+// overRequest returns, in the order of devices, the Koordinator pod-level
+// devices not yet dropped that go beyond what the pod's containers ask for,
+// with the refusal's detail. Koordinator allocates per pod from the sum of
+// its containers' requests, each whole device or share counted, so an
+// annotation naming more devices of a kind than that sum names devices
+// nobody was given (Assign would show them all to the one container asking).
+// Other allocators are not capped here: HAMi and Volcano vGPU list devices
+// per container, and a TensorFusion share may span several GPUs. RDMA
+// devices and FPGAs of a pod that asks for GPUs may number as many as the
+// GPUs (joint allocation); the joint-allocate annotation itself is not read.
+func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []bool) []surplus {
+	type kind struct {
+		typ, resource string
+		counts        bool
+	}
+	var out []surplus
+	seen := map[kind]int64{}
+	asks := map[kind]int64{}
+	for i, dev := range devices {
+		if (drop != nil && drop[i]) || dev.Allocator != koordinator.Name || dev.ContainerIndex != nil || dev.Container != "" {
+			continue
+		}
+		k := kind{dev.Type, dev.Resource, dev.CountsRequests}
+		n, counted := asks[k]
+		if !counted {
+			n = g.set.Asks(spec, dev)
+			if dev.Type == inventory.TypeRDMA || dev.Type == inventory.TypeFPGA {
+				// Koordinator's joint allocation (device-joint-allocate,
+				// GPU first) gives one RDMA device (or FPGA) per PCIe
+				// switch of the pod's GPUs, whatever their own request:
+				// up to as many as the GPUs it asks for.
+				n = max(n, g.set.Asks(spec, model.Device{Allocator: dev.Allocator, Type: inventory.TypeGPU}))
+			}
+			asks[k] = n
+		}
+		if seen[k]++; seen[k] <= n {
+			continue
+		}
+		out = append(out, surplus{i, fmt.Sprintf("the pod's containers ask for %d %s device(s) in all; the annotation names more", n, dev.Resource)})
+	}
+	return out
 }
 
 // check returns why dev is refused, "" when it is believed.
@@ -215,6 +286,13 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snaps
 	if typ := allocator.InventoryType(dev); typ != "" && inv.HasType(typ) {
 		for _, id := range dev.IDs {
 			if parse.IsMIG(id) {
+				// The inventory lists whole GPUs: the instance is on this
+				// node when its parent is.
+				parent := migParent(dev, id)
+				if d, ok := inv.Lookup(parent); parent == "" || !ok || d.Type != typ {
+					return ReasonNotOnNode, fmt.Sprintf("MIG instance %s is not on a %s of this node's inventory (parent %s)",
+						strconv.Quote(id), typ, strconv.Quote(parent))
+				}
 				continue
 			}
 			if d, ok := inv.Lookup(id); !ok || d.Type != typ {

@@ -322,12 +322,20 @@ func TestASharedGPUStaysShared(t *testing.T) {
 // FuzzNoExclusiveDeviceTwice builds a node of pods (scheduler, requests,
 // whole or shared claims on a few devices, lifecycle, when each was
 // learned) from the fuzzer's bytes and answers every pod as the proxy does:
-// it never panics, and no exclusive id is shown on two pods.
+// it never panics, no exclusive id is shown on two pods, and no device is
+// shown on one pod while another is shown whole what it is part of or a
+// part of it (a PF and its VF, a GPU and its MIG instance), unless both
+// are shares.
 func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 	f.Add([]byte{0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11})
 	f.Add([]byte{0xff, 0x00, 0xff, 0x00, 0x80, 0x40, 0x20, 0x10, 0x08})
-	ids := []string{"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc", "0000:01:00.2", "0000:01:00.3", "all"}
+	f.Add([]byte{0x10, 0x02, 0x28, 0x06}) // a VF, then its PF
+	f.Add([]byte{0x00, 0x02, 0x30, 0x06}) // a GPU, then a MIG instance of it
+	ids := []string{"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a", "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc", "0000:01:00.2", "0000:01:00.3", "all",
+		"0000:01:00.0", "MIG-GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a/1/0"}
+	// family maps an id to the device it is part of.
+	family := map[string]string{"0000:01:00.2": "0000:01:00.0", "MIG-GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a/1/0": ids[0]}
 	set := quietSet(f)
 	gate := trust.NewGate(set, trust.GateOptions{})
 	node := inventory.NewSnapshot([]inventory.Device{
@@ -365,7 +373,11 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 			records = append(records, r)
 		}
 		holders := gate.Holders(records, node)
-		shownBy := map[string]string{}
+		type shown struct {
+			uid       string
+			exclusive bool
+		}
+		shownOn := map[string][]shown{} // id -> the pods shown it
 		for _, r := range records {
 			kept, _ := gate.Vet(r.Spec, r.Devices, node)
 			kept, _ = gate.Contest(r, kept, holders)
@@ -373,15 +385,24 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 				continue // never answered: a stopped pod is read again
 			}
 			for _, d := range kept {
-				if !trust.Exclusive(d) {
-					continue
-				}
 				for _, id := range d.IDs {
-					if other, dup := shownBy[strings.ToLower(id)]; dup {
-						t.Fatalf("exclusive %s shown on %s and %s", id, other, r.UID)
-					}
-					shownBy[strings.ToLower(id)] = r.UID
+					shownOn[strings.ToLower(id)] = append(shownOn[strings.ToLower(id)], shown{r.UID, trust.Exclusive(d)})
 				}
+			}
+		}
+		conflict := func(a, b string) {
+			for _, x := range shownOn[strings.ToLower(a)] {
+				for _, y := range shownOn[strings.ToLower(b)] {
+					if x.uid != y.uid && (x.exclusive || y.exclusive) {
+						t.Fatalf("%s shown on %s and %s on %s, one of them whole", a, x.uid, b, y.uid)
+					}
+				}
+			}
+		}
+		for _, id := range ids {
+			conflict(id, id)
+			if parent, ok := family[id]; ok {
+				conflict(id, parent)
 			}
 		}
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -22,18 +23,25 @@ func Exclusive(dev model.Device) bool {
 	return dev.Allocator == koordinator.Name && !dev.Shared
 }
 
-// Holders says which pod holds each exclusive device id of the node. Build
-// it with Gate.Holders; it is immutable.
+// Holders says which pod holds each device of the node, and what each
+// device is part of: a VF of its PF, a MIG instance of its GPU. Build it
+// with Gate.Holders; it is immutable.
 type Holders struct {
-	byID map[string]claim
+	inv *inventory.Snapshot
+	// on holds the claims granted on exactly a device (claimKey), under
+	// those granted on a part of it (a VF of the PF, a MIG instance of the
+	// GPU), by the device's key.
+	on, under map[string][]claim
 }
 
-// claim is one pod's claim on an id: the earliest claim on an id holds it.
+// claim is one pod's claim on a device: the earliest claim on a device
+// holds it.
 type claim struct {
 	uid       string
 	since     time.Time
 	live      bool
-	exclusive bool // the pod claims the whole device, not a share of it
+	exclusive bool   // the pod claims the whole device, not a share of it
+	id        string // the id claimed, as the pod's answer spells it
 }
 
 // before reports whether c holds the device rather than o: the claim
@@ -50,35 +58,120 @@ func (c claim) before(o claim) bool {
 	return c.uid < o.uid
 }
 
+func (c claim) compare(o claim) int {
+	switch {
+	case c.before(o):
+		return -1
+	case o.before(c):
+		return 1
+	}
+	return 0
+}
+
 // Holders decides, from every record of the node, which pod holds each
-// device id: among the running or pending pods whose claim Vet believes,
-// the one whose allocation annotations were learned first, and whether it
-// holds the device whole (then it is the only pod shown with it) or a share
-// (then other sharers are shown too, and no pod may take it whole). That
-// time is the sandbox's start when NRI or CRI reported the pod first, else
-// its first sighting in /pods; it is persisted with the record, so a daemon
-// restart keeps the holder, and an annotation edited later is learned anew,
-// which makes the editor the later claimant. inv translates and checks ids as
-// for the pod's own answer.
+// device: among the running or pending pods whose claim Vet believes, the
+// one whose allocation annotations were learned first, and whether it holds
+// the device whole (then it is the only pod shown with it) or a share (then
+// other sharers are shown too, and no pod may take it whole). That time is
+// the sandbox's start when NRI or CRI reported the pod first, else its first
+// sighting in /pods; it is persisted with the record, so a daemon restart
+// keeps the holder, and an annotation edited later is learned anew, which
+// makes the editor the later claimant. inv translates and checks ids as for
+// the pod's own answer.
+//
+// A device and its parts contest each other as one device does: whoever
+// holds a PF sets its VFs' MAC, VLAN and trust, and a MIG instance is a
+// slice of its GPU. So a claim on a PF conflicts with claims on its VFs
+// (the inventory, from sysfs physfn/virtfn or a Device object, knows which
+// they are), a claim on a GPU with claims on its MIG instances, unless both
+// are shares. Claims are granted in order, earliest first, each device of a
+// pod only when none of its ids conflicts with a claim already granted, so
+// that a claim refused itself never keeps a later one from a device.
 func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holders {
-	h := &Holders{byID: map[string]claim{}}
+	type candidate struct {
+		c   claim
+		dev model.Device
+	}
+	var cands []candidate
 	for _, r := range records {
 		if !claimant(r) {
 			continue
 		}
 		devs, _ := allocator.Translate(r.Devices, inv)
+		devs = allocator.NormalizeIDs(devs)
 		kept, _ := g.Vet(r.Spec, devs, inv)
 		for _, d := range kept {
-			c := claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}
-			for _, id := range d.IDs {
-				k := claimKey(id)
-				if cur, ok := h.byID[k]; !ok || c.before(cur) {
-					h.byID[k] = c
-				}
+			cands = append(cands, candidate{claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}, d})
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int { return a.c.compare(b.c) })
+	h := &Holders{inv: inv, on: map[string][]claim{}, under: map[string][]claim{}}
+	for _, cand := range cands {
+		if _, _, found := h.conflict(cand.c.uid, cand.c.exclusive, cand.dev); found {
+			continue
+		}
+		for _, id := range cand.dev.IDs {
+			c := cand.c
+			c.id = id
+			key, parent := h.keys(cand.dev, id)
+			h.on[key] = append(h.on[key], c)
+			if parent != "" {
+				h.under[parent] = append(h.under[parent], c)
 			}
 		}
 	}
 	return h
+}
+
+// keys returns the key of a device id and the key of the device it is part
+// of ("" when none or unknown): a VF's PF as the inventory knows it, a MIG
+// instance's GPU.
+func (h *Holders) keys(dev model.Device, id string) (key, parent string) {
+	key = claimKey(id)
+	if parse.IsMIG(id) {
+		if p := migParent(dev, id); p != "" {
+			parent = claimKey(p)
+		}
+		return key, parent
+	}
+	if d, ok := h.inv.Lookup(id); ok && d.PhysFn != "" {
+		parent = claimKey(d.PhysFn)
+	}
+	return key, parent
+}
+
+// conflict returns a claim granted to another pod than uid that a claim on
+// dev (whole when exclusive) cannot stand beside: one on one of dev's ids,
+// on the device an id is part of, or on a part of it; both shares stand
+// together. id is dev's id it concerns; false when there is none.
+func (h *Holders) conflict(uid string, exclusive bool, dev model.Device) (held claim, id string, found bool) {
+	for _, id := range dev.IDs {
+		key, parent := h.keys(dev, id)
+		lists := [][]claim{h.on[key], h.under[key]}
+		if parent != "" {
+			lists = append(lists, h.on[parent])
+		}
+		for _, list := range lists {
+			for _, c := range list {
+				if c.uid != uid && (exclusive || c.exclusive) {
+					return c, id, true
+				}
+			}
+		}
+	}
+	return claim{}, "", false
+}
+
+// migParent returns the GPU a MIG instance id is carved from: the one its
+// pre-R470 form names (MIG-GPU-<uuid>/<gi>/<ci>), else the one its
+// allocator recorded (Device.Parent); "" when neither says.
+func migParent(dev model.Device, id string) string {
+	if len(id) > 8 && strings.EqualFold(id[:8], "MIG-GPU-") {
+		if gpu, _, ok := strings.Cut(id[4:], "/"); ok {
+			return gpu
+		}
+	}
+	return dev.Parent
 }
 
 func (c claim) kind() string {
@@ -100,39 +193,40 @@ func claimant(r *record.Record) bool {
 	return r.State == record.PhaseReady || r.State == record.PhasePending
 }
 
-// claimKey compares ids as the inventory does: case-insensitively.
-func claimKey(id string) string { return strings.ToLower(id) }
+// claimKey compares ids as the inventory does: case-insensitively, PCI
+// addresses in sysfs form (a VF written without its domain is still the
+// VF the inventory knows).
+func claimKey(id string) string { return inventory.IDKey(id) }
 
 // Contest refuses the devices of rec (devices: what Vet kept of them) that
-// conflict with another pod's earlier claim on one of their ids: a whole
-// device when another pod claimed it first, whole or a share of it; a share
-// when another pod holds the device whole. Sharers of a device shared first
+// conflict with another pod's earlier claim (see Holders): a whole device
+// when another pod claimed it, a part of it (a VF of the PF, a MIG instance
+// of the GPU) or what it is part of first, whole or a share; a share when
+// another pod holds one of those whole. Sharers of a device shared first
 // stay shared. A later claimant thus gets none of a device an exclusive
-// holder has, and nobody takes whole a GPU others share.
+// holder has, nor of its PF, VFs, GPU or MIG instances, and nobody takes
+// whole a GPU others share.
 func (g *Gate) Contest(rec *record.Record, devices []model.Device, h *Holders) (kept []model.Device, refused []model.Refused) {
 	if h == nil {
 		return devices, nil
 	}
 	var drop []bool
 	for i, d := range devices {
-		exclusive := Exclusive(d)
-		for _, id := range d.IDs {
-			holder, ok := h.byID[claimKey(id)]
-			if !ok || holder.uid == rec.UID || (!exclusive && !holder.exclusive) {
-				continue
-			}
-			if drop == nil {
-				drop = make([]bool, len(devices))
-			}
-			drop[i] = true
-			refused = append(refused, model.Refused{
-				Allocator: d.Allocator, Resource: d.Resource, IDs: slices.Clone(d.IDs),
-				Reason: ReasonContested, Class: ReasonClass(ReasonContested),
-				Detail: fmt.Sprintf("id %s is held by pod uid %s, which claimed it first (%s, %s)",
-					strconv.Quote(id), holder.uid, holder.since.UTC().Format(time.RFC3339Nano), holder.kind()),
-			})
-			break
+		holder, id, found := h.conflict(rec.UID, Exclusive(d), d)
+		if !found {
+			continue
 		}
+		if drop == nil {
+			drop = make([]bool, len(devices))
+		}
+		drop[i] = true
+		detail := fmt.Sprintf("id %s is held by pod uid %s, which claimed it first (%s, %s)",
+			strconv.Quote(holder.id), holder.uid, holder.since.UTC().Format(time.RFC3339Nano), holder.kind())
+		if claimKey(holder.id) != claimKey(id) {
+			detail = fmt.Sprintf("id %s contests %s (a PF and its VFs, a GPU and its MIG instances are contested as one device); %s",
+				strconv.Quote(id), strconv.Quote(holder.id), detail)
+		}
+		refused = append(refused, refusal(d, ReasonContested, detail))
 	}
 	if drop == nil {
 		return devices, nil

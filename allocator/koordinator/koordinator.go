@@ -313,10 +313,7 @@ func below100(resources map[string]resource.Quantity, name string) bool {
 // Wants implements allocator.Format; the package doc has the table of which request
 // asks for which device type and how it counts.
 func (k *Format) Wants(dev model.Device, requests map[string]string) (whole int64, share bool) {
-	typ := dev.Type
-	if _, known := k.resource[typ]; !known {
-		typ = k.typeOf(dev.Resource)
-	}
+	typ := k.deviceType(dev)
 	names := k.requests[typ]
 	if len(names) == 0 || len(requests) == 0 {
 		return 0, false
@@ -360,6 +357,34 @@ func (k *Format) Wants(dev model.Device, requests map[string]string) (whole int6
 	default:
 		return 0, shareOnly
 	}
+}
+
+// Asks implements allocator.Asker: the whole devices Wants counts, or one
+// for a share, or as many as koordinator.sh/gpu.shared asks to share (a
+// GPU request spread over that many GPUs), whichever is more.
+func (k *Format) Asks(dev model.Device, requests map[string]string) int64 {
+	n, share := k.Wants(dev, requests)
+	if n == 0 && !share {
+		return 0
+	}
+	if share {
+		n = max(n, 1)
+	}
+	if v, ok := requests[koordResGPUShared]; ok && k.requests[k.deviceType(dev)][koordResGPUShared] == asksShare {
+		if q, err := resource.ParseQuantity(v); err == nil && q.CmpInt64(q.Value()) == 0 {
+			n = max(n, q.Value())
+		}
+	}
+	return n
+}
+
+// deviceType returns dev's Koordinator device type: its Type, or for a
+// device that lost it, the type its resource is reported for.
+func (k *Format) deviceType(dev model.Device) string {
+	if _, known := k.resource[dev.Type]; known {
+		return dev.Type
+	}
+	return k.typeOf(dev.Resource)
 }
 
 // typeOf finds the device type a resource name is reported for, for devices

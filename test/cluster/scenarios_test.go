@@ -25,11 +25,15 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/test/binder"
@@ -878,6 +882,120 @@ func wrongListing(got, want map[string][]string) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
+}
+
+// TestTheAdmissionPolicyDeniesTenantsPodsBoundUnderADeviceSchedulersName
+// applies deploy/components/admission-policy to the real API server. A
+// pod's spec.schedulerName is written by whoever creates it, and a pod
+// created with spec.nodeName set is never scheduled, so a tenant could make
+// podres-proxy believe its own annotations as koord-scheduler's. As the
+// tenant (impersonated), creating such a pod is denied; as koord-scheduler's
+// service account, a listed writer, it is admitted, and so are the tenant's
+// pods that koord-scheduler places or that name default-scheduler. The
+// creations are dry runs: the API server admits them exactly as real ones,
+// and nothing reaches the node.
+func TestTheAdmissionPolicyDeniesTenantsPodsBoundUnderADeviceSchedulersName(t *testing.T) {
+	requireCluster(t)
+	ensureNamespace(t)
+	ctx := context.Background()
+	// The writers' ConfigMap lives in podres-proxy's namespace, which the
+	// base creates; this test run alone has no base.
+	if _, err := h.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "podres-proxy"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	const (
+		tenant = "system:serviceaccount:" + testNamespace + ":default"
+		writer = "system:serviceaccount:koordinator-system:koord-scheduler"
+	)
+	// Both may create pods in the namespace, so that only the policy can
+	// deny them.
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-creator", Namespace: testNamespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "pod-creator", Namespace: testNamespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenant}, {Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: writer}}}
+	for _, create := range []func() error{
+		func() error {
+			_, err := h.client.RbacV1().Roles(testNamespace).Create(ctx, role, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := h.client.RbacV1().RoleBindings(testNamespace).Create(ctx, binding, metav1.CreateOptions{})
+			return err
+		},
+	} {
+		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	as := func(user string) kubernetes.Interface {
+		cfg, err := clientcmd.BuildConfigFromFlags("", h.env["KUBECONFIG_ADMIN"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// create creates, as a dry run, a pod of the binder's scheduler asking
+	// for a VF, bound to the node when node is set.
+	create := func(c kubernetes.Interface, name, scheduler, node string) error {
+		spec := podSpec()
+		spec.SchedulerName, spec.NodeName = scheduler, node
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace}, Spec: spec}
+		_, err := c.CoreV1().Pods(testNamespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	node := h.env["NODE_NAME"]
+	tenantClient, writerClient := as(tenant), as(writer)
+	denied := func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "spec.nodeName")
+	}
+
+	files := []string{"-f", "deploy/components/admission-policy/policy.yaml", "-f", "deploy/components/admission-policy/writers.yaml"}
+	if out, err := kubectl(append([]string{"apply"}, files...)...); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Log(out)
+	}
+	// The API server enforces a policy once its informers have the policy,
+	// the binding and the ConfigMap; later tests' binder writes allocation
+	// annotations as the cluster admin, whom the policy would deny, so it
+	// is gone again before they run.
+	t.Cleanup(func() {
+		if _, err := kubectl(append([]string{"delete", "--ignore-not-found"}, files...)...); err != nil {
+			t.Error(err)
+			return
+		}
+		poll(t, time.Minute, "the admission policy withdrawn", func() error {
+			return create(tenantClient, "bound-by-tenant", schedulerName, node)
+		})
+	})
+	var err error
+	poll(t, time.Minute, "the admission policy in force", func() error {
+		if err = create(tenantClient, "bound-by-tenant", schedulerName, node); denied(err) {
+			return nil
+		}
+		return fmt.Errorf("a tenant's pod bound under %s's name: %v", schedulerName, err)
+	})
+	for _, w := range []string{schedulerName, tenant} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("the denial %q does not name %q", err, w)
+		}
+	}
+	t.Logf("denied: %v", err)
+	if err := create(writerClient, "bound-by-koord-scheduler", schedulerName, node); err != nil {
+		t.Errorf("koord-scheduler's service account, a listed writer, was refused a bound pod: %v", err)
+	}
+	if err := create(tenantClient, "placed-by-koord-scheduler", schedulerName, ""); err != nil {
+		t.Errorf("a tenant's pod for koord-scheduler to place was refused: %v", err)
+	}
+	if err := create(tenantClient, "bound-under-default-scheduler", "default-scheduler", node); err != nil {
+		t.Errorf("a tenant's bound pod under default-scheduler's name was refused: %v", err)
+	}
 }
 
 func TestHelmChartInstallsTheSameDaemon(t *testing.T) {
