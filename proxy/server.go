@@ -145,7 +145,9 @@ func New(cfg Config, p Providers) (*Server, error) {
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client
 	// can hold is bounded (package limits).
-	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil)
+	// Every method answers from kubelet calls that concurrent callers
+	// share, so a burst beyond the limit can join them (limits.RateLimit).
+	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil, func(string) bool { return true })
 	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit),
 		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced
 	s.grpc = grpc.NewServer(opts...)

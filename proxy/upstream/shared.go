@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 )
 
@@ -29,6 +30,13 @@ const sharedTimeout = 30 * time.Second
 // method, and most callers share one; its limit of 100 calls a second is
 // shared with every other agent on the node. kubeletpods.Reader does the
 // same for /pods reads.
+//
+// A call the rate limit refused (its context has a limits.Overdraft) never
+// makes a kubelet call that another call did not make it wait for: it joins
+// the next call when one is in flight, and is refused otherwise. A next call
+// that only such calls wait for (those within the limit gave up) takes a
+// token as they would, or is refused to them all; so the kubelet never sees
+// more calls than the limit lets through.
 //
 // A shared call's error, the kubelet's code and message included, goes to
 // every caller that shared it. A caller's own deadline or cancellation ends
@@ -57,11 +65,15 @@ func NewShared[T any](method string, fn func(ctx context.Context, started time.T
 type flight[T any] struct {
 	started time.Time // when the call started: it saw nothing older
 	waiters int       // callers still waiting
+	paid    int       // waiters the rate limit let through
 	callers int       // every caller that joined
-	cancel  context.CancelFunc
-	done    chan struct{}
-	val     T     // set before done is closed
-	err     error // set before done is closed
+	// overdraft is one of the refused waiters', to pay for the call when
+	// no waiter within the limit is left.
+	overdraft *limits.Overdraft
+	cancel    context.CancelFunc
+	done      chan struct{}
+	val       T     // set before done is closed
+	err       error // set before done is closed
 }
 
 // Do returns the result of a call that started after Do was called.
@@ -70,7 +82,14 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, status.FromContextError(err).Err()
 	}
+	over := limits.OverdraftOf(ctx)
 	c.mu.Lock()
+	if c.cur == nil && over != nil {
+		// Refused by the limit, and no call to join.
+		c.mu.Unlock()
+		c.metrics.RateLimited()
+		return zero, limits.ErrRateLimited()
+	}
 	if c.cur == nil {
 		// Nothing in flight: this caller makes the call itself, in its own
 		// goroutine and under its own deadline. Nobody else can join a call
@@ -96,6 +115,11 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	f := c.next
 	f.waiters++
 	f.callers++
+	if over == nil {
+		f.paid++
+	} else {
+		f.overdraft = over
+	}
 	c.mu.Unlock()
 
 	select {
@@ -105,6 +129,9 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	}
 	c.mu.Lock()
 	f.waiters--
+	if over == nil {
+		f.paid--
+	}
 	if f.waiters == 0 && f.cancel != nil {
 		f.cancel() // nobody waits for it any more
 	}
@@ -152,7 +179,17 @@ func (c *Shared[T]) finish(f *flight[T]) {
 	c.cur = nil
 	if next := c.next; next != nil {
 		c.next = nil
-		if next.waiters > 0 {
+		switch {
+		case next.waiters == 0:
+		case next.paid == 0 && !next.overdraft.Pay():
+			// Only calls the limit refused wait, and their client may not
+			// make another call now.
+			next.err = limits.ErrRateLimited()
+			for range next.waiters {
+				c.metrics.RateLimited()
+			}
+			close(next.done)
+		default:
 			c.startLocked(next)
 		}
 	}
