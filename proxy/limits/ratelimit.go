@@ -141,16 +141,39 @@ func (f *fairLimiter) beyondShareLocked(c *clientBucket, now time.Time) bool {
 	return f.global.TokensAt(now) >= reserve+1 && f.global.AllowN(now, 1)
 }
 
-// takeBeyondShare is beyondShareLocked for a kubelet call that only calls
-// the limit refused wait for (see Overdraft).
-func (f *fairLimiter) takeBeyondShare(client string) bool {
+// reserveBeyondShare reserves a token for client's call beyond its share,
+// one that comes back within maxGlobalWait and leaves the reserve then, as
+// beyondShareLocked would: it returns how long until it is there, and a func
+// that gives it back.
+func (f *fairLimiter) reserveBeyondShare(client string) (time.Duration, func(), bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.clients[client]
 	if !ok {
-		return false // pruned: it has not called for activeWindow
+		return 0, nil, false
 	}
-	return f.beyondShareLocked(c, f.clock.Now())
+	now := f.clock.Now()
+	reserve := 0.0
+	if f.othersCalledSince(c, now.Add(-contendWindow)) {
+		reserve = f.reserve
+	}
+	if f.global.TokensAt(now.Add(maxGlobalWait)) < reserve+1 {
+		return 0, nil, false
+	}
+	r := f.global.ReserveN(now, 1)
+	if !r.OK() {
+		return 0, nil, false
+	}
+	d := r.DelayFrom(now)
+	if d > maxGlobalWait {
+		r.CancelAt(now)
+		return 0, nil, false
+	}
+	return d, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		r.CancelAt(f.clock.Now())
+	}, true
 }
 
 // contendWindow is how recently another client must have called for a
@@ -178,11 +201,15 @@ type Overdraft struct {
 	client string
 }
 
-// Pay takes, for a kubelet call that only refused calls wait for, a token
-// as the refused client's call beyond its share would: the kubelet never
-// sees more calls than the limit lets through, and a client flooding with
-// many calls at once leaves other clients their reserve.
-func (o *Overdraft) Pay() bool { return o.l.takeBeyondShare(o.client) }
+// Reserve takes, for a kubelet call that only refused calls wait for, a
+// token as the refused client's call beyond its share would, one that comes
+// back within 50 ms while they gather: it returns how long until it is
+// there, and cancel, which gives it back when the call is not made. So the
+// kubelet never sees more calls than the limit lets through, and a client
+// flooding with many calls at once leaves other clients their reserve.
+func (o *Overdraft) Reserve() (delay time.Duration, cancel func(), ok bool) {
+	return o.l.reserveBeyondShare(o.client)
+}
 
 type overdraftKey struct{}
 

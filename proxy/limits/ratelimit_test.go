@@ -176,11 +176,21 @@ func TestARefusedCallReachesOnlyAJoinableHandlerWithAnOverdraft(t *testing.T) {
 	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{FullMethod: "/shared"}, h); err != nil || over == nil {
 		t.Fatalf("a refused call of a joinable method: err %v, overdraft %v, want its handler with an Overdraft", err, over)
 	}
-	if over.Pay() {
-		t.Error("the Overdraft paid for a call with no token left")
+	// The tokens it may take come back every 10 ms at 100/s; it waits
+	// for no more than 50 ms.
+	var cancel func()
+	for i := 1; i <= 5; i++ {
+		delay, c, ok := over.Reserve()
+		if !ok || delay != time.Duration(i)*10*time.Millisecond {
+			t.Fatalf("Reserve %d = %v, %v, want a token %d ms away", i, delay, ok, i*10)
+		}
+		cancel = c
 	}
-	clock.Step(10 * time.Millisecond)
-	if !over.Pay() {
-		t.Error("the Overdraft did not pay once a token was back")
+	if _, _, ok := over.Reserve(); ok {
+		t.Error("a token more than 50 ms away was reserved")
+	}
+	cancel()
+	if _, _, ok := over.Reserve(); !ok {
+		t.Error("the token given back cannot be reserved again")
 	}
 }

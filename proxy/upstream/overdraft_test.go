@@ -69,51 +69,77 @@ func TestACallBeyondTheLimitOnlyJoinsACallOthersMake(t *testing.T) {
 	})
 }
 
-// A next call that only refused calls wait for takes a token as their
-// client would; without one they are all refused.
-func TestANextCallOnlyRefusedCallsWaitForTakesAToken(t *testing.T) {
+// Refused calls that gather while nothing is in flight, or that alone wait
+// for the next call, share one call once their client's next token is there
+// (a burst); a refused call alone is refused, as the kubelet would refuse a
+// client calling one call after another.
+func TestRefusedCallsThatGatherShareOneCallAndOneAloneIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
 		over := refused(t, clk)
 		k := &kubelet{}
 		s, reg := newTestShared(k)
 
-		// No token left: the riders are refused and no call is made.
+		// Nothing in flight: two gather, one call answers both.
+		riders := []<-chan result{doAsync(over, s), doAsync(over, s)}
+		synctest.Wait() // both wait for the token, 10 ms away
+		if k.count() != 0 {
+			t.Fatalf("%d kubelet calls before the token is there", k.count())
+		}
+		clk.Step(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the bubble's clock: the token is there
+		synctest.Wait()
+		if k.count() != 1 {
+			t.Fatalf("%d kubelet calls for two gathered refused calls, want 1", k.count())
+		}
+		k.call(t, 0).answer <- nil
+		for _, ch := range riders {
+			if r := <-ch; r.err != nil {
+				t.Errorf("a gathered refused call: %v", r.err)
+			}
+		}
+
+		// Riders of the next call, with nobody within the limit: the same.
+		clk.Step(10 * time.Millisecond)
 		first := doAsync(t.Context(), s)
 		synctest.Wait()
-		riders := []<-chan result{doAsync(over, s), doAsync(over, s)}
+		riders = []<-chan result{doAsync(over, s), doAsync(over, s)}
 		synctest.Wait()
-		k.call(t, 0).answer <- nil
-		synctest.Wait()
+		k.call(t, 1).answer <- nil
 		if r := <-first; r.err != nil {
 			t.Fatal(r.err)
 		}
+		clk.Step(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if k.count() != 3 {
+			t.Fatalf("%d kubelet calls, want the riders' own third", k.count())
+		}
+		k.call(t, 2).answer <- nil
 		for _, ch := range riders {
-			if r := <-ch; status.Code(r.err) != codes.ResourceExhausted {
-				t.Errorf("a rider of an unpaid call = %v, want ResourceExhausted", r.err)
+			if r := <-ch; r.err != nil {
+				t.Errorf("a rider of a call only riders wait for: %v", r.err)
 			}
 		}
-		if k.count() != 1 {
-			t.Errorf("%d kubelet calls, want 1: nobody could pay for the next", k.count())
-		}
-		if got := counter(t, reg, "podres_proxy_rate_limited_total"); got != 2 {
-			t.Errorf("rate_limited_total = %v, want 2", got)
-		}
 
-		// A token back (10 ms at 100/s): the riders' call is made.
+		// One alone, with a call in flight or not: refused, no call.
 		clk.Step(10 * time.Millisecond)
 		first = doAsync(t.Context(), s)
 		synctest.Wait()
 		rider := doAsync(over, s)
 		synctest.Wait()
-		k.call(t, 1).answer <- nil
-		synctest.Wait()
-		k.call(t, 2).answer <- nil
+		k.call(t, 3).answer <- nil
 		if r := <-first; r.err != nil {
 			t.Fatal(r.err)
 		}
-		if r := <-rider; r.err != nil {
-			t.Errorf("a rider of a call its client paid for: %v", r.err)
+		if r := <-rider; status.Code(r.err) != codes.ResourceExhausted {
+			t.Errorf("a refused call alone in the next call = %v, want ResourceExhausted", r.err)
+		}
+		if k.count() != 4 {
+			t.Errorf("%d kubelet calls, want 4: none for the lone refused call", k.count())
+		}
+		if got := counter(t, reg, "podres_proxy_rate_limited_total"); got != 1 {
+			t.Errorf("rate_limited_total = %v, want 1", got)
 		}
 	})
 }

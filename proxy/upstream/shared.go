@@ -32,11 +32,13 @@ const sharedTimeout = 30 * time.Second
 // same for /pods reads.
 //
 // A call the rate limit refused (its context has a limits.Overdraft) never
-// makes a kubelet call that another call did not make it wait for: it joins
-// the next call when one is in flight, and is refused otherwise. A next call
-// that only such calls wait for (those within the limit gave up) takes a
-// token as they would, or is refused to them all; so the kubelet never sees
-// more calls than the limit lets through.
+// makes a kubelet call of its own. It joins the next call when one is in
+// flight. When none is, it waits for the token its client could take next
+// (at most 50 ms), and the call is made if others joined it meanwhile (a
+// burst), with a caller within the limit arriving, or else refused: a client
+// calling alone, one call after another, is refused as by the kubelet. A
+// next call that only such calls wait for is made or refused in the same
+// way. So the kubelet never sees more calls than the limit lets through.
 //
 // A shared call's error, the kubelet's code and message included, goes to
 // every caller that shared it. A caller's own deadline or cancellation ends
@@ -84,11 +86,27 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	}
 	over := limits.OverdraftOf(ctx)
 	c.mu.Lock()
-	if c.cur == nil && over != nil {
-		// Refused by the limit, and no call to join.
+	if c.cur == nil && c.next != nil {
+		// Refused calls gather for a call (gather): join it; a caller
+		// within the limit makes it now.
+		f := c.next
+		f.waiters++
+		f.callers++
+		if over == nil {
+			f.paid++
+			c.next = nil
+			c.startLocked(f)
+		}
 		c.mu.Unlock()
-		c.metrics.RateLimited()
-		return zero, limits.ErrRateLimited()
+		return c.wait(ctx, f, over)
+	}
+	if c.cur == nil && over != nil {
+		// Refused by the limit, and no call to join: gather one.
+		f := &flight[T]{done: make(chan struct{}), waiters: 1, callers: 1, overdraft: over}
+		c.next = f
+		c.mu.Unlock()
+		c.gather(f, over)
+		return c.wait(ctx, f, over)
 	}
 	if c.cur == nil {
 		// Nothing in flight: this caller makes the call itself, in its own
@@ -121,7 +139,51 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 		f.overdraft = over
 	}
 	c.mu.Unlock()
+	return c.wait(ctx, f, over)
+}
 
+// gather makes f, a call only refused callers wait for, with nothing in
+// flight, once the token their client could take next is there, if others
+// joined it meanwhile; else refuses it. A caller within the limit may start
+// it before.
+func (c *Shared[T]) gather(f *flight[T], over *limits.Overdraft) {
+	delay, cancel, ok := over.Reserve()
+	if ok && delay > 0 {
+		t := time.NewTimer(delay) // at most 50 ms: the rate limit's own wait
+		<-t.C
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next != f {
+		if ok {
+			cancel() // a caller within the limit made the call
+		}
+		return
+	}
+	c.next = nil
+	if ok && f.callers > 1 && f.waiters > 0 {
+		c.startLocked(f)
+		return
+	}
+	if ok {
+		cancel()
+	}
+	c.refuseLocked(f)
+}
+
+// refuseLocked ends f, which nobody may pay for, with the rate limit's
+// error. c.mu is held.
+func (c *Shared[T]) refuseLocked(f *flight[T]) {
+	f.err = limits.ErrRateLimited()
+	for range f.waiters {
+		c.metrics.RateLimited()
+	}
+	close(f.done)
+}
+
+// wait waits for f, which this caller joined, or for ctx.
+func (c *Shared[T]) wait(ctx context.Context, f *flight[T], over *limits.Overdraft) (T, error) {
+	var zero T
 	select {
 	case <-f.done:
 		return f.val, f.err
@@ -181,14 +243,10 @@ func (c *Shared[T]) finish(f *flight[T]) {
 		c.next = nil
 		switch {
 		case next.waiters == 0:
-		case next.paid == 0 && !next.overdraft.Pay():
-			// Only calls the limit refused wait, and their client may not
-			// make another call now.
-			next.err = limits.ErrRateLimited()
-			for range next.waiters {
-				c.metrics.RateLimited()
-			}
-			close(next.done)
+		case next.paid == 0:
+			// Only calls the limit refused wait: they gather for a token.
+			c.next = next
+			go c.gather(next, next.overdraft)
 		default:
 			c.startLocked(next)
 		}
