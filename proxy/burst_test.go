@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -139,5 +140,38 @@ func TestGetOfAPodTheKubeletDoesNotListAnswersItsError(t *testing.T) {
 		if st, _ := status.FromError(err); st.Code() != want.Code() || st.Message() != want.Message() {
 			t.Errorf("Get %s/%s = %v, want %v", req.PodNamespace, req.PodName, err, want.Err())
 		}
+	}
+}
+
+// A client flooding Get from many calls at once shares kubelet calls, but
+// the kubelet never sees them faster than the limit: 100 a second, plus the
+// burst.
+func TestAConcurrentFloodOfGetsCostsTheKubeletNoMoreThanTheLimit(t *testing.T) {
+	h := newHarness(t, withRateLimit(limits.DefaultRateLimitQPS, limits.DefaultRateLimitBurst))
+	h.k.SetPods(fk.NewPod("default", "web", "uid-1"))
+	var clients []v1.PodResourcesListerClient
+	for range 2 {
+		clients = append(clients, h.v1())
+	}
+	const period = time.Second
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 2 * limits.MaxStreamsPerConnection {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < period {
+				_, err := clients[i%len(clients)].Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: "web"})
+				if err != nil && status.Code(err) != codes.ResourceExhausted {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if max := int64(limits.DefaultRateLimitQPS*elapsed.Seconds()) + limits.DefaultRateLimitBurst + 1; h.k.GRPCCalls() > max {
+		t.Errorf("%d kubelet calls in %v of flooding, more than the limit lets through (%d)", h.k.GRPCCalls(), elapsed, max)
 	}
 }
