@@ -11,7 +11,8 @@
 // koordinator.sh/rdma) have no device plugin, so without this package their
 // pods' network-status has no device-info. The file is NPWG device-info
 // spec 1.1.0, type "pci": the device's PCI address, its PF's address when it
-// is a VF, and its RDMA device (mlx5_3) when it has one, from sysfs.
+// is a VF, and its RDMA device (mlx5_3) when it has one, from sysfs (the PF
+// from the inventory when sysfs is off or does not show the VF).
 //
 // The Writer writes a device's file when the proxy answers a pod with it,
 // before the answer leaves (Multus reads it right after its List), and
@@ -76,14 +77,16 @@ type PCI struct {
 type Options struct {
 	// Dir is where files are written; DefaultDir when empty.
 	Dir string
-	// SysfsRoot is where sysfs is mounted; "/sys" when empty.
+	// SysfsRoot is where sysfs is mounted; empty means no sysfs at all
+	// (an empty --sysfs-root), and files say what the inventory knows.
 	SysfsRoot string
 	// Log gets a warning per file that cannot be written or removed, and
 	// a debug line per file another writer owns; nil: logrus's standard.
 	Log logrus.FieldLogger
 	// Inventory translates the devices an allocator named by minor only,
-	// as the proxy does, when Release looks for the devices pods hold;
-	// nil translates nothing.
+	// as the proxy does, when Release looks for the devices pods hold; it
+	// also gives a VF's PF when sysfs is off or does not show the VF. nil
+	// translates nothing.
 	Inventory func() *inventory.Snapshot
 }
 
@@ -120,9 +123,6 @@ func New(opts Options) *Writer {
 	}
 	if w.dir == "" {
 		w.dir = DefaultDir
-	}
-	if w.sysfs == "" {
-		w.sysfs = "/sys"
 	}
 	if w.log == nil {
 		w.log = logrus.StandardLogger()
@@ -306,25 +306,39 @@ func createNew(path string, data []byte) (created bool, err error) {
 	return true, nil
 }
 
-// info reads what sysfs says about a PCI device: its PF (a VF's physfn
-// link) and its RDMA device (the entry of its infiniband directory).
-// Whatever sysfs does not say is left out.
+// info says what is known of a PCI device: its PF (a VF's physfn link in
+// sysfs, else the PF the inventory lists it under) and its RDMA device (the
+// entry of its infiniband directory in sysfs). Whatever neither says is
+// left out. Without a sysfs root nothing is read from disk: falling back to
+// the host's /sys would describe another machine's devices in a test or a
+// container that was told there is no sysfs.
 func (w *Writer) info(id string) Info {
 	addr, _ := inventory.CanonicalPCIAddress(id)
 	in := Info{Type: "pci", Version: SpecVersion, PCI: PCI{PCIAddress: addr}}
-	dev := filepath.Join(w.sysfs, "bus", "pci", "devices", addr)
-	if target, err := os.Readlink(filepath.Join(dev, "physfn")); err == nil {
-		if pf, ok := inventory.CanonicalPCIAddress(filepath.Base(target)); ok {
-			in.PCI.PFPCIAddress = pf
+	if w.sysfs != "" {
+		dev := filepath.Join(w.sysfs, "bus", "pci", "devices", addr)
+		if target, err := os.Readlink(filepath.Join(dev, "physfn")); err == nil {
+			if pf, ok := inventory.CanonicalPCIAddress(filepath.Base(target)); ok {
+				in.PCI.PFPCIAddress = pf
+			}
+		}
+		if entries, err := os.ReadDir(filepath.Join(dev, "infiniband")); err == nil && len(entries) > 0 {
+			names := make([]string, 0, len(entries))
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			slices.Sort(names)
+			in.PCI.RDMADevice = names[0]
 		}
 	}
-	if entries, err := os.ReadDir(filepath.Join(dev, "infiniband")); err == nil && len(entries) > 0 {
-		names := make([]string, 0, len(entries))
-		for _, e := range entries {
-			names = append(names, e.Name())
+	if in.PCI.PFPCIAddress == "" && w.inv != nil {
+		// The inventory knows no VF's RDMA device (only a PF's minor, whose
+		// mlx5_N a VF does not share), so only the PF comes from it.
+		if d, ok := w.inv().Lookup(addr); ok && d.PhysFn != "" {
+			if pf, ok := inventory.CanonicalPCIAddress(d.PhysFn); ok {
+				in.PCI.PFPCIAddress = pf
+			}
 		}
-		slices.Sort(names)
-		in.PCI.RDMADevice = names[0]
 	}
 	return in
 }

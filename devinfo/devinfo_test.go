@@ -13,6 +13,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/internal/poll"
+	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -240,5 +241,81 @@ func TestAdoptTakesOnlyItsResourcesFiles(t *testing.T) {
 	w.Release(func() []*record.Record { return nil })
 	if _, err := os.Stat(filepath.Join(dir, "intel.com-sriov-"+vf+"-device.json")); err != nil {
 		t.Errorf("another resource's file was removed: %v", err)
+	}
+}
+
+// otherPF is the PF the inventory names for vf, unlike fakeSysfs, so that a
+// file shows which of them it was read from.
+const otherPF = "0000:5e:00.0"
+
+func inventoryWithVF() func() *inventory.Snapshot {
+	snap := inventory.NewSnapshot([]inventory.Device{{Type: inventory.TypeRDMA, ID: otherPF, BusID: otherPF, Healthy: true, VFs: []inventory.VF{{BusID: vf}}}})
+	return func() *inventory.Snapshot { return snap }
+}
+
+// With sysfs off (an empty --sysfs-root), or a sysfs that does not show the VF
+// (a VM, a container without /sys/bus/pci), the PF still comes from the
+// inventory, which lists each NIC's VFs. sysfs, when it shows the VF, is
+// read at the root given and wins.
+func TestAVFsPFComesFromTheInventoryWhenSysfsDoesNotShowIt(t *testing.T) {
+	for _, tc := range []struct {
+		name, root string
+		want       devinfo.PCI
+	}{
+		{"sysfs off", "", devinfo.PCI{PCIAddress: vf, PFPCIAddress: otherPF}},
+		{"sysfs without the VF", t.TempDir(), devinfo.PCI{PCIAddress: vf, PFPCIAddress: otherPF}},
+		{"sysfs with the VF", fakeSysfs(t), devinfo.PCI{PCIAddress: vf, PFPCIAddress: pf, RDMADevice: "mlx5_3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := devinfo.New(devinfo.Options{Dir: dir, SysfsRoot: tc.root, Log: quiet(), Inventory: inventoryWithVF()})
+			w.Hold(pod, []model.Device{vfDevice(vf)})
+			if in, ok := read(t, w.Path(rdma, vf)); !ok || in.PCI != tc.want {
+				t.Errorf("device-info = %+v (exists %v), want %+v", in.PCI, ok, tc.want)
+			}
+		})
+	}
+}
+
+// An empty --sysfs-root means no sysfs, not the host's /sys: a device that /sys
+// shows is described from the inventory alone (here, one the inventory
+// does not know: its address only).
+func TestNoSysfsRootReadsNothingFromSlashSys(t *testing.T) {
+	// A device of the host's, one with a PF or an RDMA device if there is
+	// one (an SR-IOV host), whose file would then say so if /sys were read.
+	entries, err := os.ReadDir("/sys/bus/pci/devices")
+	if err != nil || len(entries) == 0 {
+		t.Skip("no /sys/bus/pci/devices here to tell whether it is read")
+	}
+	addr := entries[0].Name()
+	for _, e := range entries {
+		dev := filepath.Join("/sys/bus/pci/devices", e.Name())
+		if _, err := os.Lstat(filepath.Join(dev, "physfn")); err == nil {
+			addr = e.Name()
+			break
+		}
+		if _, err := os.Stat(filepath.Join(dev, "infiniband")); err == nil {
+			addr = e.Name()
+		}
+	}
+	root := t.TempDir()
+	// The given root is read: a fake sysfs that gives addr a PF and an RDMA device.
+	devs := filepath.Join(root, "bus", "pci", "devices")
+	if err := os.MkdirAll(filepath.Join(devs, addr, "infiniband", "mlx5_9"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../"+otherPF, filepath.Join(devs, addr, "physfn")); err != nil {
+		t.Fatal(err)
+	}
+	w := devinfo.New(devinfo.Options{Dir: t.TempDir(), SysfsRoot: root, Log: quiet()})
+	w.Hold(pod, []model.Device{vfDevice(addr)})
+	if in, _ := read(t, w.Path(rdma, addr)); in.PCI != (devinfo.PCI{PCIAddress: addr, PFPCIAddress: otherPF, RDMADevice: "mlx5_9"}) {
+		t.Fatalf("with --sysfs-root %s, device-info = %+v, want what that root says", root, in.PCI)
+	}
+	// No root: nothing from /sys, whatever it holds for addr.
+	w = devinfo.New(devinfo.Options{Dir: t.TempDir(), Log: quiet()})
+	w.Hold(pod, []model.Device{vfDevice(addr)})
+	if in, _ := read(t, w.Path(rdma, addr)); in.PCI != (devinfo.PCI{PCIAddress: addr}) {
+		t.Errorf("with no sysfs root, device-info = %+v, want the address only", in.PCI)
 	}
 }

@@ -15,18 +15,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
 	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
@@ -573,34 +577,41 @@ func TestBenchmarkReport(t *testing.T) {
 	e.h.k.AddPod(fk.NewPod("default", "new-pod", "uid-new", byKoord, fk.WithAnnotation(koordKey, newGPU(0)), gpuApp, fk.Realistic()))
 	e.h.get("default", "new-pod")
 	fmt.Fprintf(&out, "\nGet of a pod being created: %d /pods read(s)\n", e.h.k.PodsReads()-before)
-	var pods []fk.Pod
+	// The burst behind the kubelet's rate limit (100/s, burst 10), beside
+	// the 250 steady pods: what a Job's pods or a node coming back cost.
+	hb := newHarness(t, withRateLimit(limits.DefaultRateLimitQPS, limits.DefaultRateLimitBurst))
+	hb.k.SetPods(benchPods(250)...)
+	hb.list()
 	for i := range 64 {
-		pods = append(pods, fk.NewPod("burst", fmt.Sprintf("p%d", i), fmt.Sprintf("burst-%d", i), byKoord,
+		hb.k.AddPod(fk.NewPod("burst", fmt.Sprintf("p%d", i), fmt.Sprintf("burst-%d", i), byKoord,
 			fk.WithAnnotation(koordKey, newGPU(1+i)), gpuApp, fk.Realistic()))
 	}
-	for _, p := range pods {
-		e.h.k.AddPod(p)
-	}
-	before = e.h.k.PodsReads()
+	reads, calls := hb.k.PodsReads(), hb.k.GRPCCalls()
 	// Eight clients of eight Gets each: one connection carries at most
 	// MaxStreamsPerConnection calls at once.
 	clients := make([]v1.PodResourcesListerClient, 8)
 	for i := range clients {
-		clients[i] = e.h.v1()
+		clients[i] = hb.v1()
 	}
 	var wg sync.WaitGroup
+	var refused atomic.Int64
+	start := time.Now()
 	for i := range 64 {
 		c := clients[i%len(clients)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.Get(context.Background(), &v1.GetPodResourcesRequest{PodNamespace: "burst", PodName: fmt.Sprintf("p%d", i)}); err != nil {
+			_, err := c.Get(context.Background(), &v1.GetPodResourcesRequest{PodNamespace: "burst", PodName: fmt.Sprintf("p%d", i)})
+			if status.Code(err) == codes.ResourceExhausted {
+				refused.Add(1)
+			} else if err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
-	fmt.Fprintf(&out, "64 concurrent Gets of pods being created: %d /pods read(s)\n", e.h.k.PodsReads()-before)
+	fmt.Fprintf(&out, "64 concurrent Gets of pods being created (beside 250 pods, rate limit 100/s burst 10): %d /pods read(s), %d kubelet call(s), %d ResourceExhausted, %v for all\n",
+		hb.k.PodsReads()-reads, hb.k.GRPCCalls()-calls, refused.Load(), time.Since(start).Round(time.Millisecond))
 
 	body := e.h.k.PodListJSON()
 	decoded, err := podsjson.Decode(body)

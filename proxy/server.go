@@ -94,6 +94,8 @@ type Server struct {
 	listV1                     *upstream.Shared[[]byte]
 	listV1alpha1               *upstream.Shared[[]byte]
 	allocatable                *upstream.Shared[*v1.AllocatableResourcesResponse]
+	// getV1 answers Gets from the kubelet's List (see v1Server.Get).
+	getV1 *upstream.Shared[kubeletPods]
 }
 
 // New checks the configuration and prepares the server; nothing is dialled
@@ -147,7 +149,9 @@ func New(cfg Config, p Providers) (*Server, error) {
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client
 	// can hold is bounded (package limits).
-	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil)
+	// Every method answers from kubelet calls that concurrent callers
+	// share, so a burst beyond the limit can join them (limits.RateLimit).
+	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil, func(string) bool { return true })
 	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit),
 		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced
 	s.grpc = grpc.NewServer(opts...)
@@ -198,14 +202,6 @@ func (s *Server) Serve(ctx context.Context) error {
 // Ready reports whether the socket is being served.
 func (s *Server) Ready() bool { return s.ready.Load() }
 
-func keysV1(pods []*v1.PodResources) []model.PodKey {
-	keys := make([]model.PodKey, len(pods))
-	for i, p := range pods {
-		keys[i] = model.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
-	}
-	return keys
-}
-
 // v1Server serves v1.PodResourcesLister.
 type v1Server struct {
 	v1.UnimplementedPodResourcesListerServer
@@ -249,25 +245,71 @@ func (s *Server) buildV1(ctx context.Context, kubelet reuse.Encoded, started tim
 	})
 }
 
+// Get answers from the kubelet's List, whose pods are what the kubelet's Get
+// looks a pod up in (its active pods, since 1.35), so that concurrent Gets
+// share one kubelet call: a burst of pods being created, each asking for
+// its own (Multus, a Kata shim per pod), costs one or two kubelet calls
+// rather than one each, and is not refused by a rate limit that the kubelet
+// would not have to spend (limits.RateLimit). The pod is then answered as
+// the List answers it, from its own segment.
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
 	arrived := time.Now()
 	defer func() { v.s.p.Metrics.Request("v1", "Get", err != nil) }()
-	resp, err = v.s.up.Get(ctx, req)
+	pods, err := v.s.getV1.Do(ctx)
 	if err != nil {
-		return nil, err // "pod X in namespace Y not found" (Unknown) passes through as is
+		return nil, err // the kubelet's codes and messages pass through
 	}
-	pod := resp.GetPodResources()
-	if pod == nil {
-		return resp, nil
+	key := model.PodKey{Namespace: req.GetPodNamespace(), Name: req.GetPodName()}
+	seg, ok := pods[key]
+	if !ok {
+		// The kubelet's own error, a plain one, which gRPC sends as Unknown.
+		return nil, fmt.Errorf("pod %s in namespace %s not found", key.Name, key.Namespace)
+	}
+	pod := &v1.PodResources{}
+	if err := proto.Unmarshal(seg, pod); err != nil {
+		return nil, reuse.ErrNotAPod(err)
 	}
 	inv := v.s.snapshot()
-	plans, _, err := v.s.resolver.Plans(ctx, keysV1([]*v1.PodResources{pod}), arrived, inv)
+	plans, _, err := v.s.resolver.Plans(ctx, []model.PodKey{key}, arrived, inv)
 	if err != nil {
 		v.s.log.WithError(err).Warn("Get answered with an error")
 		return nil, err
 	}
 	merge.V1(pod, plans[0], inv)
-	return resp, nil
+	return &v1.GetPodResourcesResponse{PodResources: pod}, nil
+}
+
+// kubeletPods are the pods of a kubelet List answer, by namespace and name:
+// each its segment of the answer, which every Get sharing the call reads.
+type kubeletPods map[model.PodKey][]byte
+
+// getV1Answer makes one shared kubelet List for Gets. Its answer is never
+// reused for the next call's storage (unlike List's, s.kubeletV1): the
+// callers that shared it read their pods' segments after it ends, while the
+// next call may already run.
+func (s *Server) getV1Answer(ctx context.Context, _ time.Time) (kubeletPods, error) {
+	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := reuse.Split(nil, kubelet)
+	if err != nil {
+		return nil, err
+	}
+	pods := make(kubeletPods, len(parts))
+	for _, p := range parts {
+		if p.Pod == nil {
+			continue
+		}
+		key, err := reuse.PodKey(p.Pod)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := pods[key]; !dup { // the kubelet's Get finds the first
+			pods[key] = p.Pod
+		}
+	}
+	return pods, nil
 }
 
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
@@ -328,6 +370,7 @@ func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]b
 // caller's request stands for all.
 func (s *Server) shareCalls() {
 	s.listV1 = upstream.NewShared("List", s.listV1Answer, s.p.Metrics)
+	s.getV1 = upstream.NewShared("Get", s.getV1Answer, s.p.Metrics)
 	s.listV1alpha1 = upstream.NewShared("v1alpha1.List", s.listV1alpha1Answer, s.p.Metrics)
 	s.allocatable = upstream.NewShared("GetAllocatableResources", s.allocatableAnswer, s.p.Metrics)
 }

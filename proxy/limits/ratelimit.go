@@ -115,17 +115,7 @@ func (f *fairLimiter) allow(client string) (bool, time.Duration) {
 		}
 	}
 	if !c.lim.AllowN(now, 1) {
-		// Beyond its share: while another client is calling too, only from
-		// what the reserve leaves over, and never by waiting; alone, as the
-		// kubelet would.
-		reserve := 0.0
-		if f.othersCalledSince(c, now.Add(-contendWindow)) {
-			reserve = f.reserve
-		}
-		if f.global.TokensAt(now) < reserve+1 || !f.global.AllowN(now, 1) {
-			return false, 0
-		}
-		return true, 0
+		return f.beyondShareLocked(c, now), 0
 	}
 	r := f.global.ReserveN(now, 1)
 	if !r.OK() {
@@ -137,6 +127,53 @@ func (f *fairLimiter) allow(client string) (bool, time.Duration) {
 		return false, 0
 	}
 	return true, d
+}
+
+// beyondShareLocked reports whether client c, beyond its share, may take a
+// token of the shared bucket, and takes it: while another client is calling
+// too, only from what the reserve leaves over, and never by waiting; alone,
+// as the kubelet would. f.mu is held.
+func (f *fairLimiter) beyondShareLocked(c *clientBucket, now time.Time) bool {
+	reserve := 0.0
+	if f.othersCalledSince(c, now.Add(-contendWindow)) {
+		reserve = f.reserve
+	}
+	return f.global.TokensAt(now) >= reserve+1 && f.global.AllowN(now, 1)
+}
+
+// reserveBeyondShare reserves a token for client's call beyond its share,
+// one that comes back within maxGlobalWait and leaves the reserve then, as
+// beyondShareLocked would: it returns how long until it is there, and a func
+// that gives it back.
+func (f *fairLimiter) reserveBeyondShare(client string) (time.Duration, func(), bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.clients[client]
+	if !ok {
+		return 0, nil, false
+	}
+	now := f.clock.Now()
+	reserve := 0.0
+	if f.othersCalledSince(c, now.Add(-contendWindow)) {
+		reserve = f.reserve
+	}
+	if f.global.TokensAt(now.Add(maxGlobalWait)) < reserve+1 {
+		return 0, nil, false
+	}
+	r := f.global.ReserveN(now, 1)
+	if !r.OK() {
+		return 0, nil, false
+	}
+	d := r.DelayFrom(now)
+	if d > maxGlobalWait {
+		r.CancelAt(now)
+		return 0, nil, false
+	}
+	return d, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		r.CancelAt(f.clock.Now())
+	}, true
 }
 
 // contendWindow is how recently another client must have called for a
@@ -155,19 +192,64 @@ func (f *fairLimiter) othersCalledSince(c *clientBucket, t time.Time) bool {
 	return false
 }
 
+// Overdraft is what the context of a call the rate limit refused carries
+// when the call may still join a kubelet call made for others (see
+// RateLimit). The limit exists to protect the kubelet, and such a call
+// costs the kubelet nothing.
+type Overdraft struct {
+	l      *fairLimiter
+	client string
+}
+
+// Reserve takes, for a kubelet call that only refused calls wait for, a
+// token as the refused client's call beyond its share would, one that comes
+// back within 50 ms while they gather: it returns how long until it is
+// there, and cancel, which gives it back when the call is not made. So the
+// kubelet never sees more calls than the limit lets through, and a client
+// flooding with many calls at once leaves other clients their reserve.
+func (o *Overdraft) Reserve() (delay time.Duration, cancel func(), ok bool) {
+	return o.l.reserveBeyondShare(o.client)
+}
+
+type overdraftKey struct{}
+
+// OverdraftOf returns the Overdraft of a call the rate limit refused, nil
+// for a call within the limit.
+func OverdraftOf(ctx context.Context) *Overdraft {
+	o, _ := ctx.Value(overdraftKey{}).(*Overdraft)
+	return o
+}
+
+// ErrRateLimited is the kubelet's rate-limit error, for a call refused
+// after its Overdraft found no kubelet call to join.
+func ErrRateLimited() error { return errRateLimited }
+
 // RateLimit returns an interceptor that rejects calls beyond a client's
 // fair share of qps (with burst) before they reach a handler or the
 // kubelet. qps <= 0 disables it. clk is the clock; nil means the real one.
-func RateLimit(qps float64, burst int, m *metrics.Metrics, clk clock.PassiveClock) grpc.UnaryServerInterceptor {
+//
+// joinable names the methods (gRPC full method names) whose handlers answer
+// only from kubelet calls that concurrent callers share (upstream.Shared):
+// a call of one of them that the limit refuses still reaches its handler,
+// with an Overdraft in its context, and is refused there unless a kubelet
+// call that others made it wait for can answer it. A burst of calls (a Kata
+// shim or Multus per pod being created, asking at once) then costs one or
+// two kubelet calls and none is refused, while a client that floods one call
+// after another is refused as before. nil joins nothing.
+func RateLimit(qps float64, burst int, m *metrics.Metrics, clk clock.PassiveClock, joinable func(method string) bool) grpc.UnaryServerInterceptor {
 	if qps <= 0 {
 		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(ctx, req)
 		}
 	}
 	l := newFairLimiter(qps, burst, clk)
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		ok, wait := l.allow(clientKey(ctx))
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		client := clientKey(ctx)
+		ok, wait := l.allow(client)
 		if !ok {
+			if joinable != nil && joinable(info.FullMethod) {
+				return h(context.WithValue(ctx, overdraftKey{}, &Overdraft{l: l, client: client}), req)
+			}
 			m.RateLimited()
 			return nil, errRateLimited
 		}

@@ -30,7 +30,7 @@ func fromProcess(pid int32) context.Context {
 
 func TestOneClientsFloodDoesNotStarveAnother(t *testing.T) {
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock, nil)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	call := func(ctx context.Context) bool {
 		_, err := limit(ctx, nil, &grpc.UnaryServerInfo{}, ok)
@@ -73,7 +73,7 @@ func TestALoneClientGetsTheKubeletsRateAfterShortLivedClientsCameBy(t *testing.T
 	// kubelet's 100/s. The kubelet would refuse none of its calls, and with
 	// nobody else calling, the proxy must not either.
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock, nil)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	for pid := range int32(20) {
 		if _, err := limit(fromProcess(1000+pid), nil, &grpc.UnaryServerInfo{}, ok); err != nil {
@@ -100,7 +100,7 @@ func TestALoneClientInBurstsIsNeverRefusedWhereTheKubeletWouldAllow(t *testing.T
 	// v1alpha1 List) while other clients came by seconds ago. Calling alone,
 	// it must never be refused where the kubelet's own limiter allows.
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock, nil)
 	kubelet := rate.NewLimiter(DefaultRateLimitQPS, DefaultRateLimitBurst)
 	ok := func(context.Context, any) (any, error) { return nil, nil }
 	for pid := range int32(5) { // short-lived clients, a few seconds ago
@@ -156,5 +156,41 @@ func TestPeerCredentialsNameTheCallingProcess(t *testing.T) {
 	want := peerCred{uid: int32(os.Getuid()), pid: int32(os.Getpid()), ok: true}.key()
 	if got := <-keys; got != want {
 		t.Fatalf("client key %q, want %q", got, want)
+	}
+}
+
+// A call the limit refuses reaches a joinable method's handler with an
+// Overdraft, to be answered only from a kubelet call others make; any other
+// method's is refused before its handler, as the kubelet does.
+func TestARefusedCallReachesOnlyAJoinableHandlerWithAnOverdraft(t *testing.T) {
+	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	limit := RateLimit(DefaultRateLimitQPS, 1, nil, clock, func(m string) bool { return m == "/shared" })
+	var over *Overdraft
+	h := func(ctx context.Context, _ any) (any, error) { over = OverdraftOf(ctx); return nil, nil }
+	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{FullMethod: "/shared"}, h); err != nil || over != nil {
+		t.Fatalf("a call within the limit: err %v, overdraft %v", err, over)
+	}
+	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{FullMethod: "/other"}, h); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a refused call of a method that joins nothing = %v, want ResourceExhausted", err)
+	}
+	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{FullMethod: "/shared"}, h); err != nil || over == nil {
+		t.Fatalf("a refused call of a joinable method: err %v, overdraft %v, want its handler with an Overdraft", err, over)
+	}
+	// The tokens it may take come back every 10 ms at 100/s; it waits
+	// for no more than 50 ms.
+	var cancel func()
+	for i := 1; i <= 5; i++ {
+		delay, c, ok := over.Reserve()
+		if !ok || delay != time.Duration(i)*10*time.Millisecond {
+			t.Fatalf("Reserve %d = %v, %v, want a token %d ms away", i, delay, ok, i*10)
+		}
+		cancel = c
+	}
+	if _, _, ok := over.Reserve(); ok {
+		t.Error("a token more than 50 ms away was reserved")
+	}
+	cancel()
+	if _, _, ok := over.Reserve(); !ok {
+		t.Error("the token given back cannot be reserved again")
 	}
 }

@@ -99,7 +99,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.upstreamShared = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace,
 		Name:      "upstream_shared_calls_total",
-		Help:      "Calls answered from a kubelet call shared with other clients' calls, by method; each such kubelet call counts once per caller after the first.",
+		Help:      "Calls answered from a kubelet call shared with other clients' calls, by method (Get shares the kubelet's List); each such kubelet call counts once per caller after the first, including calls beyond the rate limit, which joined it at no cost to the kubelet.",
 	}, []string{"method"})
 	reg.MustRegister(m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 )
 
@@ -29,6 +30,15 @@ const sharedTimeout = 30 * time.Second
 // method, and most callers share one; its limit of 100 calls a second is
 // shared with every other agent on the node. kubeletpods.Reader does the
 // same for /pods reads.
+//
+// A call the rate limit refused (its context has a limits.Overdraft) never
+// makes a kubelet call of its own. It joins the next call when one is in
+// flight. When none is, it waits for the token its client could take next
+// (at most 50 ms), and the call is made if others joined it meanwhile (a
+// burst), with a caller within the limit arriving, or else refused: a client
+// calling alone, one call after another, is refused as by the kubelet. A
+// next call that only such calls wait for is made or refused in the same
+// way. So the kubelet never sees more calls than the limit lets through.
 //
 // A shared call's error, the kubelet's code and message included, goes to
 // every caller that shared it. A caller's own deadline or cancellation ends
@@ -57,11 +67,15 @@ func NewShared[T any](method string, fn func(ctx context.Context, started time.T
 type flight[T any] struct {
 	started time.Time // when the call started: it saw nothing older
 	waiters int       // callers still waiting
+	paid    int       // waiters the rate limit let through
 	callers int       // every caller that joined
-	cancel  context.CancelFunc
-	done    chan struct{}
-	val     T     // set before done is closed
-	err     error // set before done is closed
+	// overdraft is one of the refused waiters', to pay for the call when
+	// no waiter within the limit is left.
+	overdraft *limits.Overdraft
+	cancel    context.CancelFunc
+	done      chan struct{}
+	val       T     // set before done is closed
+	err       error // set before done is closed
 }
 
 // Do returns the result of a call that started after Do was called.
@@ -70,7 +84,30 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, status.FromContextError(err).Err()
 	}
+	over := limits.OverdraftOf(ctx)
 	c.mu.Lock()
+	if c.cur == nil && c.next != nil {
+		// Refused calls gather for a call (gather): join it; a caller
+		// within the limit makes it now.
+		f := c.next
+		f.waiters++
+		f.callers++
+		if over == nil {
+			f.paid++
+			c.next = nil
+			c.startLocked(f)
+		}
+		c.mu.Unlock()
+		return c.wait(ctx, f, over)
+	}
+	if c.cur == nil && over != nil {
+		// Refused by the limit, and no call to join: gather one.
+		f := &flight[T]{done: make(chan struct{}), waiters: 1, callers: 1, overdraft: over}
+		c.next = f
+		c.mu.Unlock()
+		c.gather(f, over)
+		return c.wait(ctx, f, over)
+	}
 	if c.cur == nil {
 		// Nothing in flight: this caller makes the call itself, in its own
 		// goroutine and under its own deadline. Nobody else can join a call
@@ -96,8 +133,57 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	f := c.next
 	f.waiters++
 	f.callers++
+	if over == nil {
+		f.paid++
+	} else {
+		f.overdraft = over
+	}
 	c.mu.Unlock()
+	return c.wait(ctx, f, over)
+}
 
+// gather makes f, a call only refused callers wait for, with nothing in
+// flight, once the token their client could take next is there, if others
+// joined it meanwhile; else refuses it. A caller within the limit may start
+// it before.
+func (c *Shared[T]) gather(f *flight[T], over *limits.Overdraft) {
+	delay, cancel, ok := over.Reserve()
+	if ok && delay > 0 {
+		t := time.NewTimer(delay) // at most 50 ms: the rate limit's own wait
+		<-t.C
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next != f {
+		if ok {
+			cancel() // a caller within the limit made the call
+		}
+		return
+	}
+	c.next = nil
+	if ok && f.callers > 1 && f.waiters > 0 {
+		c.startLocked(f)
+		return
+	}
+	if ok {
+		cancel()
+	}
+	c.refuseLocked(f)
+}
+
+// refuseLocked ends f, which nobody may pay for, with the rate limit's
+// error. c.mu is held.
+func (c *Shared[T]) refuseLocked(f *flight[T]) {
+	f.err = limits.ErrRateLimited()
+	for range f.waiters {
+		c.metrics.RateLimited()
+	}
+	close(f.done)
+}
+
+// wait waits for f, which this caller joined, or for ctx.
+func (c *Shared[T]) wait(ctx context.Context, f *flight[T], over *limits.Overdraft) (T, error) {
+	var zero T
 	select {
 	case <-f.done:
 		return f.val, f.err
@@ -105,6 +191,9 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 	}
 	c.mu.Lock()
 	f.waiters--
+	if over == nil {
+		f.paid--
+	}
 	if f.waiters == 0 && f.cancel != nil {
 		f.cancel() // nobody waits for it any more
 	}
@@ -152,7 +241,13 @@ func (c *Shared[T]) finish(f *flight[T]) {
 	c.cur = nil
 	if next := c.next; next != nil {
 		c.next = nil
-		if next.waiters > 0 {
+		switch {
+		case next.waiters == 0:
+		case next.paid == 0:
+			// Only calls the limit refused wait: they gather for a token.
+			c.next = next
+			go c.gather(next, next.overdraft)
+		default:
 			c.startLocked(next)
 		}
 	}

@@ -104,15 +104,6 @@ func (u *Client) List(ctx context.Context, req *v1.ListPodResourcesRequest, buf 
 	return resp, u.observe("List", start, err)
 }
 
-// Get returns the kubelet's Get answer.
-func (u *Client) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (*v1.GetPodResourcesResponse, error) {
-	ctx, cancel := u.bound(ctx)
-	defer cancel()
-	start := time.Now()
-	resp, err := u.v1.Get(ctx, req)
-	return resp, u.observe("Get", start, err)
-}
-
 // GetAllocatableResources returns the kubelet's answer.
 func (u *Client) GetAllocatableResources(ctx context.Context, req *v1.AllocatableResourcesRequest) (*v1.AllocatableResourcesResponse, error) {
 	ctx, cancel := u.bound(ctx)
