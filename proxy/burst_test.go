@@ -48,7 +48,7 @@ func TestABurstOfGetsOfNewPodsCostsOneOrTwoKubeletCallsAndNoneIsRefused(t *testi
 	var pods []fk.Pod
 	for i := range n {
 		pods = append(pods, fk.NewPod("default", fmt.Sprintf("p%d", i), fmt.Sprintf("uid-%d", i),
-			fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, burstGPU(i)))))
+			byKoord, koordApp, fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, burstGPU(i)))))
 	}
 	h.k.SetPods(pods...)
 	e := watch(t, h)
