@@ -523,7 +523,24 @@ func spread(v []float64) string {
 // series for about benchSlice in a rotated order, and times every call on
 // its own, so that a burst of load from the machine's other tenants lands
 // on a few calls of one series rather than on a whole series' figure.
+//
+// With PODRES_BENCH_INTERLEAVE=call a round is one call of each series, in
+// the same order every round, as a harness that calls each series in turn
+// does: koordlet-style, proxy, same answer, then the others (=call-floor:
+// the same answer before the proxy). Whatever a series leaves behind (the
+// koordlet-style decode's garbage, in the client's process with
+// PODRES_BENCH_KOORDLET=client) then always lands on the series after it.
 func interleave(t *testing.T, series []listSeries, wantPods, rounds int) medians {
+	var byCall []int // the series' order in a round of one call each
+	switch os.Getenv("PODRES_BENCH_INTERLEAVE") {
+	case "call":
+		byCall = []int{5, 3, 2, 0, 1, 4}
+	case "call-floor":
+		byCall = []int{5, 2, 3, 0, 1, 4}
+	}
+	if byCall != nil && len(series) != len(byCall) {
+		t.Fatalf("PODRES_BENCH_INTERLEAVE: %d series, want %d", len(series), len(byCall))
+	}
 	clients := make([]v1.PodResourcesListerClient, len(series))
 	calls := make([]int, len(series))
 	all := make([][]float64, len(series))
@@ -550,12 +567,18 @@ func interleave(t *testing.T, series []listSeries, wantPods, rounds int) medians
 			spent += list(k, i)
 		}
 		calls[k] = max(3, int(benchSlice/(spent/5)))
+		if byCall != nil {
+			calls[k] = 1
+		}
 	}
 	m := medians{latency: make([]float64, len(series))}
 	for round := range rounds {
 		perRound := make([]float64, len(series))
 		for j := range series {
 			k := (j + round) % len(series)
+			if byCall != nil {
+				k = byCall[j]
+			}
 			d := make([]float64, calls[k])
 			for i := range d {
 				d[i] = float64(list(k, round*calls[k]+i))
