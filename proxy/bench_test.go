@@ -83,6 +83,9 @@ const (
 //     report's own process, the one that makes every series' calls, so
 //     its full /pods decodes load the client side too (default: in a
 //     process of its own);
+//   - PODRES_BENCH_PROXY=serve: the proxy measured is the podres-proxy
+//     binary started as serve (benchserve_test.go), not this test binary
+//     wired alike (the memory figure stays the test binary's);
 //   - PODRES_BENCH_CLIENT_CALLS: Lists per client in the sharing
 //     measurement (default benchClientCalls).
 //
@@ -191,7 +194,6 @@ func newBenchProcesses(t testing.TB, n int) *benchEnv {
 		kubelet *fk.Kubelet
 		socket  *string
 	}{
-		{childProxy, k, &e.proxy},
 		{childPassthrough, k, &e.raw},
 		{childPassthrough, e.same, &e.sameAnswer},
 	} {
@@ -199,6 +201,13 @@ func newBenchProcesses(t testing.TB, n int) *benchEnv {
 		e.children = append(e.children, child)
 		*c.socket = child.socket
 	}
+	proxyChild := func() benchChild { return startBenchChild(t, childProxy, k, n) }
+	if benchOption("PROXY") == "serve" {
+		proxyChild = func() benchChild { return startServeChild(t, k, n) }
+	}
+	child := proxyChild()
+	e.children = append(e.children, child)
+	e.proxy = child.socket
 	if benchOption("KOORDLET") == "client" {
 		e.koordlet = serveKoordletStyle(t, filepath.Join(shortDir(t), "koordlet.sock"), k.Socket, k.PodsURL, k.Token, k.TLSConfig())
 	} else {
@@ -349,9 +358,13 @@ func (k *koordletStyle) List(ctx context.Context, req *v1.ListPodResourcesReques
 	return resp, nil
 }
 
-func dialBench(b testing.TB, socket string) *grpc.ClientConn {
-	c, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+func dialSocket(socket string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+}
+
+func dialBench(b testing.TB, socket string) *grpc.ClientConn {
+	c, err := dialSocket(socket)
 	if err != nil {
 		b.Fatal(err)
 	}
