@@ -74,17 +74,69 @@ const (
 	benchClientCalls = 10
 )
 
+// The report's setup options, read from the environment so that the proxy
+// processes (startBenchChild) see the same ones:
+//   - PODRES_BENCH_POD=two-gpu: pods of two app containers with one whole
+//     Koordinator GPU each, the annotation listing both (default: one
+//     container, one GPU);
+//   - PODRES_BENCH_NRI=sync: the proxy's store learns the sandboxes and
+//     their containers as an NRI Synchronize does (store.Reconcile), before
+//     the /pods read that learns the specs (default: that read, then one
+//     NRI sandbox event per pod);
+//   - PODRES_BENCH_KOORDLET=client: the koordlet-style series runs in the
+//     report's own process, the one that makes every series' calls, so
+//     its full /pods decodes load the client side too (default: in a
+//     process of its own);
+//   - PODRES_BENCH_PROXY=serve: the proxy measured is the podres-proxy
+//     binary started as serve (benchserve_test.go), not this test binary
+//     wired alike (the memory figure stays the test binary's);
+//   - PODRES_BENCH_CLIENT_CALLS: Lists per client in the sharing
+//     measurement (default benchClientCalls).
+//
+// PODRES_BENCH_SETUP=harness sets the first three as the independent
+// acceptance harness of issue 22 had them, and 20 Lists per client.
+func benchOption(name string) string {
+	if v := os.Getenv("PODRES_BENCH_" + name); v != "" {
+		return v
+	}
+	if os.Getenv("PODRES_BENCH_SETUP") == "harness" {
+		return map[string]string{"POD": "two-gpu", "NRI": "sync", "KOORDLET": "client", "CLIENT_CALLS": "20"}[name]
+	}
+	return ""
+}
+
+// benchTwoGPUs reports whether the pods have two containers of one GPU each.
+func benchTwoGPUs() bool { return benchOption("POD") == "two-gpu" }
+
+// benchContainers are the names of a bench pod's app containers.
+func benchContainers() []string {
+	if benchTwoGPUs() {
+		return []string{"app", "worker"}
+	}
+	return []string{"app"}
+}
+
+// benchGPU is the id of container c's GPU on pod i.
+func benchGPU(i, c int) string {
+	return fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i*len(benchContainers())+c)
+}
+
 func benchPods(n int) []fk.Pod {
 	pods := make([]fk.Pod, n)
 	for i := range pods {
-		uuid := fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i)
-		ann := `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":"` + uuid + `"}]}`
+		var gpus []string
+		for c := range benchContainers() {
+			gpus = append(gpus, `{"minor":`+strconv.Itoa(c)+`,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":"`+benchGPU(i, c)+`"}`)
+		}
+		ann := `{"gpu":[` + strings.Join(gpus, ",") + `]}`
 		opts := []fk.PodOption{
 			fk.WithAnnotation(koordKey, ann),
 			fk.WithSchedulerName("koord-scheduler"), // believed by the trust gate
-			fk.WithContainer("app", map[string]string{"koordinator.sh/gpu-core": "100"}),
-			fk.Realistic(),
 		}
+		for _, c := range benchContainers() {
+			opts = append(opts, fk.WithContainer(c, map[string]string{"koordinator.sh/gpu-core": "100"}))
+		}
+		opts = append(opts, fk.Realistic())
 		if i%4 == 0 {
 			// Devices of the kubelet's own device plugin, which it lists
 			// in map order: a new order on almost every call.
@@ -146,14 +198,26 @@ func newBenchProcesses(t testing.TB, n int) *benchEnv {
 		kubelet *fk.Kubelet
 		socket  *string
 	}{
-		{childProxy, k, &e.proxy},
 		{childPassthrough, k, &e.raw},
 		{childPassthrough, e.same, &e.sameAnswer},
-		{childKoordlet, k, &e.koordlet},
 	} {
 		child := startBenchChild(t, c.kind, c.kubelet, n)
 		e.children = append(e.children, child)
 		*c.socket = child.socket
+	}
+	proxyChild := func() benchChild { return startBenchChild(t, childProxy, k, n) }
+	if benchOption("PROXY") == "serve" {
+		proxyChild = func() benchChild { return startServeChild(t, k, n) }
+	}
+	child := proxyChild()
+	e.children = append(e.children, child)
+	e.proxy = child.socket
+	if benchOption("KOORDLET") == "client" {
+		e.koordlet = serveKoordletStyle(t, filepath.Join(shortDir(t), "koordlet.sock"), k.Socket, k.PodsURL, k.Token, k.TLSConfig())
+	} else {
+		child := startBenchChild(t, childKoordlet, k, n)
+		e.children = append(e.children, child)
+		e.koordlet = child.socket
 	}
 	return e
 }
@@ -186,7 +250,9 @@ func sameAnswerKubelet(t testing.TB, pods []fk.Pod) (*fk.Kubelet, []fk.Pod) {
 		for c, d := range p.Devices {
 			withDevices[i].Devices[c] = slices.Clone(d)
 		}
-		fk.WithKubeletDevices("app", "nvidia.com/gpu", -1, fmt.Sprintf("GPU-%08x-1dfe-5bbc-7c12-46e817b1de9a", i))(&withDevices[i])
+		for c, name := range benchContainers() {
+			fk.WithKubeletDevices(name, "nvidia.com/gpu", -1, benchGPU(i, c))(&withDevices[i])
+		}
 	}
 	same.SetPods(withDevices...)
 	return same, withDevices
@@ -296,9 +362,13 @@ func (k *koordletStyle) List(ctx context.Context, req *v1.ListPodResourcesReques
 	return resp, nil
 }
 
-func dialBench(b testing.TB, socket string) *grpc.ClientConn {
-	c, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+func dialSocket(socket string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+}
+
+func dialBench(b testing.TB, socket string) *grpc.ClientConn {
+	c, err := dialSocket(socket)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -366,10 +436,24 @@ func changeOne(k *fk.Kubelet, pods []fk.Pod) func(i int) {
 }
 
 // concurrentLists has clients List through socket at once, each calls
-// times, and returns how many kubelet calls that cost per List served.
+// times, each on a connection of its own, and returns how many kubelet
+// calls that cost per List served.
 func concurrentLists(t testing.TB, socket string, k *fk.Kubelet, clients, calls int) float64 {
+	return concurrentListsOn(t, socket, k, clients, calls, false)
+}
+
+// concurrentListsOn is concurrentLists, with every client on one
+// connection when oneConn (goroutines of one process sharing its client,
+// as a koordlet-style agent does): the server lets a connection carry
+// limits.MaxStreamsPerConnection calls at once, the others wait in the
+// client.
+func concurrentListsOn(t testing.TB, socket string, k *fk.Kubelet, clients, calls int, oneConn bool) float64 {
 	conns := make([]v1.PodResourcesListerClient, clients)
 	for i := range conns {
+		if oneConn && i > 0 {
+			conns[i] = conns[0]
+			continue
+		}
 		conns[i] = v1.NewPodResourcesListerClient(dialBench(t, socket))
 	}
 	before := k.GRPCCalls()
@@ -456,7 +540,24 @@ func spread(v []float64) string {
 // series for about benchSlice in a rotated order, and times every call on
 // its own, so that a burst of load from the machine's other tenants lands
 // on a few calls of one series rather than on a whole series' figure.
+//
+// With PODRES_BENCH_INTERLEAVE=call a round is one call of each series, in
+// the same order every round, as a harness that calls each series in turn
+// does: koordlet-style, proxy, same answer, then the others (=call-floor:
+// the same answer before the proxy). Whatever a series leaves behind (the
+// koordlet-style decode's garbage, in the client's process with
+// PODRES_BENCH_KOORDLET=client) then always lands on the series after it.
 func interleave(t *testing.T, series []listSeries, wantPods, rounds int) medians {
+	var byCall []int // the series' order in a round of one call each
+	switch os.Getenv("PODRES_BENCH_INTERLEAVE") {
+	case "call":
+		byCall = []int{5, 3, 2, 0, 1, 4}
+	case "call-floor":
+		byCall = []int{5, 2, 3, 0, 1, 4}
+	}
+	if byCall != nil && len(series) != len(byCall) {
+		t.Fatalf("PODRES_BENCH_INTERLEAVE: %d series, want %d", len(series), len(byCall))
+	}
 	clients := make([]v1.PodResourcesListerClient, len(series))
 	calls := make([]int, len(series))
 	all := make([][]float64, len(series))
@@ -483,12 +584,18 @@ func interleave(t *testing.T, series []listSeries, wantPods, rounds int) medians
 			spent += list(k, i)
 		}
 		calls[k] = max(3, int(benchSlice/(spent/5)))
+		if byCall != nil {
+			calls[k] = 1
+		}
 	}
 	m := medians{latency: make([]float64, len(series))}
 	for round := range rounds {
 		perRound := make([]float64, len(series))
 		for j := range series {
 			k := (j + round) % len(series)
+			if byCall != nil {
+				k = byCall[j]
+			}
 			d := make([]float64, calls[k])
 			for i := range d {
 				d[i] = float64(list(k, round*calls[k]+i))
@@ -525,12 +632,32 @@ func TestBenchmarkReport(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
+	clientCalls := benchClientCalls
+	if v := benchOption("CLIENT_CALLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("PODRES_BENCH_CLIENT_CALLS=%q: want a count", v)
+		}
+		clientCalls = n
+	}
+	if v := os.Getenv("PODRES_BENCH_ROUNDS"); v != "" { // e.g. 9: fewer rounds, a shorter run
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("PODRES_BENCH_ROUNDS=%q: want a count", v)
+		}
+		rounds = n
+	}
 	var out strings.Builder
 	ms := func(ns float64) string { return fmt.Sprintf("%.2f ms", ns/1e6) }
 	fmt.Fprintf(&out, "\nList latency: median of every call in %d interleaved rounds of ~%v per series; ratios: median over rounds of the ratio within a round.\n", rounds, benchSlice)
-	fmt.Fprintf(&out, "Realistic pods (~5 KB of /pods JSON each, one Koordinator GPU each, every fourth with two RDMA devices of the kubelet's own), listed (pods and devices) in a new order per call as the kubelet does.\n")
-	fmt.Fprintf(&out, "| pods | direct | passthrough | same answer | proxy | proxy, 1 pod changed | koordlet-style | proxy / same | changed / same | koordlet / proxy | kubelet calls per List, %d clients |\n", benchClients)
-	fmt.Fprintf(&out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	shape := "one container with one Koordinator GPU"
+	if benchTwoGPUs() {
+		shape = "two containers with one Koordinator GPU each"
+	}
+	fmt.Fprintf(&out, "Realistic pods (~5 KB of /pods JSON each, %s, every fourth with two RDMA devices of the kubelet's own), listed (pods and devices) in a new order per call as the kubelet does.\n", shape)
+	fmt.Fprintf(&out, "Setup: POD=%q NRI=%q KOORDLET=%q; %d clients x %d Lists for the sharing columns.\n", benchOption("POD"), benchOption("NRI"), benchOption("KOORDLET"), benchClients, clientCalls)
+	fmt.Fprintf(&out, "| pods | direct | passthrough | same answer | proxy | proxy, 1 pod changed | koordlet-style | proxy / same | changed / same | koordlet / proxy | kubelet calls per List, %d clients | the same on one connection |\n", benchClients)
+	fmt.Fprintf(&out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var spreads []string
 	for _, n := range sizes {
 		e := newBench(t, n)
@@ -548,11 +675,12 @@ func TestBenchmarkReport(t *testing.T) {
 		if a, b := answerSize(t, e.proxy), answerSize(t, e.sameAnswer); a != b {
 			t.Errorf("%d pods: the proxy's answer is %d bytes, the same-answer floor's %d: not the same answer", n, a, b)
 		}
-		shared := concurrentLists(t, e.proxy, e.k, benchClients, benchClientCalls)
+		shared := concurrentListsOn(t, e.proxy, e.k, benchClients, clientCalls, false)
+		sharedOne := concurrentListsOn(t, e.proxy, e.k, benchClients, clientCalls, true)
 		e.close()
-		fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.0fx | %.3f |\n", n,
+		fmt.Fprintf(&out, "| %d | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %.0fx | %.3f | %.3f |\n", n,
 			ms(med.latency[direct]), ms(med.latency[pass]), ms(med.latency[same]), ms(med.latency[prox]), ms(med.latency[changed]), ms(med.latency[koord]),
-			med.ratio(prox, same), med.ratio(changed, same), med.ratio(koord, prox), shared)
+			med.ratio(prox, same), med.ratio(changed, same), med.ratio(koord, prox), shared, sharedOne)
 		spreads = append(spreads, fmt.Sprintf("| %d | %s | %s | %s | %.2fx |", n,
 			spread(med.calls[same]), spread(med.calls[prox]), spread(med.calls[changed]), mean(med.calls[prox])/mean(med.calls[same])))
 	}

@@ -244,14 +244,57 @@ func serveProxyChild(t *testing.T, n int, env func(string) string) (stop func())
 		case <-time.After(time.Millisecond):
 		}
 	}
-	if _, err := v1.NewPodResourcesListerClient(dialBench(t, env("SOCKET"))).List(ctx, &v1.ListPodResourcesRequest{}); err != nil {
-		t.Fatal(err)
+	c := v1.NewPodResourcesListerClient(dialBench(t, env("SOCKET")))
+	list := func() (gpus int) {
+		resp, err := c.List(ctx, &v1.ListPodResourcesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range resp.PodResources {
+			for _, c := range p.Containers {
+				for _, d := range c.Devices {
+					if d.ResourceName == "nvidia.com/gpu" {
+						gpus++
+					}
+				}
+			}
+		}
+		return gpus
 	}
-	for i, p := range benchPods(n) {
-		store.ObserveSandbox(record.OriginNRI, model.Sandbox{
+	sandbox := func(i int, p fk.Pod) model.Sandbox {
+		return model.Sandbox{
 			ID: fmt.Sprintf("sandbox-%d", i), UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 			Annotations: p.Annotations, Ready: true,
-		})
+		}
+	}
+	if benchOption("NRI") == "sync" {
+		// As serve starts: NRI's Synchronize reports every sandbox and
+		// container first, then a /pods read learns the specs.
+		var sandboxes []model.Sandbox
+		var containers []model.RuntimeContainer
+		for i, p := range benchPods(n) {
+			sb := sandbox(i, p)
+			sandboxes = append(sandboxes, sb)
+			for _, c := range p.Spec.Containers {
+				containers = append(containers, model.RuntimeContainer{
+					ID: sb.ID + "-" + c.Name, SandboxID: sb.ID, Name: c.Name, State: model.ContainerRunning,
+				})
+			}
+		}
+		store.Reconcile(record.OriginNRI, time.Now(), sandboxes, containers, false)
+		// The proxy reads the specs in the background; serve's readiness
+		// is not the report's to measure, so wait for it to end.
+		for deadline := time.Now().Add(time.Minute); list() < n*len(benchContainers()); {
+			if time.Now().After(deadline) {
+				t.Fatal("the proxy never learned the pods' specs")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	} else {
+		list()
+		for i, p := range benchPods(n) {
+			store.ObserveSandbox(record.OriginNRI, sandbox(i, p))
+		}
 	}
 	return func() {
 		cancel()

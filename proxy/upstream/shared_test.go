@@ -215,3 +215,74 @@ func TestASharedCallThatHangsEndsWithDeadlineExceeded(t *testing.T) {
 		}
 	})
 }
+
+// sharedUnderLoad models clients that poll through Shared in a closed loop:
+// slots callers at once (a connection's stream cap, or as many
+// connections), each calling again once its answer reached it, the answers
+// of one call reaching their callers one after another over write (as the
+// answers of one HTTP/2 connection are written in turn). Every call of the
+// kubelet takes callTime. It returns the kubelet calls per answer served,
+// and fails the test when a caller got an answer from a call that started
+// before it arrived. Time is the synctest bubble's: the sleeps are the
+// model's durations, not synchronization.
+func sharedUnderLoad(t *testing.T, slots, rounds int, callTime, write time.Duration) float64 {
+	var calls int
+	var mu sync.Mutex
+	s := NewShared("List", func(ctx context.Context, started time.Time) (time.Time, error) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		time.Sleep(callTime)
+		return started, nil
+	}, metrics.New(prometheus.NewRegistry()))
+	var wg sync.WaitGroup
+	for slot := range slots {
+		wg.Go(func() {
+			// The slots start staggered too: clients do not arrive at once.
+			time.Sleep(time.Duration(slot) * write / time.Duration(slots))
+			for range rounds {
+				arrived := time.Now()
+				started, err := s.Do(t.Context())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if started.Before(arrived) {
+					t.Errorf("a caller that arrived at %v got a call that started at %v", arrived, started)
+				}
+				// Its answer reaches it after those written before it.
+				time.Sleep(time.Duration(slot+1) * write / time.Duration(slots))
+			}
+		})
+	}
+	wg.Wait()
+	return float64(calls) / float64(slots*rounds)
+}
+
+// TestCallersArrivingStaggeredShareCallsAsManyAsArriveDuringOne shows what
+// a caller's joining only the next call costs when callers arrive one after
+// another rather than at once: a call serves those who arrived while the
+// previous one was in flight. With 64 callers that is a small fraction of
+// a call each; with the 8 a connection carries at once
+// (limits.MaxStreamsPerConnection) no call can serve more than 8, so at
+// least 1/8 of a call each, and with the answers written in turn about a
+// third of a call each, as the benchmark report measures on one
+// connection.
+func TestCallersArrivingStaggeredShareCallsAsManyAsArriveDuringOne(t *testing.T) {
+	const callTime, write = time.Millisecond, time.Millisecond
+	for _, c := range []struct {
+		slots    int
+		min, max float64 // kubelet calls per answer served
+	}{
+		{slots: 64, min: 1.0 / 64, max: 0.1},
+		{slots: 8, min: 1.0 / 8, max: 0.5},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			got := sharedUnderLoad(t, c.slots, 20, callTime, write)
+			t.Logf("%d callers arriving staggered: %.3f kubelet calls per answer", c.slots, got)
+			if got < c.min || got > c.max {
+				t.Errorf("%d callers arriving staggered: %.3f kubelet calls per answer, want %.3f to %.3f", c.slots, got, c.min, c.max)
+			}
+		})
+	}
+}
