@@ -322,18 +322,28 @@ func TestASharedGPUIsShownOnEverySharer(t *testing.T) {
 	}
 }
 
+// runningTrainer starts a pod holding gpuUUID whole, learned from /pods and
+// then from NRI, and returns it and the same pod with its annotation edited
+// in the API to name gpuUUID2.
+func runningTrainer(h *harness) (p, edited fk.Pod) {
+	koord := fk.WithSchedulerName("koord-scheduler")
+	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
+	p = fk.NewPod("ml", "trainer", "uid-trainer", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
+	h.k.SetPods(p)
+	h.list()
+	h.markLive(p, "sandbox-1")
+	edited = fk.NewPod("ml", "trainer", "uid-trainer", koord,
+		fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)), wholeGPU)
+	return p, edited
+}
+
 func TestAnAnnotationEditedOnARunningPodChangesNothingAndIsCounted(t *testing.T) {
 	// kubectl annotate --overwrite on a running pod: the API's copy now
 	// names another GPU, the runtime's (NRI) still the one the sandbox
 	// started with. The answer must stay, not follow the edit or flip
 	// between the two as /pods reads and runtime events alternate.
 	h := newHarness(t, withNode())
-	koord := fk.WithSchedulerName("koord-scheduler")
-	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
-	p := fk.NewPod("ml", "trainer", "uid-trainer", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
-	h.k.SetPods(p)
-	h.list()
-	h.markLive(p, "sandbox-1")
+	p, edited := runningTrainer(h)
 
 	gpus := func() []string {
 		t.Helper()
@@ -354,8 +364,6 @@ func TestAnAnnotationEditedOnARunningPodChangesNothingAndIsCounted(t *testing.T)
 		t.Fatalf("before the edit the pod shows %v, want [%s]", got, gpuUUID)
 	}
 
-	edited := fk.NewPod("ml", "trainer", "uid-trainer", koord,
-		fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)), wholeGPU)
 	// A new pod's Get makes the proxy read /pods, which now has the edit.
 	newcomer := fk.NewPod("ml", "newcomer", "uid-newcomer")
 	h.k.SetPods(edited, newcomer)
@@ -387,15 +395,8 @@ func TestAnEditTakesNoEffectWhenThePodsSandboxIsRecreated(t *testing.T) {
 	// edit included. The allocation stays the one the pod UID's first
 	// sandbox started with.
 	h := newHarness(t, withNode())
-	koord := fk.WithSchedulerName("koord-scheduler")
-	wholeGPU := fk.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"})
-	p := fk.NewPod("ml", "trainer", "uid-trainer", koord, fk.WithAnnotation(koordKey, oneGPU), wholeGPU)
-	h.k.SetPods(p)
-	h.list()
-	h.markLive(p, "sandbox-1")
+	_, edited := runningTrainer(h)
 
-	edited := fk.NewPod("ml", "trainer", "uid-trainer", koord,
-		fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpuUUID2)), wholeGPU)
 	h.k.SetPods(edited)
 	h.markLive(edited, "sandbox-2")
 	for call, pod := range map[string]*v1.PodResources{"List": findPod(h.list(), "ml", "trainer"), "Get": h.get("ml", "trainer")} {
