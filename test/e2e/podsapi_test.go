@@ -123,6 +123,7 @@ func TestVFPodsAreAnsweredDuringCNIAddWithoutReadingPodsAcrossAKubeletKill(t *te
 	if err := everyPodRight(pods); err != nil {
 		t.Error(err)
 	}
+	t.Logf("since serve started: %s", countReads(t))
 }
 
 // createAndAwait creates the pods and waits until they run.
