@@ -10,7 +10,8 @@
 #   containerd/   root, state, containerd.sock, config.toml
 #   nri/          nri.sock, plugins/, conf.d/
 #   cni/          net.d/ (the conflist), bin/ (extra plugins), ipam/
-#   kubelet/      the kubelet's --root-dir (pod-resources/kubelet.sock, ...)
+#   kubelet/      the kubelet's --root-dir (pod-resources/kubelet.sock,
+#                 pods-api/pods-api.sock, ...)
 #   manifests/    the kubelet's staticPodPath: drop pod manifests here
 #   logs/         containerd.log, kubelet.log, pods/ (container logs)
 #   node.env      the settings below, as KEY=VALUE lines
