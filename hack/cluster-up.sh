@@ -293,6 +293,10 @@ write_pki() {
 # ---------------------------------------------------------------------------
 # Configuration of each component
 
+# write_kubelet_config writes the kubelet's configuration. Its PodsAPI gate
+# stays off, as on most clusters: podres-proxy reads /pods over HTTPS with its
+# token and RBAC, which the cluster suite tests; the node suite's kubelet
+# (node-up.sh) serves the Pods API instead.
 write_kubelet_config() {
 	cat >"${ROOT}/kubelet-config.yaml" <<EOF
 # written by hack/cluster-up.sh

@@ -438,12 +438,25 @@ await_containerd() {
 	await containerd "NRI socket ${NRI_SOCK}" test -S "${NRI_SOCK}"
 }
 
+# pods_api_answers succeeds when the kubelet's Pods API socket answers a
+# v1alpha1 ListPods with gRPC status 0 (plain gRPC over h2c, through curl).
+pods_api_answers() {
+	[[ -S "${PODS_API_SOCK}" ]] || return 1
+	printf '\0\0\0\0\0' | curl -sS --max-time 2 --http2-prior-knowledge \
+		--unix-socket "${PODS_API_SOCK}" -H 'content-type: application/grpc' -H 'te: trailers' \
+		--data-binary @- -D - -o /dev/null http://localhost/v1alpha1.Pods/ListPods |
+		tr -d '\r' | grep -qi '^grpc-status: 0$'
+}
+
 # await_kubelet waits until the kubelet's healthz, /pods and PodResources
-# socket all answer.
+# socket all answer, and its Pods API too when KUBELET_PODS_API is 1.
 await_kubelet() {
 	await kubelet "kubelet healthz on 127.0.0.1:${KUBELET_HEALTHZ_PORT}" \
 		curl -fsS --max-time 2 "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
 	await kubelet "kubelet /pods on 127.0.0.1:${KUBELET_READONLY_PORT}" \
 		curl -fsS --max-time 2 "http://127.0.0.1:${KUBELET_READONLY_PORT}/pods"
 	await kubelet "kubelet PodResources on ${POD_RESOURCES_SOCK}" pod_resources_answers
+	if [[ "${KUBELET_PODS_API:-0}" == 1 ]]; then
+		await kubelet "kubelet Pods API on ${PODS_API_SOCK}" pods_api_answers
+	fi
 }

@@ -53,6 +53,7 @@ exec "${ROOT}/bin/podres-proxy-bin" serve \\
 	--socket "${PROXY_SOCK}" \\
 	--kubelet-socket "${POD_RESOURCES_SOCK}" \\
 	--kubelet-pods-url "http://127.0.0.1:${KUBELET_READONLY_PORT}/pods" \\
+	--kubelet-pods-api-socket "${PODS_API_SOCK}" \\
 	--state-dir "${ROOT}/state" \\
 	--prune-after 1m \\
 	--nri-socket "${NRI_SOCK}" \\

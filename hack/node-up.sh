@@ -10,7 +10,8 @@
 #   containerd/   root, state, containerd.sock, config.toml
 #   nri/          nri.sock, plugins/, conf.d/
 #   cni/          net.d/ (the conflist), bin/ (extra plugins), ipam/
-#   kubelet/      the kubelet's --root-dir (pod-resources/kubelet.sock, ...)
+#   kubelet/      the kubelet's --root-dir (pod-resources/kubelet.sock,
+#                 pods-api/pods-api.sock, ...)
 #   manifests/    the kubelet's staticPodPath: drop pod manifests here
 #   logs/         containerd.log, kubelet.log, pods/ (container logs)
 #   node.env      the settings below, as KEY=VALUE lines
@@ -24,6 +25,11 @@
 #   PODRES_KUBELET_READONLY_PORT  kubelet read-only HTTP port (default 10255)
 #   PODRES_KUBELET_HEALTHZ_PORT   kubelet healthz port (default 10248)
 #   PODRES_KUBELET_VERBOSITY      kubelet --v (default 2)
+#   PODRES_KUBELET_PODS_API       1: the kubelet's PodsAPI feature gate on, so it
+#                                 serves its Pods API on
+#                                 <kubelet root>/pods-api/pods-api.sock
+#                                 (default 1); 0: off, the kubelet as most
+#                                 clusters run it (pods only on /pods)
 #   PODRES_CNI_NETWORK            CNI network name (default podres-<node name>)
 #   PODRES_CNI_BRIDGE             bridge device (default podres0; at most 15 chars)
 #   PODRES_CNI_SUBNET             pod subnet (default 10.88.77.0/24)
@@ -55,6 +61,7 @@ KUBELET_PORT="${PODRES_KUBELET_PORT:-10250}"
 KUBELET_READONLY_PORT="${PODRES_KUBELET_READONLY_PORT:-10255}"
 KUBELET_HEALTHZ_PORT="${PODRES_KUBELET_HEALTHZ_PORT:-10248}"
 KUBELET_VERBOSITY="${PODRES_KUBELET_VERBOSITY:-2}"
+KUBELET_PODS_API="${PODRES_KUBELET_PODS_API:-1}"
 CNI_NETWORK="${PODRES_CNI_NETWORK:-podres-${NODE_NAME}}"
 CNI_BRIDGE="${PODRES_CNI_BRIDGE:-podres0}"
 CNI_SUBNET="${PODRES_CNI_SUBNET:-10.88.77.0/24}"
@@ -71,6 +78,8 @@ MANIFESTS="${ROOT}/manifests"
 LOGS="${ROOT}/logs"
 PIDS="${ROOT}/pids"
 POD_RESOURCES_SOCK="${KUBELET_ROOT}/pod-resources/kubelet.sock"
+# Where the kubelet serves its Pods API when KUBELET_PODS_API is 1.
+PODS_API_SOCK="${KUBELET_ROOT}/pods-api/pods-api.sock"
 # The kubelet's device manager ignores --root-dir: its registration socket
 # and checkpoint always live here (pkg/kubelet/cm/devicemanager).
 HOST_DEVICE_PLUGIN_DIR=/var/lib/kubelet/device-plugins
@@ -84,6 +93,7 @@ check_artifacts() {
 		[[ -e "${f}" ]] || die "missing ${f}: run hack/build-node.sh first"
 	done
 	((${#CNI_BRIDGE} <= 15)) || die "PODRES_CNI_BRIDGE '${CNI_BRIDGE}' is longer than 15 characters"
+	[[ "${KUBELET_PODS_API}" =~ ^[01]$ ]] || die "PODRES_KUBELET_PODS_API is '${KUBELET_PODS_API}'; want 0 or 1"
 }
 
 # prepare_root stops a node left running under ROOT and clears its runtime
@@ -115,7 +125,7 @@ write_node_env() {
 		local k
 		for k in ROOT NODE_NAME KUBELET_ROOT KUBELET_PORT KUBELET_READONLY_PORT KUBELET_HEALTHZ_PORT \
 			CNI_NETWORK CNI_BRIDGE CNI_SUBNET CNI_BIN_DIR CNI_CONF_DIR CONTAINERD_SOCK NRI_SOCK \
-			MANIFESTS LOGS POD_RESOURCES_SOCK CONTAINERD_VERSION KUBERNETES_VERSION; do
+			MANIFESTS LOGS POD_RESOURCES_SOCK KUBELET_PODS_API PODS_API_SOCK CONTAINERD_VERSION KUBERNETES_VERSION; do
 			printf '%s=%q\n' "${k}" "${!k}"
 		done
 		printf 'PAUSE_IMAGE=%q\n' "$(cat "$(pause_cache_dir)/image-name")"
@@ -124,6 +134,10 @@ write_node_env() {
 }
 
 write_kubelet_config() {
+	local gates=""
+	if [[ "${KUBELET_PODS_API}" == 1 ]]; then
+		gates=$'featureGates:\n  PodsAPI: true'
+	fi
 	cat >"${ROOT}/kubelet-config.yaml" <<EOF
 # written by hack/node-up.sh: a standalone kubelet for tests only
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -144,6 +158,7 @@ authentication:
     enabled: false
 authorization:
   mode: AlwaysAllow
+${gates}
 $(kubelet_config_common)
 EOF
 }
@@ -177,7 +192,7 @@ main() {
 	write_cni_config PODRES_CNI_META_PLUGIN
 	write_kubelet_config
 	write_start_scripts
-	log "node ${NODE_NAME} under ${ROOT} (containerd ${CONTAINERD_VERSION}, kubelet ${KUBERNETES_VERSION})"
+	log "node ${NODE_NAME} under ${ROOT} (containerd ${CONTAINERD_VERSION}, kubelet ${KUBERNETES_VERSION}, PodsAPI gate $( ((KUBELET_PODS_API)) && echo on || echo off))"
 
 	start_component containerd
 	await_containerd

@@ -22,6 +22,9 @@
 //	PODRES_E2E_PRUNE_WAIT      how long a removed pod may stay in the store
 //	                           (default 3m)
 //	PODRES_E2E_KEEP_ROOT       1: keep the node's root directory afterwards
+//	PODRES_E2E_PODS_API        0: the kubelet's PodsAPI gate off, so serve
+//	                           learns pods from /pods (default 1: the kubelet
+//	                           serves its Pods API and serve watches it)
 //
 // Two test device plugins run against the kubelet: example.com/dev, and
 // nvidia.com/vgpu with ids like HAMi's NVIDIA plugin (GPU-<uuid>-<n>), which

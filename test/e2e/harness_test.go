@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -223,6 +225,7 @@ func (h *harness) setup() error {
 		fmt.Sprintf("PODRES_KUBELET_HEALTHZ_PORT=%d", ports[2]),
 		"PODRES_CNI_BRIDGE="+envOr("PODRES_E2E_BRIDGE", cniBridge),
 		"PODRES_CNI_META_PLUGIN="+string(probe),
+		"PODRES_KUBELET_PODS_API="+envOr("PODRES_E2E_PODS_API", "1"),
 	); err != nil {
 		return err
 	}
@@ -343,7 +346,8 @@ func (h *harness) runner() e2eutil.Runner {
 
 // readNodeEnv reads the KEY=VALUE lines node-up.sh wrote.
 func readNodeEnv(path string) (map[string]string, error) {
-	return e2eutil.ReadEnvFile(path, "POD_RESOURCES_SOCK", "CONTAINERD_SOCK", "NRI_SOCK", "MANIFESTS", "KUBELET_READONLY_PORT", "KUBELET_ROOT", "LOGS")
+	return e2eutil.ReadEnvFile(path, "POD_RESOURCES_SOCK", "CONTAINERD_SOCK", "NRI_SOCK", "MANIFESTS", "KUBELET_READONLY_PORT", "KUBELET_ROOT", "LOGS",
+		"KUBELET_PODS_API", "PODS_API_SOCK")
 }
 
 // freePorts asks the kernel for n free loopback ports.
@@ -446,11 +450,59 @@ func (h *harness) serveArgs() []string {
 	if strings.Contains(h.serveHelp, "-device-info-dir") {
 		args = append(args, "--device-info-dir", h.deviceInfoDir)
 	}
+	if h.servesPodsAPIFlag() {
+		// The kubelet's Pods API under the node's kubelet root, whether
+		// the kubelet serves it (PODRES_E2E_PODS_API, default 1) or not:
+		// serve then reads /pods, as on a kubelet without the gate.
+		args = append(args, "--kubelet-pods-api-socket", h.env["PODS_API_SOCK"])
+	}
 	if strings.Contains(h.serveHelp, "-prune-after") {
 		// A short grace period, so the removal test sees the prune.
 		args = append(args, "--prune-after", "20s")
 	}
 	return append(args, strings.Fields(os.Getenv("PODRES_E2E_SERVE_ARGS"))...)
+}
+
+// servesPodsAPIFlag tells whether serve has --kubelet-pods-api-socket.
+func (h *harness) servesPodsAPIFlag() bool {
+	return strings.Contains(h.serveHelp, "-kubelet-pods-api-socket")
+}
+
+// podsAPI tells whether the node's kubelet serves its Pods API (the
+// PodsAPI gate) and serve watches it.
+func (h *harness) podsAPI() bool {
+	return h.env["KUBELET_PODS_API"] == "1" && h.servesPodsAPIFlag()
+}
+
+// metric returns the sum of serve's metric samples whose line starts with
+// prefix (a name, or a name and labels), from its /metrics; 0 when none.
+func (h *harness) metric(prefix string) (float64, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + h.metricsAddr + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("read podres-proxy's /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("read podres-proxy's /metrics: %s", resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("read podres-proxy's /metrics: %w", err)
+	}
+	var sum float64
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric line %q: %w", l, err)
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 // startProxy starts podres-proxy serve and waits until /readyz answers 200.

@@ -129,8 +129,19 @@ func gpuAllocation(uuid string) string {
 	return fmt.Sprintf(`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"23040Mi","koordinator.sh/gpu-memory-ratio":"100"},"id":%q}]}`, uuid)
 }
 
-func rdmaAllocation() string {
-	return fmt.Sprintf(`{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":%q,"extension":{"vfs":[{"minor":-1,"busID":%q}]}}]}`, rdmaPF, rdmaVF)
+func rdmaAllocation() string { return vfAllocation(rdmaVF) }
+
+// vfAllocation is Koordinator's allocation of one VF of rdmaPF.
+func vfAllocation(vf string) string {
+	return fmt.Sprintf(`{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":%q,"extension":{"vfs":[{"minor":-1,"busID":%q}]}}]}`, rdmaPF, vf)
+}
+
+// newVFPod is a pod whose app container requests one VF, which Koordinator
+// allocated: vf, of rdmaPF.
+func newVFPod(name, vf string) testPod {
+	p := newTestPod(name, vfAllocation(vf), appContainers("app"), nil, map[string]corev1.ResourceList{"app": limits(rdmaResource, "1")})
+	p.want = devices{"app": {rdmaResource: {vf}}}
+	return p
 }
 
 func appContainers(names ...string) []string { return names }

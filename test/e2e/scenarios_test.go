@@ -14,8 +14,9 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
-// The tests run in this order, and share the base pods (ensurePods).
-// TestRemovedPodIsPrunedFromAnswerAndStore comes last: it removes a pod.
+// The tests run in this order, after podsapi_test.go's, and share the base
+// pods (ensurePods). TestRemovedPodIsPrunedFromAnswerAndStore comes last: it
+// removes a pod.
 
 func TestNodeRunsStaticPodsWithTheKubeletsOwnAnswer(t *testing.T) {
 	ensurePods(t)
