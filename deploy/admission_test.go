@@ -341,17 +341,21 @@ func TestAdmissionPolicyDeniesForgedAllocationsAndAllowsTheSchedulers(t *testing
 		},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			msg := cp.admit(t, ap.writers, c.req)
-			if denied := msg != ""; denied != c.wantDeny {
-				t.Fatalf("denied = %v (%q), want %v", denied, msg, c.wantDeny)
-			}
-			for _, w := range c.wantWords {
-				if !strings.Contains(msg, w) {
-					t.Errorf("denial %q does not name %q", msg, w)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { wantAdmission(t, cp.admit(t, ap.writers, c.req), c.wantDeny, c.wantWords) })
+	}
+}
+
+// wantAdmission checks an admission's denial message (empty: admitted)
+// against whether it should be denied and the words the denial must name.
+func wantAdmission(t *testing.T, msg string, wantDeny bool, wantWords []string) {
+	t.Helper()
+	if denied := msg != ""; denied != wantDeny {
+		t.Fatalf("denied = %v (%q), want %v", denied, msg, wantDeny)
+	}
+	for _, w := range wantWords {
+		if !strings.Contains(msg, w) {
+			t.Errorf("denial %q does not name %q", msg, w)
+		}
 	}
 }
 
@@ -443,17 +447,7 @@ func TestAdmissionPolicyDeniesBoundPodsNamingADeviceScheduler(t *testing.T) {
 			req:  admissionRequest{operation: "UPDATE", subResource: "status", user: "system:node:node-1", old: boundPod("koord-scheduler"), object: boundPod("koord-scheduler")},
 		},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			msg := cp.admit(t, ap.writers, c.req)
-			if denied := msg != ""; denied != c.wantDeny {
-				t.Fatalf("denied = %v (%q), want %v", denied, msg, c.wantDeny)
-			}
-			for _, w := range c.wantWords {
-				if !strings.Contains(msg, w) {
-					t.Errorf("denial %q does not name %q", msg, w)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { wantAdmission(t, cp.admit(t, ap.writers, c.req), c.wantDeny, c.wantWords) })
 	}
 }
 

@@ -322,6 +322,17 @@ func TestASharedGPUIsShownOnEverySharer(t *testing.T) {
 	}
 }
 
+// startInTurn brings up first, then second, each learned from /pods and
+// then from NRI, so that first's claims are learned before second's.
+func (h *harness) startInTurn(first, second fk.Pod) {
+	h.k.SetPods(first)
+	h.list()
+	h.markLive(first, "sandbox-1")
+	h.k.SetPods(first, second)
+	h.list()
+	h.markLive(second, "sandbox-2")
+}
+
 // runningTrainer starts a pod holding gpuUUID whole, learned from /pods and
 // then from NRI, and returns it and the same pod with its annotation edited
 // in the API to name gpuUUID2.
@@ -432,12 +443,7 @@ func TestWholeAndSharedClaimsOnOneGPUKeepTheFirstClaim(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, withNode())
-			h.k.SetPods(c.first)
-			h.list()
-			h.markLive(c.first, "sandbox-1")
-			h.k.SetPods(c.first, c.second)
-			h.list()
-			h.markLive(c.second, "sandbox-2")
+			h.startInTurn(c.first, c.second)
 			if got := devicesOf(h.get("ml", c.first.Name), "train")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
 				t.Errorf("first claimant %s shows %v, want %s", c.first.Name, got, gpuUUID)
 			}
@@ -565,12 +571,7 @@ func TestAPFAndItsVFAreNeverShownOnTwoPods(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, withNode())
-			h.k.SetPods(c.first)
-			h.list()
-			h.markLive(c.first, "sandbox-1")
-			h.k.SetPods(c.first, c.second)
-			h.list()
-			h.markLive(c.second, "sandbox-2")
+			h.startInTurn(c.first, c.second)
 			ids, err := clients.MultusDeviceIDs(ctx(t), h.socket, "ml", c.first.Name, "koordinator.sh/rdma")
 			if err != nil {
 				t.Fatal(err)
