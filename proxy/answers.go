@@ -4,29 +4,63 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
+	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 )
 
-// listAnswer is the List path: the kubelet's answer, split into pods
-// (package reuse explains how answers are reused per pod), each pod reused
-// or rebuilt with the devices its plan gives it.
+// lister is one List method (v1 or v1alpha1): its kubelet calls, shared by
+// concurrent callers, and its answers, reused per pod (package reuse).
+type lister struct {
+	api upstream.API
+	// alpha: the answer is v1alpha1's, whose pods decode as v1 pods and
+	// are given their devices without topology, as the kubelet derives
+	// them.
+	alpha bool
+	cache reuse.Cache
+	// last is the last kubelet answer, whose storage the next one reuses:
+	// the shared calls run one at a time (upstream.Shared), and nothing
+	// of an answer is kept once the proxy's is built.
+	last   reuse.Encoded
+	shared *upstream.Shared[[]byte]
+}
 
-// rebuildFunc decodes one pod segment, adds the plan's devices and encodes it.
-type rebuildFunc func(seg []byte, p merge.Plan) ([]byte, error)
+// answer makes one shared List: the kubelet's answer, then the proxy's
+// built from it.
+func (s *Server) answer(l *lister) func(ctx context.Context, started time.Time) ([]byte, error) {
+	return func(ctx context.Context, started time.Time) ([]byte, error) {
+		kubelet, err := s.up.List(ctx, l.api, l.last)
+		if err != nil {
+			return nil, err // the kubelet's codes and messages pass through
+		}
+		l.last = kubelet
+		out, err := s.build(ctx, l, kubelet, started)
+		if err != nil {
+			s.log.WithError(err).WithField("method", l.api.Name).Warn("List answered with an error")
+		}
+		return out, err
+	}
+}
 
-// listAnswer builds the proxy's List answer from the kubelet's Encoded one
-// (package reuse explains the reuse). arrived is when the query
-// arrived: pods unknown to the store wait for a /pods read started after it.
-func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reuse.Encoded, arrived time.Time, inv *inventory.Snapshot, rebuild rebuildFunc) ([]byte, error) {
-	// Read before looking up records, so that a change made meanwhile
-	// leaves entries that are checked again next time.
-	version := s.p.Store.Version()
+// build makes the proxy's List answer from the kubelet's: each pod's
+// segment as the kubelet sent it, or rebuilt with its plan, reusing what
+// it can per pod (package reuse). arrived is when the query arrived: pods
+// the plans cannot answer wait for a /pods read started after it.
+func (s *Server) build(ctx context.Context, l *lister, kubelet reuse.Encoded, arrived time.Time) ([]byte, error) {
+	t, err := s.resolver.Table(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resolve := func(k model.PodKey) (*plans.Plan, bool) { return s.resolver.Lookup(t, k) }
 
 	// Nothing changed: one pass.
-	if out, pods, ok := cache.Steady(kubelet, inv, version, s.p.Store.Current); ok {
+	if out, pods, ok := l.cache.Steady(kubelet, t, resolve); ok {
 		if pods > 0 {
 			s.p.Metrics.ListPods(pods, 0)
 		}
@@ -43,66 +77,63 @@ func (s *Server) listAnswer(ctx context.Context, cache *reuse.Cache, kubelet reu
 	if err != nil {
 		return nil, err
 	}
+	gen, pods, reused := l.cache.Reuse(parts, t, resolve)
 
-	// Reuse what can be reused.
-	gen, pods, reused := cache.Reuse(parts, inv, version, s.p.Store.Current)
-
-	// Rebuild the others, each pod alone.
-	var read []int // pods whose devices need a /pods read
+	// The plans of the others, from t or after a /pods read.
+	var need []int
 	for i := range parts {
-		p := &parts[i]
-		if !p.Need {
-			continue
-		}
-		if p.Key.Name == "" {
-			if p.Key, err = reuse.PodKey(p.Pod); err != nil {
-				return nil, err
+		if p := &parts[i]; p.Need {
+			if p.Key.Name == "" {
+				if p.Key, err = reuse.PodKey(p.Pod); err != nil {
+					return nil, err
+				}
 			}
-		}
-		rec, ok := s.p.Store.Current(p.Key)
-		if !ok || (len(rec.Devices) > 0 && !s.resolver.Vettable(rec)) {
-			read = append(read, i)
-			continue
-		}
-		p.Rec = rec
-		if err := rebuildPart(p, rebuild, s.resolver.PlanFor(rec, inv)); err != nil {
-			return nil, err
+			need = append(need, i)
 		}
 	}
-	if len(read) > 0 {
-		keys := make([]model.PodKey, len(read))
-		for j, i := range read {
+	if len(need) > 0 {
+		keys := make([]model.PodKey, len(need))
+		for j, i := range need {
 			keys[j] = parts[i].Key
 		}
-		plans, _, err := s.resolver.Plans(ctx, keys, arrived, inv)
+		var found []*plans.Plan
+		found, t, err = s.resolver.Plans(ctx, t, keys, arrived)
 		if err != nil {
 			return nil, err
 		}
-		for j, i := range read {
-			if err := rebuildPart(&parts[i], rebuild, plans[j]); err != nil {
+		inv := t.Inventory()
+		if l.alpha {
+			inv = nil // v1alpha1 has no topology
+		}
+		for j, i := range need {
+			if err := rebuild(&parts[i], found[j], inv); err != nil {
 				return nil, err
 			}
 		}
+		s.p.Metrics.ListPods(reused, pods-reused)
+		l.cache.Store(parts, gen)
+	} else if pods > 0 {
+		s.p.Metrics.ListPods(reused, 0)
 	}
-	if rebuilt := pods - reused; rebuilt > 0 || reused > 0 {
-		s.p.Metrics.ListPods(reused, rebuilt)
-	}
-
 	out := reuse.Splice(parts)
-	if pods > reused {
-		cache.Store(parts, inv, version, gen, s.resolver.DependsOnOthers)
-	}
-	cache.Drop(gen, pods)
+	l.cache.Drop(gen, pods)
 	return out, nil
 }
 
-// rebuildPart sets a pod's output: the kubelet's segment itself when there is
+// rebuild sets a pod's output: the kubelet's segment itself when there is
 // nothing to add, so a pod without devices is never decoded.
-func rebuildPart(p *reuse.Part, rebuild rebuildFunc, pl merge.Plan) (err error) {
-	if pl.Empty() {
+func rebuild(p *reuse.Part, pl *plans.Plan, inv *inventory.Snapshot) error {
+	p.Plan = pl
+	if pl == nil {
 		p.Out, p.Same = p.Pod, true
 		return nil
 	}
-	p.Out, err = rebuild(p.Pod, pl)
+	var pod v1.PodResources
+	if err := proto.Unmarshal(p.Pod, &pod); err != nil {
+		return reuse.ErrNotAPod(err)
+	}
+	merge.Pod(&pod, pl, inv)
+	out, err := proto.Marshal(&pod)
+	p.Out = out
 	return err
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/merge"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -31,11 +31,15 @@ type Providers struct {
 	Watching func() bool
 	// Allocators attribute a pod's devices to its containers.
 	Allocators *allocator.Set
-	// Inventory returns the current device inventory. Each call takes one
-	// snapshot and answers from it alone: the devices' NUMA nodes, the
-	// allocatable devices and the translation of devices named by minor or
-	// index. Nil: no inventory.
+	// Inventory returns the current device inventory snapshot: the
+	// devices' NUMA nodes, the allocatable devices and the translation of
+	// devices named by minor or index. Each pod's plan is computed from one
+	// snapshot (package plans). Nil: no inventory.
 	Inventory func() *inventory.Snapshot
+	// InventoryChanged, when set, returns a channel closed at the
+	// inventory's next change (inventory.Inventory.Changed), so that plans
+	// follow the inventory before a query asks.
+	InventoryChanged func() <-chan struct{}
 	// ResourceNames name the inventory's devices in GetAllocatableResources;
 	// nil means inventory.DefaultResourceNames.
 	ResourceNames inventory.ResourceNames
@@ -53,17 +57,7 @@ type Providers struct {
 	MIGResource string
 	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
 	// devices pods are answered with; nil writes none.
-	DeviceInfo merge.DeviceInfoWriter
-}
-
-// snapshot returns the inventory to answer one call from: one snapshot per
-// call, so that every pod of an answer, and every question about a device
-// (its NUMA nodes, its id, whether the node has it), sees the same inventory.
-func (s *Server) snapshot() *inventory.Snapshot {
-	if s.p.Inventory == nil {
-		return nil
-	}
-	return s.p.Inventory()
+	DeviceInfo plans.DeviceInfoWriter
 }
 
 // newReader returns the shared /pods reader of p.Pods, which records every

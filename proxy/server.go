@@ -6,14 +6,14 @@
 //
 // The server is composed like the kubelet's own: its Providers are gathered
 // in one struct. The upstream kubelet (package upstream) answers which pods
-// and containers exist; the store, the /pods reader the server owns (every
-// read is recorded in the store) and the allocators say which devices each
-// pod gets, the trust checker which of them are believed, and one inventory
-// snapshot per call where they sit (package merge). List answers are reused
-// pod by pod (package reuse tells how, in one place); a call a moment after
-// another shares its kubelet call (upstream.Shared). Every input is bounded
-// (package limits; the socket's permissions, socket.go). Its metrics are
-// package metrics'.
+// and containers exist; what each pod adds is its plan (package plans),
+// computed in the background whenever the store or the inventory changes;
+// a query looks plans up, reading /pods first for a pod the plans do not
+// know yet (package merge), and adds them to the kubelet's answer. List
+// answers are reused pod by pod (package reuse tells how, in one place); a
+// call a moment after another shares its kubelet call (upstream.Shared).
+// Every input is bounded (package limits; the socket's permissions,
+// socket.go). Its metrics are package metrics'.
 package proxy
 
 import (
@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,9 +36,9 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	"github.com/podres-proxy/podres-proxy/proxy/upstream"
-	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // Config configures a Server.
@@ -77,6 +78,7 @@ type Server struct {
 	p        Providers
 	log      logrus.FieldLogger
 	up       *upstream.Client
+	plans    *plans.Builder
 	resolver *merge.Resolver
 	// pods is the shared /pods reader: the resolver's, and the background
 	// spec reader's (specs.go). Nil without a /pods source.
@@ -84,16 +86,9 @@ type Server struct {
 	grpc  *grpc.Server
 	ready atomic.Bool
 
-	// Each List method's pods, reused per pod (answers.go), and each
-	// method's shared kubelet calls (upstream.Shared).
-	segV1, segV1alpha1 reuse.Cache
-	// Each List method's last kubelet answer, whose storage the next one
-	// reuses: its shared calls run one at a time (upstream.Shared), and
-	// nothing of an answer is kept once the proxy's is built.
-	kubeletV1, kubeletV1alpha1 reuse.Encoded
-	listV1                     *upstream.Shared[[]byte]
-	listV1alpha1               *upstream.Shared[[]byte]
-	allocatable                *upstream.Shared[*v1.AllocatableResourcesResponse]
+	// The List methods (answers.go).
+	listV1, listV1alpha1 lister
+	allocatable          *upstream.Shared[*v1.AllocatableResourcesResponse]
 	// getV1 answers Gets from the kubelet's List (see v1Server.Get).
 	getV1 *upstream.Shared[kubeletPods]
 }
@@ -127,25 +122,32 @@ func New(cfg Config, p Providers) (*Server, error) {
 		p.ResourceNames = inventory.DefaultResourceNames()
 	}
 	pods := newReader(p, cfg.PodsTimeout)
+	builder := plans.New(plans.Options{
+		Store:             p.Store,
+		Inventory:         p.Inventory,
+		InventoryChanged:  p.InventoryChanged,
+		Allocators:        p.Allocators,
+		Gate:              p.Trust,
+		PlainSharedGPUIDs: p.PlainSharedGPUIDs,
+		MIGResource:       p.MIGResource,
+		DeviceInfo:        p.DeviceInfo,
+		Log:               log,
+	})
 	s := &Server{
-		cfg:  cfg,
-		p:    p,
-		log:  log,
-		up:   up,
-		pods: pods,
+		cfg:   cfg,
+		p:     p,
+		log:   log,
+		up:    up,
+		pods:  pods,
+		plans: builder,
 		resolver: merge.NewResolver(merge.Options{
-			Store:      p.Store,
-			Pods:       pods,
-			Watching:   p.Watching,
-			Allocators: p.Allocators,
-			Trust:      trust.NewChecker(p.Trust, p.Store),
-			Metrics:    p.Metrics,
-			Log:        log,
-
-			PlainSharedGPUIDs: p.PlainSharedGPUIDs,
-			MIGResource:       p.MIGResource,
-			DeviceInfo:        p.DeviceInfo,
+			Store:    p.Store,
+			Plans:    builder,
+			Pods:     pods,
+			Watching: p.Watching,
 		}),
+		listV1:       lister{api: upstream.V1},
+		listV1alpha1: lister{api: upstream.V1alpha1, alpha: true},
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client
 	// can hold is bounded (package limits).
@@ -175,10 +177,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	go func() {
 		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics.ConnectionRejected))
 	}()
-	specsCtx, stopSpecs := context.WithCancel(ctx)
-	specsDone := make(chan struct{})
-	go func() { defer close(specsDone); s.readSpecs(specsCtx) }()
-	defer func() { stopSpecs(); <-specsDone }()
+	// Plans are computed, and specs read, in the background for as long
+	// as the socket is served.
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bg.Go(func() { s.plans.Run(bgCtx) })
+	bg.Go(func() { s.readSpecs(bgCtx) })
+	defer func() { stopBackground(); bg.Wait() }()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
 	select {
@@ -210,39 +215,11 @@ type v1Server struct {
 
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
-	out, err := v.s.listV1.Do(ctx)
+	out, err := v.s.listV1.shared.Do(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return reuse.PreEncoded(&v1.ListPodResourcesResponse{}, out), nil
-}
-
-// listV1 makes one shared v1 List: the kubelet's answer, then the proxy's
-// built from it, reusing what it can per pod.
-func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, error) {
-	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{}, s.kubeletV1)
-	if err != nil {
-		return nil, err // the kubelet's codes and messages pass through
-	}
-	s.kubeletV1 = kubelet
-	out, err := s.buildV1(ctx, kubelet, started)
-	if err != nil {
-		s.log.WithError(err).Warn("List answered with an error")
-	}
-	return out, err
-}
-
-// buildV1 builds the v1 List answer from the kubelet's.
-func (s *Server) buildV1(ctx context.Context, kubelet reuse.Encoded, started time.Time) ([]byte, error) {
-	inv := s.snapshot()
-	return s.listAnswer(ctx, &s.segV1, kubelet, started, inv, func(seg []byte, p merge.Plan) ([]byte, error) {
-		var pod v1.PodResources
-		if err := proto.Unmarshal(seg, &pod); err != nil {
-			return nil, reuse.ErrNotAPod(err)
-		}
-		merge.V1(&pod, p, inv)
-		return proto.Marshal(&pod)
-	})
 }
 
 // Get answers from the kubelet's List, whose pods are what the kubelet's Get
@@ -269,13 +246,17 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	if err := proto.Unmarshal(seg, pod); err != nil {
 		return nil, reuse.ErrNotAPod(err)
 	}
-	inv := v.s.snapshot()
-	plans, _, err := v.s.resolver.Plans(ctx, []model.PodKey{key}, arrived, inv)
+	t, err := v.s.resolver.Table(ctx)
+	if err == nil {
+		var found []*plans.Plan
+		if found, t, err = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); err == nil {
+			merge.Pod(pod, found[0], t.Inventory())
+		}
+	}
 	if err != nil {
 		v.s.log.WithError(err).Warn("Get answered with an error")
 		return nil, err
 	}
-	merge.V1(pod, plans[0], inv)
 	return &v1.GetPodResourcesResponse{PodResources: pod}, nil
 }
 
@@ -288,7 +269,7 @@ type kubeletPods map[model.PodKey][]byte
 // callers that shared it read their pods' segments after it ends, while the
 // next call may already run.
 func (s *Server) getV1Answer(ctx context.Context, _ time.Time) (kubeletPods, error) {
-	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{}, nil)
+	kubelet, err := s.up.List(ctx, upstream.V1, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +305,11 @@ func (s *Server) allocatableAnswer(ctx context.Context, _ time.Time) (*v1.Alloca
 	if err != nil {
 		return nil, err
 	}
-	merge.Allocatable(resp, s.snapshot().Allocatable(s.p.ResourceNames), s.p.Allocators.ReplacedResources())
+	var inv *inventory.Snapshot
+	if s.p.Inventory != nil {
+		inv = s.p.Inventory()
+	}
+	merge.Allocatable(resp, inv.Allocatable(s.p.ResourceNames), s.p.Allocators.ReplacedResources())
 	return resp, nil
 }
 
@@ -337,40 +322,20 @@ type v1alpha1Server struct {
 
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
-	out, err := v.s.listV1alpha1.Do(ctx)
+	out, err := v.s.listV1alpha1.shared.Do(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return reuse.PreEncoded(&v1alpha1.ListPodResourcesResponse{}, out), nil
 }
 
-// listV1alpha1Answer makes one shared v1alpha1 List.
-func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]byte, error) {
-	kubelet, err := s.up.ListV1alpha1(ctx, &v1alpha1.ListPodResourcesRequest{}, s.kubeletV1alpha1)
-	if err != nil {
-		return nil, err
-	}
-	s.kubeletV1alpha1 = kubelet
-	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, s.snapshot(), func(seg []byte, p merge.Plan) ([]byte, error) {
-		var pod v1alpha1.PodResources
-		if err := proto.Unmarshal(seg, &pod); err != nil {
-			return nil, reuse.ErrNotAPod(err)
-		}
-		merge.V1alpha1(&pod, p)
-		return proto.Marshal(&pod)
-	})
-	if err != nil {
-		s.log.WithError(err).Warn("v1alpha1 List answered with an error")
-	}
-	return out, err
-}
-
 // shareCalls sets up the methods whose kubelet calls concurrent callers
 // share (upstream.Shared). The requests of these methods have no fields, so one
 // caller's request stands for all.
 func (s *Server) shareCalls() {
-	s.listV1 = upstream.NewShared("List", s.listV1Answer, s.p.Metrics)
+	for _, l := range []*lister{&s.listV1, &s.listV1alpha1} {
+		l.shared = upstream.NewShared(l.api.Name, s.answer(l), s.p.Metrics)
+	}
 	s.getV1 = upstream.NewShared("Get", s.getV1Answer, s.p.Metrics)
-	s.listV1alpha1 = upstream.NewShared("v1alpha1.List", s.listV1alpha1Answer, s.p.Metrics)
 	s.allocatable = upstream.NewShared("GetAllocatableResources", s.allocatableAnswer, s.p.Metrics)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
@@ -66,7 +67,7 @@ func (s *Server) readSpecs(ctx context.Context) {
 // has devices that cannot be vetted without its spec.
 func (s *Server) specNeeded(since time.Time) bool {
 	for _, r := range s.p.Store.Records() {
-		if needsSpec(r, s.resolver.Vettable) && !r.UpdatedAt.Before(since) {
+		if needsSpec(r) && !r.UpdatedAt.Before(since) {
 			return true
 		}
 	}
@@ -75,6 +76,4 @@ func (s *Server) specNeeded(since time.Time) bool {
 
 // needsSpec reports whether r is a running pod whose devices wait for its
 // spec to be vetted.
-func needsSpec(r *record.Record, vettable func(*record.Record) bool) bool {
-	return r.Live() && len(r.Devices) > 0 && !vettable(r)
-}
+func needsSpec(r *record.Record) bool { return r.Live() && !plans.Vettable(r) }

@@ -18,6 +18,7 @@
 package state
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -62,17 +63,9 @@ const DefaultPruneAfter = 5 * time.Minute
 type Store struct {
 	opts Options
 
-	mu        sync.RWMutex
-	byUID     map[string]*record.Record
-	byKey     map[model.PodKey][]string // uids, usually one
-	bySandbox map[string]string         // sandbox id -> uid
-
-	// names is which UID each pod name had in the freshest complete
-	// kubelet pod list, and namesAt when that list was taken: PodResources
-	// names pods without UIDs, and only the kubelet says which pod a name
-	// is now (Live, Current).
-	names   map[model.PodKey]string
-	namesAt time.Time
+	mu sync.RWMutex
+	index
+	bySandbox map[string]string // sandbox id -> uid
 
 	// version counts changes to the records: it moves whenever a record is
 	// installed or deleted, so that readers can tell, without comparing
@@ -110,11 +103,13 @@ func New(opts Options) *Store {
 		opts.Log = logrus.StandardLogger()
 	}
 	return &Store{
-		opts:      opts,
-		byUID:     map[string]*record.Record{},
-		byKey:     map[model.PodKey][]string{},
+		opts: opts,
+		index: index{
+			byUID: map[string]*record.Record{},
+			byKey: map[model.PodKey][]string{},
+			names: map[model.PodKey]string{},
+		},
 		bySandbox: map[string]string{},
-		names:     map[model.PodKey]string{},
 		dirty:     func(string) {},
 		changed:   make(chan struct{}),
 	}
@@ -123,88 +118,49 @@ func New(opts Options) *Store {
 // Get returns the record of a pod UID.
 func (s *Store) Get(uid string) (*record.Record, bool) {
 	s.mu.RLock()
-	r, ok := s.byUID[uid]
-	s.mu.RUnlock()
-	return r, ok
+	defer s.mu.RUnlock()
+	return s.get(uid)
 }
 
-// Live returns the live record (a running sandbox reported by NRI or CRI)
-// of a pod name, unless the freshest kubelet pod list gives that name
-// another UID: the pod was deleted and recreated under the same name
-// (StatefulSets, a force deletion while the old sandbox is still torn
-// down), and the new pod must never be answered with its predecessor's
-// devices. Of two live sandboxes of one name, the kubelet's names the one;
-// without it, it returns false and the caller must ask the kubelet.
+// Live returns the live record of a pod name (index.live).
 func (s *Store) Live(key model.PodKey) (*record.Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.live(key)
 }
 
-func (s *Store) live(key model.PodKey) (*record.Record, bool) {
-	current, named := s.names[key]
-	var live *record.Record
-	for _, uid := range s.byKey[key] {
-		r := s.byUID[uid]
-		if !r.Live() || (named && uid != current) {
-			continue
-		}
-		if live != nil {
-			return nil, false
-		}
-		live = r
-	}
-	return live, live != nil
-}
-
-// Named returns the record of the UID the freshest kubelet pod list or
-// watch gives a name, whatever its phase (pending, running, finished).
+// Named returns the record of the UID the kubelet gives a name (index.named).
 func (s *Store) Named(key model.PodKey) (*record.Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	uid, ok := s.names[key]
-	if !ok {
-		return nil, false
-	}
-	r, ok := s.byUID[uid]
-	if !ok || (r.State == record.PhaseRemoved && r.KubeletPhase != "Succeeded" && r.KubeletPhase != "Failed") {
-		return nil, false // removed while not finished: a read must say what the name is
-	}
-	return r, true
+	return s.named(key)
 }
 
-// Current is Live for a record that also needs no confirmation from the
-// kubelet: one none of whose containers the runtime reported stopped since
-// the freshest kubelet list confirmed its name. A stopped container is how
-// a force-deleted pod's teardown begins, at the moment its replacement of
-// the same name may be created, so such a record answers only after a list
-// taken since shows the name is still its pod (a container that restarts
-// costs one read, not one per query).
+// Current returns the live record of a name that needs no confirmation from
+// the kubelet (index.current).
 func (s *Store) Current(key model.PodKey) (*record.Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	r, ok := s.live(key)
-	if !ok || !stopping(r) {
-		return r, ok
-	}
-	if s.names[key] == r.UID && !s.namesAt.Before(r.Provenance.Containers.At) {
-		return r, true
-	}
-	return nil, false
+	return s.current(key)
 }
 
-// stopping reports whether the runtime reported a container of r's sandbox
-// stopped.
-func stopping(r *record.Record) bool {
-	if r.Provenance.Containers == nil {
-		return false
+// Snapshot returns the records and the kubelet's names as they are now, at
+// Version: an immutable copy that answers every lookup as the store did at
+// that moment, however it changes afterwards. Whatever is derived from one
+// snapshot (the plans of package proxy/plans) is consistent with it.
+func (s *Store) Snapshot() *Snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	x := index{
+		byUID:   maps.Clone(s.byUID),
+		byKey:   make(map[model.PodKey][]string, len(s.byKey)),
+		names:   maps.Clone(s.names),
+		namesAt: s.namesAt,
 	}
-	for _, c := range r.Containers {
-		if c.State == model.ContainerStopped {
-			return true
-		}
+	for k, uids := range s.byKey {
+		x.byKey[k] = slices.Clone(uids) // unindexKey edits them in place
 	}
-	return false
+	return &Snapshot{index: x, version: s.version.Load()}
 }
 
 // ByName returns every record of a pod name, newest update first.

@@ -1,52 +1,26 @@
 package trust
 
 import (
-	"sync"
+	"maps"
+	"slices"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
-// Checker applies the Gate to one pod's devices with what that needs from
-// the store: the other pods' claims (Holders, kept for one store version
-// and inventory snapshot), and the pod's record, into which what was refused
-// is written so that `inspect` shows it. It is safe for concurrent use.
-type Checker struct {
-	gate    *Gate
-	store   *state.Store
-	holders holdersCache
-}
-
-// NewChecker returns a checker of the pods of store against gate.
-func NewChecker(gate *Gate, store *state.Store) *Checker {
-	return &Checker{gate: gate, store: store}
-}
-
-// Gate returns the checker's gate.
-func (c *Checker) Gate() *Gate { return c.gate }
-
-// Vettable reports whether the record says enough to vet its devices
-// without reading /pods: its spec, with the scheduler name.
-func (c *Checker) Vettable(rec *record.Record) bool { return Vettable(rec.Spec) }
-
-// Holders returns who holds each exclusive device of the node, for the
-// store's current records and inv.
-func (c *Checker) Holders(inv *inventory.Snapshot) *Holders {
-	return c.holders.get(c.store, c.gate, inv)
-}
-
-// Vet returns the devices of rec the gate believes: those Gate.Vet keeps,
-// less those that conflict with another pod's earlier claim (Gate.Contest).
-// Edited annotations are refused too. What it refuses is recorded in the
-// store, and logged and counted when that changed, so a forger costs one
-// warning per change, not one per query.
-func (c *Checker) Vet(rec *record.Record, devs []model.Device, inv *inventory.Snapshot, holders *Holders) []model.Device {
-	kept, refused := c.gate.Vet(rec.Spec, devs, inv)
+// VetPod returns the devices of rec the gate believes (devs: its decoded,
+// translated devices) and those it refuses: what Vet refuses, what
+// conflicts with another pod's earlier claim (Contest, against holders;
+// nil contests nothing), and every annotation edited in the API after the
+// pod's sandbox started. It is pure: the caller records and reports the
+// refusals (Report) when they change, so a forger costs one warning per
+// change, not one per query.
+func (g *Gate) VetPod(rec *record.Record, devs []model.Device, inv *inventory.Snapshot, holders *Holders) (kept []model.Device, refused []model.Refused) {
+	kept, refused = g.Vet(rec.Spec, devs, inv)
 	for _, key := range rec.Edited {
 		refused = append(refused, model.Refused{
-			Allocator: c.gate.set.AllocatorOf(key),
+			Allocator: g.set.AllocatorOf(key),
 			Reason:    ReasonEdited,
 			Class:     ReasonClass(ReasonEdited),
 			Detail:    key + " was changed in the API after the pod's sandbox started; the value the sandbox started with is kept",
@@ -54,32 +28,19 @@ func (c *Checker) Vet(rec *record.Record, devs []model.Device, inv *inventory.Sn
 	}
 	if len(kept) > 0 {
 		var contested []model.Refused
-		kept, contested = c.gate.Contest(rec, kept, holders)
+		kept, contested = g.Contest(rec, kept, holders)
 		refused = append(refused, contested...)
 	}
-	if c.store.SetRefused(rec.UID, refused) {
-		c.gate.Report(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, refused)
-	}
-	return kept
+	return kept, refused
 }
 
-// holdersCache keeps the holders of devices computed for one store version
-// and inventory snapshot: deciding them vets every record of the node, which
-// only a change to some record or to the inventory can change. A new value
-// is a new pointer, which is how the plans and answer segments decided
-// with the old one know they are stale.
-type holdersCache struct {
-	mu      sync.Mutex
-	version uint64
-	inv     *inventory.Snapshot
-	h       *Holders
-}
-
-func (c *holdersCache) get(store *state.Store, gate *Gate, inv *inventory.Snapshot) *Holders {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v := store.Version(); c.h == nil || c.version != v || c.inv != inv {
-		c.h, c.version, c.inv = gate.Holders(store.Records(), inv), v, inv
+// Equal reports whether two tables grant every claim alike, so that what
+// was decided with one holds with the other. Both are built from the same
+// inventory snapshot or the answer is false.
+func (h *Holders) Equal(o *Holders) bool {
+	if h == nil || o == nil {
+		return h == o
 	}
-	return c.h
+	same := func(a, b []claim) bool { return slices.Equal(a, b) }
+	return h.inv == o.inv && maps.EqualFunc(h.on, o.on, same) && maps.EqualFunc(h.under, o.under, same)
 }

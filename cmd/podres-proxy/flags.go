@@ -21,7 +21,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
-	"github.com/podres-proxy/podres-proxy/proxy/merge"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
@@ -129,7 +129,7 @@ const (
 
 // deviceInfoWriter is w as the proxy's dependency: nil when disabled (a nil
 // *devinfo.Writer in the interface would not be nil).
-func deviceInfoWriter(w *devinfo.Writer) merge.DeviceInfoWriter {
+func deviceInfoWriter(w *devinfo.Writer) plans.DeviceInfoWriter {
 	if w == nil {
 		return nil
 	}

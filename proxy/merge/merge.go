@@ -17,20 +17,24 @@ import (
 	"slices"
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 )
 
-// V1 adds a plan's devices to a v1 pod.
-func V1(pod *v1.PodResources, p Plan, inv *inventory.Snapshot) {
-	if p.Empty() || len(pod.GetContainers()) == 0 {
+// Pod adds a plan's devices to a pod of a kubelet answer: a v1 pod, or a
+// v1alpha1 pod decoded as v1 (the v1 messages are a superset of the
+// v1alpha1 ones, field for field), with a nil inventory, which adds no
+// topology: the kubelet derives its v1alpha1 devices from its v1 ones the
+// same way.
+func Pod(pod *v1.PodResources, p *plans.Plan, inv *inventory.Snapshot) {
+	if p == nil || len(pod.GetContainers()) == 0 {
 		return
 	}
 	for _, c := range pod.Containers {
-		if devs := p.assign[c.GetName()]; len(devs) > 0 {
+		if devs := p.Containers[c.GetName()]; len(devs) > 0 {
 			addV1(c, devs, inv)
 		}
 	}
@@ -95,36 +99,6 @@ func (s deviceSet) hasOrAdd(resource, id string) bool {
 	}
 	s[resourceID{resource, id}] = struct{}{}
 	return false
-}
-
-// V1alpha1 adds a plan's devices to a v1alpha1 pod. v1alpha1 lists app
-// containers only and has no topology, exactly as the kubelet's.
-func V1alpha1(pod *v1alpha1.PodResources, p Plan) {
-	if p.Empty() || len(pod.GetContainers()) == 0 {
-		return
-	}
-	for _, c := range pod.Containers {
-		if devs := p.assign[c.GetName()]; len(devs) > 0 {
-			addV1alpha1(c, devs)
-		}
-	}
-}
-
-func addV1alpha1(c *v1alpha1.ContainerResources, devs []model.Device) {
-	for _, d := range devs {
-		if d.Replace {
-			c.Devices = slices.DeleteFunc(c.Devices, func(x *v1alpha1.ContainerDevices) bool { return x.GetResourceName() == d.Resource })
-		}
-	}
-	has := idsOf(c.Devices)
-	for _, d := range devs {
-		for _, id := range d.IDs {
-			if id == "" || has.hasOrAdd(d.Resource, id) {
-				continue
-			}
-			c.Devices = append(c.Devices, &v1alpha1.ContainerDevices{ResourceName: d.Resource, DeviceIds: []string{id}})
-		}
-	}
 }
 
 // Allocatable adds inventory devices to GetAllocatableResources, skipping

@@ -15,22 +15,14 @@
 //   - A segment's output is cached under the segment's bytes, each
 //     container's devices put in byte order first (canonicalKey: the
 //     kubelet lists a container's device ids from maps too), together with
-//     the pod's store record and the inventory snapshot it was built from.
-//     Records and snapshots are immutable and replaced on every change, so
-//     the same pointer means the same content; and while the store's
-//     version has not moved, every record is still the one it was, so a
-//     steady List does not even look records up. When all three match, the
-//     cached output is spliced in as is. This holds because a pod's devices
-//     depend on nothing but its own record, its part of the kubelet's answer
-//     and the inventory, with two exceptions: the trust gate weighs a pod's
-//     devices against other pods' claims (Gate.Contest), and a shared GPU's
-//     sharers' ids depend on who else shares it (trust.SharedGPUs), so such
-//     a pod is reused only while the store's version has not moved at all
-//     (segment.withOthers).
+//     the plan it was built with (package proxy/plans). Plans are computed
+//     when pods change, kept in immutable tables, and replaced, never
+//     modified, so the same plan pointer means the same output: a cached
+//     output is spliced in as is while the current table still gives the
+//     pod that plan, and while the table itself is the one last checked, a
+//     steady List does not even look the pod up.
 //   - Otherwise that pod alone is decoded, given its devices (the same merge
-//     Get uses, so List and Get agree) and Encoded. Its output is cached only
-//     when its devices came from the store: one that needed a /pods read
-//     depended on that read too.
+//     Get uses, so List and Get agree) and Encoded.
 //   - Fields that are not pods (a newer kubelet's) are copied through, and
 //     a pod's own unknown fields survive its decode and encode.
 //

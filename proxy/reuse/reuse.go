@@ -13,9 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 )
 
 // MaxCacheBytes bounds what one List method's cache holds (the
@@ -53,17 +52,11 @@ type Cache struct {
 // segment is a pod's output and what it was built from.
 type segment struct {
 	key     model.PodKey
-	rec     *record.Record      // the live record the output was built from
-	checked uint64              // a store version at which rec was still the pod's live record
-	inv     *inventory.Snapshot // the inventory snapshot it was built with
-	out     []byte              // the proxy's segment; nil: the kubelet's, unchanged
-	seen    uint64              // the last answer that listed it
-	inLen   int                 // the length of the kubelet's segment, its key
-	// withOthers: the trust gate weighed its devices against other pods'
-	// claims (Gate.Contest), or its shared GPUs' ids depend on their other
-	// sharers, so it depends on every record, not only its own, and is
-	// valid only at the store version it was built at.
-	withOthers bool
+	plan    *plans.Plan  // the plan the output was built with; nil: none
+	checked *plans.Table // a table in which plan was still the pod's
+	out     []byte       // the proxy's segment; nil: the kubelet's, unchanged
+	seen    uint64       // the last answer that listed it
+	inLen   int          // the length of the kubelet's segment, its key
 }
 
 // size is what an entry counts against MaxCacheBytes.
@@ -74,28 +67,32 @@ func (e *segment) size() int {
 // Part is one field of a kubelet List answer: a pod, or something to
 // copy through.
 type Part struct {
-	Field []byte         // the whole field, tag included
-	Pod   []byte         // a pod's segment, nil for other fields
-	Canon []byte         // the segment in canonical order (canonicalKey), when it is not
-	Out   []byte         // the pod's output
-	Need  bool           // the pod must be rebuilt
-	Same  bool           // Out is the kubelet's segment: nothing was added
-	Rec   *record.Record // the live record Out was built from, when it came from the store alone
+	Field []byte      // the whole field, tag included
+	Pod   []byte      // a pod's segment, nil for other fields
+	Canon []byte      // the segment in canonical order (canonicalKey), when it is not
+	Out   []byte      // the pod's output
+	Need  bool        // the pod must be rebuilt
+	Same  bool        // Out is the kubelet's segment: nothing was added
+	Plan  *plans.Plan // the plan Out was built with
 	Key   model.PodKey
 }
 
-// Store caches the rebuilt pods that came from the store alone. withOthers
-// reports whether a pod's answer can change when another pod's record does.
-func (c *Cache) Store(parts []Part, inv *inventory.Snapshot, version, gen uint64, withOthers func(*record.Record) bool) {
+// Resolve returns the plan a pod is answered with from a table alone, and
+// false when the table cannot say (merge.Resolver.Lookup).
+type Resolve func(model.PodKey) (*plans.Plan, bool)
+
+// Store caches the rebuilt pods. Each is checked against the table at its
+// first reuse: a pod whose plan needed a kubelet read is reused only once
+// the plans alone give it the same plan.
+func (c *Cache) Store(parts []Part, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range parts {
 		p := &parts[i]
-		if !p.Need || p.Rec == nil {
+		if !p.Need {
 			continue
 		}
-		e := &segment{key: p.Key, rec: p.Rec, checked: version, inv: inv, seen: gen, inLen: len(p.Pod),
-			withOthers: withOthers(p.Rec)}
+		e := &segment{key: p.Key, plan: p.Plan, seen: gen, inLen: len(p.Pod)}
 		if !p.Same {
 			e.out = p.Out
 		}
@@ -301,12 +298,12 @@ func ErrNotAPod(err error) error {
 	return Malformed(fmt.Errorf("a pod of the kubelet's List answer: %w", err))
 }
 
-// Reuse fills in the output of every pod of parts whose segment, record and
-// inventory snapshot are those of a cached output, marks the others Need,
-// and returns the answer's generation (for Store and Drop), how many pods
-// parts holds and how many were reused. live looks a pod's live record up;
-// version is the store's version, read before parts were split.
-func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, live func(model.PodKey) (*record.Record, bool)) (gen uint64, pods, reused int) {
+// Reuse fills in the output of every pod of parts whose segment is that of
+// a cached output built with the plan table t gives the pod, marks the
+// others Need, and returns the answer's generation (for Store and Drop),
+// how many pods parts holds and how many were reused. resolve looks a
+// pod's plan up in t.
+func (c *Cache) Reuse(parts []Part, t *plans.Table, resolve Resolve) (gen uint64, pods, reused int) {
 	c.mu.Lock()
 	c.gen++
 	gen = c.gen
@@ -323,7 +320,7 @@ func (c *Cache) Reuse(parts []Part, inv *inventory.Snapshot, version uint64, liv
 		if e != nil {
 			e.seen = gen
 			p.Key = e.key
-			if e.current(inv, version, live) {
+			if e.current(t, resolve) {
 				p.Out = e.out
 				if p.Out == nil {
 					p.Out = p.Pod
@@ -359,19 +356,18 @@ func (c *Cache) lookup(seg []byte) (e *segment, canon []byte) {
 }
 
 // current reports whether e's output can be spliced in as it is: built
-// with this inventory snapshot, from the record that is still the pod's
-// live one (checked again only when the store's version has moved since).
-func (e *segment) current(inv *inventory.Snapshot, version uint64, live func(model.PodKey) (*record.Record, bool)) bool {
-	if e.inv != inv {
-		return false
+// with the plan table t gives the pod, without a kubelet read (checked
+// again only when the table changed since). Plans are replaced, never
+// modified, so the same plan means the same output.
+func (e *segment) current(t *plans.Table, resolve Resolve) bool {
+	if e.checked == t {
+		return true
 	}
-	if e.checked != version && !e.withOthers {
-		// The store changed since: is this still the pod's record?
-		if rec, ok := live(e.key); ok && rec == e.rec {
-			e.checked = version
-		}
+	if p, ok := resolve(e.key); ok && p == e.plan {
+		e.checked = t
+		return true
 	}
-	return e.checked == version
+	return false
 }
 
 // Steady builds the answer in one pass over the kubelet's when every pod
@@ -381,7 +377,7 @@ func (e *segment) current(inv *inventory.Snapshot, version uint64, live func(mod
 // pod that must be rebuilt (or a field that does not parse); Split, Reuse
 // and Splice then make the answer, which comes out the same. pods is how
 // many pods the answer lists.
-func (c *Cache) Steady(kubelet []byte, inv *inventory.Snapshot, version uint64, live func(model.PodKey) (*record.Record, bool)) (out []byte, pods int, ok bool) {
+func (c *Cache) Steady(kubelet []byte, t *plans.Table, resolve Resolve) (out []byte, pods int, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) == 0 {
@@ -406,7 +402,7 @@ func (c *Cache) Steady(kubelet []byte, inv *inventory.Snapshot, version uint64, 
 		}
 		seg, _ := protowire.ConsumeBytes(field[n:])
 		e, _ := c.lookup(seg)
-		if e == nil || !e.current(inv, version, live) {
+		if e == nil || !e.current(t, resolve) {
 			return nil, 0, false
 		}
 		e.seen = c.gen

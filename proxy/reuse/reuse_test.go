@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 )
 
 // The per-pod cache must not grow with the node's history: pods the latest
@@ -17,7 +17,7 @@ func cachedPart(name string, size int) Part {
 		Pod:  bytes.Repeat([]byte(name[:1]), size),
 		Out:  []byte("out-" + name),
 		Need: true,
-		Rec:  &record.Record{Name: name},
+		Plan: &plans.Plan{},
 		Key:  model.PodKey{Namespace: "default", Name: name},
 	}
 }
@@ -25,7 +25,7 @@ func cachedPart(name string, size int) Part {
 func TestTheSegmentCacheDropsPodsNoLongerListed(t *testing.T) {
 	var c Cache
 	c.m = map[string]*segment{}
-	c.Store([]Part{cachedPart("a", 100), cachedPart("b", 100), cachedPart("c", 100)}, nil, 1, 1, noOthers)
+	c.Store([]Part{cachedPart("a", 100), cachedPart("b", 100), cachedPart("c", 100)}, 1)
 	if len(c.m) != 3 {
 		t.Fatalf("cache holds %d pods, want 3", len(c.m))
 	}
@@ -49,11 +49,8 @@ func TestTheSegmentCacheStaysWithinItsBound(t *testing.T) {
 	for _, name := range []string{"a", "b", "c", "d", "e"} {
 		parts = append(parts, cachedPart(name, MaxCacheBytes/4))
 	}
-	c.Store(parts, nil, 1, 1, noOthers)
+	c.Store(parts, 1)
 	if c.bytes > MaxCacheBytes || len(c.m) >= len(parts) {
 		t.Errorf("cache holds %d pods in %d bytes, want fewer than %d pods within %d bytes", len(c.m), c.bytes, len(parts), MaxCacheBytes)
 	}
 }
-
-// noOthers says no pod's answer depends on another pod's record.
-func noOthers(*record.Record) bool { return false }

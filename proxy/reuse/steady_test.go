@@ -11,25 +11,23 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 )
 
 // Steady is the one-pass path of a List on a node where nothing changed.
 // Whatever it answers must be what the full path (Split, Reuse, Splice)
 // answers, and it must refuse whenever the full path would rebuild a pod.
 
-// node is a kubelet answer's pods, their records and the inventory.
+// node is a kubelet answer's pods and their plans.
 type node struct {
-	devs map[string]int     // each pod's devices of the kubelet's own, by name
-	cpus map[string][]int64 // each pod's exclusive CPUs, by name
-	recs map[model.PodKey]*record.Record
-	inv  *inventory.Snapshot
+	devs  map[string]int     // each pod's devices of the kubelet's own, by name
+	cpus  map[string][]int64 // each pod's exclusive CPUs, by name
+	plans map[model.PodKey]*plans.Plan
 }
 
 func newNode(pods int) *node {
-	n := &node{devs: map[string]int{}, cpus: map[string][]int64{}, recs: map[model.PodKey]*record.Record{}, inv: &inventory.Snapshot{}}
+	n := &node{devs: map[string]int{}, cpus: map[string][]int64{}, plans: map[model.PodKey]*plans.Plan{}}
 	for i := range pods {
 		n.add(fmt.Sprintf("pod-%d", i), i%3)
 	}
@@ -38,7 +36,7 @@ func newNode(pods int) *node {
 
 func (n *node) add(name string, devs int) {
 	n.devs[name] = devs
-	n.recs[model.PodKey{Namespace: "ns", Name: name}] = &record.Record{Name: name}
+	n.plans[model.PodKey{Namespace: "ns", Name: name}] = &plans.Plan{}
 }
 
 // seg is a pod as the kubelet lists it: its devices in a new order.
@@ -71,19 +69,19 @@ func (n *node) answer() []byte {
 	return protowire.AppendString(b, "from a newer kubelet")
 }
 
-func (n *node) live(k model.PodKey) (*record.Record, bool) {
-	r, ok := n.recs[k]
-	return r, ok
+func (n *node) resolve(k model.PodKey) (*plans.Plan, bool) {
+	p, ok := n.plans[k]
+	return p, ok
 }
 
 // full is the full path's answer: pods Reuse cannot reuse are given an
 // output naming them (and cached, as listAnswer does), the answer spliced.
-func (n *node) full(t *testing.T, c *Cache, kubelet []byte, version uint64) []byte {
+func (n *node) full(t *testing.T, c *Cache, kubelet []byte, tab *plans.Table) []byte {
 	parts, err := Split(nil, kubelet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen, pods, _ := c.Reuse(parts, n.inv, version, n.live)
+	gen, pods, _ := c.Reuse(parts, tab, n.resolve)
 	for i := range parts {
 		p := &parts[i]
 		if !p.Need {
@@ -92,11 +90,11 @@ func (n *node) full(t *testing.T, c *Cache, kubelet []byte, version uint64) []by
 		if p.Key, err = PodKey(p.Pod); err != nil {
 			t.Fatal(err)
 		}
-		p.Rec = n.recs[p.Key]
+		p.Plan = n.plans[p.Key]
 		p.Out = append(slices.Clone(p.Pod), []byte("+devices of "+p.Key.Name)...)
 	}
 	out := Splice(parts)
-	c.Store(parts, n.inv, version, gen, func(*record.Record) bool { return false })
+	c.Store(parts, gen)
 	c.Drop(gen, pods)
 	return out
 }
@@ -104,20 +102,21 @@ func (n *node) full(t *testing.T, c *Cache, kubelet []byte, version uint64) []by
 func TestSteadyAnswersAsTheFullPathDoes(t *testing.T) {
 	n := newNode(30)
 	var c Cache
-	if _, _, ok := c.Steady(n.answer(), n.inv, 1, n.live); ok {
+	tab := &plans.Table{}
+	if _, _, ok := c.Steady(n.answer(), tab, n.resolve); ok {
 		t.Fatal("Steady answered from an empty cache")
 	}
-	first := n.full(t, &c, n.answer(), 1)
+	first := n.full(t, &c, n.answer(), tab)
 	if !bytes.Contains(first, []byte("+devices of pod-29")) {
 		t.Fatal("the full path did not rebuild the pods")
 	}
 	for i := range 20 {
 		kubelet := n.answer()
-		got, pods, ok := c.Steady(kubelet, n.inv, 1, n.live)
+		got, pods, ok := c.Steady(kubelet, tab, n.resolve)
 		if !ok || pods != 30 {
 			t.Fatalf("List %d: Steady refused (%v) or listed %d pods on an unchanged node", i, ok, pods)
 		}
-		if want := n.full(t, &c, kubelet, 1); !bytes.Equal(got, want) {
+		if want := n.full(t, &c, kubelet, tab); !bytes.Equal(got, want) {
 			t.Fatalf("List %d: Steady's answer differs from the full path's", i)
 		}
 	}
@@ -126,42 +125,44 @@ func TestSteadyAnswersAsTheFullPathDoes(t *testing.T) {
 func TestSteadyRefusesWhenAPodMustBeRebuilt(t *testing.T) {
 	n := newNode(10)
 	var c Cache
-	n.full(t, &c, n.answer(), 1)
-	steady := func(version uint64) bool {
-		_, _, ok := c.Steady(n.answer(), n.inv, version, n.live)
+	t1, t2, t3 := &plans.Table{}, &plans.Table{}, &plans.Table{}
+	n.full(t, &c, n.answer(), t1)
+	steady := func(tab *plans.Table) bool {
+		_, _, ok := c.Steady(n.answer(), tab, n.resolve)
 		return ok
 	}
-	if !steady(1) {
+	if !steady(t1) {
 		t.Fatal("Steady refused an unchanged node")
 	}
-	// The store moved, no record changed: still steady.
-	if !steady(2) {
-		t.Fatal("Steady refused after a store change that left every record as it was")
+	// A new table, every plan as it was: still steady.
+	if !steady(t2) {
+		t.Fatal("Steady refused after a new table that kept every plan")
 	}
-	// A pod's record is replaced.
-	n.recs[model.PodKey{Namespace: "ns", Name: "pod-3"}] = &record.Record{Name: "pod-3"}
-	if steady(3) {
-		t.Fatal("Steady answered although a pod's record changed")
+	// A pod's plan is replaced.
+	n.plans[model.PodKey{Namespace: "ns", Name: "pod-3"}] = &plans.Plan{}
+	if steady(t3) {
+		t.Fatal("Steady answered although a pod's plan changed")
 	}
-	n.full(t, &c, n.answer(), 3)
-	// The inventory changes.
-	n.inv = &inventory.Snapshot{}
-	if steady(3) {
-		t.Fatal("Steady answered from outputs built with another inventory")
+	n.full(t, &c, n.answer(), t3)
+	// A pod the table can no longer answer (its name is another pod now).
+	delete(n.plans, model.PodKey{Namespace: "ns", Name: "pod-5"})
+	if steady(&plans.Table{}) {
+		t.Fatal("Steady answered a pod the plans cannot answer")
 	}
-	n.full(t, &c, n.answer(), 3)
+	n.plans[model.PodKey{Namespace: "ns", Name: "pod-5"}] = &plans.Plan{}
+	n.full(t, &c, n.answer(), t3)
 	// The kubelet's part of a pod changes, and a new pod comes.
 	n.cpus["pod-4"] = []int64{4, 5}
-	if steady(3) {
+	if steady(t3) {
 		t.Fatal("Steady answered although the kubelet's part of a pod changed")
 	}
-	n.full(t, &c, n.answer(), 3)
+	n.full(t, &c, n.answer(), t3)
 	n.add("pod-new", 2)
-	if steady(3) {
+	if steady(t3) {
 		t.Fatal("Steady answered for a pod it never built")
 	}
-	n.full(t, &c, n.answer(), 3)
-	if !steady(3) {
+	n.full(t, &c, n.answer(), t3)
+	if !steady(t3) {
 		t.Fatal("Steady refused once every pod was built again")
 	}
 }
@@ -169,10 +170,11 @@ func TestSteadyRefusesWhenAPodMustBeRebuilt(t *testing.T) {
 func TestSteadyForgetsPodsNoLongerListed(t *testing.T) {
 	n := newNode(10)
 	var c Cache
-	n.full(t, &c, n.answer(), 1)
+	tab := &plans.Table{}
+	n.full(t, &c, n.answer(), tab)
 	delete(n.devs, "pod-2")
 	delete(n.devs, "pod-7")
-	if _, pods, ok := c.Steady(n.answer(), n.inv, 1, n.live); !ok || pods != 8 {
+	if _, pods, ok := c.Steady(n.answer(), tab, n.resolve); !ok || pods != 8 {
 		t.Fatalf("Steady = %d pods, %v; want 8, true", pods, ok)
 	}
 	if len(c.m) != 8 {

@@ -93,15 +93,29 @@ func (u *Client) observe(method string, start time.Time, err error) error {
 	return err
 }
 
-// List returns the kubelet's v1 List answer still reuse.Encoded (see
+// API is one version of the List method: v1 or v1alpha1. Their requests
+// are the same empty message, and their answers are split alike (package
+// reuse), so one call serves both.
+type API struct {
+	method string // the gRPC method
+	Name   string // how metrics and logs name it
+}
+
+// The List methods.
+var (
+	V1       = API{method: v1.PodResourcesLister_List_FullMethodName, Name: "List"}
+	V1alpha1 = API{method: v1alpha1.PodResourcesLister_List_FullMethodName, Name: "v1alpha1.List"}
+)
+
+// List returns the kubelet's List answer of api still reuse.Encoded (see
 // reuse.Codec), in buf's storage when it fits: buf must not be in use.
-func (u *Client) List(ctx context.Context, req *v1.ListPodResourcesRequest, buf reuse.Encoded) (reuse.Encoded, error) {
+func (u *Client) List(ctx context.Context, api API, buf reuse.Encoded) (reuse.Encoded, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
 	resp := buf
-	err := u.conn.Invoke(ctx, v1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(reuse.Codec{}))
-	return resp, u.observe("List", start, err)
+	err := u.conn.Invoke(ctx, api.method, &v1.ListPodResourcesRequest{}, &resp, grpc.ForceCodecV2(reuse.Codec{}))
+	return resp, u.observe(api.Name, start, err)
 }
 
 // GetAllocatableResources returns the kubelet's answer.
@@ -111,15 +125,4 @@ func (u *Client) GetAllocatableResources(ctx context.Context, req *v1.Allocatabl
 	start := time.Now()
 	resp, err := u.v1.GetAllocatableResources(ctx, req)
 	return resp, u.observe("GetAllocatableResources", start, err)
-}
-
-// ListV1alpha1 returns the kubelet's v1alpha1 List answer still
-// reuse.Encoded, in buf's storage when it fits.
-func (u *Client) ListV1alpha1(ctx context.Context, req *v1alpha1.ListPodResourcesRequest, buf reuse.Encoded) (reuse.Encoded, error) {
-	ctx, cancel := u.bound(ctx)
-	defer cancel()
-	start := time.Now()
-	resp := buf
-	err := u.conn.Invoke(ctx, v1alpha1.PodResourcesLister_List_FullMethodName, req, &resp, grpc.ForceCodecV2(reuse.Codec{}))
-	return resp, u.observe("v1alpha1.List", start, err)
 }

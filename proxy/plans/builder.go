@@ -1,0 +1,251 @@
+package plans
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/trust"
+)
+
+// DeviceInfoWriter writes the NPWG device-info files of the devices a pod
+// is answered with (devinfo.Writer). The builder tells it before the table
+// with the pod's plan is published, because Multus reads the file right
+// after its List, during the same CNI ADD.
+type DeviceInfoWriter interface {
+	Hold(pod model.PodRef, devices []model.Device)
+}
+
+// Options are what a Builder decides from.
+type Options struct {
+	Store *state.Store
+	// Inventory returns the current inventory snapshot; nil: none.
+	Inventory func() *inventory.Snapshot
+	// InventoryChanged, when set, returns a channel closed at the
+	// inventory's next change, so plans follow it before any query asks.
+	// Without it a query that sees a new snapshot asks for a build.
+	InventoryChanged func() <-chan struct{}
+	Allocators       *allocator.Set
+	// Gate vets decoded devices: only what it believes is reported.
+	Gate *trust.Gate
+	// PlainSharedGPUIDs reports every sharer of a GPU under its plain UUID.
+	PlainSharedGPUIDs bool
+	// MIGResource, when set, is the resource MIG instances are reported as.
+	MIGResource string
+	// DeviceInfo writes device-info files; nil writes none.
+	DeviceInfo DeviceInfoWriter
+	Log        logrus.FieldLogger
+}
+
+// Builder keeps the current Table: Run builds a new one whenever the store
+// or the inventory changes, and At waits for one that covers what a query
+// has seen. It is safe for concurrent use.
+type Builder struct {
+	o    Options
+	wake chan struct{} // a query needs a newer table than the current one
+
+	mu      sync.Mutex
+	cur     *Table
+	built   chan struct{} // closed, and replaced, when cur changes
+	holders *trust.Holders
+	shared  *trust.SharedGPUs
+	entries map[string]entry
+}
+
+// New returns a builder; nothing is built until Run.
+func New(o Options) *Builder {
+	if o.Log == nil {
+		o.Log = logrus.StandardLogger()
+	}
+	return &Builder{o: o, wake: make(chan struct{}, 1), built: make(chan struct{})}
+}
+
+// ErrStopped is At's error once Run has returned.
+var ErrStopped = errors.New("plans: the builder is stopped")
+
+// Run builds a table now and again at every change, until ctx is done.
+func (b *Builder) Run(ctx context.Context) {
+	defer func() {
+		b.mu.Lock()
+		b.cur = nil
+		close(b.built) // waiters see no table and stop waiting
+		b.built = nil
+		b.mu.Unlock()
+	}()
+	for {
+		changed := b.o.Store.Changed()
+		var invChanged <-chan struct{}
+		if b.o.InventoryChanged != nil {
+			invChanged = b.o.InventoryChanged()
+		}
+		b.build()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-invChanged:
+		case <-b.wake:
+		}
+	}
+}
+
+// At returns a table computed from a store snapshot at version or later,
+// and from the inventory's current snapshot, waiting for the builder when
+// the current one is older. A query reads the store's Version when it
+// arrives (or after a kubelet read it waited for) and answers from At's
+// table alone.
+func (b *Builder) At(ctx context.Context, version uint64) (*Table, error) {
+	for {
+		b.mu.Lock()
+		cur, built := b.cur, b.built
+		b.mu.Unlock()
+		if built == nil {
+			return nil, ErrStopped
+		}
+		if cur != nil && cur.pods.Version() >= version && cur.inv == b.inventory() {
+			return cur, nil
+		}
+		select {
+		case b.wake <- struct{}{}:
+		default: // a build is already asked for
+		}
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-built:
+		}
+	}
+}
+
+func (b *Builder) inventory() *inventory.Snapshot {
+	if b.o.Inventory == nil {
+		return nil
+	}
+	return b.o.Inventory()
+}
+
+// build computes the table of the store's and the inventory's current
+// snapshots, keeping every plan none of whose inputs changed, writes what
+// the new plans decided (device-info files, refusals, slots) and publishes
+// it.
+func (b *Builder) build() {
+	pods := b.o.Store.Snapshot()
+	inv := b.inventory()
+	records := pods.Records()
+
+	holders := b.o.Gate.Holders(records, inv)
+	if holders.Equal(b.holders) {
+		holders = b.holders // the plans decided with the old table hold
+	}
+	var shared *trust.SharedGPUs
+	if !b.o.PlainSharedGPUIDs {
+		shared = b.o.Gate.SharedGPUs(b.shared, records, inv)
+		if shared.Equal(b.shared) {
+			shared = b.shared
+		}
+	}
+	keep := b.cur != nil && b.cur.inv == inv && holders == b.holders && shared == b.shared
+
+	entries := make(map[string]entry, len(b.entries))
+	plans := make(map[string]*Plan)
+	var fresh []*record.Record
+	for _, rec := range records {
+		if len(rec.Devices) == 0 && len(rec.Edited) == 0 {
+			continue
+		}
+		e, ok := b.entries[rec.UID]
+		if !ok || !keep || !sameInputs(e.rec, rec) {
+			e = b.decide(rec, inv, holders, shared)
+			fresh = append(fresh, rec)
+		}
+		entries[rec.UID] = e
+		if e.plan != nil {
+			plans[rec.UID] = e.plan
+		}
+	}
+	b.record(fresh, entries)
+
+	b.mu.Lock()
+	b.cur = &Table{pods: pods, inv: inv, plans: plans}
+	b.holders, b.shared, b.entries = holders, shared, entries
+	close(b.built)
+	b.built = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// decide computes one pod's plan: its devices translated to ids, vetted,
+// given their shared-GPU ids and attributed to its containers.
+func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs) entry {
+	e := entry{rec: rec}
+	devs, problems := allocator.Translate(rec.Devices, inv)
+	if len(problems) > 0 {
+		// Repeats at every build until the inventory knows the device.
+		b.o.Log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
+	}
+	devs = allocator.NormalizeIDs(devs)
+	// A refused device adds nothing and removes nothing: what the kubelet
+	// itself reported for the pod (a device plugin's GPU) stays as it is.
+	devs, e.refused = b.o.Gate.VetPod(rec, devs, inv, holders)
+	e.slots = shared.Slots(rec.UID)
+	devs = shared.Rewrite(rec.UID, devs)
+	if len(devs) == 0 {
+		return e
+	}
+	// The gate believes devices only on a pod whose spec it read, so
+	// Assign fails only for a spec without app containers, which no
+	// kubelet lists: such a pod adds nothing.
+	a, ok := b.o.Allocators.Assign(rec.Spec, devs)
+	if !ok {
+		return e
+	}
+	if !b.o.PlainSharedGPUIDs {
+		a = trust.OnePlainPerPod(rec.Spec, a)
+	}
+	if b.o.MIGResource != "" {
+		// After attribution: the allocators' requests (nvidia.com/gpu)
+		// decide the container, the name only what consumers see.
+		relabelled := make(allocator.Assignment, len(a))
+		for name, devs := range a {
+			relabelled[name] = allocator.MIGResource(devs, b.o.MIGResource)
+		}
+		a = relabelled
+	}
+	e.plan = &Plan{Containers: a}
+	return e
+}
+
+// record writes what the plans of fresh records decided: the device-info
+// files of their devices (before any answer shows them), and, in the
+// store, the refusals (`inspect` shows them; a change is logged and
+// counted once) and the shared-GPU slots (a restarted daemon gives them
+// again). Recording changes the store, which builds again; that build
+// keeps every plan.
+func (b *Builder) record(fresh []*record.Record, entries map[string]entry) {
+	for _, rec := range fresh {
+		e := entries[rec.UID]
+		if b.o.DeviceInfo != nil && e.plan != nil && rec.State != record.PhaseRemoved {
+			ref := model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
+			for _, name := range slices.Sorted(maps.Keys(e.plan.Containers)) {
+				b.o.DeviceInfo.Hold(ref, e.plan.Containers[name])
+			}
+		}
+	}
+	for _, rec := range fresh {
+		e := entries[rec.UID]
+		if b.o.Store.SetRefused(rec.UID, e.refused) {
+			b.o.Gate.Report(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, e.refused)
+		}
+		if !b.o.PlainSharedGPUIDs && !maps.Equal(e.slots, rec.GPUSlots) {
+			b.o.Store.SetGPUSlots(rec.UID, e.slots)
+		}
+	}
+}

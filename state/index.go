@@ -1,0 +1,133 @@
+package state
+
+import (
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/record"
+)
+
+// index is what lookups read: the records by UID and by name, and which UID
+// the kubelet gives each name. The Store keeps the live one under its lock;
+// a Snapshot keeps a copy, so that both answer a lookup by the same rules.
+type index struct {
+	byUID map[string]*record.Record
+	byKey map[model.PodKey][]string // uids, usually one
+
+	// names is which UID each pod name had in the freshest complete
+	// kubelet pod list or watch, and namesAt when that list was taken:
+	// PodResources names pods without UIDs, and only the kubelet says which
+	// pod a name is now (live, current).
+	names   map[model.PodKey]string
+	namesAt time.Time
+}
+
+func (x *index) get(uid string) (*record.Record, bool) {
+	r, ok := x.byUID[uid]
+	return r, ok
+}
+
+// live returns the live record (a running sandbox reported by NRI or CRI)
+// of a pod name, unless the freshest kubelet pod list gives that name
+// another UID: the pod was deleted and recreated under the same name
+// (StatefulSets, a force deletion while the old sandbox is still torn
+// down), and the new pod must never be answered with its predecessor's
+// devices. Of two live sandboxes of one name, the kubelet's names the one;
+// without it, it returns false and the caller must ask the kubelet.
+func (x *index) live(key model.PodKey) (*record.Record, bool) {
+	current, named := x.names[key]
+	var live *record.Record
+	for _, uid := range x.byKey[key] {
+		r := x.byUID[uid]
+		if !r.Live() || (named && uid != current) {
+			continue
+		}
+		if live != nil {
+			return nil, false
+		}
+		live = r
+	}
+	return live, live != nil
+}
+
+// named returns the record of the UID the freshest kubelet pod list or
+// watch gives a name, whatever its phase (pending, running, finished).
+func (x *index) named(key model.PodKey) (*record.Record, bool) {
+	uid, ok := x.names[key]
+	if !ok {
+		return nil, false
+	}
+	r, ok := x.byUID[uid]
+	if !ok || (r.State == record.PhaseRemoved && r.KubeletPhase != "Succeeded" && r.KubeletPhase != "Failed") {
+		return nil, false // removed while not finished: a read must say what the name is
+	}
+	return r, true
+}
+
+// current is live for a record that also needs no confirmation from the
+// kubelet: one none of whose containers the runtime reported stopped since
+// the freshest kubelet list confirmed its name. A stopped container is how
+// a force-deleted pod's teardown begins, at the moment its replacement of
+// the same name may be created, so such a record answers only after a list
+// taken since shows the name is still its pod (a container that restarts
+// costs one read, not one per query).
+func (x *index) current(key model.PodKey) (*record.Record, bool) {
+	r, ok := x.live(key)
+	if !ok || !stopping(r) {
+		return r, ok
+	}
+	if x.names[key] == r.UID && !x.namesAt.Before(r.Provenance.Containers.At) {
+		return r, true
+	}
+	return nil, false
+}
+
+// stopping reports whether the runtime reported a container of r's sandbox
+// stopped.
+func stopping(r *record.Record) bool {
+	if r.Provenance.Containers == nil {
+		return false
+	}
+	for _, c := range r.Containers {
+		if c.State == model.ContainerStopped {
+			return true
+		}
+	}
+	return false
+}
+
+// Snapshot is the store's records and the kubelet's names at one version
+// (Store.Snapshot). It is immutable and safe for concurrent use; its
+// lookups are the Store's.
+type Snapshot struct {
+	index
+	version uint64
+}
+
+// Version is the store's Version the snapshot was taken at.
+func (v *Snapshot) Version() uint64 { return v.version }
+
+// Get returns the record of a pod UID.
+func (v *Snapshot) Get(uid string) (*record.Record, bool) { return v.get(uid) }
+
+// Live is Store.Live at the snapshot's version.
+func (v *Snapshot) Live(key model.PodKey) (*record.Record, bool) { return v.live(key) }
+
+// Named is Store.Named at the snapshot's version.
+func (v *Snapshot) Named(key model.PodKey) (*record.Record, bool) { return v.named(key) }
+
+// Current is Store.Current at the snapshot's version.
+func (v *Snapshot) Current(key model.PodKey) (*record.Record, bool) { return v.current(key) }
+
+// Records returns every record, sorted by namespace, name and UID.
+func (v *Snapshot) Records() []*record.Record {
+	out := make([]*record.Record, 0, len(v.byUID))
+	for _, r := range v.byUID {
+		out = append(out, r)
+	}
+	record.Sort(out)
+	return out
+}
+
+// Len returns how many records the snapshot holds.
+func (v *Snapshot) Len() int { return len(v.byUID) }
