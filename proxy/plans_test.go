@@ -7,8 +7,8 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
-	"github.com/podres-proxy/podres-proxy/trust"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // What a pod adds to answers is decided when the pod changes, in the
