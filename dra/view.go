@@ -21,9 +21,12 @@ const retryClaim = 10 * time.Second
 
 // ViewOptions are the sources a View folds from.
 type ViewOptions struct {
-	// Pod returns a pod's extended resource claim (nil when it has none)
-	// from the kubelet's pod sources; ok false when the pod is not known.
-	Pod func(ctx context.Context, key model.PodKey) (claim *model.ExtendedResourceClaim, ok bool, err error)
+	// Pods returns the extended resource claims (nil for a pod that has
+	// none) of the pods keys name, from the kubelet's pod sources, leaving
+	// out pods they do not know. A View calls it once per answer, for the
+	// pods it has no facts of, so that a List of many new pods costs one
+	// read of every pod, not one per pod.
+	Pods func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error)
 	// Facts returns the node's devices and classes (resourceapi.Source).
 	Facts func() Facts
 	// Allocation reads a claim's allocation; nil reads none, and claims
@@ -76,11 +79,10 @@ func NewView(opts ViewOptions) *View {
 // FoldList folds every pod of a List answer, and forgets pods it no
 // longer lists.
 func (v *View) FoldList(ctx context.Context, pods []*v1.PodResources) {
-	facts := v.facts()
+	v.fold(ctx, pods)
 	seen := make(map[model.PodKey]bool, len(pods))
 	for _, p := range pods {
 		seen[model.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}] = true
-		v.fold(ctx, p, facts)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -93,7 +95,7 @@ func (v *View) FoldList(ctx context.Context, pods []*v1.PodResources) {
 
 // FoldPod folds one pod (a Get answer).
 func (v *View) FoldPod(ctx context.Context, pod *v1.PodResources) {
-	v.fold(ctx, pod, v.facts())
+	v.fold(ctx, []*v1.PodResources{pod})
 }
 
 // Allocatable adds the node's devices of extended-resource classes and
@@ -108,52 +110,78 @@ func (v *View) facts() Facts {
 	return f
 }
 
-// fold folds pod, which has nothing to fold unless the kubelet lists a
+// fold folds pods; a pod has nothing to fold unless the kubelet lists a
 // claim for it.
-func (v *View) fold(ctx context.Context, pod *v1.PodResources, f Facts) {
-	claims := claimNames(pod)
-	if claims == "" {
+func (v *View) fold(ctx context.Context, pods []*v1.PodResources) {
+	type pending struct {
+		pod    *v1.PodResources
+		key    model.PodKey
+		claims string
+		entry  *podEntry // nil: not known, or its claims changed
+	}
+	var todo []pending
+	var lookup []model.PodKey
+	v.mu.Lock()
+	for _, p := range pods {
+		claims := claimNames(p)
+		if claims == "" {
+			continue
+		}
+		key := model.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
+		e := v.pods[key]
+		if e != nil && e.claims != claims {
+			e = nil
+		}
+		if e == nil {
+			lookup = append(lookup, key)
+		}
+		todo = append(todo, pending{p, key, claims, e})
+	}
+	v.mu.Unlock()
+	if len(todo) == 0 {
 		return
 	}
-	key := model.PodKey{Namespace: pod.GetNamespace(), Name: pod.GetName()}
-	e, ok := v.entry(ctx, key, claims)
-	if !ok {
-		return
+	var found map[model.PodKey]*model.ExtendedResourceClaim
+	if len(lookup) > 0 {
+		var err error
+		if found, err = v.opts.Pods(ctx, lookup); err != nil {
+			v.log.WithError(err).WithField("pods", len(lookup)).Warn("DRA: reading the pods' extended resource claims failed; their devices stay under dynamic_resources")
+		}
 	}
-	unfolded := FoldPod(pod, e.facts, f)
-	v.report(key, e, unfolded)
+	f := v.facts()
+	for _, t := range todo {
+		var e podEntry // a copy: Gets and Lists fold at once
+		if t.entry != nil {
+			e = *t.entry
+		} else {
+			claim, ok := found[t.key]
+			if !ok {
+				v.log.WithField("pod", t.key).Debug("DRA: the pod's extended resource claim is not known yet; its devices stay under dynamic_resources")
+				continue
+			}
+			e = podEntry{claims: t.claims, facts: PodFacts{Claim: claim}, reported: map[Unfolded]bool{}}
+		}
+		v.allocation(ctx, t.key, &e)
+		v.mu.Lock()
+		v.pods[t.key] = &e
+		v.mu.Unlock()
+		v.report(t.key, e, FoldPod(t.pod, e.facts, f))
+	}
 }
 
-// entry returns the pod's facts, looking them up when the pod is new or
-// its claims changed, and reading its claim's allocation when it is
-// needed and not known.
-func (v *View) entry(ctx context.Context, key model.PodKey, claims string) (podEntry, bool) {
-	v.mu.Lock()
-	cur := v.pods[key]
-	v.mu.Unlock()
-	var e podEntry // a copy: Gets and Lists fold at once
-	if cur != nil && cur.claims == claims {
-		e = *cur
-	} else {
-		claim, ok, err := v.opts.Pod(ctx, key)
-		if err != nil || !ok {
-			v.log.WithError(err).WithField("pod", key).Debug("DRA: the pod's extended resource claim is not known yet; its devices stay under dynamic_resources")
-			return podEntry{}, false
-		}
-		e = podEntry{claims: claims, facts: PodFacts{Claim: claim}, reported: map[Unfolded]bool{}}
+// allocation reads the claim's allocation into e when it is needed and not
+// known, at most once per retryClaim after a failure.
+func (v *View) allocation(ctx context.Context, key model.PodKey, e *podEntry) {
+	if e.facts.Allocation != nil || !needsAllocation(e.facts.Claim) || v.opts.Allocation == nil || time.Since(e.readAt) < retryClaim {
+		return
 	}
-	if e.facts.Allocation == nil && needsAllocation(e.facts.Claim) && v.opts.Allocation != nil && time.Since(e.readAt) >= retryClaim {
-		alloc, err := v.opts.Allocation(ctx, key.Namespace, e.facts.Claim.ClaimName)
-		if err != nil {
-			v.log.WithError(err).WithField("pod", key).Warn("DRA: reading the pod's extended resource claim failed; its devices stay under dynamic_resources until it is read")
-			e.readAt = time.Now()
-		}
-		e.facts.Allocation = alloc
+	alloc, err := v.opts.Allocation(ctx, key.Namespace, e.facts.Claim.ClaimName)
+	if err != nil {
+		v.log.WithError(err).WithField("pod", key).Warn("DRA: reading the pod's extended resource claim failed; its devices stay under dynamic_resources until it is read")
+		e.readAt = time.Now()
+		return
 	}
-	v.mu.Lock()
-	v.pods[key] = &e
-	v.mu.Unlock()
-	return e, true
+	e.facts.Allocation = alloc
 }
 
 // report logs and counts each unfolded device once per pod, and asks for

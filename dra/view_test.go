@@ -26,10 +26,15 @@ type fakeSources struct {
 
 func (s *fakeSources) view() *View {
 	return NewView(ViewOptions{
-		Pod: func(_ context.Context, key model.PodKey) (*model.ExtendedResourceClaim, bool, error) {
+		Pods: func(_ context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
 			s.podReads++
-			c, ok := s.claims[key]
-			return c, ok, nil
+			out := map[model.PodKey]*model.ExtendedResourceClaim{}
+			for _, k := range keys {
+				if c, ok := s.claims[k]; ok {
+					out[k] = c
+				}
+			}
+			return out, nil
 		},
 		Facts: func() Facts { return node },
 		Allocation: func(_ context.Context, ns, name string) (Allocation, error) {
@@ -54,8 +59,9 @@ var twoContainerClaim = &model.ExtendedResourceClaim{ClaimName: claim, Requests:
 }}
 
 // A claim serving two containers is split by its allocation, read once
-// for the pod's life; the pod's facts are looked up once too, and again
-// only for a pod recreated under the same name (other claim names).
+// for the pod's life; the pods' facts are read once too, in one read for
+// all the new pods of a List, and again only for a pod recreated under the
+// same name (other claim names).
 func TestTheViewReadsEachPodsFactsOnce(t *testing.T) {
 	s := &fakeSources{
 		claims:      map[model.PodKey]*model.ExtendedResourceClaim{{Namespace: "ml", Name: "trainer"}: twoContainerClaim},
@@ -66,10 +72,13 @@ func TestTheViewReadsEachPodsFactsOnce(t *testing.T) {
 		&v1.ContainerResources{Name: "main", Devices: []*v1.ContainerDevices{device(gpu, "GPU-0a1b", 0)}},
 		&v1.ContainerResources{Name: "helper", Devices: []*v1.ContainerDevices{device(gpu, "GPU-1c2d", 1)}},
 	)
+	s.claims[model.PodKey{Namespace: "ml", Name: "other"}] = &model.ExtendedResourceClaim{ClaimName: "other-claim", Requests: []model.ExtendedResourceRequest{mapping("main", nic, "r")}}
 	for range 3 {
 		p := twoContainerPod()
-		v.FoldList(t.Context(), []*v1.PodResources{p, pod("plain", container("main"))})
+		other := pod("other", container("main", claimed("other-claim", ref(nicDriver, "vf-1"))))
+		v.FoldList(t.Context(), []*v1.PodResources{p, pod("plain", container("main")), other})
 		wantPod(t, p, want)
+		wantPod(t, other, pod("other", &v1.ContainerResources{Name: "main", Devices: []*v1.ContainerDevices{device(nic, "0000:3b:02.1")}}))
 	}
 	if s.podReads != 1 || s.allocReads != 1 {
 		t.Errorf("3 Lists read the pod %d times and its claim %d times, want once each", s.podReads, s.allocReads)

@@ -51,16 +51,19 @@ func serveFolded(t *testing.T, h *harness) v1.PodResourcesListerClient {
 		t.Fatal(err)
 	}
 	view := dra.NewView(dra.ViewOptions{
-		Pod: func(ctx context.Context, key model.PodKey) (*model.ExtendedResourceClaim, bool, error) {
+		Pods: func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
 			pods, err := client.Pods(ctx)
 			if err != nil {
-				return nil, false, err
+				return nil, err
 			}
-			p, ok := kubeletpods.NewPodList(time.Now(), pods).Lookup(key)
-			if !ok {
-				return nil, false, nil
+			list := kubeletpods.NewPodList(time.Now(), pods)
+			out := map[model.PodKey]*model.ExtendedResourceClaim{}
+			for _, k := range keys {
+				if p, ok := list.Lookup(k); ok {
+					out[k] = p.ExtendedResourceClaim
+				}
 			}
-			return p.ExtendedResourceClaim, true, nil
+			return out, nil
 		},
 		Facts: func() dra.Facts {
 			return dra.Facts{

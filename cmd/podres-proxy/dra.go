@@ -49,26 +49,40 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fe
 		Help: "DRA devices of extended resources the legacy view left under dynamic_resources, once per pod and device, by reason (no-resourceslice, no-id-attribute, claim-allocation-unknown).",
 	}, []string{"reason"})
 	reg.MustRegister(unfolded)
-	pod := func(ctx context.Context, key model.PodKey) (*model.ExtendedResourceClaim, bool, error) {
-		if podsAPI != nil && podsAPI.Synced() {
-			p, ok := podsAPI.Lookup(key.Namespace, key.Name)
-			return p.ExtendedResourceClaim, ok, nil
+	// The watch's view answers while it is synced; the pods it does not
+	// know, or all when it is not, cost one read of every pod.
+	pods := func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
+		out := make(map[model.PodKey]*model.ExtendedResourceClaim, len(keys))
+		var missing []model.PodKey
+		for _, k := range keys {
+			if podsAPI != nil && podsAPI.Synced() {
+				if p, ok := podsAPI.Lookup(k.Namespace, k.Name); ok {
+					out[k] = p.ExtendedResourceClaim
+					continue
+				}
+			}
+			missing = append(missing, k)
+		}
+		if len(missing) == 0 {
+			return out, nil
 		}
 		started := time.Now()
-		pods, err := fetch(ctx)
+		all, err := fetch(ctx)
 		if err != nil {
-			return nil, false, err
+			return out, err
 		}
-		p, ok := kubeletpods.NewPodList(started, pods).Lookup(key)
-		if !ok {
-			return nil, false, nil
+		list := kubeletpods.NewPodList(started, all)
+		for _, k := range missing {
+			if p, ok := list.Lookup(k); ok {
+				out[k] = p.ExtendedResourceClaim
+			}
 		}
-		return p.ExtendedResourceClaim, true, nil
+		return out, nil
 	}
 	return &legacyView{
 		source: source,
 		view: dra.NewView(dra.ViewOptions{
-			Pod:             pod,
+			Pods:            pods,
 			Facts:           source.Facts,
 			Allocation:      source.Allocation,
 			Refresh:         source.Refresh,
