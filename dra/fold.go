@@ -103,17 +103,6 @@ func FoldPod(pod *v1.PodResources, pf PodFacts, f Facts) []Unfolded {
 	var unfolded []Unfolded
 	folded := map[claimDevice]bool{}
 	special := pf.Claim != nil && pf.Claim.ClaimName != ""
-	holders := 0 // containers the kubelet lists the special claim under
-	if special {
-		for _, c := range pod.GetContainers() {
-			for _, dr := range c.GetDynamicResources() {
-				if isClaim(dr, pod, pf.Claim) {
-					holders++
-					break
-				}
-			}
-		}
-	}
 	for _, c := range pod.GetContainers() {
 		if c == nil {
 			continue
@@ -124,7 +113,7 @@ func FoldPod(pod *v1.PodResources, pf PodFacts, f Facts) []Unfolded {
 				ref := DeviceRef{Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Device: cr.GetDeviceName()}
 				var resource string
 				if isSpecial {
-					resource = attribute(ref, c.GetName(), holders, pf)
+					resource = attribute(ref, c.GetName(), pf)
 					if resource == "" {
 						if !ownedElsewhere(ref, c.GetName(), pf) {
 							unfolded = append(unfolded, Unfolded{c.GetName(), ref, ReasonUnattributed})
@@ -170,27 +159,25 @@ func isClaim(dr *v1.DynamicResource, pod *v1.PodResources, claim *model.Extended
 // or "" when it answers none of its requests or that is not known. With
 // the claim's allocation, the device is the container's when a request
 // mapped to the container got it. Without, the claim's devices are all the
-// container's when the kubelet lists the claim under no other container
-// and the container's requests are all for one resource.
-func attribute(ref DeviceRef, container string, holders int, pf PodFacts) string {
-	var only string
-	for _, m := range pf.Claim.Requests {
-		if m.Container != container {
-			continue
-		}
-		if pf.Allocation != nil {
-			if slices.Contains(pf.Allocation[m.Request], ref) {
+// container's when every request of the claim is the container's and for
+// one resource. (Counting the containers the kubelet lists the claim under
+// would not do: it lists no plain init container, whose requests the
+// claim may hold too.)
+func attribute(ref DeviceRef, container string, pf PodFacts) string {
+	if pf.Allocation != nil {
+		for _, m := range pf.Claim.Requests {
+			if m.Container == container && slices.Contains(pf.Allocation[m.Request], ref) {
 				return m.Resource
 			}
-			continue
 		}
-		if only != "" && only != m.Resource {
+		return ""
+	}
+	var only string
+	for _, m := range pf.Claim.Requests {
+		if m.Container != container || (only != "" && only != m.Resource) {
 			return ""
 		}
 		only = m.Resource
-	}
-	if pf.Allocation != nil || holders != 1 {
-		return ""
 	}
 	return only
 }

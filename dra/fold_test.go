@@ -143,6 +143,28 @@ func TestAClaimOfSeveralContainersIsNotGuessedWithoutItsAllocation(t *testing.T)
 	}
 }
 
+// A plain init container's request can be in the claim too; PodResources
+// never lists that container, so the claim appears under one container
+// only, yet not all its devices are that container's.
+func TestAnInitContainersShareOfTheClaimIsNotGivenToTheAppContainer(t *testing.T) {
+	p := pod("trainer", container("main", claimed(claim, ref(gpuDriver, "gpu-0"), ref(gpuDriver, "gpu-1"))))
+	before := proto.Clone(p).(*v1.PodResources)
+	pf := PodFacts{Claim: &model.ExtendedResourceClaim{ClaimName: claim, Requests: []model.ExtendedResourceRequest{
+		mapping("init", gpu, "container-0-request-0"),
+		mapping("main", gpu, "container-1-request-0"),
+	}}}
+	FoldPod(p, pf, node)
+	wantPod(t, p, before)
+
+	pf.Allocation = Allocation{"container-0-request-0": {ref(gpuDriver, "gpu-0")}, "container-1-request-0": {ref(gpuDriver, "gpu-1")}}
+	FoldPod(p, pf, node)
+	wantPod(t, p, pod("trainer", &v1.ContainerResources{
+		Name:             "main",
+		Devices:          []*v1.ContainerDevices{device(gpu, "GPU-1c2d", 1)},
+		DynamicResources: []*v1.DynamicResource{claimed(claim, ref(gpuDriver, "gpu-0"))},
+	}))
+}
+
 // One container asking for two resources from one claim: which device is
 // which resource needs the allocation too.
 func TestTwoResourcesOfOneContainerNeedTheAllocation(t *testing.T) {
