@@ -208,6 +208,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	start("proxy", srv.Serve)
 	if legacy != nil {
+		// As the inventory, before serving: NFD asks
+		// GetAllocatableResources once, at its start.
+		if err := legacy.source.Load(ctx); err != nil {
+			log.WithError(err).Warn("DRA: listing ResourceSlices and DeviceClasses failed; the legacy view folds nothing until a list succeeds")
+		}
 		start("DRA ResourceSlices", legacy.source.Run)
 		start("legacy view", func(ctx context.Context) error { return srv.ServeFolded(ctx, c.legacySocket, legacy.view) })
 	}

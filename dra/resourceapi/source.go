@@ -141,13 +141,20 @@ func (s *Source) Refresh() {
 	}
 }
 
-// Run lists now, then every Interval and on Refresh, until ctx is done. A
-// failed list is logged and keeps the last good one.
+// Run lists every Interval and on Refresh (at most once per MinRefresh)
+// until ctx is done; Load lists first. A failed list is logged and keeps
+// the last good one.
 func (s *Source) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.Interval)
 	defer tick.Stop()
 	for {
-		if err := s.load(ctx); err != nil && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-s.refresh:
+		}
+		if err := s.Load(ctx); err != nil && ctx.Err() == nil {
 			s.log.WithError(err).Warn("DRA: listing ResourceSlices and DeviceClasses failed; the last lists keep answering")
 		}
 		wait := time.NewTimer(s.opts.MinRefresh)
@@ -157,17 +164,13 @@ func (s *Source) Run(ctx context.Context) error {
 			return nil
 		case <-wait.C:
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		case <-s.refresh:
-		}
 	}
 }
 
-// load lists the slices and the classes, and keeps them if both were read.
-func (s *Source) load(ctx context.Context) error {
+// Load lists the slices and the classes now, and keeps them if both were
+// read: serve calls it before serving the legacy view, since NFD asks
+// GetAllocatableResources once, at its start.
+func (s *Source) Load(ctx context.Context) error {
 	pools := map[[2]string]*pool{}
 	q := url.Values{"fieldSelector": {"spec.nodeName=" + s.opts.NodeName}}
 	err := s.list(ctx, "/apis/resource.k8s.io/v1/resourceslices", q, "resourceslices", func(body []byte) (string, error) {

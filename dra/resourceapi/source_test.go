@@ -172,7 +172,7 @@ func TestTheNodesDevicesAreReadFromItsSlices(t *testing.T) {
 		gpuSlice(node, node, 2, gpuDevice("gpu-0", "GPU-0a1b", "0000:3B:00.0", 1), gpuDevice("vf-0", "", "3b:02.1", 0)),
 	)
 	s := start(t, f)
-	if err := s.load(t.Context()); err != nil {
+	if err := s.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	got := s.Facts()
@@ -192,13 +192,13 @@ func TestTheNodesDevicesAreReadFromItsSlices(t *testing.T) {
 func TestTheLastGoodListsAnswerWhileTheAPIServerIsAway(t *testing.T) {
 	f := &fakeAPIServer{slices: []resourcev1.ResourceSlice{gpuSlice(node, node, 1, gpuDevice("gpu-0", "GPU-0a1b", "0000:3b:00.0", 1))}}
 	s := start(t, f)
-	if err := s.load(t.Context()); err != nil {
+	if err := s.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
 	f.down = true
 	f.mu.Unlock()
-	if err := s.load(t.Context()); err == nil || !strings.Contains(err.Error(), "503") {
+	if err := s.Load(t.Context()); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("load with the API server down: %v", err)
 	}
 	if d := s.Facts().Devices[ref(node, "gpu-0")]; d.ID != "GPU-0a1b" {
