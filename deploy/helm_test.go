@@ -198,12 +198,14 @@ var chartEquivalents = map[string]map[string]any{
 	"testdata/kubelet-insecure-tls":       {"createNamespace": true, "kubelet": map[string]any{"insecureTLS": true}},
 	"testdata/without-koordinator-device": {"createNamespace": true, "koordinatorDevice": false},
 	"testdata/admission-policy":           {"createNamespace": true, "admissionPolicy": map[string]any{"enabled": true}},
+	"testdata/dra-legacy-view":            {"createNamespace": true, "legacyView": map[string]any{"enabled": true}},
 	"testdata/all-components": {
 		"createNamespace":   true,
 		"runtime":           "cri-o",
 		"kubelet":           map[string]any{"insecureTLS": true},
 		"koordinatorDevice": false,
 		"admissionPolicy":   map[string]any{"enabled": true},
+		"legacyView":        map[string]any{"enabled": true},
 		"image":             map[string]any{"repository": "registry.example.com/podres-proxy", "tag": "v0.1.0"},
 	},
 }

@@ -275,6 +275,7 @@ func TestEveryKustomizationRendersIntoKnownTypes(t *testing.T) {
 		"testdata/without-koordinator-device",
 		"testdata/all-components",
 		"testdata/admission-policy",
+		"testdata/dra-legacy-view",
 	} {
 		if !slices.Contains(dirs, want) {
 			t.Errorf("%s was not rendered (rendered: %v)", want, dirs)

@@ -86,6 +86,27 @@ type KubeletPod struct {
 	Phase       string // Pending, Running, Succeeded, Failed, Unknown
 	Annotations map[string]string
 	Spec        PodSpec
+	// ExtendedResourceClaim is the pod's status.extendedResourceClaimStatus:
+	// nil unless the scheduler satisfied an extended resource from a DRA
+	// driver (KEP-5004). It is set once, at binding, and never changes.
+	ExtendedResourceClaim *ExtendedResourceClaim
+}
+
+// ExtendedResourceClaim is a pod's status.extendedResourceClaimStatus: the
+// special ResourceClaim the scheduler made for the pod's extended resources
+// that DRA devices satisfy, and which container's extended resource became
+// which request of it. The package dra reads it to tell which of the
+// claim's devices answer which container's extended resource.
+type ExtendedResourceClaim struct {
+	ClaimName string
+	Requests  []ExtendedResourceRequest
+}
+
+// ExtendedResourceRequest is one of the claim's request mappings.
+type ExtendedResourceRequest struct {
+	Container string
+	Resource  string
+	Request   string
 }
 
 // Terminal reports whether the kubelet considers the pod finished.

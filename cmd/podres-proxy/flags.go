@@ -17,6 +17,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
+	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
@@ -57,6 +58,8 @@ type serveConfig struct {
 	inventoryFile, sysfsRoot, procfsRoot    string
 	sharedGPUIDs, migResource               string
 	deviceInfoDir                           string
+	legacySocket, draResources              string
+	draIDAttributes, draNUMAAttributes      string
 
 	tokenFileSet bool
 }
@@ -109,6 +112,10 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.sharedGPUIDs, "shared-gpu-ids", sharedGPUIDsSlot, "ids of the pods sharing a GPU: slot (the first live sharer the GPU's UUID, each other <uuid>::<slot>, which DCGM exporter's --kubernetes-virtual-gpus labels vgpu=<slot>) or uuid (every sharer the GPU's UUID, as before)")
 	fs.StringVar(&c.migResource, "mig-resource-name", "", "resource name MIG instances (MIG-<uuid>) are reported as, e.g. nvidia.com/mig-1g.10gb (DCGM exporter matches nvidia.com/gpu and nvidia.com/mig-*); empty: their GPU's (--gpu-resource-name)")
 	fs.StringVar(&c.deviceInfoDir, "device-info-dir", devinfo.DefaultDir, "where to write the NPWG device-info files of the VFs and RDMA devices pods are answered with, which Multus copies into the pod's network-status; empty disables")
+	fs.StringVar(&c.legacySocket, "legacy-socket", "", "where to serve the legacy view (docs/dra.md): devices a DRA driver allocated for extended resources shown under devices, for consumers that read nothing else (NFD, resource-topology-exporter, nri-plugins); empty disables")
+	fs.StringVar(&c.draResources, "dra-resources", "", "legacy view: DRA drivers whose devices are also folded from pods' own claims and listed as allocatable, as driver=resource pairs, e.g. gpu.example.com=nvidia.com/gpu")
+	fs.StringVar(&c.draIDAttributes, "dra-id-attributes", strings.Join(resourceapi.DefaultAttributes.ID, ","), "legacy view: ResourceSlice device attributes that give a device's id, in order of preference (a name without a domain is the driver's)")
+	fs.StringVar(&c.draNUMAAttributes, "dra-numa-attributes", strings.Join(resourceapi.DefaultAttributes.NUMA, ","), "legacy view: ResourceSlice device attributes that give a device's NUMA node, in order of preference")
 	return c, func(args []string) error {
 		if err := cmdline.Parse(fs, args); err != nil {
 			return err
@@ -178,6 +185,9 @@ func (c *serveConfig) complete() error {
 	}
 	if c.maxDevicesPerPod <= 0 {
 		return cmdline.Usage(fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod))
+	}
+	if err := c.checkLegacyView(); err != nil {
+		return cmdline.Usage(err)
 	}
 	if c.podsURL == "" {
 		ip := os.Getenv("NODE_IP")

@@ -174,6 +174,13 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 
+	var legacy *legacyView
+	if c.legacySocket != "" {
+		if legacy, err = newLegacyView(c, podsAPI, fetch, reg, log); err != nil {
+			return err
+		}
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The first part to fail stops the others; a part's error after the
@@ -201,6 +208,15 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		start("kubelet Pods API watch", podsAPI.Run)
 	}
 	start("proxy", srv.Serve)
+	if legacy != nil {
+		// As the inventory, before serving: NFD asks
+		// GetAllocatableResources once, at its start.
+		if err := legacy.source.Load(ctx); err != nil {
+			log.WithError(err).Warn("DRA: listing ResourceSlices and DeviceClasses failed; the legacy view folds nothing until a list succeeds")
+		}
+		start("DRA ResourceSlices", legacy.source.Run)
+		start("legacy view", func(ctx context.Context) error { return srv.ServeFolded(ctx, c.legacySocket, legacy.view) })
+	}
 	if deviceInfo != nil {
 		// Files an earlier run left for pods gone meanwhile go at the first
 		// release.

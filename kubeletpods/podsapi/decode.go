@@ -123,6 +123,13 @@ func (d *decoder) convert(p *v1.Pod) (decoded, error) {
 		specs = append(specs, containerSpec(&p.Spec.Containers[i], model.KindApp))
 	}
 	out.pod.Spec = model.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs}
+	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		out.pod.ExtendedResourceClaim = &model.ExtendedResourceClaim{ClaimName: e.ResourceClaimName}
+		for _, m := range e.RequestMappings {
+			out.pod.ExtendedResourceClaim.Requests = append(out.pod.ExtendedResourceClaim.Requests,
+				model.ExtendedResourceRequest{Container: m.ContainerName, Resource: m.ResourceName, Request: m.RequestName})
+		}
+	}
 	return out, nil
 }
 

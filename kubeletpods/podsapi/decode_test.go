@@ -60,8 +60,32 @@ func equivalencePods() *corev1.PodList {
 	}}
 	extra.Spec.Containers[0].Resources.Requests["example.com/vgpu-memory"] = resource.MustParse("4096")
 	extra.Spec.Containers[0].Resources.Limits["example.com/vgpu-memory"] = resource.MustParse("4Ki")
+	// A DRA driver satisfied an extended resource (KEP-5004).
+	extra.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{
+		ResourceClaimName: "pod-40-extended-resources-x7k2p",
+		RequestMappings: []corev1.ContainerExtendedResourceRequest{
+			{ContainerName: "sidecar", ResourceName: "example.com/nic", RequestName: "container-0-request-0"},
+		},
+	}
 	list.Items = append(list.Items, extra)
 	return list
+}
+
+// The DRA folding (package dra) needs the pod's extended resource claim
+// from either source.
+func TestDecodeKeepsTheExtendedResourceClaim(t *testing.T) {
+	list := equivalencePods()
+	last := &list.Items[len(list.Items)-1]
+	got, err := testDecoder(nil).decode(marshal(t, last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &model.ExtendedResourceClaim{ClaimName: "pod-40-extended-resources-x7k2p", Requests: []model.ExtendedResourceRequest{
+		{Container: "sidecar", Resource: "example.com/nic", Request: "container-0-request-0"},
+	}}
+	if !reflect.DeepEqual(got.pod.ExtendedResourceClaim, want) {
+		t.Errorf("extended resource claim %+v, want %+v", got.pod.ExtendedResourceClaim, want)
+	}
 }
 
 // Both kubelet sources must give the same model for the same pod: which

@@ -73,6 +73,16 @@ type pod struct {
 	} `json:"spec"`
 	Status struct {
 		Phase string `json:"phase"`
+		// ExtendedResourceClaimStatus says which container's extended
+		// resource a DRA driver's device satisfied (package dra).
+		ExtendedResourceClaimStatus *struct {
+			ResourceClaimName string `json:"resourceClaimName"`
+			RequestMappings   []struct {
+				ContainerName string `json:"containerName"`
+				ResourceName  string `json:"resourceName"`
+				RequestName   string `json:"requestName"`
+			} `json:"requestMappings"`
+		} `json:"extendedResourceClaimStatus"`
 	} `json:"status"`
 }
 
@@ -231,6 +241,12 @@ func size(p *model.KubeletPod) int64 {
 			n += int64(len(k) + len(v))
 		}
 	}
+	if e := p.ExtendedResourceClaim; e != nil {
+		n += int64(len(e.ClaimName))
+		for _, r := range e.Requests {
+			n += int64(len(r.Container) + len(r.Resource) + len(r.Request))
+		}
+	}
 	return n
 }
 
@@ -291,6 +307,13 @@ func (p *pod) kubeletPod(b *Bounds) (model.KubeletPod, error) {
 	}
 	kp.Annotations = ann
 	kp.Spec = model.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs}
+	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		kp.ExtendedResourceClaim = &model.ExtendedResourceClaim{ClaimName: e.ResourceClaimName}
+		for _, m := range e.RequestMappings {
+			kp.ExtendedResourceClaim.Requests = append(kp.ExtendedResourceClaim.Requests,
+				model.ExtendedResourceRequest{Container: m.ContainerName, Resource: m.ResourceName, Request: m.RequestName})
+		}
+	}
 	return kp, nil
 }
 

@@ -163,6 +163,7 @@ func decodeWithEncodingJSON(data []byte) (int, error) {
 }
 
 func FuzzDecodePods(f *testing.F) {
+	f.Add([]byte(`{"kind":"PodList","items":[{"metadata":{"uid":"u","namespace":"ml","name":"p"},"status":{"phase":"Pending","extendedResourceClaimStatus":{"resourceClaimName":"c","requestMappings":[{"containerName":"main","resourceName":"example.com/gpu","requestName":"container-0-request-0"}]}}}]}`))
 	// Small seeds: the fuzzer minimizes every input that finds new
 	// coverage, and on a podstest list of several KB that takes it minutes.
 	f.Add([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"p","namespace":"n",` +

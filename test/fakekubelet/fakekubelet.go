@@ -42,6 +42,9 @@ type Pod struct {
 	corev1.Pod
 	Devices map[string][]*v1.ContainerDevices
 	CPUs    map[string][]int64
+	// DynamicResources are the DRA claims' devices the kubelet lists
+	// under each container.
+	DynamicResources map[string][]*v1.DynamicResource
 
 	realistic bool
 }

@@ -42,9 +42,10 @@ func v1Pod(p *Pod) *v1.PodResources {
 	out := &v1.PodResources{Name: p.Name, Namespace: p.Namespace, Containers: []*v1.ContainerResources{}}
 	add := func(name string) {
 		out.Containers = append(out.Containers, &v1.ContainerResources{
-			Name:    name,
-			Devices: p.Devices[name],
-			CpuIds:  p.CPUs[name],
+			Name:             name,
+			Devices:          p.Devices[name],
+			CpuIds:           p.CPUs[name],
+			DynamicResources: p.DynamicResources[name],
 		})
 	}
 	for _, c := range p.Spec.InitContainers {

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/podres-proxy/podres-proxy/allocator/registry"
+	"github.com/podres-proxy/podres-proxy/dra"
+	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
+	"github.com/podres-proxy/podres-proxy/internal/cmdline"
+	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
+	"github.com/podres-proxy/podres-proxy/model"
+)
+
+// legacyView is the legacy view's folding (docs/dra.md) and the reader of
+// the API objects it folds from.
+type legacyView struct {
+	view   *dra.View
+	source *resourceapi.Source
+}
+
+// newLegacyView builds the legacy view: pods' extended resource claims
+// from the Pods API watch when it is synced, else from a read of every
+// pod (fetch), and the node's ResourceSlices, DeviceClasses and claims
+// from the API server.
+func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fetch, reg prometheus.Registerer, log logrus.FieldLogger) (*legacyView, error) {
+	drivers, err := registry.ParseResourceMap(c.draResources)
+	if err != nil {
+		return nil, cmdline.Usage(fmt.Errorf("--dra-resources: %w", err))
+	}
+	source, err := resourceapi.New(resourceapi.Options{
+		APIServer: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile, NodeName: c.nodeName,
+		Attributes: resourceapi.Attributes{ID: list(c.draIDAttributes), NUMA: list(c.draNUMAAttributes)},
+		Log:        log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	unfolded := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "podres_proxy", Subsystem: "dra", Name: "unfolded_total",
+		Help: "DRA devices of extended resources the legacy view left under dynamic_resources, once per pod and device, by reason (no-resourceslice, no-id-attribute, claim-allocation-unknown).",
+	}, []string{"reason"})
+	reg.MustRegister(unfolded)
+	// The watch's view answers while it is synced; the pods it does not
+	// know, or all when it is not, cost one read of every pod.
+	pods := func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
+		out := make(map[model.PodKey]*model.ExtendedResourceClaim, len(keys))
+		var missing []model.PodKey
+		for _, k := range keys {
+			if podsAPI != nil && podsAPI.Synced() {
+				if p, ok := podsAPI.Lookup(k.Namespace, k.Name); ok {
+					out[k] = p.ExtendedResourceClaim
+					continue
+				}
+			}
+			missing = append(missing, k)
+		}
+		if len(missing) == 0 {
+			return out, nil
+		}
+		started := time.Now()
+		all, err := fetch(ctx)
+		if err != nil {
+			return out, err
+		}
+		list := kubeletpods.NewPodList(started, all)
+		for _, k := range missing {
+			if p, ok := list.Lookup(k); ok {
+				out[k] = p.ExtendedResourceClaim
+			}
+		}
+		return out, nil
+	}
+	return &legacyView{
+		source: source,
+		view: dra.NewView(dra.ViewOptions{
+			Pods:            pods,
+			Facts:           source.Facts,
+			Allocation:      source.Allocation,
+			Refresh:         source.Refresh,
+			DriverResources: drivers,
+			OnUnfolded:      func(reason string) { unfolded.WithLabelValues(reason).Inc() },
+			Log:             log,
+		}),
+	}, nil
+}
+
+// checkLegacyView checks the legacy view's flags.
+func (c *serveConfig) checkLegacyView() error {
+	if c.legacySocket == "" {
+		return nil
+	}
+	if c.legacySocket == c.socket {
+		return errors.New("--legacy-socket is --socket: a consumer that reads both devices and dynamic_resources would see DRA devices twice (docs/dra.md)")
+	}
+	if c.nodeName == "" {
+		return errors.New("--legacy-socket needs --node-name (or NODE_NAME): only this node's ResourceSlices are read")
+	}
+	if c.apiServer == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return errors.New("--legacy-socket needs the API server: not in a cluster and no --api-server")
+	}
+	if _, err := registry.ParseResourceMap(c.draResources); err != nil {
+		return fmt.Errorf("--dra-resources: %w", err)
+	}
+	return nil
+}
+
+// list splits a comma-separated flag value.
+func list(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
