@@ -79,7 +79,7 @@ type foldedV1Server struct {
 }
 
 func (fv *foldedV1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
-	out, err := fv.v.s.listV1.Do(ctx)
+	out, err := fv.v.s.listV1.shared.Do(ctx)
 	if err != nil {
 		return nil, err
 	}
