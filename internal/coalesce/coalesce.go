@@ -4,24 +4,26 @@
 // shared /pods reads (kubeletpods.Reader).
 //
 // The contract. Every caller names a time, after (normally when its query
-// arrived), and gets the result of a call that started at or after it. At
-// most one call of a Group is in flight. A caller joins the call in flight
-// when that call started at or after its after; otherwise it waits for the
-// next call, which starts when the one in flight ends, together with every
-// caller that arrived meanwhile; so however many callers arrive, each waits
-// for at most two calls. A call's error, like its value, goes to every caller
-// waiting for it when it ends, and is not kept for later callers. Each call
-// runs in a goroutine of its own, under a context that no caller's
-// cancellation reaches: a caller whose context ends stops waiting at once
-// (with an error wrapping its context's), and the call goes on for the
-// others; a call that no caller waits for any more is cancelled, and a next
-// call nobody waits for is never started. Every call has a deadline, Timeout
-// after its first caller began waiting, so that no caller waits longer than
-// Timeout in all, even behind a call that hung; a call whose deadline passed
-// before it could start ends with context.DeadlineExceeded without being
-// made. A panic in the function is re-raised, as a *PanicError, in every
-// caller that was waiting for the call when it panicked, or in the call's
-// own goroutine when none was; the Group goes on with the next call.
+// arrived), and gets the result of a call that started strictly after it
+// (a call that started at the same clock reading may have started first).
+// At most one call of a Group is in flight. A caller joins the call in
+// flight when that call started after its after (never when after is now);
+// otherwise it waits for the next call, which starts when the one in flight
+// ends, shared by every caller that arrived meanwhile; so each caller waits
+// for at most two calls. A call's result, error included, goes to every
+// caller waiting for it when it ends, and is kept for no later caller. Each
+// call runs in a goroutine of its own, under a context that no caller's
+// cancellation reaches: a caller whose context ends stops waiting at once,
+// with an error wrapping its context's error and cause, and the call goes
+// on for the others; a call that no caller waits for any more is cancelled,
+// and a next call nobody waits for is never started. Every call has a
+// deadline, Timeout after its first caller began waiting, so that no caller
+// waits longer than Timeout in all, even behind a call that hung; a call
+// whose deadline passed before it could start ends with
+// context.DeadlineExceeded without being made. A panic in the function is
+// re-raised, as a *PanicError, in every caller that was waiting for the
+// call when it panicked, or in the call's own goroutine when none was (it
+// is never swallowed); the Group goes on with the next call.
 //
 // Join is Do for a caller that may share a call but must not cause one (a
 // call the rate limit refused, see limits.Overdraft): it joins a call that
@@ -44,7 +46,7 @@ import (
 )
 
 // Func makes one call. started is when the call started, as the Group's
-// clock tells: every caller that gets the result arrived at or before it.
+// clock tells: every caller that gets the result named an earlier time.
 type Func[T any] func(ctx context.Context, started time.Time) (T, error)
 
 // Options configure a Group.
@@ -126,12 +128,12 @@ func New[T any](fn Func[T], opts Options) *Group[T] {
 	return &Group[T]{fn: fn, opts: opts, clock: clk}
 }
 
-// Do returns the result of a call that started at or after after.
+// Do returns the result of a call that started after after.
 func (g *Group[T]) Do(ctx context.Context, after time.Time) (T, error) {
 	return g.do(ctx, after, nil)
 }
 
-// Join returns the result of a call that started at or after after and
+// Join returns the result of a call that started after after and
 // that another caller made it wait for; with none, ErrNotMade (see the
 // package doc).
 func (g *Group[T]) Join(ctx context.Context, after time.Time, t Ticket) (T, error) {
@@ -152,7 +154,7 @@ func (g *Group[T]) do(ctx context.Context, after time.Time, ticket Ticket) (T, e
 	now := g.clock.Now()
 	var c *call[T]
 	switch {
-	case g.cur != nil && !g.cur.started.Before(after):
+	case g.cur != nil && g.cur.started.After(after):
 		c = g.cur
 	case g.cur != nil:
 		if g.next == nil {

@@ -182,15 +182,15 @@ func TestCallersArrivingAfterTheCallInFlightStartedShareTheNextCall(t *testing.T
 	})
 }
 
-func TestACallerWhoseAfterIsNoLaterThanTheCallInFlightsStartJoinsIt(t *testing.T) {
+func TestACallerWhoArrivedBeforeTheCallInFlightStartedJoinsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		g := newGroup(f)
 		t0 := time.Now()
-		a := doAsync(t.Context(), g, t0)
+		a := doAsync(t.Context(), g, t0.Add(-time.Nanosecond))
 		synctest.Wait()
 		time.Sleep(time.Second)
-		b := doAsync(t.Context(), g, t0) // its query arrived when the call started
+		b := doAsync(t.Context(), g, t0.Add(-time.Nanosecond)) // its query arrived just before the call started
 		synctest.Wait()
 		f.answer(t, 0, nil)
 		ra, rb := receive(t, a), receive(t, b)
@@ -200,6 +200,22 @@ func TestACallerWhoseAfterIsNoLaterThanTheCallInFlightsStartJoinsIt(t *testing.T
 		if f.count() != 1 {
 			t.Errorf("%d calls, want 1", f.count())
 		}
+
+		// One whose after is the call's start does not: it may have
+		// arrived after the call started, at the same clock reading.
+		time.Sleep(time.Second)
+		t1 := time.Now()
+		c := doAsync(t.Context(), g, t1.Add(-time.Nanosecond))
+		synctest.Wait()
+		d := doAsync(t.Context(), g, t1)
+		waiting(t, d)
+		f.answer(t, 1, nil)
+		receive(t, c)
+		waiting(t, d)
+		f.answer(t, 2, nil)
+		if r := receive(t, d); r.err != nil {
+			t.Errorf("got %v", r.err)
+		}
 	})
 }
 
@@ -207,7 +223,7 @@ func TestACallsErrorGoesToEveryCallerWaitingAndIsNotKept(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		g := newGroup(f)
-		t0 := time.Now()
+		t0 := time.Now().Add(-time.Nanosecond) // both arrived before the call started
 		a, b := doAsync(t.Context(), g, t0), doAsync(t.Context(), g, t0)
 		synctest.Wait()
 		down := errors.New("connection refused")
@@ -231,7 +247,7 @@ func TestACallerWhoLeavesStopsWaitingAndTheCallGoesOnForTheOthers(t *testing.T) 
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		g := newGroup(f)
-		t0 := time.Now()
+		t0 := time.Now().Add(-time.Nanosecond)
 		leaving, leave := context.WithCancelCause(t.Context())
 		a := doAsync(leaving, g, t0)
 		b := doAsync(t.Context(), g, t0)
@@ -340,7 +356,7 @@ func TestACallsPanicIsRaisedInEveryCallerWaitingAndTheGroupGoesOn(t *testing.T) 
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		g := newGroup(f)
-		t0 := time.Now()
+		t0 := time.Now().Add(-time.Nanosecond) // both arrived before the call started
 		a, b := doAsync(t.Context(), g, t0), doAsync(t.Context(), g, t0)
 		synctest.Wait()
 		f.call(t, 0).answer <- answer{panic: "decoder bug"}
@@ -370,7 +386,7 @@ func TestSharedIsToldHowManyCallersGetACallsResultBeforeTheyDo(t *testing.T) {
 			defer mu.Unlock()
 			told = append(told, n)
 		}})
-		t0 := time.Now()
+		t0 := time.Now().Add(-time.Nanosecond)
 		leaving, leave := context.WithCancel(t.Context())
 		chs := []<-chan result{doAsync(t.Context(), g, t0), doAsync(t.Context(), g, t0), doAsync(leaving, g, t0)}
 		synctest.Wait()
@@ -555,7 +571,7 @@ func TestARiderJoinsTheCallInFlightWhenItStartedAfterIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		g := newGroup(f)
-		t0 := time.Now()
+		t0 := time.Now().Add(-time.Nanosecond)
 		payer := doAsync(t.Context(), g, t0)
 		synctest.Wait()
 		rider := joinAsync(t.Context(), g, t0, &ticket{})
