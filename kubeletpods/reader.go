@@ -23,11 +23,20 @@ type ReaderOptions struct {
 	// leaves while others wait for it, so this is what ends a read that
 	// hangs.
 	Timeout time.Duration
-	// OnRead, when set, is told the duration and outcome of every read,
-	// before its waiters are: for metrics and logs. It must not block.
-	OnRead func(d time.Duration, err error)
+	// Metrics is told the duration and outcome of every read, before its
+	// waiters are; nil: nothing.
+	Metrics Metrics
 	// Clock is the clock; nil means the real one.
 	Clock clock.PassiveClock
+}
+
+// Metrics receives what a Reader measures; the daemon passes its one
+// metrics.Metrics, so this package imports no Prometheus. It must be safe
+// for concurrent use and must not block.
+type Metrics interface {
+	// PodsRead records one read of the kubelet's pods: how long it took
+	// and its error, nil on success.
+	PodsRead(took time.Duration, err error)
 }
 
 // Reader coalesces /pods reads. Each query needs a read that started after
@@ -39,10 +48,10 @@ type ReaderOptions struct {
 // most two reads. The newest successful read is kept for queries that
 // arrived before it started.
 type Reader struct {
-	fetch  Fetch
-	onRead func(time.Duration, error)
-	clock  clock.PassiveClock
-	reads  *coalesce.Group[*PodList]
+	fetch   Fetch
+	metrics Metrics
+	clock   clock.PassiveClock
+	reads   *coalesce.Group[*PodList]
 
 	mu   sync.Mutex
 	last *PodList // the newest successful read
@@ -56,7 +65,7 @@ func NewReader(fetch Fetch, opts ReaderOptions) *Reader {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	r := &Reader{fetch: fetch, onRead: opts.OnRead, clock: opts.Clock}
+	r := &Reader{fetch: fetch, metrics: opts.Metrics, clock: opts.Clock}
 	r.reads = coalesce.New(r.read, coalesce.Options{Name: "kubelet pods read", Timeout: opts.Timeout, Clock: opts.Clock})
 	return r
 }
@@ -86,8 +95,8 @@ func (r *Reader) ReadAfter(ctx context.Context, t time.Time) (*PodList, error) {
 // read does one read, which started at started.
 func (r *Reader) read(ctx context.Context, started time.Time) (*PodList, error) {
 	pods, err := r.fetch(ctx)
-	if r.onRead != nil {
-		r.onRead(r.clock.Since(started), err)
+	if r.metrics != nil {
+		r.metrics.PodsRead(r.clock.Since(started), err)
 	}
 	if err != nil {
 		return nil, err

@@ -173,7 +173,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
 	errc := make(chan error, 1)
 	go func() {
-		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics.ConnectionRejected))
+		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics))
 	}()
 	specsCtx, stopSpecs := context.WithCancel(ctx)
 	specsDone := make(chan struct{})

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/podres-proxy/podres-proxy/internal/coalesce"
+	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
-	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 )
 
 // sharedTimeout bounds a call that callers wait for: a List's kubelet call
