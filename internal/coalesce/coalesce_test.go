@@ -3,6 +3,8 @@ package coalesce
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -586,4 +588,37 @@ func TestARiderJoinsTheCallInFlightWhenItStartedAfterIt(t *testing.T) {
 			t.Errorf("%d calls, want 1", f.count())
 		}
 	})
+}
+
+// A call that panics after every caller left has nobody to hand the panic
+// to: it crashes the process, as a panic in any goroutine does, rather than
+// vanish. The crash happens in a child process.
+func TestAPanicNobodyWaitsForCrashesTheProcess(t *testing.T) {
+	if os.Getenv("COALESCE_PANIC_CHILD") == "1" {
+		started, release := make(chan struct{}), make(chan struct{})
+		g := New(func(context.Context, time.Time) (int, error) {
+			close(started)
+			<-release
+			panic("nobody waits for me")
+		}, Options{Name: "test call", Timeout: time.Minute})
+		ctx, cancel := context.WithCancel(context.Background())
+		left := make(chan error)
+		go func() {
+			_, err := g.Do(ctx, time.Now())
+			left <- err
+		}()
+		<-started
+		cancel()
+		<-left
+		close(release)
+		select {} // the call's goroutine ends the process
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAPanicNobodyWaitsForCrashesTheProcess$")
+	cmd.Env = append(os.Environ(), "COALESCE_PANIC_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "panic in a shared call: nobody waits for me") {
+		t.Errorf("child ended with %v, output:\n%s\nwant a crash with the call's panic", err, out)
+	}
 }
