@@ -48,4 +48,4 @@ image: ## the container image (needs a container engine)
 	docker build -t podres-proxy:dev .
 
 image-oci: build ## the same image without an engine: an OCI tarball for `ctr images import`
-	$(GO) run ./hack/ociimage -binary _output/bin/podres-proxy -name podres-proxy:$(VERSION) -o _output/podres-proxy-image.tar
+	$(GO) run ./hack/ociimage --binary _output/bin/podres-proxy --name podres-proxy:$(VERSION) -o _output/podres-proxy-image.tar

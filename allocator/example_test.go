@@ -14,7 +14,7 @@ import (
 // and an RDMA VF: the devices go to the trainer, not to the sidecar the
 // kubelet lists first.
 func ExampleSet_Assign() {
-	set := allocator.NewSet(nil, func(string) { /* count in a metric */ },
+	set := allocator.NewSet(nil, nil, // the daemon counts malformed annotations in its metrics.Metrics
 		koordinator.New(koordinator.Options{}))
 
 	pod := model.PodRef{UID: "6f1c", Namespace: "ml", Name: "train-0"}

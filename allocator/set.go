@@ -52,10 +52,10 @@ type Bounded interface {
 
 // Set is the decoders of every allocator the daemon understands. It is the
 // decode.Decoder the store calls and holds the attribution policy (Assign).
-// It is safe for concurrent use if its decoders and onError are.
+// It is safe for concurrent use if its decoders and Metrics are.
 type Set struct {
 	log        logrus.FieldLogger
-	onError    func(allocator string)
+	metrics    Metrics
 	decoders   []Format
 	byName     map[string]Format
 	maxDevices int
@@ -69,17 +69,24 @@ const DefaultMaxDevicesPerPod = 256
 
 var _ decode.Decoder = (*Set)(nil)
 
+// Metrics receives what a Set counts; the daemon passes its one
+// metrics.Metrics, so this package imports no Prometheus. The store decodes
+// with its lock held, so it must be quick and must not call back into the
+// store.
+type Metrics interface {
+	// AnnotationError counts one malformed annotation, by allocator.
+	AnnotationError(allocator string)
+}
+
 // NewSet returns a set of decoders, consulted in the order given. log gets a
-// warning per malformed annotation (nil: logrus's standard logger); onError,
-// if not nil, is called with the allocator's name each time, for a metric. The
-// store decodes with its lock held, so onError must be quick and must not
-// call back into the store. Two decoders with one name are a wiring mistake
-// and panic.
-func NewSet(log logrus.FieldLogger, onError func(allocator string), decoders ...Format) *Set {
+// warning per malformed annotation (nil: logrus's standard logger), and m,
+// if not nil, counts it. Two decoders with one name are a wiring mistake and
+// panic.
+func NewSet(log logrus.FieldLogger, m Metrics, decoders ...Format) *Set {
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
-	s := &Set{log: log, onError: onError, byName: map[string]Format{}, maxDevices: DefaultMaxDevicesPerPod}
+	s := &Set{log: log, metrics: m, byName: map[string]Format{}, maxDevices: DefaultMaxDevicesPerPod}
 	for _, d := range decoders {
 		if d == nil {
 			panic("allocator.NewSet: nil decoder")
@@ -152,7 +159,7 @@ func (s *Set) Format(name string) Format { return s.byName[name] }
 // Decode implements decode.Decoder: it runs every decoder and returns the
 // devices they trust, in decoder order. For each annotation a decoder could
 // not (fully) understand it logs a warning naming the pod and the allocator,
-// calls onError, and returns an error prefixed with the allocator's name; the
+// counts it in Metrics, and returns an error prefixed with the allocator's name; the
 // pod is then answered without those devices, never refused.
 //
 // A decoder whose devices would take the pod past the limit on device ids
@@ -191,8 +198,8 @@ func (s *Set) Decode(pod model.PodRef, annotations map[string]string) ([]model.D
 				"kept":      len(got),
 			}).WithError(err).Warn("allocator annotation not understood; the pod is answered without those devices")
 			errs = append(errs, fmt.Errorf("%s: %w", d.Name(), err))
-			if s.onError != nil {
-				s.onError(d.Name())
+			if s.metrics != nil {
+				s.metrics.AnnotationError(d.Name())
 			}
 		}
 		devices = append(devices, got...)
@@ -316,8 +323,8 @@ func (s *Set) DecodeContainers(pod model.PodRef, devices []model.Device, contain
 					"allocator": d.Name(),
 				}).WithError(err).Warn("allocator container annotation not understood; the pod is answered without what it says")
 				errs = append(errs, fmt.Errorf("%s: %w", d.Name(), err))
-				if s.onError != nil {
-					s.onError(d.Name())
+				if s.metrics != nil {
+					s.metrics.AnnotationError(d.Name())
 				}
 			}
 			devices = got

@@ -56,7 +56,7 @@ func TestSetRelevantIfAnyDecoderReadsTheKey(t *testing.T) {
 
 func TestSetDecodeReturnsEveryDecodersDevicesInDecoderOrder(t *testing.T) {
 	other := &fakeDecoder{name: "hami", key: "hami", devices: []model.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
-	s := NewSet(nil, func(string) { t.Error("onError called without an error") }, other, koordinator.New(koordinator.Options{}))
+	s := NewSet(nil, onError(func(string) { t.Error("onError called without an error") }), other, koordinator.New(koordinator.Options{}))
 	got, errs := s.Decode(testPod, map[string]string{"hami": "x", koordinator.Annotation: `{"gpu":[{"minor":0,"id":"GPU-k"}]}`})
 	if errs != nil {
 		t.Fatalf("errors: %v", errs)
@@ -74,7 +74,7 @@ func TestSetDecodeMalformedAnnotationWarnsCountsAndKeepsTheOthers(t *testing.T) 
 	log, hook := logtest.NewNullLogger()
 	var counted []string
 	other := &fakeDecoder{name: "hami", key: "hami", devices: []model.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
-	s := NewSet(log, func(a string) { counted = append(counted, a) }, koordinator.New(koordinator.Options{}), other)
+	s := NewSet(log, onError(func(a string) { counted = append(counted, a) }), koordinator.New(koordinator.Options{}), other)
 
 	got, errs := s.Decode(testPod, map[string]string{"hami": "x", koordinator.Annotation: `{"gpu":[null]}`})
 
@@ -99,7 +99,7 @@ func TestSetDecodeMalformedAnnotationWarnsCountsAndKeepsTheOthers(t *testing.T) 
 
 func TestSetDecodeKeepsTheDevicesOfAPartlyUnderstoodAnnotation(t *testing.T) {
 	var counted int
-	s := NewSet(quietLog(), func(string) { counted++ }, koordinator.New(koordinator.Options{}))
+	s := NewSet(quietLog(), onError(func(string) { counted++ }), koordinator.New(koordinator.Options{}))
 	got, errs := s.Decode(testPod, map[string]string{koordinator.Annotation: `{"gpu":[{"minor":0,"id":"GPU-k"}],"xpu":[{"id":"X"}]}`})
 	if want := []model.Device{gpu("GPU-k", 0)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %+v; want %+v", got, want)
@@ -248,7 +248,7 @@ func TestSetDecodeContainers(t *testing.T) {
 	}
 
 	var counted []string
-	buggy := NewSet(quietLog(), func(a string) { counted = append(counted, a) }, &fakeContainerDecoder{fakeDecoder: fakeDecoder{name: "tf", key: "k", panics: true}})
+	buggy := NewSet(quietLog(), onError(func(a string) { counted = append(counted, a) }), &fakeContainerDecoder{fakeDecoder: fakeDecoder{name: "tf", key: "k", panics: true}})
 	got, errs = buggy.DecodeContainers(testPod, pod, ctrs)
 	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "tf: decoder panicked") || !reflect.DeepEqual(got, pod) || len(counted) != 2 {
 		t.Errorf("a panicking decoder: %+v, %v, counted %v; want the pod's devices and the panics as errors", got, errs, counted)
@@ -288,7 +288,7 @@ func TestSetDecodeRefusesAnOversizedAllocationAsMalformed(t *testing.T) {
 	log, hook := logtest.NewNullLogger()
 	var counted []string
 	other := &fakeDecoder{name: "hami", key: "hami", devices: []model.Device{{Resource: "nvidia.com/gpu", IDs: []string{"GPU-h"}}}}
-	s := NewSet(log, func(a string) { counted = append(counted, a) }, koordinator.New(koordinator.Options{}), other)
+	s := NewSet(log, onError(func(a string) { counted = append(counted, a) }), koordinator.New(koordinator.Options{}), other)
 
 	got, errs := s.Decode(testPod, map[string]string{
 		"hami":                 "x",
@@ -311,7 +311,7 @@ func TestSetDecodeRefusesAnOversizedAllocationAsMalformed(t *testing.T) {
 // but the pod keeps its devices.
 func TestSetDecodeKeepsTheAllocationOfAPodWhoseHintIsOversized(t *testing.T) {
 	var counted int
-	s := NewSet(quietLog(), func(string) { counted++ }, koordinator.New(koordinator.Options{}))
+	s := NewSet(quietLog(), onError(func(string) { counted++ }), koordinator.New(koordinator.Options{}))
 	got, errs := s.Decode(testPod, map[string]string{
 		koordinator.HintAnnotation: model.OversizedAnnotation("261120 bytes in the kubelet's /pods, over the bound of 4096 for this annotation"),
 		koordinator.Annotation:     `{"gpu":[{"minor":0,"id":"GPU-k"}]}`,
@@ -323,3 +323,8 @@ func TestSetDecodeKeepsTheAllocationOfAPodWhoseHintIsOversized(t *testing.T) {
 		t.Errorf("errors = %v, onError calls = %d; want one about the hint", errs, counted)
 	}
 }
+
+// onError counts a Set's malformed annotations with a func.
+type onError func(allocator string)
+
+func (f onError) AnnotationError(allocator string) { f(allocator) }

@@ -128,8 +128,8 @@ build_pause() {
 	# One layer holding /pause, as an OCI layout tarball named so that
 	# `ctr images import` registers it under the pinned name.
 	mkdir -p "${dir}"
-	(cd "${PODRES_REPO}" && "${GO}" run ./hack/ociimage -binary "${work}/rootfs/pause" -name "${name}" \
-		-path /pause -entrypoint /pause -cmd "" -arch "${arch}" -o "${dir}/pause.tar")
+	(cd "${PODRES_REPO}" && "${GO}" run ./hack/ociimage --binary "${work}/rootfs/pause" --name "${name}" \
+		--path /pause --entrypoint /pause --cmd "" --arch "${arch}" -o "${dir}/pause.tar")
 	echo "${name}" >"${dir}/image-name"
 	rm -rf "${work}"
 	log "pause image ${name}: packed into ${dir}/pause.tar"

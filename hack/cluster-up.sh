@@ -419,8 +419,8 @@ import_images() {
 	(cd "${PODRES_REPO}" && CGO_ENABLED=0 "$(go_bin)" build -trimpath -ldflags "-s -w -X main.version=cluster" \
 		-o "${ROOT}/images/podres-proxy" ./cmd/podres-proxy) || die "building podres-proxy failed"
 	for tag in ${IMAGE_TAGS}; do
-		(cd "${PODRES_REPO}" && "$(go_bin)" run ./hack/ociimage -binary "${ROOT}/images/podres-proxy" \
-			-name "docker.io/library/podres-proxy:${tag}" -arch "${arch}" -o "${ROOT}/images/podres-proxy-${tag}.tar") ||
+		(cd "${PODRES_REPO}" && "$(go_bin)" run ./hack/ociimage --binary "${ROOT}/images/podres-proxy" \
+			--name "docker.io/library/podres-proxy:${tag}" --arch "${arch}" -o "${ROOT}/images/podres-proxy-${tag}.tar") ||
 			die "packing the podres-proxy image failed"
 		ctr_ -n k8s.io images import --local --snapshotter native "${ROOT}/images/podres-proxy-${tag}.tar" >>"${LOGS}/ctr.log" 2>&1 ||
 			die "importing the podres-proxy image failed (see ${LOGS}/ctr.log)"

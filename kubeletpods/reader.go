@@ -2,10 +2,10 @@ package kubeletpods
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/internal/coalesce"
 	"github.com/podres-proxy/podres-proxy/model"
 	"k8s.io/utils/clock"
 )
@@ -18,46 +18,43 @@ const DefaultReadTimeout = 10 * time.Second
 
 // ReaderOptions configure a Reader.
 type ReaderOptions struct {
-	// Timeout bounds each shared read; 0 means DefaultReadTimeout. A read
-	// is not cancelled by its callers (others may be waiting for it), so
-	// this is what ends a read that hangs.
+	// Timeout bounds each caller's wait for a read, and so each read; 0
+	// means DefaultReadTimeout. A read is not cancelled by a caller who
+	// leaves while others wait for it, so this is what ends a read that
+	// hangs.
 	Timeout time.Duration
-	// OnRead, when set, is told the duration and outcome of every read,
-	// before its waiters are: for metrics and logs. It must not block.
-	OnRead func(d time.Duration, err error)
+	// Metrics is told the duration and outcome of every read, before its
+	// waiters are; nil: nothing.
+	Metrics Metrics
 	// Clock is the clock; nil means the real one.
 	Clock clock.PassiveClock
+}
+
+// Metrics receives what a Reader measures; the daemon passes its one
+// metrics.Metrics, so this package imports no Prometheus. It must be safe
+// for concurrent use and must not block.
+type Metrics interface {
+	// PodsRead records one read of the kubelet's pods: how long it took
+	// and its error, nil on success.
+	PodsRead(took time.Duration, err error)
 }
 
 // Reader coalesces /pods reads. Each query needs a read that started after
 // the query arrived (so that a pod being created is seen with its
 // annotations), and reading /pods is the expensive part of answering, so
-// concurrent queries share reads: at most one read is in flight, and the
-// queries that arrive during it share the next one. However many queries
-// arrive, they cost at most two reads.
+// concurrent queries share reads (package coalesce): at most one read is in
+// flight, a query joins it when it started after the query arrived, and
+// the others share the next one. However many queries arrive, they cost at
+// most two reads. The newest successful read is kept for queries that
+// arrived before it started.
 type Reader struct {
 	fetch   Fetch
-	timeout time.Duration
-	onRead  func(time.Duration, error)
+	metrics Metrics
 	clock   clock.PassiveClock
+	reads   *coalesce.Group[*PodList]
 
 	mu   sync.Mutex
 	last *PodList // the newest successful read
-	cur  *read    // the read in flight, if any
-	next *read    // the read that starts when cur ends, if anyone waits for one
-}
-
-// read is one call of fetch and the callers waiting for it.
-type read struct {
-	started time.Time // zero until it starts
-	// deadline is when the first caller to wait for this read has waited
-	// a whole timeout: a read that starts late (after a read that hung)
-	// gets only what is left of that, so no caller waits for two.
-	deadline time.Time
-	waiters  int // callers waiting; a next read nobody waits for is dropped
-	done     chan struct{}
-	snap     *PodList // set before done is closed, on success
-	err      error    // set before done is closed, on failure
 }
 
 // NewReader returns a Reader that reads with fetch.
@@ -68,113 +65,49 @@ func NewReader(fetch Fetch, opts ReaderOptions) *Reader {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Reader{fetch: fetch, timeout: opts.Timeout, onRead: opts.OnRead, clock: opts.Clock}
+	r := &Reader{fetch: fetch, metrics: opts.Metrics, clock: opts.Clock}
+	r.reads = coalesce.New(r.read, coalesce.Options{Name: "kubelet pods read", Timeout: opts.Timeout, Clock: opts.Clock})
+	return r
 }
 
 // ReadAfter returns the result of a read that started at or after t
-// (normally the time the query arrived; a t in the future counts as now).
-// If the newest successful read started at or after t it is returned at
-// once; if the read in flight did, the caller joins it; otherwise the caller
-// joins the next read, which starts when the one in flight ends. A failed
-// read gives its error to all who joined it and is not remembered: the next
-// caller starts a new read.
+// (normally the time the query arrived; a t in the future counts as now):
+// the newest successful read if it did, else a shared read (see Reader). A
+// failed read gives its error to all who waited for it and is not kept: the
+// next caller starts a new read.
 //
 // ctx bounds only the caller's wait: a shared read is not cancelled when a
-// caller leaves (it has its own timeout), so the others still get it.
+// caller leaves and others still wait for it.
 func (r *Reader) ReadAfter(ctx context.Context, t time.Time) (*PodList, error) {
-	r.mu.Lock()
 	if now := r.clock.Now(); t.After(now) {
 		t = now
 	}
-	if r.last != nil && !r.last.Started.Before(t) {
-		s := r.last
-		r.mu.Unlock()
-		return s, nil
-	}
-	if err := ctx.Err(); err != nil {
-		r.mu.Unlock()
-		return nil, fmt.Errorf("wait for a kubelet pods read: %w", context.Cause(ctx))
-	}
-	var rd *read
-	switch {
-	case r.cur == nil:
-		rd = &read{done: make(chan struct{})}
-		r.startLocked(rd)
-	case !r.cur.started.Before(t):
-		rd = r.cur
-	default:
-		if r.next == nil {
-			r.next = &read{done: make(chan struct{}), deadline: r.clock.Now().Add(r.timeout)}
-		}
-		rd = r.next
-	}
-	rd.waiters++
-	r.mu.Unlock()
-
-	select {
-	case <-rd.done:
-		return rd.snap, rd.err
-	case <-ctx.Done():
-	}
 	r.mu.Lock()
-	rd.waiters--
+	last := r.last
 	r.mu.Unlock()
-	select {
-	case <-rd.done: // it ended as we gave up: the answer is there
-		return rd.snap, rd.err
-	default:
-		return nil, fmt.Errorf("wait for a kubelet pods read: %w", context.Cause(ctx))
+	if last != nil && !last.Started.Before(t) {
+		return last, nil
 	}
+	// At or after t is after t less the clock's least step.
+	return r.reads.Do(ctx, t.Add(-time.Nanosecond))
 }
 
-// startLocked makes rd the read in flight and runs it. r.mu is held.
-func (r *Reader) startLocked(rd *read) {
-	rd.started = r.clock.Now()
-	r.cur = rd
-	go r.run(rd)
-}
-
-// run does one read and hands its result to its waiters, then starts the
-// next read if anyone waits for one.
-func (r *Reader) run(rd *read) {
-	timeout, cause := r.timeout, fmt.Errorf("kubelet pods read took longer than %v: %w", r.timeout, context.DeadlineExceeded)
-	if !rd.deadline.IsZero() {
-		if left := rd.deadline.Sub(rd.started); left < timeout {
-			timeout = left
-			cause = fmt.Errorf("kubelet pods read: no answer within %v, after waiting for an earlier read: %w", r.timeout, context.DeadlineExceeded)
-		}
+// read does one read, which started at started.
+func (r *Reader) read(ctx context.Context, started time.Time) (*PodList, error) {
+	pods, err := r.fetch(ctx)
+	if r.metrics != nil {
+		r.metrics.PodsRead(r.clock.Since(started), err)
 	}
-	var pods []model.KubeletPod
-	var err error
-	if timeout <= 0 {
-		err = cause
-	} else {
-		ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, cause)
-		pods, err = r.fetch(ctx)
-		cancel()
-	}
-	if r.onRead != nil {
-		r.onRead(r.clock.Now().Sub(rd.started), err)
-	}
-
-	r.mu.Lock()
 	if err != nil {
-		rd.err = err
-	} else {
-		rd.snap = NewPodList(rd.started, pods)
-		if r.last == nil || !rd.started.Before(r.last.Started) {
-			r.last = rd.snap
-		}
+		return nil, err
 	}
-	r.cur = nil
-	if next := r.next; next != nil {
-		r.next = nil
-		if next.waiters > 0 {
-			r.startLocked(next)
-		}
+	snap := NewPodList(started, pods)
+	r.mu.Lock()
+	if r.last == nil || !started.Before(r.last.Started) {
+		r.last = snap
 	}
 	r.mu.Unlock()
-	close(rd.done)
+	return snap, nil
 }
 
 // PodList is the result of one /pods read. It is shared by every caller of

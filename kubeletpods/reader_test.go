@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -367,11 +368,8 @@ func TestReadAfterWithADoneContextStartsNoRead(t *testing.T) {
 func TestReadThatHangsEndsAtTheReaderTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeFetch{}
-		var reads []error
-		r := NewReader(f.fetch, ReaderOptions{
-			Timeout: 3 * time.Second,
-			OnRead:  func(_ time.Duration, err error) { reads = append(reads, err) },
-		})
+		m := &readMetrics{}
+		r := NewReader(f.fetch, ReaderOptions{Timeout: 3 * time.Second, Metrics: m})
 		start := time.Now()
 		// Nobody answers: the bubble's clock runs to the timeout.
 		_, err := r.ReadAfter(t.Context(), start)
@@ -381,26 +379,40 @@ func TestReadThatHangsEndsAtTheReaderTimeout(t *testing.T) {
 		if waited := time.Since(start); waited != 3*time.Second {
 			t.Errorf("waited %v, want 3s", waited)
 		}
-		if len(reads) != 1 || reads[0] == nil {
-			t.Errorf("OnRead saw %v, want one failed read", reads)
+		if reads := m.seen(); len(reads) != 1 || reads[0].err == nil {
+			t.Errorf("Metrics saw %v, want one failed read", reads)
 		}
 	})
 }
 
-func TestOnReadIsToldTheDurationAndOutcomeOfEveryRead(t *testing.T) {
+// readMetrics records what a Reader reports.
+type readMetrics struct {
+	mu    sync.Mutex
+	reads []seenRead
+}
+
+type seenRead struct {
+	d   time.Duration
+	err error
+}
+
+func (m *readMetrics) PodsRead(d time.Duration, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads = append(m.reads, seenRead{d, err})
+}
+
+func (m *readMetrics) seen() []seenRead {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.reads)
+}
+
+func TestMetricsAreToldTheDurationAndOutcomeOfEveryRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, c := &fakeFetch{}, testingclock.NewFakeClock(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
-		type seen struct {
-			d   time.Duration
-			err error
-		}
-		var mu sync.Mutex
-		var reads []seen
-		r := NewReader(f.fetch, ReaderOptions{Clock: c, OnRead: func(d time.Duration, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			reads = append(reads, seen{d, err})
-		}})
+		m := &readMetrics{}
+		r := NewReader(f.fetch, ReaderOptions{Clock: c, Metrics: m})
 		ch := readAfterAsync(t.Context(), r, c.Now())
 		synctest.Wait()
 		c.Step(40 * time.Millisecond)
@@ -414,11 +426,10 @@ func TestOnReadIsToldTheDurationAndOutcomeOfEveryRead(t *testing.T) {
 		f.call(t, 1).answer <- fetchAnswer{err: boom}
 		receive(t, ch)
 
-		mu.Lock()
-		defer mu.Unlock()
-		want := []seen{{40 * time.Millisecond, nil}, {10 * time.Millisecond, boom}}
+		reads := m.seen()
+		want := []seenRead{{40 * time.Millisecond, nil}, {10 * time.Millisecond, boom}}
 		if len(reads) != 2 || reads[0] != want[0] || reads[1] != want[1] {
-			t.Errorf("OnRead saw %v, want %v", reads, want)
+			t.Errorf("Metrics saw %v, want %v", reads, want)
 		}
 	})
 }

@@ -55,6 +55,6 @@
 // [Plugin.Synced] tells /readyz whether the store reflects the runtime. It
 // stays false on a runtime whose NRI is disabled (containerd 1.7's default),
 // so readiness that waits for it must have a way out (a timeout, or a flag
-// that disables the plugin). Counters go through [Observer], which the daemon
-// backs with Prometheus.
+// that disables the plugin). Counters go through [Metrics], for which the
+// daemon passes its one metrics.Metrics.
 package plugin

@@ -34,7 +34,7 @@ var events = func() api.EventMask {
 type handlers struct {
 	store   *state.Store
 	log     logrus.FieldLogger
-	metrics Observer
+	metrics Metrics
 	// onSynced is called, in its own goroutine, after a Synchronize.
 	onSynced func()
 
@@ -47,7 +47,10 @@ type handlers struct {
 	abandoned  bool
 }
 
-func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Observer, onSynced func()) *handlers {
+func newHandlers(store *state.Store, log logrus.FieldLogger, metrics Metrics, onSynced func()) *handlers {
+	if metrics == nil {
+		metrics = noMetrics{}
+	}
 	return &handlers{store: store, log: log, metrics: metrics, onSynced: onSynced}
 }
 
@@ -81,7 +84,7 @@ func (p *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs
 	p.mu.Lock()
 	conn := p.conn
 	p.mu.Unlock()
-	p.metrics.Connected(true)
+	p.metrics.NRIConnected(true)
 	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs)}).Info("Synchronizing with the runtime")
 
 	containers := make([]model.RuntimeContainer, 0, len(ctrs))
@@ -230,7 +233,7 @@ func (p *handlers) observeContainer(ctx context.Context, event string, pod *api.
 func (p *handlers) update(_ context.Context, event string, apply func()) {
 	start := time.Now()
 	apply()
-	p.metrics.Event(event, time.Since(start))
+	p.metrics.NRIEvent(event, time.Since(start))
 }
 
 // errAbandoned fails the Configure of a connection Run gave up on.
@@ -275,7 +278,7 @@ func (p *handlers) isSynced() bool {
 // onClose is called by the stub when the connection to the runtime drops;
 // Run takes care of reconnecting.
 func (p *handlers) onClose() {
-	p.metrics.Connected(false)
+	p.metrics.NRIConnected(false)
 	p.log.Info("NRI connection closed")
 }
 

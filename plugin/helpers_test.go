@@ -208,14 +208,14 @@ func newTestMetrics() *testMetrics {
 	return &testMetrics{events: map[string]int{}}
 }
 
-func (m *testMetrics) Event(name string, took time.Duration) {
+func (m *testMetrics) NRIEvent(name string, took time.Duration) {
 	m.mu.Lock()
 	m.events[name]++
 	m.took = append(m.took, took)
 	m.mu.Unlock()
 }
 
-func (m *testMetrics) Connected(up bool) {
+func (m *testMetrics) NRIConnected(up bool) {
 	m.mu.Lock()
 	if !up {
 		m.disconnects++
@@ -223,13 +223,13 @@ func (m *testMetrics) Connected(up bool) {
 	m.mu.Unlock()
 }
 
-func (m *testMetrics) Reconnect() {
+func (m *testMetrics) NRIReconnect() {
 	m.mu.Lock()
 	m.reconnects++
 	m.mu.Unlock()
 }
 
-func (m *testMetrics) Reconciled(_ time.Duration, err error) {
+func (m *testMetrics) CRIReconciled(_ time.Duration, err error) {
 	m.mu.Lock()
 	m.reconciles++
 	if err != nil {

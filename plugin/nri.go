@@ -56,7 +56,7 @@ type Options struct {
 	// again. 0 means DefaultConfigureTimeout.
 	ConfigureTimeout time.Duration
 	// Metrics receives counters; nil discards them.
-	Metrics Observer
+	Metrics Metrics
 	// OnSynchronized, when set, is called after each Synchronize has been
 	// applied to the store (once per connection), off the request path.
 	// The daemon uses it to trigger a CRI reconcile, which knows the
@@ -103,7 +103,7 @@ func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*P
 		opts.MaxBackoff = DefaultMaxBackoff
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = NoObserver{}
+		opts.Metrics = noMetrics{}
 	}
 	if opts.ConfigureTimeout <= 0 {
 		opts.ConfigureTimeout = DefaultConfigureTimeout
@@ -153,7 +153,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	failures := 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			p.opts.Metrics.Reconnect()
+			p.opts.Metrics.NRIReconnect()
 		}
 		s, conn, err := p.newStub()
 		if err != nil {
@@ -161,7 +161,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		err = p.runStub(ctx, s, conn, p.handlers.connecting())
 		wasSynced := p.handlers.disconnected()
-		p.opts.Metrics.Connected(false)
+		p.opts.Metrics.NRIConnected(false)
 		if ctx.Err() != nil {
 			return nil
 		}

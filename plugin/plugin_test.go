@@ -18,7 +18,7 @@ import (
 )
 
 func TestConfigureSubscribesOnlyToEventsOldRuntimesKnow(t *testing.T) {
-	p := newHandlers(state.New(state.Options{}), testLog(), NoObserver{}, nil)
+	p := newHandlers(state.New(state.Options{}), testLog(), nil, nil)
 	mask, err := p.Configure(context.Background(), "", "containerd", "v1.7.30")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestConfigureSubscribesOnlyToEventsOldRuntimesKnow(t *testing.T) {
 
 func TestHandlersTolerateNilAndSparseArguments(t *testing.T) {
 	store := state.New(state.Options{})
-	p := newHandlers(store, testLog(), NoObserver{}, nil)
+	p := newHandlers(store, testLog(), nil, nil)
 	ctx := context.Background()
 	unknown := &api.PodSandbox{Id: "sb-unknown"}
 	unknownCtr := &api.Container{Id: "ctr-unknown", PodSandboxId: "sb-unknown"}
@@ -102,7 +102,7 @@ func TestHandlersTolerateNilAndSparseArguments(t *testing.T) {
 
 func TestHandlersIgnoreDuplicateEvents(t *testing.T) {
 	store := state.New(state.Options{})
-	p := newHandlers(store, testLog(), NoObserver{}, nil)
+	p := newHandlers(store, testLog(), nil, nil)
 	ctx := context.Background()
 	pod := k8sPod("a")
 	ctr := k8sCtr(pod, "app", api.ContainerState_CONTAINER_RUNNING)
@@ -120,7 +120,7 @@ func TestHandlersIgnoreDuplicateEvents(t *testing.T) {
 
 func TestStopContainerRecordsStoppedWhateverStateTheEventCarries(t *testing.T) {
 	store := state.New(state.Options{})
-	p := newHandlers(store, testLog(), NoObserver{}, nil)
+	p := newHandlers(store, testLog(), nil, nil)
 	ctx := context.Background()
 	pod := k8sPod("a")
 	p.RunPodSandbox(ctx, pod)

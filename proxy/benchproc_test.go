@@ -26,10 +26,10 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
-	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -221,13 +221,13 @@ func serveProxyChild(t *testing.T, n int, env func(string) string) (stop func())
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := allocator.NewSet(log, m.AnnotationError, decoders...)
+	set := allocator.NewSet(log, m, decoders...)
 	store := state.New(state.Options{Decoder: set})
 	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: env("PODS_URL"), TokenFile: env("TOKEN"), CAFile: env("CA")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := trust.NewGate(set, trust.GateOptions{Log: log, OnRefuse: m.AllocationRefused})
+	gate := trust.NewGate(set, trust.GateOptions{Log: log, Metrics: m})
 	// The report plays its benchClients clients from one process.
 	srv, err := proxy.New(proxy.Config{Socket: env("SOCKET"), KubeletSocket: env("KUBELET"), MaxConnectionsPerClient: limits.DefaultMaxConnections, Log: log},
 		proxy.Providers{Store: store, Pods: client.Pods, Allocators: set, Trust: gate, Metrics: m})

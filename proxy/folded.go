@@ -50,7 +50,7 @@ func (s *Server) ServeFolded(ctx context.Context, socket string, f Folder) error
 	s.log.WithField("socket", socket).Info("serving the PodResources API's folded view")
 	errc := make(chan error, 1)
 	go func() {
-		errc <- srv.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics.ConnectionRejected))
+		errc <- srv.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics))
 	}()
 	select {
 	case err := <-errc:

@@ -23,10 +23,10 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
-	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -154,10 +154,10 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := allocator.NewSet(log, m.AnnotationError, decoders...)
+	set := allocator.NewSet(log, m, decoders...)
 	// The proxy vets devices as serve's does: no production proxy runs
 	// without the trust gate, so no test does either.
-	h.trustOpts.Log, h.trustOpts.OnRefuse = log, m.AllocationRefused
+	h.trustOpts.Log, h.trustOpts.Metrics = log, m
 	gate := trust.NewGate(set, h.trustOpts)
 	h.store = state.New(state.Options{Decoder: set})
 	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})

@@ -7,8 +7,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -78,9 +78,5 @@ func newReader(p Providers, timeout time.Duration) *kubeletpods.Reader {
 		p.Store.ObserveKubeletPods(started, pods)
 		return pods, nil
 	}
-	var onRead func(time.Duration, error)
-	if p.Metrics != nil {
-		onRead = p.Metrics.ObservePodsRead
-	}
-	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, OnRead: onRead})
+	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, Metrics: p.Metrics})
 }

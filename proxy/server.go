@@ -175,7 +175,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
 	errc := make(chan error, 1)
 	go func() {
-		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics.ConnectionRejected))
+		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics))
 	}()
 	// Plans are computed, and specs read, in the background for as long
 	// as the socket is served.

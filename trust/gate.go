@@ -103,19 +103,27 @@ type GateOptions struct {
 	// Log gets one warning per refused device (nil: logrus's standard
 	// logger).
 	Log logrus.FieldLogger
-	// OnRefuse, if set, is called once per refused device with its
-	// allocator and reason, for a metric.
-	OnRefuse func(allocator, reason string)
+	// Metrics counts each refused device; nil: nothing.
+	Metrics Metrics
+}
+
+// Metrics receives what the gate counts; the daemon passes its one
+// metrics.Metrics, so this package imports no Prometheus. It must be safe
+// for concurrent use and must not block.
+type Metrics interface {
+	// AllocationRefused counts one refused device, by its allocator and
+	// the reason it was refused.
+	AllocationRefused(allocator, reason string)
 }
 
 // Gate is the trust policy: which decoded devices are reported. It is pure
 // like the rest of the package (Vet has no side effects; Report logs and
-// counts), and safe for concurrent use if OnRefuse is.
+// counts), and safe for concurrent use.
 type Gate struct {
 	set        *allocator.Set
 	schedulers map[string][]string
 	log        logrus.FieldLogger
-	onRefuse   func(allocator, reason string)
+	metrics    Metrics
 }
 
 // NewGate returns the gate for the allocators of set. Scheduler names are
@@ -129,7 +137,7 @@ func NewGate(set *allocator.Set, opts GateOptions) *Gate {
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
-	return &Gate{set: set, schedulers: names, log: log, onRefuse: opts.OnRefuse}
+	return &Gate{set: set, schedulers: names, log: log, metrics: opts.Metrics}
 }
 
 // SchedulerNames returns the scheduler names an allocator's annotations are
@@ -348,7 +356,7 @@ func safeID(dev model.Device, id string) bool {
 }
 
 // Report logs a warning per refused device, naming the pod and the reason,
-// and calls OnRefuse. The proxy calls it once per change of what a pod has
+// and counts it in Metrics. The proxy calls it once per change of what a pod has
 // refused, not once per query.
 func (g *Gate) Report(pod model.PodRef, refused []model.Refused) {
 	for _, r := range refused {
@@ -361,8 +369,8 @@ func (g *Gate) Report(pod model.PodRef, refused []model.Refused) {
 			"reason":    r.Reason,
 			"class":     r.Class,
 		}).Warn("allocation refused, the pod is answered without it: " + r.Detail)
-		if g.onRefuse != nil {
-			g.onRefuse(r.Allocator, r.Reason)
+		if g.metrics != nil {
+			g.metrics.AllocationRefused(r.Allocator, r.Reason)
 		}
 	}
 }

@@ -33,10 +33,10 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory/sysfs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
+	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/plugin/cri"
 	"github.com/podres-proxy/podres-proxy/proxy"
-	proxymetrics "github.com/podres-proxy/podres-proxy/proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
@@ -68,7 +68,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := proxymetrics.New(reg)
+	m := metrics.New(reg) // every part counts into it
 
 	hamiResources, err := registry.ParseResourceMap(c.hamiResources)
 	if err != nil {
@@ -84,13 +84,13 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return cmdline.Usage(fmt.Errorf("--allocators: %w", err))
 	}
-	allocators := allocator.NewSet(log, metrics.AnnotationError, decoders...)
+	allocators := allocator.NewSet(log, m, decoders...)
 	allocators.LimitDevicesPerPod(c.maxDevicesPerPod)
 	schedulers, err := c.trustedSchedulers()
 	if err != nil {
 		return cmdline.Usage(err)
 	}
-	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: schedulers, Log: log, OnRefuse: metrics.AllocationRefused})
+	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: schedulers, Log: log, Metrics: m})
 	inv, err := c.inventory(log)
 	if err != nil {
 		return fmt.Errorf("device inventory: %w", err)
@@ -106,7 +106,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 			log.WithError(err).Error("closing the state store")
 		}
 	}()
-	registerStoreMetrics(reg, store)
+	m.WatchStore(store.Stats)
 
 	pods, err := kubeletpods.NewClient(kubeletpods.Config{
 		URL:         c.podsURL,
@@ -124,19 +124,18 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if c.insecureTLS {
 		log.Warn("--kubelet-insecure-tls: the kubelet's serving certificate is not verified")
 	}
-	sourceMetrics := newPodSourceMetrics(reg)
 	fetch := pods.Pods
 	var (
 		podsAPI  *podsapi.Source
 		watching func() bool
 	)
 	if c.podsAPISocket != "" {
-		podsAPI, err = newPodsAPI(c.podsAPISocket, store, allocators, sourceMetrics, log)
+		podsAPI, err = newPodsAPI(c.podsAPISocket, store, allocators, m, log)
 		if err != nil {
 			return cmdline.Usage(fmt.Errorf("--kubelet-pods-api-socket: %w", err))
 		}
 		defer podsAPI.Close()
-		fetch = podsAPI.Or(pods.Pods, func(source string) { sourceMetrics.reads.WithLabelValues(source).Inc() })
+		fetch = podsAPI.Or(pods.Pods)
 		watching = podsAPI.Synced
 	} else {
 		log.Info("the kubelet's Pods API is disabled (--kubelet-pods-api-socket is empty): pods are learned from /pods")
@@ -164,7 +163,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		InventoryChanged: inv.Changed,
 		ResourceNames:    names,
 		Trust:            trust,
-		Metrics:          metrics,
+		Metrics:          m,
 
 		PlainSharedGPUIDs: c.sharedGPUIDs == sharedGPUIDsUUID,
 		MIGResource:       c.migResource,
@@ -223,10 +222,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		deviceInfo.Adopt(c.rdmaResource)
 		start("device-info files", func(ctx context.Context) error { return deviceInfo.Run(ctx, store, devinfo.DefaultInterval) })
 	}
-	pm := newPluginMetrics(reg)
 	var reconciler *cri.Reconciler
 	if c.criSocket != "" {
-		reconciler, err = cri.NewReconciler(store, cri.Options{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: pm})
+		reconciler, err = cri.NewReconciler(store, cri.Options{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: m})
 		if err != nil {
 			cancel()
 			_ = g.Wait()
@@ -237,7 +235,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		log.Info("CRI reconciling disabled (--cri-socket is empty)")
 	}
 	if c.nriSocket != "" {
-		opts := plugin.Options{Socket: c.nriSocket, Name: c.nriName, Index: c.nriIndex, Log: log, Metrics: pm}
+		opts := plugin.Options{Socket: c.nriSocket, Name: c.nriName, Index: c.nriIndex, Log: log, Metrics: m}
 		if reconciler != nil {
 			// Synchronize does not say which sandboxes stopped while the
 			// plugin was away; CRI does, so reconcile right after it.

@@ -12,15 +12,14 @@
 //
 // Usage:
 //
-//	ociimage -binary BIN -name NAME -o OUT.tar [-path /podres-proxy]
-//	         [-entrypoint /podres-proxy] [-cmd serve] [-user 0] [-arch amd64]
+//	ociimage --binary BIN --name NAME -o OUT.tar [--path /podres-proxy]
+//	         [--entrypoint /podres-proxy] [--cmd serve] [--user 0] [--arch amd64]
 package main
 
 import (
 	"archive/tar"
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -37,6 +36,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/spf13/pflag"
 )
 
 // Spec is what goes into the image.
@@ -222,12 +222,12 @@ func tarDir(dir, out string) (err error) {
 func words(s string) []string { return strings.Fields(s) }
 
 func run(args []string) error {
-	fs := flag.NewFlagSet("ociimage", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("ociimage", pflag.ContinueOnError)
 	var s Spec
 	var entrypoint, cmd, out string
 	fs.StringVar(&s.Binary, "binary", "", "the binary to put in the image (required)")
 	fs.StringVar(&s.Name, "name", "", "the image name containerd registers it under (required)")
-	fs.StringVar(&out, "o", "", "the OCI layout tarball to write (required)")
+	fs.StringVarP(&out, "output", "o", "", "the OCI layout tarball to write (required)")
 	fs.StringVar(&s.Path, "path", ProxyImage.Path, "where the binary goes in the image")
 	fs.StringVar(&entrypoint, "entrypoint", strings.Join(ProxyImage.Entrypoint, " "), "the entrypoint, space-separated words")
 	fs.StringVar(&cmd, "cmd", strings.Join(ProxyImage.Cmd, " "), "the command, space-separated words")
@@ -237,7 +237,7 @@ func run(args []string) error {
 		return err
 	}
 	if s.Binary == "" || s.Name == "" || out == "" {
-		return errors.New("-binary, -name and -o are required")
+		return errors.New("--binary, --name and -o are required")
 	}
 	s.Entrypoint, s.Cmd = words(entrypoint), words(cmd)
 	img, err := Build(s)

@@ -58,14 +58,14 @@ func writeImage(t *testing.T, args ...string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "image.tar")
-	if err := run(append([]string{"-binary", bin, "-o", out}, args...)); err != nil {
+	if err := run(append([]string{"--binary", bin, "-o", out}, args...)); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
 func TestImageHoldsTheBinaryUnderItsNameWithItsConfig(t *testing.T) {
-	out := writeImage(t, "-name", "registry.k8s.io/pause:3.10.1", "-path", "/pause", "-entrypoint", "/pause", "-cmd", "", "-arch", "arm64")
+	out := writeImage(t, "--name", "registry.k8s.io/pause:3.10.1", "--path", "/pause", "--entrypoint", "/pause", "--cmd", "", "--arch", "arm64")
 	dir := untar(t, out)
 	p, err := layout.FromPath(dir)
 	if err != nil {
@@ -137,11 +137,11 @@ func TestImageHoldsTheBinaryUnderItsNameWithItsConfig(t *testing.T) {
 }
 
 func TestSameBinarySameImage(t *testing.T) {
-	a, err := os.ReadFile(writeImage(t, "-name", "podres-proxy:dev"))
+	a, err := os.ReadFile(writeImage(t, "--name", "podres-proxy:dev"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(writeImage(t, "-name", "podres-proxy:dev"))
+	b, err := os.ReadFile(writeImage(t, "--name", "podres-proxy:dev"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestRefusesARelativePathInTheImage(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "b")
 	os.WriteFile(bin, []byte("x"), 0o755)
-	err := run([]string{"-binary", bin, "-name", "x:1", "-o", filepath.Join(dir, "o.tar"), "-path", "pause"})
+	err := run([]string{"--binary", bin, "--name", "x:1", "-o", filepath.Join(dir, "o.tar"), "--path", "pause"})
 	if err == nil || !strings.Contains(err.Error(), "absolute") {
 		t.Errorf("err = %v, want a refusal of the relative path", err)
 	}

@@ -2,12 +2,13 @@ package podsapi
 
 import (
 	"context"
+	"time"
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// Source names, as Or tells onRead.
+// Source names, as Or tells Metrics.PodSourceRead.
 const (
 	SourcePodsAPI = "pods-api"
 	SourcePods    = "pods"
@@ -18,16 +19,14 @@ const (
 // /pods) while it is not (the kubelet's PodsAPI gate is off, or the kubelet
 // is restarting) or when ListPods fails. The Pods API costs no token, TLS
 // or JSON, and no tenant's annotations can fail it for everyone; /pods
-// stays the way to learn pods on kubelets without it. onRead, when set, is
-// told which source gave each successful read, for a metric.
-func (s *Source) Or(fallback kubeletpods.Fetch, onRead func(source string)) kubeletpods.Fetch {
+// stays the way to learn pods on kubelets without it. Metrics is told which
+// source gave each successful read.
+func (s *Source) Or(fallback kubeletpods.Fetch) kubeletpods.Fetch {
 	return func(ctx context.Context) ([]model.KubeletPod, error) {
 		if s.Synced() {
 			pods, err := s.Pods(ctx)
 			if err == nil {
-				if onRead != nil {
-					onRead(SourcePodsAPI)
-				}
+				s.metrics.PodSourceRead(SourcePodsAPI)
 				return pods, nil
 			}
 			if ctx.Err() != nil {
@@ -36,9 +35,36 @@ func (s *Source) Or(fallback kubeletpods.Fetch, onRead func(source string)) kube
 			s.log.WithError(err).Debug("Kubelet Pods API: ListPods failed; reading /pods instead")
 		}
 		pods, err := fallback(ctx)
-		if err == nil && onRead != nil {
-			onRead(SourcePods)
+		if err == nil {
+			s.metrics.PodSourceRead(SourcePods)
 		}
 		return pods, err
 	}
 }
+
+// Metrics receives what the source measures; the daemon passes its one
+// metrics.Metrics, so this package imports no Prometheus. Implementations
+// must be safe for concurrent use and must not block.
+type Metrics interface {
+	// PodsAPIEvent counts one event received from the kubelet, by type
+	// ("ADDED", "MODIFIED", "DELETED", "INITIAL_SYNC_COMPLETE", or another
+	// the kubelet may add).
+	PodsAPIEvent(kubeletType string)
+	// PodsAPIRelisted counts a completed relist: how many pods it listed,
+	// how many known pods it found gone, and how long it took from the
+	// watch call.
+	PodsAPIRelisted(pods, deleted int, took time.Duration)
+	// PodsAPIReconnect counts a watch that ended, with why, before the
+	// next attempt.
+	PodsAPIReconnect(err error)
+	// PodSourceRead counts a successful read of Or, by the source that
+	// gave it (SourcePodsAPI, SourcePods).
+	PodSourceRead(source string)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) PodsAPIEvent(string)                     {}
+func (noMetrics) PodsAPIRelisted(int, int, time.Duration) {}
+func (noMetrics) PodsAPIReconnect(error)                  {}
+func (noMetrics) PodSourceRead(string)                    {}

@@ -138,18 +138,8 @@ type Options struct {
 	// sees the change). It must not block for long: the kubelet drops a
 	// watcher that falls 100 events behind, which costs a relist.
 	Handler func(Event)
-	// OnEvent, when set, is told the type of every event received from
-	// the kubelet ("ADDED", "MODIFIED", "DELETED",
-	// "INITIAL_SYNC_COMPLETE", or another the kubelet may add): for
-	// metrics. It must not block.
-	OnEvent func(kubeletType string)
-	// OnRelist, when set, is told of every completed relist: how many
-	// pods it listed, how many known pods it found gone, and how long it
-	// took from the watch call. For metrics; it must not block.
-	OnRelist func(pods, deleted int, took time.Duration)
-	// OnReconnect, when set, is told why each watch ended, before the
-	// next attempt. For metrics; it must not block.
-	OnReconnect func(err error)
+	// Metrics receives what the source measures; nil: nothing.
+	Metrics Metrics
 	// Log receives the source's logs; nil means logrus's standard logger.
 	Log logrus.FieldLogger
 }
@@ -164,9 +154,7 @@ type Source struct {
 	timeout time.Duration
 	backoff wait.Backoff
 	handler func(Event)
-	onEvent func(string)
-	onList  func(int, int, time.Duration)
-	onRetry func(error)
+	metrics Metrics
 	log     logrus.FieldLogger
 
 	conn    *grpc.ClientConn
@@ -211,12 +199,13 @@ func New(opts Options) (*Source, error) {
 		timeout: cmp.Or(opts.Timeout, DefaultTimeout),
 		backoff: bo,
 		handler: opts.Handler,
-		onEvent: opts.OnEvent,
-		onList:  opts.OnRelist,
-		onRetry: opts.OnReconnect,
+		metrics: opts.Metrics,
 		log:     opts.Log,
 		view:    newView(),
 		changed: make(chan struct{}),
+	}
+	if s.metrics == nil {
+		s.metrics = noMetrics{}
 	}
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
@@ -354,9 +343,7 @@ func (s *Source) Run(ctx context.Context) error {
 			// the socket: one line, not one every 30 s forever.
 			log.WithField("attempts", failures).Debug("Kubelet Pods API watch failed again")
 		}
-		if s.onRetry != nil {
-			s.onRetry(err)
-		}
+		s.metrics.PodsAPIReconnect(err)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -406,9 +393,7 @@ func (s *Source) watch(ctx context.Context) (synced bool, err error) {
 			}
 			return synced, fmt.Errorf("receive from WatchPods: %w", err)
 		}
-		if s.onEvent != nil {
-			s.onEvent(ev.GetType().String())
-		}
+		s.metrics.PodsAPIEvent(ev.GetType().String())
 		switch ev.GetType() {
 		case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
 			uid := s.apply(ev.GetPod())
@@ -483,7 +468,7 @@ func (s *Source) delete(uid string) {
 }
 
 // completeRelist removes the pods the relist did not list, marks the view
-// synced, and tells OnRelist and then the handler.
+// synced, and tells Metrics and then the handler.
 func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
 	s.mu.Lock()
 	var gone []*entry
@@ -495,9 +480,7 @@ func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
 	s.synced = true
 	s.notifyLocked()
 	s.mu.Unlock()
-	if s.onList != nil {
-		s.onList(len(listed), len(gone), time.Since(start))
-	}
+	s.metrics.PodsAPIRelisted(len(listed), len(gone), time.Since(start))
 	slices.SortFunc(gone, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
 	for _, e := range gone {
 		s.emit(Event{Type: PodDeleted, Pod: e.d.pod, ByRelist: true})

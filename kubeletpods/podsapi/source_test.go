@@ -83,7 +83,33 @@ type harness struct {
 	mu         sync.Mutex
 	reconnects []error
 	relists    [][2]int
+	eventTypes map[string]int
 }
+
+// The harness is the Source's Metrics: it records what the source reports.
+
+func (h *harness) PodsAPIEvent(typ string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.eventTypes == nil {
+		h.eventTypes = map[string]int{}
+	}
+	h.eventTypes[typ]++
+}
+
+func (h *harness) PodsAPIRelisted(pods, deleted int, _ time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.relists = append(h.relists, [2]int{pods, deleted})
+}
+
+func (h *harness) PodsAPIReconnect(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reconnects = append(h.reconnects, err)
+}
+
+func (h *harness) PodSourceRead(string) {}
 
 // start runs a Source against kubelet, recording its events, reconnects
 // and relists.
@@ -94,16 +120,7 @@ func start(t *testing.T, kubelet *podsapitest.Server, opts podsapi.Options) *har
 	opts.KeepAnnotation = func(k string) bool { return strings.HasPrefix(k, "example.com/") }
 	opts.Backoff = wait.Backoff{Duration: 5 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond}
 	opts.Handler = func(ev podsapi.Event) { h.events <- ev }
-	opts.OnReconnect = func(err error) {
-		h.mu.Lock()
-		h.reconnects = append(h.reconnects, err)
-		h.mu.Unlock()
-	}
-	opts.OnRelist = func(pods, deleted int, _ time.Duration) {
-		h.mu.Lock()
-		h.relists = append(h.relists, [2]int{pods, deleted})
-		h.mu.Unlock()
-	}
+	opts.Metrics = h
 	log, _ := test.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
 	opts.Log = log
@@ -323,7 +340,7 @@ func TestKubeletRestartRelistReportsPodsDeletedMeanwhile(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.reconnects) == 0 {
-		t.Error("OnReconnect was not called")
+		t.Error("Metrics.PodsAPIReconnect was not called")
 	}
 	if n := len(h.relists); n != 2 || h.relists[1] != [2]int{2, 1} {
 		t.Errorf("relists %v, want a second one of 2 pods with 1 deleted", h.relists)
@@ -533,13 +550,7 @@ func TestNewRejectsWhatIsNotAUnixSocket(t *testing.T) {
 func TestKnownPodThatBecomesUnreadableIsRefusedUntilDeleted(t *testing.T) {
 	p := pod("ns", "a", "uid-a", 0)
 	k := newKubelet(t, p)
-	var mu sync.Mutex
-	counts := map[string]int{}
-	h := start(t, k, podsapi.Options{MaxAnnotationBytes: 1024, OnEvent: func(typ string) {
-		mu.Lock()
-		counts[typ]++
-		mu.Unlock()
-	}})
+	h := start(t, k, podsapi.Options{MaxAnnotationBytes: 1024})
 	h.expect("added uid-a", "synced")
 
 	big := p.DeepCopy()
@@ -564,12 +575,12 @@ func TestKnownPodThatBecomesUnreadableIsRefusedUntilDeleted(t *testing.T) {
 
 	k.Delete(big)
 	h.expect("deleted uid-a")
-	mu.Lock()
-	defer mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	want := map[string]int{"ADDED": 2, "INITIAL_SYNC_COMPLETE": 1, "MODIFIED": 1, "DELETED": 1}
 	for typ, n := range want {
-		if counts[typ] != n {
-			t.Errorf("OnEvent counted %v, want %v", counts, want)
+		if h.eventTypes[typ] != n {
+			t.Errorf("Metrics counted %v, want %v", h.eventTypes, want)
 			break
 		}
 	}

@@ -51,20 +51,20 @@ type Options struct {
 	// logger.
 	Log logrus.FieldLogger
 	// Metrics receives counters; nil discards them.
-	Metrics Observer
+	Metrics Metrics
 }
 
-// Observer receives what the reconciler measures; the daemon backs it with
-// Prometheus collectors, so this package imports none.
-type Observer interface {
-	// Reconciled counts one CRI reconcile, how long it took and its error,
-	// nil on success.
-	Reconciled(took time.Duration, err error)
+// Metrics receives what the reconciler measures; the daemon passes its one
+// metrics.Metrics, so this package imports no Prometheus.
+type Metrics interface {
+	// CRIReconciled counts one CRI reconcile, how long it took and its
+	// error, nil on success.
+	CRIReconciled(took time.Duration, err error)
 }
 
-type noObserver struct{}
+type noMetrics struct{}
 
-func (noObserver) Reconciled(time.Duration, error) {}
+func (noMetrics) CRIReconciled(time.Duration, error) {}
 
 // Reconciler brings the store in line with what the runtime lists over CRI,
 // which closes the gaps NRI leaves (missed events, containerd's skipped
@@ -96,7 +96,7 @@ func NewReconciler(store *state.Store, opts Options) (*Reconciler, error) {
 		opts.Log = logrus.StandardLogger()
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = noObserver{}
+		opts.Metrics = noMetrics{}
 	}
 	return &Reconciler{store: store, opts: opts, target: target, trigger: make(chan struct{}, 1)}, nil
 }
@@ -154,7 +154,7 @@ func (r *Reconciler) Trigger() {
 // is simply found, without waiting out gRPC's reconnect backoff.
 func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 	start := time.Now()
-	defer func() { r.opts.Metrics.Reconciled(time.Since(start), err) }()
+	defer func() { r.opts.Metrics.CRIReconciled(time.Since(start), err) }()
 
 	conn, err := grpc.NewClient(r.target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

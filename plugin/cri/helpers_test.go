@@ -36,7 +36,7 @@ type testMetrics struct {
 
 func newTestMetrics() *testMetrics { return &testMetrics{} }
 
-func (m *testMetrics) Reconciled(_ time.Duration, err error) {
+func (m *testMetrics) CRIReconciled(_ time.Duration, err error) {
 	m.mu.Lock()
 	m.reconciles++
 	if err != nil {

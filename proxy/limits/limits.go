@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
+
+	"github.com/podres-proxy/podres-proxy/metrics"
 )
 
 // The server's limits. The daemon runs under a 128 MiB memory limit and
@@ -115,7 +117,7 @@ func deadline(timeout time.Duration) grpc.UnaryServerInterceptor {
 type limitListener struct {
 	net.Listener
 	max, perClient int
-	rejected       func() // counts a refused connection; may be nil
+	metrics        *metrics.Metrics
 
 	mu       sync.Mutex
 	open     int
@@ -123,11 +125,11 @@ type limitListener struct {
 }
 
 // NewListener caps the connections l has open at once at max, and those of
-// one client process at perClient; rejected, when set, is told of each
-// connection closed over a cap. A connection whose process the kernel does
-// not name (see peerCred.identified) counts against max only.
-func NewListener(l net.Listener, max, perClient int, rejected func()) net.Listener {
-	return &limitListener{Listener: l, max: max, perClient: perClient, rejected: rejected, byClient: map[string]int{}}
+// one client process at perClient, and counts in m each connection closed
+// over a cap. A connection whose process the kernel does not name (see
+// peerCred.identified) counts against max only.
+func NewListener(l net.Listener, max, perClient int, m *metrics.Metrics) net.Listener {
+	return &limitListener{Listener: l, max: max, perClient: perClient, metrics: m, byClient: map[string]int{}}
 }
 
 // Accept returns the next connection that fits under the caps.
@@ -147,9 +149,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		if !l.take(key) {
 			c.Close()
-			if l.rejected != nil {
-				l.rejected()
-			}
+			l.metrics.ConnectionRejected()
 			continue
 		}
 		lc := &limitedConn{Conn: c, release: func() { l.give(key) }}

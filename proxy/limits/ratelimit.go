@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
-	"github.com/podres-proxy/podres-proxy/proxy/metrics"
+	"github.com/podres-proxy/podres-proxy/metrics"
 )
 
 // The kubelet's PodResources rate limit: one token bucket for the whole

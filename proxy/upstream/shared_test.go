@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/podres-proxy/podres-proxy/proxy/metrics"
+	"github.com/podres-proxy/podres-proxy/metrics"
 )
 
 // These tests run in synctest bubbles: synctest.Wait lets every caller reach

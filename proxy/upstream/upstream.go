@@ -20,7 +20,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
-	"github.com/podres-proxy/podres-proxy/proxy/metrics"
+	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 )
 

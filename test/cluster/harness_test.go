@@ -141,8 +141,8 @@ func (h *harness) importConsumerImage() error {
 	if err := h.runner().GoBuild(bin, "./test/listloop"); err != nil {
 		return err
 	}
-	pack := exec.Command(e2eutil.GoBin(), "run", "./hack/ociimage", "-binary", bin, "-name", consumerImage,
-		"-path", "/listloop", "-entrypoint", "/listloop", "-cmd", "", "-user", "0", "-o", bin+".tar")
+	pack := exec.Command(e2eutil.GoBin(), "run", "./hack/ociimage", "--binary", bin, "--name", consumerImage,
+		"--path", "/listloop", "--entrypoint", "/listloop", "--cmd", "", "--user", "0", "-o", bin+".tar")
 	pack.Dir = h.repo
 	if err := h.runner().Run("pack-listloop", pack); err != nil {
 		return err

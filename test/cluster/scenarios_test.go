@@ -816,8 +816,8 @@ func startConsumer(t *testing.T) string {
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
 				Name: "listloop", Image: consumerImage, ImagePullPolicy: corev1.PullNever,
-				Args: []string{"-socket", "/var/run/podres-proxy/pod-resources/kubelet.sock",
-					"-namespace", testNamespace, "-resource", binder.RDMAResource, "-interval", "100ms"},
+				Args: []string{"--socket", "/var/run/podres-proxy/pod-resources/kubelet.sock",
+					"--namespace", testNamespace, "--resource", binder.RDMAResource, "--interval", "100ms"},
 				VolumeMounts: []corev1.VolumeMount{{Name: "sockets", MountPath: "/var/run/podres-proxy/pod-resources"}},
 			}},
 			Volumes: []corev1.Volume{{Name: "sockets", VolumeSource: corev1.VolumeSource{

@@ -7,18 +7,18 @@
 // device ids it holds of one resource. The suite reads the lines back from
 // the pod's log and judges them.
 //
-// Usage: listloop -socket PATH -namespace NS -resource NAME [-interval 100ms]
+// Usage: listloop --socket PATH --namespace NS --resource NAME [--interval 100ms]
 package main
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
 	"time"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -82,11 +82,11 @@ func call(socket string) (*podresourcesv1.ListPodResourcesResponse, error) {
 }
 
 func main() {
-	socket := flag.String("socket", "/var/run/podres-proxy/pod-resources/kubelet.sock", "the PodResources socket")
-	namespace := flag.String("namespace", "", "the namespace whose pods are printed")
-	resource := flag.String("resource", "", "the resource whose device ids are printed")
-	interval := flag.Duration("interval", 100*time.Millisecond, "time between the starts of two calls")
-	flag.Parse()
+	socket := pflag.String("socket", "/var/run/podres-proxy/pod-resources/kubelet.sock", "the PodResources socket")
+	namespace := pflag.String("namespace", "", "the namespace whose pods are printed")
+	resource := pflag.String("resource", "", "the resource whose device ids are printed")
+	interval := pflag.Duration("interval", 100*time.Millisecond, "time between the starts of two calls")
+	pflag.Parse()
 	enc := json.NewEncoder(os.Stdout)
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()

@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log"
 	"os"
@@ -20,16 +19,18 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/pflag"
+
 	"github.com/podres-proxy/podres-proxy/test/deviceplugin"
 )
 
 func main() {
-	resource := flag.String("resource", "example.com/dev", "extended resource name")
-	devices := flag.String("devices", "dev-0,dev-1", "comma-separated device ids")
-	regDir := flag.String("registration-dir", "", "kubelet plugin watcher directory (<root-dir>/plugins_registry)")
-	kubeletSocket := flag.String("kubelet-socket", "", "kubelet device manager registration socket")
-	hamiSplit := flag.Int("hami-split", 0, "if > 0, --devices are GPU UUIDs advertised as HAMi does: <uuid>-0 .. <uuid>-<N-1>")
-	flag.Parse()
+	resource := pflag.String("resource", "example.com/dev", "extended resource name")
+	devices := pflag.String("devices", "dev-0,dev-1", "comma-separated device ids")
+	regDir := pflag.String("registration-dir", "", "kubelet plugin watcher directory (<root-dir>/plugins_registry)")
+	kubeletSocket := pflag.String("kubelet-socket", "", "kubelet device manager registration socket")
+	hamiSplit := pflag.Int("hami-split", 0, "if > 0, --devices are GPU UUIDs advertised as HAMi does: <uuid>-0 .. <uuid>-<N-1>")
+	pflag.Parse()
 
 	ids := strings.Split(*devices, ",")
 	if *hamiSplit > 0 {

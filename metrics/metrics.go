@@ -1,0 +1,383 @@
+// Package metrics is the daemon's one way to emit metrics: one Metrics,
+// made with New on the registry /metrics serves, passed explicitly to every
+// part that counts something, with one method per thing counted. The
+// PodResources server and its sub-packages call it directly; packages that
+// must not depend on Prometheus (the NRI plugin, the CRI reconciler, the
+// allocators, the trust gate, the pod sources) declare a small interface
+// with the methods they call, which Metrics implements, and the daemon
+// passes the same Metrics there. The state store's counters live in the
+// store and are read when /metrics is scraped (WatchStore). There are no
+// package-level collectors and no callbacks.
+//
+// The endpoint counters mirror the kubelet's
+// kubelet_pod_resources_endpoint_* family (same split by method and
+// server_api_version label), so existing dashboards translate one to one.
+// Every method is safe on a nil *Metrics, which counts nothing (tests).
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+
+	"github.com/podres-proxy/podres-proxy/state"
+)
+
+// Metrics are the daemon's Prometheus metrics.
+type Metrics struct {
+	reg prometheus.Registerer
+
+	// The PodResources server.
+	requestsTotal          *prometheus.CounterVec
+	requestsList           *prometheus.CounterVec
+	requestsGet            *prometheus.CounterVec
+	requestsGetAllocatable *prometheus.CounterVec
+	errorsList             *prometheus.CounterVec
+	errorsGet              *prometheus.CounterVec
+	errorsGetAllocatable   *prometheus.CounterVec
+	rateLimited            prometheus.Counter
+	upstreamDuration       *prometheus.HistogramVec
+	podsReads              *prometheus.CounterVec
+	podsReadDuration       prometheus.Histogram
+	annotationErrors       *prometheus.CounterVec
+	allocationsRefused     *prometheus.CounterVec
+	listPodsTotal          *prometheus.CounterVec
+	upstreamShared         *prometheus.CounterVec
+	connectionsRejected    prometheus.Counter
+
+	// The NRI plugin and the CRI reconciler.
+	nriEvents         *prometheus.HistogramVec
+	nriConnected      prometheus.Gauge
+	nriReconnects     prometheus.Counter
+	criReconciles     *prometheus.CounterVec
+	criReconcileTaken prometheus.Histogram
+
+	// The pod sources.
+	podsAPIEvents     *prometheus.CounterVec
+	podsAPIRelists    prometheus.Counter
+	podsAPIReconnects prometheus.Counter
+	podSourceReads    *prometheus.CounterVec
+}
+
+const namespace = "podres_proxy"
+
+// New creates the metrics and registers them with reg.
+func New(reg prometheus.Registerer) *Metrics {
+	endpoint := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Subsystem: "pod_resources_endpoint",
+			Name:      name,
+			Help:      help,
+		}, []string{"server_api_version"})
+	}
+	m := &Metrics{
+		reg:                    reg,
+		requestsTotal:          endpoint("requests_total", "Calls to the PodResources endpoint, all methods."),
+		requestsList:           endpoint("requests_list", "Calls to List."),
+		requestsGet:            endpoint("requests_get", "Calls to Get."),
+		requestsGetAllocatable: endpoint("requests_get_allocatable", "Calls to GetAllocatableResources."),
+		errorsList:             endpoint("errors_list", "List calls answered with an error."),
+		errorsGet:              endpoint("errors_get", "Get calls answered with an error."),
+		errorsGetAllocatable:   endpoint("errors_get_allocatable", "GetAllocatableResources calls answered with an error."),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "rate_limited_total",
+			Help:      "Calls rejected by the rate limit (ResourceExhausted, 'rejected by rate limit').",
+		}),
+		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "upstream_request_duration_seconds",
+			Help:      "Latency of the kubelet's PodResources API as seen by the proxy, by method and gRPC code.",
+			Buckets:   []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+		}, []string{"method", "code"}),
+		podsReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "kubelet_pods_reads_total",
+			Help:      "Reads of the kubelet's /pods endpoint, by result (ok, error).",
+		}, []string{"result"}),
+		podsReadDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "kubelet_pods_read_duration_seconds",
+			Help:      "Latency of reads of the kubelet's /pods endpoint, decoding included.",
+			Buckets:   []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		annotationErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "annotation_errors_total",
+			Help:      "Allocator annotations that could not be decoded; the pod is answered without those devices.",
+		}, []string{"allocator"}),
+		allocationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "allocations_refused_total",
+			Help:      "Decoded devices not reported because the trust rules refused them, by allocator and reason (wrong-scheduler, no-request, not-on-node, contested: forged; unsafe-id: malformed; spec-unknown: not vetted yet). Counted when a pod's refusals change, not per query.",
+		}, []string{"allocator", "reason"}),
+		connectionsRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "connections_rejected_total",
+			Help:      "Client connections closed at once because the connection cap was reached.",
+		}),
+	}
+	m.listPodsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "list_pods_total",
+		Help:      "Pods of List answers, by how their part of the answer was made: reused (the kubelet, the store and the inventory said the same as before) or rebuilt.",
+	}, []string{"answer"})
+	m.upstreamShared = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "upstream_shared_calls_total",
+		Help:      "Calls answered from a kubelet call shared with other clients' calls, by method (Get shares the kubelet's List); each such kubelet call counts once per caller after the first, including calls beyond the rate limit, which joined it at no cost to the kubelet.",
+	}, []string{"method"})
+	m.nriEvents = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "nri", Name: "event_duration_seconds",
+		Help:    "NRI requests handled, by event, and how long the handler took (the runtime waits for it).",
+		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .005, .025, .1},
+	}, []string{"event"})
+	m.nriConnected = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "nri", Name: "connected",
+		Help: "1 while the NRI plugin is registered with the runtime.",
+	})
+	m.nriReconnects = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "nri", Name: "reconnects_total",
+		Help: "Connection attempts to the runtime's NRI socket after the first.",
+	})
+	m.criReconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "cri", Name: "reconciles_total",
+		Help: "Reconciles of the state store against CRI, by result (ok, error).",
+	}, []string{"result"})
+	m.criReconcileTaken = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "cri", Name: "reconcile_duration_seconds",
+		Help:    "How long a CRI reconcile took.",
+		Buckets: prometheus.DefBuckets,
+	})
+	m.podsAPIEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "pods_api", Name: "events_total",
+		Help: "Events of the kubelet's Pods API watch, by type (ADDED, MODIFIED, DELETED, INITIAL_SYNC_COMPLETE).",
+	}, []string{"type"})
+	m.podsAPIRelists = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "pods_api", Name: "relists_total",
+		Help: "Complete relists of the kubelet's Pods API watch (each connection starts with one).",
+	})
+	m.podsAPIReconnects = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "pods_api", Name: "reconnects_total",
+		Help: "Watches of the kubelet's Pods API that ended or could not start, retried with backoff.",
+	})
+	m.podSourceReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "pod_source_reads_total",
+		Help: "Reads of every pod made for queries, by the source that answered (pods-api: ListPods; pods: the kubelet's /pods).",
+	}, []string{"source"})
+	reg.MustRegister(m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
+		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
+		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused,
+		m.listPodsTotal, m.upstreamShared,
+		m.nriEvents, m.nriConnected, m.nriReconnects, m.criReconciles, m.criReconcileTaken,
+		m.podsAPIEvents, m.podsAPIRelists, m.podsAPIReconnects, m.podSourceReads)
+	return m
+}
+
+// WatchStore exposes the state store's counters, read from stats at every
+// scrape: they live in the store, which counts them under its own lock.
+// Call it once.
+func (m *Metrics) WatchStore(stats func() state.Stats) {
+	if m == nil {
+		return
+	}
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: namespace, Subsystem: "state", Name: name, Help: help}
+	}
+	gauge := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts(name, help)), func() float64 { return f(stats()) })
+	}
+	counter := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts(opts(name, help)), func() float64 { return f(stats()) })
+	}
+	m.reg.MustRegister(
+		gauge("records", "Pod records in the state store.", func(s state.Stats) float64 { return float64(s.Records) }),
+		gauge("pending_writes", "Records changed in memory and not yet on disk.", func(s state.Stats) float64 { return float64(s.Pending) }),
+		gauge("last_durable_seconds", "Time from a record's change to its file being durable, for the last write.", func(s state.Stats) float64 { return s.LastDurable.Seconds() }),
+		gauge("max_durable_seconds", "The longest time from a change to its file being durable since start.", func(s state.Stats) float64 { return s.MaxDurable.Seconds() }),
+		counter("writes_total", "Record files written.", func(s state.Stats) float64 { return float64(s.Writes) }),
+		counter("write_errors_total", "Record writes that failed and will be retried; the log says why.", func(s state.Stats) float64 { return float64(s.WriteErrors) }),
+		counter("corrupt_files_total", "Record files set aside into corrupt/ at start.", func(s state.Stats) float64 { return float64(s.CorruptFiles) }),
+	)
+}
+
+// result is the result label of an outcome.
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
+
+// NRIEvent counts one NRI request handled, by its NRI name, and how long
+// the handler took (plugin.Metrics).
+func (m *Metrics) NRIEvent(name string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.nriEvents.WithLabelValues(name).Observe(took.Seconds())
+}
+
+// NRIConnected sets whether the NRI plugin is registered with the runtime
+// (plugin.Metrics).
+func (m *Metrics) NRIConnected(up bool) {
+	if m == nil {
+		return
+	}
+	if up {
+		m.nriConnected.Set(1)
+	} else {
+		m.nriConnected.Set(0)
+	}
+}
+
+// NRIReconnect counts a connection attempt to the runtime after the first
+// (plugin.Metrics).
+func (m *Metrics) NRIReconnect() {
+	if m == nil {
+		return
+	}
+	m.nriReconnects.Inc()
+}
+
+// CRIReconciled counts one CRI reconcile and how long it took (cri.Metrics).
+func (m *Metrics) CRIReconciled(took time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.criReconciles.WithLabelValues(result(err)).Inc()
+	m.criReconcileTaken.Observe(took.Seconds())
+}
+
+// PodsAPIEvent counts one event of the Pods API watch, by its type
+// (podsapi.Metrics).
+func (m *Metrics) PodsAPIEvent(kubeletType string) {
+	if m == nil {
+		return
+	}
+	m.podsAPIEvents.WithLabelValues(kubeletType).Inc()
+}
+
+// PodsAPIRelisted counts one complete relist of the Pods API watch
+// (podsapi.Metrics).
+func (m *Metrics) PodsAPIRelisted(_, _ int, _ time.Duration) {
+	if m == nil {
+		return
+	}
+	m.podsAPIRelists.Inc()
+}
+
+// PodsAPIReconnect counts a watch of the Pods API that ended or could not
+// start (podsapi.Metrics).
+func (m *Metrics) PodsAPIReconnect(error) {
+	if m == nil {
+		return
+	}
+	m.podsAPIReconnects.Inc()
+}
+
+// PodSourceRead counts one read of every pod made for a query, by the
+// source that answered it (podsapi.Metrics).
+func (m *Metrics) PodSourceRead(source string) {
+	if m == nil {
+		return
+	}
+	m.podSourceReads.WithLabelValues(source).Inc()
+}
+
+// PodsRead records one /pods read, its duration and outcome
+// (kubeletpods.Metrics).
+func (m *Metrics) PodsRead(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.podsReads.WithLabelValues(result(err)).Inc()
+	m.podsReadDuration.Observe(d.Seconds())
+}
+
+// AnnotationError counts one undecodable annotation (allocator.Metrics).
+func (m *Metrics) AnnotationError(allocator string) {
+	if m == nil {
+		return
+	}
+	m.annotationErrors.WithLabelValues(allocator).Inc()
+}
+
+// ListPods counts the pods of one List answer by how they were made.
+func (m *Metrics) ListPods(reused, rebuilt int) {
+	if m == nil {
+		return
+	}
+	m.listPodsTotal.WithLabelValues("reused").Add(float64(reused))
+	m.listPodsTotal.WithLabelValues("rebuilt").Add(float64(rebuilt))
+}
+
+// Shared counts the callers of one shared kubelet call beyond the first.
+func (m *Metrics) Shared(method string, others int) {
+	if m == nil || others <= 0 {
+		return
+	}
+	m.upstreamShared.WithLabelValues(method).Add(float64(others))
+}
+
+// AllocationRefused counts one refused device (trust.Metrics).
+func (m *Metrics) AllocationRefused(allocator, reason string) {
+	if m == nil {
+		return
+	}
+	m.allocationsRefused.WithLabelValues(allocator, reason).Inc()
+}
+
+// ConnectionRejected counts a connection refused by the connection cap.
+func (m *Metrics) ConnectionRejected() {
+	if m == nil {
+		return
+	}
+	m.connectionsRejected.Inc()
+}
+
+// Upstream records the latency of one kubelet call, by method and code.
+func (m *Metrics) Upstream(method string, code codes.Code, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.upstreamDuration.WithLabelValues(method, code.String()).Observe(d.Seconds())
+}
+
+// Request counts a call the way the kubelet does: requests_total plus the
+// per-method counter, and the per-method error counter when it failed.
+func (m *Metrics) Request(version, method string, failed bool) {
+	if m == nil {
+		return
+	}
+	m.requestsTotal.WithLabelValues(version).Inc()
+	var req, errs *prometheus.CounterVec
+	switch method {
+	case "List":
+		req, errs = m.requestsList, m.errorsList
+	case "Get":
+		req, errs = m.requestsGet, m.errorsGet
+	case "GetAllocatableResources":
+		req, errs = m.requestsGetAllocatable, m.errorsGetAllocatable
+	}
+	if version == "v1alpha1" {
+		// The kubelet counts v1alpha1 calls in requests_total only.
+		return
+	}
+	if req != nil {
+		req.WithLabelValues(version).Inc()
+		if failed {
+			errs.WithLabelValues(version).Inc()
+		}
+	}
+}
+
+// RateLimited counts a call rejected by the rate limit.
+func (m *Metrics) RateLimited() {
+	if m == nil {
+		return
+	}
+	m.rateLimited.Inc()
+}

@@ -1,0 +1,26 @@
+package plugin
+
+import "time"
+
+// Metrics receives what the plugin measures (the CRI reconciler's counters
+// are cri.Metrics'); the daemon passes its one metrics.Metrics, so this
+// package imports no Prometheus. Implementations must be safe for
+// concurrent use and must not block: they are called from NRI handlers.
+type Metrics interface {
+	// NRIEvent counts one NRI request handled, by its NRI name
+	// (RunPodSandbox, ..., RemoveContainer, Synchronize), and how long the
+	// handler took.
+	NRIEvent(name string, took time.Duration)
+	// NRIConnected reports whether the plugin is registered with the
+	// runtime (it got Synchronize) or has lost the connection.
+	NRIConnected(up bool)
+	// NRIReconnect counts a connection attempt after the first one.
+	NRIReconnect()
+}
+
+// noMetrics discards everything.
+type noMetrics struct{}
+
+func (noMetrics) NRIEvent(string, time.Duration) {}
+func (noMetrics) NRIConnected(bool)              {}
+func (noMetrics) NRIReconnect()                  {}
