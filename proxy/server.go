@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,8 +43,12 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Socket is where the proxy serves; never the kubelet's socket.
+	// Socket is where the proxy serves its default view (merge.Topology);
+	// never the kubelet's socket.
 	Socket string
+	// Views are more sockets, each serving a view of the same answers
+	// (docs/views.md); none of them the kubelet's socket or another's.
+	Views []ViewSocket
 	// KubeletSocket is the kubelet's PodResources socket (path or unix:// URL).
 	KubeletSocket string
 	// MaxMessageSize bounds kubelet answers; 0 means
@@ -71,6 +76,12 @@ type Config struct {
 	Log         logrus.FieldLogger
 }
 
+// ViewSocket is a socket and the view it serves.
+type ViewSocket struct {
+	View   merge.View
+	Socket string
+}
+
 // Server is the PodResources proxy.
 type Server struct {
 	cfg      Config
@@ -81,18 +92,20 @@ type Server struct {
 	// pods is the shared /pods reader: the resolver's, and the background
 	// spec reader's (specs.go). Nil without a /pods source.
 	pods  *kubeletpods.Reader
-	grpc  *grpc.Server
 	ready atomic.Bool
 
-	// Each List method's pods, reused per pod (answers.go), and each
-	// method's shared kubelet calls (upstream.Shared).
-	segV1, segV1alpha1 reuse.Cache
+	// sockets are the sockets served, the default view's first, each
+	// with its gRPC server; views the views they serve, each once.
+	sockets []*socket
+	views   []*view
+
 	// Each List method's last kubelet answer, whose storage the next one
 	// reuses: its shared calls run one at a time (upstream.Shared), and
-	// nothing of an answer is kept once the proxy's is built.
+	// nothing of an answer is kept once the proxy's are built. One call
+	// answers every view (views.go).
 	kubeletV1, kubeletV1alpha1 reuse.Encoded
-	listV1                     *upstream.Shared[[]byte]
-	listV1alpha1               *upstream.Shared[[]byte]
+	listV1                     *upstream.Shared[viewAnswers]
+	listV1alpha1               *upstream.Shared[viewAnswers]
 	allocatable                *upstream.Shared[*v1.AllocatableResourcesResponse]
 	// getV1 answers Gets from the kubelet's List (see v1Server.Get).
 	getV1 *upstream.Shared[kubeletPods]
@@ -103,6 +116,10 @@ type Server struct {
 func New(cfg Config, p Providers) (*Server, error) {
 	if cfg.Socket == "" {
 		return nil, errors.New("proxy: no socket path")
+	}
+	sockets, views, err := viewsOf(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if p.Store == nil || p.Allocators == nil || p.Trust == nil {
 		return nil, errors.New("proxy: a store, an allocator set and a trust gate are required")
@@ -128,11 +145,13 @@ func New(cfg Config, p Providers) (*Server, error) {
 	}
 	pods := newReader(p, cfg.PodsTimeout)
 	s := &Server{
-		cfg:  cfg,
-		p:    p,
-		log:  log,
-		up:   up,
-		pods: pods,
+		cfg:     cfg,
+		p:       p,
+		log:     log,
+		up:      up,
+		pods:    pods,
+		sockets: sockets,
+		views:   views,
 		resolver: merge.NewResolver(merge.Options{
 			Store:      p.Store,
 			Pods:       pods,
@@ -142,9 +161,8 @@ func New(cfg Config, p Providers) (*Server, error) {
 			Metrics:    p.Metrics,
 			Log:        log,
 
-			PlainSharedGPUIDs: p.PlainSharedGPUIDs,
-			MIGResource:       p.MIGResource,
-			DeviceInfo:        p.DeviceInfo,
+			MIGResource: p.MIGResource,
+			DeviceInfo:  p.DeviceInfo,
 		}),
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client
@@ -152,51 +170,90 @@ func New(cfg Config, p Providers) (*Server, error) {
 	// Every method answers from kubelet calls that concurrent callers
 	// share, so a burst beyond the limit can join them (limits.RateLimit).
 	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil, func(string) bool { return true })
+	// One limit for every socket: they share the kubelet calls it guards.
 	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit),
 		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced
-	s.grpc = grpc.NewServer(opts...)
-	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
-	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
+	for _, sock := range s.sockets {
+		sock.grpc = grpc.NewServer(opts...)
+		v1.RegisterPodResourcesListerServer(sock.grpc, &v1Server{s: s, v: sock.view})
+		v1alpha1.RegisterPodResourcesListerServer(sock.grpc, &v1alpha1Server{s: s, v: sock.view})
+	}
 	s.shareCalls()
 	return s, nil
 }
 
-// Serve listens on the socket and serves until ctx is done, then stops
+// Serve listens on every socket and serves until ctx is done, then stops
 // gracefully (in-flight calls finish, bounded by a few seconds) and removes
-// the socket.
+// the sockets. A socket that cannot be listened on fails Serve before any
+// is served; one whose server fails stops them all.
 func (s *Server) Serve(ctx context.Context) error {
 	defer s.up.Close()
-	l, err := listenSocket(s.cfg.Socket, s.cfg.KubeletSocket)
-	if err != nil {
-		return err
+	for i, sock := range s.sockets {
+		l, err := listenSocket(sock.path, s.cfg.KubeletSocket)
+		if err != nil {
+			for _, done := range s.sockets[:i] {
+				done.l.Close()
+			}
+			return err
+		}
+		sock.l = l
 	}
-	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
-	errc := make(chan error, 1)
-	go func() {
-		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics.ConnectionRejected))
-	}()
+	errc := make(chan error, len(s.sockets))
+	for _, sock := range s.sockets {
+		s.log.WithFields(logrus.Fields{"socket": sock.path, "view": sock.view.name}).Info("serving the PodResources API")
+		go func() {
+			err := sock.grpc.Serve(limits.NewListener(sock.l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics.ConnectionRejected))
+			if err != nil {
+				err = fmt.Errorf("serve PodResources on %s: %w", sock.path, err)
+			}
+			errc <- err
+		}()
+	}
 	specsCtx, stopSpecs := context.WithCancel(ctx)
 	specsDone := make(chan struct{})
 	go func() { defer close(specsDone); s.readSpecs(specsCtx) }()
 	defer func() { stopSpecs(); <-specsDone }()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
+	var failed error
 	select {
-	case err := <-errc:
-		l.Close()
-		return fmt.Errorf("serve PodResources on %s: %w", s.cfg.Socket, err)
+	case failed = <-errc:
 	case <-ctx.Done():
 	}
 	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	go func() {
+		var wg sync.WaitGroup
+		for _, sock := range s.sockets {
+			wg.Add(1)
+			go func() { defer wg.Done(); sock.grpc.GracefulStop() }()
+		}
+		wg.Wait()
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-time.After(5 * time.Second):
-		s.grpc.Stop()
+		for _, sock := range s.sockets {
+			sock.grpc.Stop()
+		}
 		<-stopped
 	}
-	<-errc
-	return l.Close()
+	// Every server has returned: collect the others' results.
+	for range len(s.sockets) - boolInt(failed != nil) {
+		<-errc
+	}
+	var closeErr error
+	for _, sock := range s.sockets {
+		closeErr = cmp.Or(closeErr, sock.l.Close())
+	}
+	return cmp.Or(failed, closeErr)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Ready reports whether the socket is being served.
@@ -206,11 +263,16 @@ func (s *Server) Ready() bool { return s.ready.Load() }
 type v1Server struct {
 	v1.UnimplementedPodResourcesListerServer
 	s *Server
+	v *view
 }
 
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
-	out, err := v.s.listV1.Do(ctx)
+	answers, err := v.s.listV1.Do(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := answers.of(v.v)
 	if err != nil {
 		return nil, err
 	}
@@ -218,31 +280,37 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 }
 
 // listV1 makes one shared v1 List: the kubelet's answer, then the proxy's
-// built from it, reusing what it can per pod.
-func (s *Server) listV1Answer(ctx context.Context, started time.Time) ([]byte, error) {
+// built from it for every view, reusing what it can per pod.
+func (s *Server) listV1Answer(ctx context.Context, started time.Time) (viewAnswers, error) {
 	kubelet, err := s.up.List(ctx, &v1.ListPodResourcesRequest{}, s.kubeletV1)
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
 	}
 	s.kubeletV1 = kubelet
-	out, err := s.buildV1(ctx, kubelet, started)
-	if err != nil {
-		s.log.WithError(err).Warn("List answered with an error")
-	}
-	return out, err
+	inv := s.snapshot()
+	return s.eachView(func(v *view) ([]byte, error) {
+		out, err := s.buildV1(ctx, v, kubelet, started, inv)
+		if err != nil {
+			s.log.WithError(err).WithField("view", v.name).Warn("List answered with an error")
+		}
+		return out, err
+	}), nil
 }
 
-// buildV1 builds the v1 List answer from the kubelet's.
-func (s *Server) buildV1(ctx context.Context, kubelet reuse.Encoded, started time.Time) ([]byte, error) {
-	inv := s.snapshot()
-	return s.listAnswer(ctx, &s.segV1, kubelet, started, inv, func(seg []byte, p merge.Plan) ([]byte, error) {
+// buildV1 builds a view's v1 List answer from the kubelet's.
+func (s *Server) buildV1(ctx context.Context, v *view, kubelet reuse.Encoded, started time.Time, inv *inventory.Snapshot) ([]byte, error) {
+	out, err := s.listAnswer(ctx, &v.segV1, kubelet, started, inv, func(seg []byte, p merge.Plan) ([]byte, error) {
 		var pod v1.PodResources
 		if err := proto.Unmarshal(seg, &pod); err != nil {
 			return nil, reuse.ErrNotAPod(err)
 		}
-		merge.V1(&pod, p, inv)
+		merge.V1(&pod, p, inv, v.name)
 		return proto.Marshal(&pod)
 	})
+	if err != nil || v.name != merge.DCGM {
+		return out, err
+	}
+	return s.orderForDCGM(out, inv)
 }
 
 // Get answers from the kubelet's List, whose pods are what the kubelet's Get
@@ -275,7 +343,12 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 		v.s.log.WithError(err).Warn("Get answered with an error")
 		return nil, err
 	}
-	merge.V1(pod, plans[0], inv)
+	if err := plans[0].Refusal(v.v.name, key); err != nil {
+		v.s.log.WithError(err).WithFields(logrus.Fields{"pod": key.Namespace + "/" + key.Name, "view": v.v.name}).
+			Warn("Get refused: the view cannot answer this pod's devices")
+		return nil, err
+	}
+	merge.V1(pod, plans[0], inv, v.v.name)
 	return &v1.GetPodResourcesResponse{PodResources: pod}, nil
 }
 
@@ -333,36 +406,47 @@ func (s *Server) allocatableAnswer(ctx context.Context, _ time.Time) (*v1.Alloca
 type v1alpha1Server struct {
 	v1alpha1.UnimplementedPodResourcesListerServer
 	s *Server
+	v *view
 }
 
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
-	out, err := v.s.listV1alpha1.Do(ctx)
+	answers, err := v.s.listV1alpha1.Do(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := answers.of(v.v)
 	if err != nil {
 		return nil, err
 	}
 	return reuse.PreEncoded(&v1alpha1.ListPodResourcesResponse{}, out), nil
 }
 
-// listV1alpha1Answer makes one shared v1alpha1 List.
-func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) ([]byte, error) {
+// listV1alpha1Answer makes one shared v1alpha1 List, for every view.
+func (s *Server) listV1alpha1Answer(ctx context.Context, started time.Time) (viewAnswers, error) {
 	kubelet, err := s.up.ListV1alpha1(ctx, &v1alpha1.ListPodResourcesRequest{}, s.kubeletV1alpha1)
 	if err != nil {
 		return nil, err
 	}
 	s.kubeletV1alpha1 = kubelet
-	out, err := s.listAnswer(ctx, &s.segV1alpha1, kubelet, started, s.snapshot(), func(seg []byte, p merge.Plan) ([]byte, error) {
-		var pod v1alpha1.PodResources
-		if err := proto.Unmarshal(seg, &pod); err != nil {
-			return nil, reuse.ErrNotAPod(err)
+	inv := s.snapshot()
+	return s.eachView(func(v *view) ([]byte, error) {
+		out, err := s.listAnswer(ctx, &v.segV1alpha1, kubelet, started, inv, func(seg []byte, p merge.Plan) ([]byte, error) {
+			var pod v1alpha1.PodResources
+			if err := proto.Unmarshal(seg, &pod); err != nil {
+				return nil, reuse.ErrNotAPod(err)
+			}
+			merge.V1alpha1(&pod, p, v.name)
+			return proto.Marshal(&pod)
+		})
+		if err == nil && v.name == merge.DCGM {
+			out, err = s.orderForDCGM(out, inv)
 		}
-		merge.V1alpha1(&pod, p)
-		return proto.Marshal(&pod)
-	})
-	if err != nil {
-		s.log.WithError(err).Warn("v1alpha1 List answered with an error")
-	}
-	return out, err
+		if err != nil {
+			s.log.WithError(err).WithField("view", v.name).Warn("v1alpha1 List answered with an error")
+		}
+		return out, err
+	}), nil
 }
 
 // shareCalls sets up the methods whose kubelet calls concurrent callers

@@ -24,16 +24,54 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// V1 adds a plan's devices to a v1 pod.
-func V1(pod *v1.PodResources, p Plan, inv *inventory.Snapshot) {
+// V1 adds a plan's devices to a v1 pod, shared GPUs spelled as the view
+// spells them (view.go).
+func V1(pod *v1.PodResources, p Plan, inv *inventory.Snapshot, v View) {
 	if p.Empty() || len(pod.GetContainers()) == 0 {
 		return
 	}
 	for _, c := range pod.Containers {
 		if devs := p.assign[c.GetName()]; len(devs) > 0 {
-			addV1(c, devs, inv)
+			addV1(c, p.rendered(v, c.GetName(), devs), inv)
 		}
 	}
+}
+
+// rendered returns a container's devices with their ids as the view
+// reports them. devs is never modified; when nothing changes the result is
+// devs itself.
+func (p Plan) rendered(v View, container string, devs []model.Device) []model.Device {
+	if len(p.shares) == 0 {
+		return devs
+	}
+	var out []model.Device
+	for i, d := range devs {
+		var ids []string
+		for j, id := range d.IDs {
+			r, ok := p.render(v, container, d, id)
+			if ids == nil && (!ok || r != id) {
+				ids = append(make([]string, 0, len(d.IDs)), d.IDs[:j]...)
+			}
+			if ids != nil && ok {
+				ids = append(ids, r)
+			}
+		}
+		if ids == nil {
+			if out != nil {
+				out = append(out, d)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]model.Device, 0, len(devs)), devs[:i]...)
+		}
+		d.IDs = ids
+		out = append(out, d)
+	}
+	if out == nil {
+		return devs
+	}
+	return out
 }
 
 // addV1 appends the entries the kubelet would report for each device id
@@ -97,15 +135,15 @@ func (s deviceSet) hasOrAdd(resource, id string) bool {
 	return false
 }
 
-// V1alpha1 adds a plan's devices to a v1alpha1 pod. v1alpha1 lists app
-// containers only and has no topology, exactly as the kubelet's.
-func V1alpha1(pod *v1alpha1.PodResources, p Plan) {
+// V1alpha1 adds a plan's devices to a v1alpha1 pod, as V1 does. v1alpha1
+// lists app containers only and has no topology, exactly as the kubelet's.
+func V1alpha1(pod *v1alpha1.PodResources, p Plan, v View) {
 	if p.Empty() || len(pod.GetContainers()) == 0 {
 		return
 	}
 	for _, c := range pod.Containers {
 		if devs := p.assign[c.GetName()]; len(devs) > 0 {
-			addV1alpha1(c, devs)
+			addV1alpha1(c, p.rendered(v, c.GetName(), devs))
 		}
 	}
 }

@@ -4,12 +4,11 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
-	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // What happens to a pod's believed devices between the trust gate and the
-// answer: shared GPUs' ids (sharedgpu.go), the device-info files Multus
-// copies, and the resource MIG instances are reported as.
+// answer: the device-info files Multus copies, and the resource MIG
+// instances are reported as. (Shared GPUs' ids are the views', view.go.)
 
 // DeviceInfoWriter writes the NPWG device-info files of the devices a pod
 // is answered with (devinfo.Writer); the Resolver tells it each time it
@@ -20,10 +19,9 @@ type DeviceInfoWriter interface {
 }
 
 // reported is the last step of a pod's believed devices before
-// attribution: shared GPUs' sharers get their ids, and the device-info
-// files of its VFs and RDMA devices are written.
-func (r *Resolver) reported(rec *record.Record, devs []model.Device, shared *trust.SharedGPUs) []model.Device {
-	devs = shared.Rewrite(rec.UID, devs)
+// attribution: the device-info files of its VFs and RDMA devices are
+// written.
+func (r *Resolver) reported(rec *record.Record, devs []model.Device) []model.Device {
 	if r.o.DeviceInfo != nil && len(devs) > 0 {
 		r.o.DeviceInfo.Hold(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, devs)
 	}

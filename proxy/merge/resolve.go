@@ -21,10 +21,14 @@ import (
 	"github.com/podres-proxy/podres-proxy/trust"
 )
 
-// Plan is what the proxy adds to one pod of a kubelet answer.
+// Plan is what the proxy adds to one pod of a kubelet answer, the same for
+// every view: V1 and V1alpha1 render it for one (view.go).
 type Plan struct {
-	// assign gives each container its devices, by name.
+	// assign gives each container its devices, by name; shared GPUs under
+	// their plain UUID.
 	assign allocator.Assignment
+	// shares is the pod's share of each GPU it shares, by the GPU's key.
+	shares map[string]podShare
 }
 
 // Empty reports whether the plan adds nothing.
@@ -55,8 +59,6 @@ type Options struct {
 	Allocators *allocator.Set
 	// Trust vets decoded devices: only what it believes is reported.
 	Trust *trust.Checker
-	// PlainSharedGPUIDs reports every sharer of a GPU under its plain UUID.
-	PlainSharedGPUIDs bool
 	// MIGResource, when set, is the resource MIG instances are reported as.
 	MIGResource string
 	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
@@ -212,13 +214,13 @@ func (r *Resolver) PlanFor(rec *record.Record, inv *inventory.Snapshot) Plan {
 	// A refused device adds nothing and removes nothing: what the kubelet
 	// itself reported for the pod (a device plugin's GPU) stays as it is.
 	devs = r.vet(rec, devs, inv, holders)
-	devs = r.reported(rec, devs, shared)
+	devs = r.reported(rec, devs)
 	var p Plan
 	// The gate believes devices only on a pod whose spec it read, so
 	// Assign fails only for a spec without app containers, which no
 	// kubelet lists: such a pod adds nothing.
 	if a, ok := r.assign(rec.Spec, devs); ok {
-		p = r.relabel(Plan{assign: a})
+		p = r.relabel(Plan{assign: a, shares: sharesOf(rec.UID, rec.Spec, a, shared)})
 	}
 	if cacheable {
 		r.cache.put(rec, inv, holders, shared, p, r.o.Store.Len())
@@ -232,11 +234,7 @@ func (r *Resolver) assign(spec *model.PodSpec, devs []model.Device) (allocator.A
 	if len(devs) == 0 {
 		return nil, false
 	}
-	a, ok := r.o.Allocators.Assign(spec, devs)
-	if ok && !r.o.PlainSharedGPUIDs {
-		a = trust.OnePlainPerPod(spec, a)
-	}
-	return a, ok
+	return r.o.Allocators.Assign(spec, devs)
 }
 
 // translate fills in the ids of devices the allocator named only by minor

@@ -10,9 +10,10 @@ import (
 	"github.com/podres-proxy/podres-proxy/trust"
 )
 
-// The Resolver's side of the shared-GPU ids (trust/sharedgpu.go decides
-// them): the table of every shared GPU's sharers, kept per store
-// version and inventory snapshot like the holders (reported.go applies it).
+// The Resolver's side of shared GPUs (trust/sharedgpu.go decides each
+// sharer's place): the table of every shared GPU's sharers, kept per store
+// version and inventory snapshot like the holders; a Plan keeps its pod's
+// shares (sharesOf) and the views render ids from them (view.go).
 
 // sharedCache keeps the sharers' ids decided for one store version and
 // inventory snapshot. Each new table is built from the previous one, so a
@@ -47,12 +48,8 @@ func (c *sharedCache) get(store *state.Store, gate *trust.Gate, inv *inventory.S
 	return c.t
 }
 
-// sharedGPUs returns the current table, nil when sharers keep the plain
-// UUID (Deps.PlainSharedGPUIDs).
+// sharedGPUs returns the current table.
 func (r *Resolver) sharedGPUs(inv *inventory.Snapshot) *trust.SharedGPUs {
-	if r.o.PlainSharedGPUIDs {
-		return nil
-	}
 	return r.shared.get(r.o.Store, r.o.Trust.Gate(), inv)
 }
 
