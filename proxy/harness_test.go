@@ -235,7 +235,13 @@ func (h *harness) stop() {
 
 func (h *harness) conn() *grpc.ClientConn {
 	h.t.Helper()
-	c, err := grpc.NewClient("unix://"+h.socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	return h.connTo(h.socket)
+}
+
+// connTo is conn to another of the proxy's sockets (h.views).
+func (h *harness) connTo(socket string) *grpc.ClientConn {
+	h.t.Helper()
+	c, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
 	if err != nil {
 		h.t.Fatal(err)

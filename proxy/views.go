@@ -145,4 +145,3 @@ func (s *Server) anchors(key model.PodKey, inv *inventory.Snapshot) bool {
 	}
 	return s.resolver.PlanFor(rec, inv).Anchors()
 }
-
