@@ -1,8 +1,10 @@
 // Package proxy serves the kubelet's PodResources API (v1 List, Get,
-// GetAllocatableResources and v1alpha1 List) on its own unix socket. Each
-// answer is the kubelet's own answer, edited in place to add the devices a
-// centralized scheduler recorded in the pods' annotations; clients cannot
-// tell it from the kubelet except that they now see those devices.
+// GetAllocatableResources and v1alpha1 List) on its own unix sockets, one
+// per view (views.go, docs/views.md: the views differ only in how a GPU
+// that pods share is spelled). Each answer is the kubelet's own answer,
+// edited in place to add the devices a centralized scheduler recorded in
+// the pods' annotations; clients cannot tell it from the kubelet except
+// that they now see those devices.
 //
 // The server is composed like the kubelet's own: its Providers are gathered
 // in one struct. The upstream kubelet (package upstream) answers which pods
