@@ -98,6 +98,9 @@ func (s *Server) eachView(build func(*view) ([]byte, error)) viewAnswers {
 // kubelet promises no order, so no client can rely on another. An answer
 // without an anchor is returned as it is.
 func (s *Server) orderForDCGM(out []byte, inv *inventory.Snapshot) ([]byte, error) {
+	if !s.resolver.AnyGPUShared(inv) {
+		return out, nil
+	}
 	parts, err := reuse.Split(nil, out)
 	if err != nil {
 		return nil, err

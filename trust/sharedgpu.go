@@ -201,6 +201,9 @@ func (s *SharedGPUs) Slots(uid string) map[string]int {
 	return out
 }
 
+// Empty reports whether no GPU is shared.
+func (s *SharedGPUs) Empty() bool { return s == nil || len(s.gpus) == 0 }
+
 // Equal reports whether two tables give every pod the same ids, so that a
 // caller keeps the old one (and what it decided with it) when nothing
 // changed.

@@ -142,6 +142,11 @@ func (p Plan) render(v View, container string, d model.Device, id string) (strin
 	return id + "::0", true
 }
 
+// AnyGPUShared reports whether pods of the node share a GPU, with the
+// store's current records and inv: when none do, every view answers the
+// same.
+func (r *Resolver) AnyGPUShared(inv *inventory.Snapshot) bool { return !r.sharedGPUs(inv).Empty() }
+
 // SharesGPU reports whether the plan's pod shares a GPU with other pods.
 func (p Plan) SharesGPU() bool { return len(p.shares) > 0 }
 
