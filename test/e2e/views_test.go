@@ -95,7 +95,11 @@ func TestViewsShowTwoPodsSharingAGPUToEachConsumer(t *testing.T) {
 	// sharer, slots 0 and 1. The anchor is slot 0.
 	var anchor, other string
 	poll(t, 30*time.Second, "the dcgm view to label both sharers", func() error {
-		shared, err := clients.DCGMDeviceToSharingPods(ctx(), h.viewSockets["dcgm"])
+		var shared map[string][]clients.GPUOwner
+		err := limited(func() (err error) {
+			shared, err = clients.DCGMDeviceToSharingPods(ctx(), h.viewSockets["dcgm"])
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -117,7 +121,8 @@ func TestViewsShowTwoPodsSharingAGPUToEachConsumer(t *testing.T) {
 	// Default mode: the anchor, at every scrape, whatever order the kubelet
 	// lists the pods in.
 	for range 8 {
-		owners, err := clients.DCGMDeviceToPod(ctx(), h.viewSockets["dcgm"])
+		var owners map[string]clients.GPUOwner
+		err := limited(func() (err error) { owners, err = clients.DCGMDeviceToPod(ctx(), h.viewSockets["dcgm"]); return err })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,25 +134,33 @@ func TestViewsShowTwoPodsSharingAGPUToEachConsumer(t *testing.T) {
 	// NFD and RTE through the topology view: the GPU is used once on NUMA
 	// node 1; through the plain view it would be used twice.
 	gpu1 := clients.NUMAKey{Resource: gpuResource, NUMA: 1}
-	free, _, err := clients.NFDFreePerNUMA(ctx(), h.proxySocket)
-	if err != nil {
+	var free map[clients.NUMAKey]int
+	if err := limited(func() (err error) { free, _, err = clients.NFDFreePerNUMA(ctx(), h.proxySocket); return err }); err != nil {
 		t.Fatal(err)
 	}
-	avail, clamped, err := clients.RTEAvailablePerNUMA(ctx(), h.proxySocket)
-	if err != nil {
+	var avail map[clients.NUMAKey]int
+	var clamped []clients.NUMAKey
+	if err := limited(func() (err error) {
+		avail, clamped, err = clients.RTEAvailablePerNUMA(ctx(), h.proxySocket)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if free[gpu1] != 0 || avail[gpu1] != 0 || slices.Contains(clamped, gpu1) {
 		t.Errorf("through the topology view NFD frees %d and RTE has %d available (clamped %v) on NUMA 1, want the shared GPU used once", free[gpu1], avail[gpu1], clamped)
 	}
-	if free, _, err := clients.NFDFreePerNUMA(ctx(), h.viewSockets["plain"]); err != nil || free[gpu1] != -1 {
+	if err := limited(func() (err error) { free, _, err = clients.NFDFreePerNUMA(ctx(), h.viewSockets["plain"]); return err }); err != nil || free[gpu1] != -1 {
 		t.Errorf("through the plain view NFD frees %d on NUMA 1 (%v): want the GPU counted by both sharers, which is why NFD reads the topology view", free[gpu1], err)
 	}
 
 	// nri-plugins through the plain view: both sharers hinted onto node 1;
 	// through the topology view the other sharer gets no hint.
 	for _, pod := range pods {
-		hints, err := clients.NRIPluginsTopologyHints(ctx(), h.viewSockets["plain"], podNamespace, pod, "app")
+		var hints map[string][]int64
+		err := limited(func() (err error) {
+			hints, err = clients.NRIPluginsTopologyHints(ctx(), h.viewSockets["plain"], podNamespace, pod, "app")
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +168,11 @@ func TestViewsShowTwoPodsSharingAGPUToEachConsumer(t *testing.T) {
 			t.Errorf("through the plain view nri-plugins hints %s onto %v, want NUMA node 1", pod, got)
 		}
 	}
-	if hints, err := clients.NRIPluginsTopologyHints(ctx(), h.proxySocket, podNamespace, other, "app"); err != nil || len(hints[gpuResource]) != 0 {
+	var hints map[string][]int64
+	if err := limited(func() (err error) {
+		hints, err = clients.NRIPluginsTopologyHints(ctx(), h.proxySocket, podNamespace, other, "app")
+		return err
+	}); err != nil || len(hints[gpuResource]) != 0 {
 		t.Errorf("through the topology view nri-plugins hints %s onto %v (%v), want none: its id has no topology", other, hints[gpuResource], err)
 	}
 
@@ -163,12 +180,32 @@ func TestViewsShowTwoPodsSharingAGPUToEachConsumer(t *testing.T) {
 	// through the topology view the other sharer fails on CDI.
 	nodeCDI := []string{"nvidia.com/gpu=" + sharedGPUUUID, "nvidia.com/gpu=all"}
 	for _, pod := range pods {
-		_, err := clients.KataColdPlug(ctx(), h.viewSockets["kata"], podNamespace, pod, nodeCDI)
+		err := limited(func() error {
+			_, err := clients.KataColdPlug(ctx(), h.viewSockets["kata"], podNamespace, pod, nodeCDI)
+			return err
+		})
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "shares GPU "+sharedGPUUUID) {
 			t.Errorf("through the kata view %s's cold plug fails with %v, want a refusal naming the shared GPU", pod, err)
 		}
 	}
-	if _, err := clients.KataColdPlug(ctx(), h.proxySocket, podNamespace, other, nodeCDI); err == nil || !strings.Contains(err.Error(), "unresolvable CDI devices") {
+	if err := limited(func() error {
+		_, err := clients.KataColdPlug(ctx(), h.proxySocket, podNamespace, other, nodeCDI)
+		return err
+	}); err == nil || !strings.Contains(err.Error(), "unresolvable CDI devices") {
 		t.Errorf("through the topology view %s's cold plug fails with %v, want CDI's unresolvable device", other, err)
+	}
+}
+
+// limited runs a client's call, again while the rate limit refuses it (up
+// to 2 s), as call does: the kubelet's limit (100 calls a second, a burst of
+// 10 per client) applies to the proxy's sockets too, and this test is one
+// client asking many times in a row.
+func limited(call func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := call()
+		if status.Code(err) != codes.ResourceExhausted || attempt == 20 {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
