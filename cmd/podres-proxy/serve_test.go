@@ -205,19 +205,35 @@ func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
 		{"serve", "--rate-limit-qps", "-1", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--max-devices-per-pod", "0", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--koordinator-scheduler-names", " , ", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		// --view: an unknown view, a socket served twice, the kubelet's socket.
-		{"serve", "--view", "nfd=/run/p/nfd/kubelet.sock", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		{"serve", "--view", "dcgm", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		{"serve", "--view", "dcgm=/run/p/dcgm/kubelet.sock", "--view", "plain=/run/p/dcgm/kubelet.sock", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		{"serve", "--socket", "/run/p/a/kubelet.sock", "--view", "plain=/run/p/a/kubelet.sock", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		{"serve", "--view", "kata=/var/lib/kubelet/pod-resources/kubelet.sock", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		{"serve", "--kubelet-socket", "unix:///k/kubelet.sock", "--view", "plain=/k/kubelet.sock", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--tensorfusion-scheduler-names", "", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve"}, // neither --kubelet-pods-url nor NODE_IP
 	} {
 		var errOut bytes.Buffer
 		if code := run(context.Background(), args, io.Discard, &errOut); code != 2 {
 			t.Errorf("%v: exit %d (%s), want 2", args, code, errOut.String())
+		}
+	}
+}
+
+// A --view that names no view, shares a socket or takes the kubelet's is a
+// usage error that says which.
+func TestServeViewMistakesAreUsageErrors(t *testing.T) {
+	t.Setenv("NODE_IP", "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--view", "nfd=/run/p/nfd/kubelet.sock"}, `unknown view "nfd"`},
+		{[]string{"--view", "dcgm"}, "want NAME=PATH"},
+		{[]string{"--view", "dcgm=/run/p/dcgm/kubelet.sock", "--view", "plain=/run/p/dcgm/kubelet.sock"}, "already served by --view dcgm"},
+		{[]string{"--socket", "/run/p/a/kubelet.sock", "--view", "plain=/run/p/a/kubelet.sock"}, "already served by --socket"},
+		{[]string{"--view", "kata=/var/lib/kubelet/pod-resources/kubelet.sock"}, "the kubelet's own socket"},
+		{[]string{"--kubelet-socket", "unix:///k/kubelet.sock", "--view", "plain=/k/kubelet.sock"}, "the kubelet's own socket"},
+	} {
+		args := append([]string{"serve", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"}, tc.args...)
+		var errOut bytes.Buffer
+		if code := run(context.Background(), args, io.Discard, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: exit %d (%s), want 2 and %q", tc.args, code, errOut.String(), tc.want)
 		}
 	}
 }
