@@ -19,15 +19,49 @@ const (
 	dcgmSocketOverride = "DCGM_POD_RESOURCES_KUBELET_SOCKET"
 )
 
-// consumer is a DaemonSet a component redirects, and where its stand-in is.
+// consumer is a DaemonSet a component redirects, where its stand-in is,
+// the socket path it opens (consumerSocket when empty) and the view it
+// must see (docs/views.md).
 type consumer struct {
 	name, dir, standin   string
 	daemonSet, container string
+	socket               string
+	view                 string
 }
 
 var consumers = []consumer{
-	{name: "multus-thick", dir: "testdata/multus-thick", standin: "multus-standin.yaml", daemonSet: "kube-multus-ds", container: "kube-multus"},
-	{name: "dcgm-exporter", dir: "testdata/dcgm-exporter", standin: "dcgm-exporter-standin.yaml", daemonSet: "dcgm-exporter", container: "exporter"},
+	{name: "multus-thick", dir: "testdata/multus-thick", standin: "multus-standin.yaml", daemonSet: "kube-multus-ds", container: "kube-multus", view: "plain"},
+	{name: "dcgm-exporter", dir: "testdata/dcgm-exporter", standin: "dcgm-exporter-standin.yaml", daemonSet: "dcgm-exporter", container: "exporter", view: "dcgm"},
+	{name: "nfd-topology-updater", dir: "testdata/nfd-topology-updater", standin: "nfd-topology-updater-standin.yaml",
+		daemonSet: "node-feature-discovery-topology-updater", container: "topology-updater",
+		socket: "/host-var/lib/kubelet-podresources/kubelet.sock", view: "topology"},
+	{name: "nri-plugins", dir: "testdata/nri-plugins", standin: "nri-plugins-standin.yaml",
+		daemonSet: "nri-resource-policy-topology-aware", container: "nri-resource-policy-topology-aware", view: "plain"},
+}
+
+// openedSocket is the socket path c's container opens by default.
+func (c consumer) openedSocket() string {
+	if c.socket != "" {
+		return c.socket
+	}
+	return consumerSocket
+}
+
+// viewSockets returns the socket each view is served on by the
+// podres-proxy DaemonSet with every view's component (testdata/views):
+// --socket's is the topology view, each --view NAME=PATH another.
+func viewSockets(t *testing.T) map[string]string {
+	t.Helper()
+	ds := find[appsv1.DaemonSet](t, renderDir(t, "testdata/views"), "DaemonSet", proxyName)
+	args := proxyContainer(t, ds).Args
+	out := map[string]string{"topology": argValues(t, args)["socket"]}
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--view="); ok {
+			name, path, _ := strings.Cut(v, "=")
+			out[name] = path
+		}
+	}
+	return out
 }
 
 // containerOf returns the named container of a DaemonSet.
@@ -44,9 +78,9 @@ func containerOf(t *testing.T, ds *appsv1.DaemonSet, name string) *corev1.Contai
 
 // socketSeenBy returns the host path behind the socket path the consumer
 // opens: its default, or DCGM's override when set.
-func socketSeenBy(t *testing.T, ds *appsv1.DaemonSet, c *corev1.Container) (resolved, string) {
+func socketSeenBy(t *testing.T, ds *appsv1.DaemonSet, c *corev1.Container, opened string) (resolved, string) {
 	t.Helper()
-	path := consumerSocket
+	path := opened
 	for _, e := range c.Env {
 		if e.Name == dcgmSocketOverride {
 			path = e.Value
@@ -87,7 +121,7 @@ func TestStandinsReadTheKubeletSocketWithoutTheirComponent(t *testing.T) {
 	for _, c := range consumers {
 		t.Run(c.name, func(t *testing.T) {
 			ds := find[appsv1.DaemonSet](t, renderStandin(t, c), "DaemonSet", c.daemonSet)
-			r, _ := socketSeenBy(t, ds, containerOf(t, ds, c.container))
+			r, _ := socketSeenBy(t, ds, containerOf(t, ds, c.container), c.openedSocket())
 			if r.hostPath != kubeletHostSocket {
 				t.Errorf("stand-in reads %s, want the kubelet's %s", r.hostPath, kubeletHostSocket)
 			}
@@ -95,16 +129,19 @@ func TestStandinsReadTheKubeletSocketWithoutTheirComponent(t *testing.T) {
 	}
 }
 
-func TestConsumerComponentsPointAtThePodresProxySocket(t *testing.T) {
-	base := find[appsv1.DaemonSet](t, renderDir(t, "base"), "DaemonSet", proxyName)
-	served := argValues(t, proxyContainer(t, base).Args)["socket"]
+func TestConsumerComponentsPointAtTheirViewsSocket(t *testing.T) {
+	sockets := viewSockets(t)
 	for _, c := range consumers {
 		t.Run(c.name, func(t *testing.T) {
+			served := sockets[c.view]
+			if served == "" {
+				t.Fatalf("no component serves the %s view", c.view)
+			}
 			ds := find[appsv1.DaemonSet](t, renderDir(t, c.dir), "DaemonSet", c.daemonSet)
 			ctr := containerOf(t, ds, c.container)
-			r, path := socketSeenBy(t, ds, ctr)
+			r, path := socketSeenBy(t, ds, ctr, c.openedSocket())
 			if r.hostPath != served {
-				t.Errorf("%s opens %s, which is host %s; podres-proxy serves %s", c.container, path, r.hostPath, served)
+				t.Errorf("%s opens %s, which is host %s; podres-proxy serves its %s view on %s", c.container, path, r.hostPath, c.view, served)
 			}
 			if !isDirectoryType(r.volume) {
 				t.Errorf("volume %s has type %q, want a directory type: a socket file mount loses podres-proxy's socket when it restarts",
@@ -151,7 +188,7 @@ func TestConsumerComponentsChangeNothingElse(t *testing.T) {
 				out := map[string]string{}
 				ctr := containerOf(t, ds, c.container)
 				for _, m := range ctr.VolumeMounts {
-					if strings.HasPrefix(m.MountPath, "/var/lib/kubelet") {
+					if strings.HasPrefix(m.MountPath, "/var/lib/kubelet") || strings.HasPrefix(c.openedSocket(), m.MountPath) {
 						continue
 					}
 					r, _ := resolve(t, &ds.Spec.Template.Spec, ctr, m.MountPath)
@@ -214,7 +251,7 @@ func TestMultusSeesTheDeviceInfoFiles(t *testing.T) {
 }
 
 // TestDCGMExporterGivesEachSharerItsSeries: with the component, DCGM
-// exporter runs in virtual-GPU mode, which reads podres-proxy's
+// exporter runs in virtual-GPU mode, which reads the dcgm view's
 // <uuid>::<slot> ids of a shared GPU's sharers as one series per pod.
 func TestDCGMExporterGivesEachSharerItsSeries(t *testing.T) {
 	for _, c := range consumers {

@@ -199,6 +199,8 @@ var chartEquivalents = map[string]map[string]any{
 	"testdata/without-koordinator-device": {"createNamespace": true, "koordinatorDevice": false},
 	"testdata/admission-policy":           {"createNamespace": true, "admissionPolicy": map[string]any{"enabled": true}},
 	"testdata/dra-legacy-view":            {"createNamespace": true, "legacyView": map[string]any{"enabled": true}},
+	"testdata/views": {"createNamespace": true, "views": map[string]any{
+		"dcgm": map[string]any{"enabled": true}, "plain": map[string]any{"enabled": true}, "kata": map[string]any{"enabled": true}}},
 	"testdata/all-components": {
 		"createNamespace":   true,
 		"runtime":           "cri-o",

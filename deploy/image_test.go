@@ -403,7 +403,7 @@ func serveFlagSet(t *testing.T, bin string) *pflag.FlagSet {
 	}
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.SetOutput(new(bytes.Buffer))
-	line := regexp.MustCompile(`^ +--([a-z0-9-]+)(?: ([a-z0-9]+))?  `)
+	line := regexp.MustCompile(`^ +--([a-z0-9-]+)(?: ([a-zA-Z0-9]+))?  `)
 	for _, l := range strings.Split(string(out), "\n") {
 		m := line.FindStringSubmatch(l)
 		if m == nil {
@@ -414,6 +414,8 @@ func serveFlagSet(t *testing.T, bin string) *pflag.FlagSet {
 			fs.Bool(name, false, "")
 		case "string":
 			fs.String(name, "", "")
+		case "stringArray":
+			fs.StringArray(name, nil, "")
 		case "duration":
 			fs.Duration(name, time.Second, "")
 		case "int":

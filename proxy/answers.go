@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -16,55 +17,69 @@ import (
 )
 
 // lister is one List method (v1 or v1alpha1): its kubelet calls, shared by
-// concurrent callers, and its answers, reused per pod (package reuse).
+// concurrent callers, each answering every view (views.go).
 type lister struct {
 	api upstream.API
+	// index is the method's cache in each view (view.caches).
+	index int
 	// alpha: the answer is v1alpha1's, whose pods decode as v1 pods and
 	// are given their devices without topology, as the kubelet derives
 	// them.
 	alpha bool
-	cache reuse.Cache
 	// last is the last kubelet answer, whose storage the next one reuses:
 	// the shared calls run one at a time (upstream.Shared), and nothing
-	// of an answer is kept once the proxy's is built.
+	// of an answer is kept once the proxy's are built.
 	last   reuse.Encoded
-	shared *upstream.Shared[[]byte]
+	shared *upstream.Shared[viewAnswers]
 }
 
 // answer makes one shared List: the kubelet's answer, then the proxy's
-// built from it.
-func (s *Server) answer(l *lister) func(ctx context.Context, started time.Time) ([]byte, error) {
-	return func(ctx context.Context, started time.Time) ([]byte, error) {
+// built from it for every view.
+func (s *Server) answer(l *lister) func(ctx context.Context, started time.Time) (viewAnswers, error) {
+	return func(ctx context.Context, started time.Time) (viewAnswers, error) {
 		kubelet, err := s.up.List(ctx, l.api, l.last)
 		if err != nil {
 			return nil, err // the kubelet's codes and messages pass through
 		}
 		l.last = kubelet
-		out, err := s.build(ctx, l, kubelet, started)
-		if err != nil {
-			s.log.WithError(err).WithField("method", l.api.Name).Warn("List answered with an error")
-		}
-		return out, err
+		return s.eachView(func(v *view) ([]byte, error) {
+			out, err := s.build(ctx, l, v, kubelet, started)
+			if err != nil {
+				s.log.WithError(err).WithFields(logrus.Fields{"method": l.api.Name, "view": v.name}).Warn("List answered with an error")
+			}
+			return out, err
+		}), nil
 	}
 }
 
-// build makes the proxy's List answer from the kubelet's: each pod's
-// segment as the kubelet sent it, or rebuilt with its plan, reusing what
-// it can per pod (package reuse). arrived is when the query arrived: pods
-// the plans cannot answer wait for a /pods read started after it.
-func (s *Server) build(ctx context.Context, l *lister, kubelet reuse.Encoded, arrived time.Time) ([]byte, error) {
+// build makes a view's List answer from the kubelet's: each pod's segment
+// as the kubelet sent it, or rebuilt with its plan, reusing what it can per
+// pod (package reuse). arrived is when the query arrived: pods the plans
+// cannot answer wait for a /pods read started after it.
+func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time) ([]byte, error) {
 	t, err := s.resolver.Table(ctx)
 	if err != nil {
 		return nil, err
 	}
+	out, t, err := s.splice(ctx, l, v, kubelet, arrived, t)
+	if err != nil || v.name != merge.DCGM {
+		return out, err
+	}
+	return orderForDCGM(out, t)
+}
+
+// splice builds the answer from t, and returns the table it was built
+// from: t, or a newer one when a pod needed a kubelet read.
+func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time, t *plans.Table) ([]byte, *plans.Table, error) {
+	cache := &v.caches[l.index]
 	resolve := func(k model.PodKey) (*plans.Plan, bool) { return s.resolver.Lookup(t, k) }
 
 	// Nothing changed: one pass.
-	if out, pods, ok := l.cache.Steady(kubelet, t, resolve); ok {
+	if out, pods, ok := cache.Steady(kubelet, t, resolve); ok {
 		if pods > 0 {
 			s.p.Metrics.ListPods(pods, 0)
 		}
-		return out, nil
+		return out, t, nil
 	}
 
 	buf := reuse.PartsPool.Get().(*[]reuse.Part)
@@ -75,9 +90,9 @@ func (s *Server) build(ctx context.Context, l *lister, kubelet reuse.Encoded, ar
 	parts, err := reuse.Split((*buf)[:0], kubelet)
 	*buf = parts
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	gen, pods, reused := l.cache.Reuse(parts, t, resolve)
+	gen, pods, reused := cache.Reuse(parts, t, resolve)
 
 	// The plans of the others, from t or after a /pods read.
 	var need []int
@@ -85,7 +100,7 @@ func (s *Server) build(ctx context.Context, l *lister, kubelet reuse.Encoded, ar
 		if p := &parts[i]; p.Need {
 			if p.Key.Name == "" {
 				if p.Key, err = reuse.PodKey(p.Pod); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 			need = append(need, i)
@@ -99,30 +114,30 @@ func (s *Server) build(ctx context.Context, l *lister, kubelet reuse.Encoded, ar
 		var found []*plans.Plan
 		found, t, err = s.resolver.Plans(ctx, t, keys, arrived)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		inv := t.Inventory()
 		if l.alpha {
 			inv = nil // v1alpha1 has no topology
 		}
 		for j, i := range need {
-			if err := rebuild(&parts[i], found[j], inv); err != nil {
-				return nil, err
+			if err := rebuild(&parts[i], found[j], inv, v.name); err != nil {
+				return nil, nil, err
 			}
 		}
 		s.p.Metrics.ListPods(reused, pods-reused)
-		l.cache.Store(parts, gen)
+		cache.Store(parts, gen)
 	} else if pods > 0 {
 		s.p.Metrics.ListPods(reused, 0)
 	}
 	out := reuse.Splice(parts)
-	l.cache.Drop(gen, pods)
-	return out, nil
+	cache.Drop(gen, pods)
+	return out, t, nil
 }
 
 // rebuild sets a pod's output: the kubelet's segment itself when there is
 // nothing to add, so a pod without devices is never decoded.
-func rebuild(p *reuse.Part, pl *plans.Plan, inv *inventory.Snapshot) error {
+func rebuild(p *reuse.Part, pl *plans.Plan, inv *inventory.Snapshot, v merge.View) error {
 	p.Plan = pl
 	if pl == nil {
 		p.Out, p.Same = p.Pod, true
@@ -132,7 +147,7 @@ func rebuild(p *reuse.Part, pl *plans.Plan, inv *inventory.Snapshot) error {
 	if err := proto.Unmarshal(p.Pod, &pod); err != nil {
 		return reuse.ErrNotAPod(err)
 	}
-	merge.Pod(&pod, pl, inv)
+	merge.Pod(&pod, pl, inv, v)
 	out, err := proto.Marshal(&pod)
 	p.Out = out
 	return err

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// BuildList builds the v1 List answer from the bytes of a kubelet answer,
+// BuildList builds the default view's v1 List answer from the bytes of a kubelet answer,
 // as a List does once the kubelet has answered: benchmarks time it alone.
 func BuildList(s *Server, kubelet []byte) ([]byte, error) {
-	return s.build(context.Background(), &s.listV1, kubelet, time.Now())
+	return s.build(context.Background(), &s.listV1, s.views[0], kubelet, time.Now())
 }

@@ -40,8 +40,8 @@ func (s *Server) ServeFolded(ctx context.Context, socket string, f Folder) error
 	limit := limits.RateLimit(s.cfg.RateLimitQPS, s.cfg.RateLimitBurst, s.p.Metrics, nil, func(string) bool { return true })
 	opts := append(limits.ServerOptions(s.cfg.IdleTimeout, s.cfg.RequestTimeout, limit), grpc.ForceServerCodecV2(reuse.ServerCodec{}))
 	srv := grpc.NewServer(opts...)
-	v1.RegisterPodResourcesListerServer(srv, &foldedV1Server{v: &v1Server{s: s}, f: f})
-	v1alpha1.RegisterPodResourcesListerServer(srv, &v1alpha1Server{s: s})
+	v1.RegisterPodResourcesListerServer(srv, &foldedV1Server{v: &v1Server{s: s, v: s.views[0]}, f: f})
+	v1alpha1.RegisterPodResourcesListerServer(srv, &v1alpha1Server{s: s, v: s.views[0]})
 
 	l, err := listenSocket(socket, s.cfg.KubeletSocket)
 	if err != nil {
@@ -79,7 +79,11 @@ type foldedV1Server struct {
 }
 
 func (fv *foldedV1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
-	out, err := fv.v.s.listV1.shared.Do(ctx)
+	answers, err := fv.v.s.listV1.shared.Do(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := answers.of(fv.v.s.views[0])
 	if err != nil {
 		return nil, err
 	}

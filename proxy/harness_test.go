@@ -27,6 +27,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -70,6 +71,9 @@ type harness struct {
 	stopped   chan struct{}
 	cancel    context.CancelFunc
 	providers []func(*proxy.Providers) // withProviders
+	// views are the sockets of the views withViews asked for, by view;
+	// socket serves the default one.
+	views map[merge.View]string
 }
 
 type option func(*harness)
@@ -120,6 +124,19 @@ func withChangingInventory(cur *atomic.Pointer[inventory.Snapshot]) option {
 	}
 }
 
+// withViews serves each view on a socket of its own (h.views), besides
+// the default view on h.socket, as serve's --view flags do.
+func withViews(views ...merge.View) option {
+	return func(h *harness) {
+		if h.views == nil {
+			h.views = map[merge.View]string{}
+		}
+		for _, v := range views {
+			h.views[v] = filepath.Join(h.dir, string(v), "kubelet.sock")
+		}
+	}
+}
+
 // withProviders edits what the proxy is built with before it is built.
 func withProviders(f func(*proxy.Providers)) option {
 	return func(h *harness) { h.providers = append(h.providers, f) }
@@ -141,6 +158,10 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	h := &harness{t: t, dir: dir, reg: prometheus.NewRegistry(), socket: filepath.Join(dir, "proxy", "kubelet.sock")}
 	for _, o := range opts {
 		o(h)
+	}
+	var views []proxy.ViewSocket
+	for v, path := range h.views {
+		views = append(views, proxy.ViewSocket{View: v, Socket: path})
 	}
 	h.k = fakekubelet.Start(t, dir)
 	if h.noKubelet {
@@ -170,6 +191,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	}
 	h.srv, err = proxy.New(proxy.Config{
 		Socket:                  h.socket,
+		Views:                   views,
 		KubeletSocket:           h.k.Socket,
 		RateLimitQPS:            h.qps,
 		RateLimitBurst:          h.burst,
@@ -213,7 +235,13 @@ func (h *harness) stop() {
 
 func (h *harness) conn() *grpc.ClientConn {
 	h.t.Helper()
-	c, err := grpc.NewClient("unix://"+h.socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	return h.connTo(h.socket)
+}
+
+// connTo is conn to another of the proxy's sockets (h.views).
+func (h *harness) connTo(socket string) *grpc.ClientConn {
+	h.t.Helper()
+	c, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
 	if err != nil {
 		h.t.Fatal(err)

@@ -48,10 +48,6 @@ type Providers struct {
 	// reported that the gate has not vetted.
 	Trust   *trust.Gate
 	Metrics *metrics.Metrics
-	// PlainSharedGPUIDs reports every sharer of a GPU under the GPU's plain
-	// UUID, as before shared-GPU ids (trust/sharedgpu.go); false
-	// gives each sharer after the first "<uuid>::<slot>".
-	PlainSharedGPUIDs bool
 	// MIGResource, when set, is the resource MIG instances are reported
 	// as (e.g. nvidia.com/mig-1g.10gb); empty keeps their GPU's.
 	MIGResource string

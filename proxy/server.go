@@ -1,8 +1,10 @@
 // Package proxy serves the kubelet's PodResources API (v1 List, Get,
-// GetAllocatableResources and v1alpha1 List) on its own unix socket. Each
-// answer is the kubelet's own answer, edited in place to add the devices a
-// centralized scheduler recorded in the pods' annotations; clients cannot
-// tell it from the kubelet except that they now see those devices.
+// GetAllocatableResources and v1alpha1 List) on its own unix sockets, one
+// per view (views.go, docs/views.md: the views differ only in how a GPU
+// that pods share is spelled). Each answer is the kubelet's own answer,
+// edited in place to add the devices a centralized scheduler recorded in
+// the pods' annotations; clients cannot tell it from the kubelet except
+// that they now see those devices.
 //
 // The server is composed like the kubelet's own: its Providers are gathered
 // in one struct. The upstream kubelet (package upstream) answers which pods
@@ -43,8 +45,12 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Socket is where the proxy serves; never the kubelet's socket.
+	// Socket is where the proxy serves its default view (merge.Topology);
+	// never the kubelet's socket.
 	Socket string
+	// Views are more sockets, each serving a view of the same answers
+	// (docs/views.md); none of them the kubelet's socket or another's.
+	Views []ViewSocket
 	// KubeletSocket is the kubelet's PodResources socket (path or unix:// URL).
 	KubeletSocket string
 	// MaxMessageSize bounds kubelet answers; 0 means
@@ -72,6 +78,12 @@ type Config struct {
 	Log         logrus.FieldLogger
 }
 
+// ViewSocket is a socket and the view it serves.
+type ViewSocket struct {
+	View   merge.View
+	Socket string
+}
+
 // Server is the PodResources proxy.
 type Server struct {
 	cfg      Config
@@ -83,8 +95,12 @@ type Server struct {
 	// pods is the shared /pods reader: the resolver's, and the background
 	// spec reader's (specs.go). Nil without a /pods source.
 	pods  *kubeletpods.Reader
-	grpc  *grpc.Server
 	ready atomic.Bool
+
+	// sockets are the sockets served, the default view's first, each
+	// with its gRPC server; views the views they serve, each once.
+	sockets []*socket
+	views   []*view
 
 	// The List methods (answers.go).
 	listV1, listV1alpha1 lister
@@ -98,6 +114,10 @@ type Server struct {
 func New(cfg Config, p Providers) (*Server, error) {
 	if cfg.Socket == "" {
 		return nil, errors.New("proxy: no socket path")
+	}
+	sockets, views, err := viewsOf(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if p.Store == nil || p.Allocators == nil || p.Trust == nil {
 		return nil, errors.New("proxy: a store, an allocator set and a trust gate are required")
@@ -123,15 +143,14 @@ func New(cfg Config, p Providers) (*Server, error) {
 	}
 	pods := newReader(p, cfg.PodsTimeout)
 	builder := plans.New(plans.Options{
-		Store:             p.Store,
-		Inventory:         p.Inventory,
-		InventoryChanged:  p.InventoryChanged,
-		Allocators:        p.Allocators,
-		Gate:              p.Trust,
-		PlainSharedGPUIDs: p.PlainSharedGPUIDs,
-		MIGResource:       p.MIGResource,
-		DeviceInfo:        p.DeviceInfo,
-		Log:               log,
+		Store:            p.Store,
+		Inventory:        p.Inventory,
+		InventoryChanged: p.InventoryChanged,
+		Allocators:       p.Allocators,
+		Gate:             p.Trust,
+		MIGResource:      p.MIGResource,
+		DeviceInfo:       p.DeviceInfo,
+		Log:              log,
 	})
 	s := &Server{
 		cfg:   cfg,
@@ -147,38 +166,56 @@ func New(cfg Config, p Providers) (*Server, error) {
 			Watching: p.Watching,
 		}),
 		listV1:       lister{api: upstream.V1},
-		listV1alpha1: lister{api: upstream.V1alpha1, alpha: true},
+		listV1alpha1: lister{api: upstream.V1alpha1, index: 1, alpha: true},
+		sockets:      sockets,
+		views:        views,
 	}
 	// Unlike the kubelet, which trusts its clients, every resource a client
 	// can hold is bounded (package limits).
 	// Every method answers from kubelet calls that concurrent callers
 	// share, so a burst beyond the limit can join them (limits.RateLimit).
 	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil, func(string) bool { return true })
+	// One limit for every socket: they share the kubelet calls it guards.
 	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit),
 		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced
-	s.grpc = grpc.NewServer(opts...)
-	v1.RegisterPodResourcesListerServer(s.grpc, &v1Server{s: s})
-	v1alpha1.RegisterPodResourcesListerServer(s.grpc, &v1alpha1Server{s: s})
+	for _, sock := range s.sockets {
+		sock.grpc = grpc.NewServer(opts...)
+		v1.RegisterPodResourcesListerServer(sock.grpc, &v1Server{s: s, v: sock.view})
+		v1alpha1.RegisterPodResourcesListerServer(sock.grpc, &v1alpha1Server{s: s, v: sock.view})
+	}
 	s.shareCalls()
 	return s, nil
 }
 
-// Serve listens on the socket and serves until ctx is done, then stops
+// Serve listens on every socket and serves until ctx is done, then stops
 // gracefully (in-flight calls finish, bounded by a few seconds) and removes
-// the socket.
+// the sockets. A socket that cannot be listened on fails Serve before any
+// is served; one whose server fails stops them all.
 func (s *Server) Serve(ctx context.Context) error {
 	defer s.up.Close()
-	l, err := listenSocket(s.cfg.Socket, s.cfg.KubeletSocket)
-	if err != nil {
-		return err
+	for i, sock := range s.sockets {
+		l, err := listenSocket(sock.path, s.cfg.KubeletSocket)
+		if err != nil {
+			for _, done := range s.sockets[:i] {
+				done.l.Close()
+			}
+			return err
+		}
+		sock.l = l
 	}
-	s.log.WithField("socket", s.cfg.Socket).Info("serving the PodResources API")
-	errc := make(chan error, 1)
-	go func() {
-		errc <- s.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics))
-	}()
+	errc := make(chan error, len(s.sockets))
+	for _, sock := range s.sockets {
+		s.log.WithFields(logrus.Fields{"socket": sock.path, "view": sock.view.name}).Info("serving the PodResources API")
+		go func() {
+			err := sock.grpc.Serve(limits.NewListener(sock.l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics))
+			if err != nil {
+				err = fmt.Errorf("serve PodResources on %s: %w", sock.path, err)
+			}
+			errc <- err
+		}()
+	}
 	// Plans are computed, and specs read, in the background for as long
-	// as the socket is served.
+	// as the sockets are served.
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { s.plans.Run(bgCtx) })
@@ -186,22 +223,41 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer func() { stopBackground(); bg.Wait() }()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
+	var failed error
 	select {
-	case err := <-errc:
-		l.Close()
-		return fmt.Errorf("serve PodResources on %s: %w", s.cfg.Socket, err)
+	case failed = <-errc:
 	case <-ctx.Done():
 	}
 	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	go func() {
+		var wg sync.WaitGroup
+		for _, sock := range s.sockets {
+			wg.Go(sock.grpc.GracefulStop)
+		}
+		wg.Wait()
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-time.After(5 * time.Second):
-		s.grpc.Stop()
+		for _, sock := range s.sockets {
+			sock.grpc.Stop()
+		}
 		<-stopped
 	}
-	<-errc
-	return l.Close()
+	// Every server has returned: collect the others' results.
+	n := len(s.sockets)
+	if failed != nil {
+		n--
+	}
+	for range n {
+		<-errc
+	}
+	var closeErr error
+	for _, sock := range s.sockets {
+		closeErr = cmp.Or(closeErr, sock.l.Close())
+	}
+	return cmp.Or(failed, closeErr)
 }
 
 // Ready reports whether the socket is being served.
@@ -211,11 +267,16 @@ func (s *Server) Ready() bool { return s.ready.Load() }
 type v1Server struct {
 	v1.UnimplementedPodResourcesListerServer
 	s *Server
+	v *view
 }
 
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
-	out, err := v.s.listV1.shared.Do(ctx)
+	answers, err := v.s.listV1.shared.Do(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := answers.of(v.v)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +311,12 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	if err == nil {
 		var found []*plans.Plan
 		if found, t, err = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); err == nil {
-			merge.Pod(pod, found[0], t.Inventory())
+			if err = merge.Refusal(found[0], v.v.name, key); err != nil {
+				v.s.log.WithError(err).WithFields(logrus.Fields{"pod": key.Namespace + "/" + key.Name, "view": v.v.name}).
+					Warn("Get refused: the view cannot answer this pod's devices")
+				return nil, err
+			}
+			merge.Pod(pod, found[0], t.Inventory(), v.v.name)
 		}
 	}
 	if err != nil {
@@ -318,11 +384,16 @@ func (s *Server) allocatableAnswer(ctx context.Context, _ time.Time) (*v1.Alloca
 type v1alpha1Server struct {
 	v1alpha1.UnimplementedPodResourcesListerServer
 	s *Server
+	v *view
 }
 
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
-	out, err := v.s.listV1alpha1.shared.Do(ctx)
+	answers, err := v.s.listV1alpha1.shared.Do(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := answers.of(v.v)
 	if err != nil {
 		return nil, err
 	}

@@ -191,19 +191,6 @@ func TestASharersSlotIsStableForItsLife(t *testing.T) {
 	}
 }
 
-// --shared-gpu-ids=uuid: every sharer shows the GPU's plain UUID, as
-// before shared-GPU ids.
-func TestPlainSharedGPUIDsRestoreTheUUID(t *testing.T) {
-	h := sharingNode(t, withProviders(func(d *proxy.Providers) { d.PlainSharedGPUIDs = true }))
-	pod := sharers["hami"]
-	h.k.SetPods(pod("a", gpuUUID), pod("b", gpuUUID))
-	for _, n := range []string{"a", "b"} {
-		if got := devicesOf(h.get("ml", n), "infer")["nvidia.com/gpu"]; !slices.Equal(got, []string{gpuUUID}) {
-			t.Errorf("%s shows %q, want %s", n, got, gpuUUID)
-		}
-	}
-}
-
 // A MIG instance HAMi recorded is reported as MIG-<uuid> on its parent
 // GPU's NUMA node, under the resource configured for MIG instances, and
 // the kubelet's fake id for the container is still replaced.

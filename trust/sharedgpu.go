@@ -1,44 +1,29 @@
 package trust
 
-// This file gives the sharers of one GPU ids that stock consumers tell
-// apart, without changing how many GPUs they count.
-//
-// DCGM exporter attributes a GPU's metrics from List: in its default mode
-// one pod per device id (an id "<uuid>::<n>" counts as <uuid>; last writer
-// wins); with --kubernetes-virtual-gpus every pod listed with the device,
-// each series labelled vgpu=<n> from the "::<n>" suffix (NVIDIA's device
-// plugin names time-slicing and MPS replicas that way). NFD's
-// topology-updater subtracts, per NUMA node, each listed id it finds in
-// GetAllocatableResources and ignores the others; RTE counts every listed
-// entry that carries a NUMA topology. So, for each GPU that live pods share
-// (Device.Shared: a fractional Koordinator gpu-core, a HAMi or Volcano vGPU):
+// This file decides, for every GPU that live pods share (Device.Shared: a
+// fractional Koordinator gpu-core, a HAMi or Volcano vGPU), each sharer's
+// place: which one is the anchor and which slot every other one has. How
+// those facts become device ids is a view's choice (proxy/merge's views:
+// topology, dcgm, plain, kata), since no single spelling serves every
+// consumer (docs/views.md).
 //
 //   - the GPU's first live sharer, in the trust gate's claim order (the
 //     claim learned first, then a running sandbox, then the smaller UID),
-//     is its anchor: it is reported under the plain UUID, with the GPU's
-//     NUMA node, exactly as an exclusive GPU is. NFD and RTE count the
-//     GPU once, through it, and never negative;
-//   - every other sharer is reported as "<uuid>::<slot>", slot >= 1, with
-//     no topology (NFD ignores the id, RTE does not count it). The slot is
-//     the lowest one free among the GPU's live sharers when the pod first
-//     shares it, and then kept as long as the pod shares the GPU, whoever
-//     leaves or joins, daemon restarts included (the proxy records it in
-//     the pod's record, Record.GPUSlots); it is what DCGM's vgpu label
-//     shows.
-//
-// The anchor pod's plain UUID is on its first container sharing the GPU
-// only; its other containers sharing it show "<uuid>::0" (OnePlainPerPod).
+//     is its anchor: the topology view reports it exactly as an exclusive
+//     GPU, so that NFD and RTE count the GPU once, through it;
+//   - every other sharer has a slot >= 1: the lowest one free among the
+//     GPU's live sharers when the pod first shares it, then kept as long as
+//     the pod shares the GPU, whoever leaves or joins, daemon restarts
+//     included (the proxy records it in the pod's record,
+//     Record.GPUSlots); it is what DCGM's vgpu label shows.
 //
 // When the anchor leaves, the next sharer in claim order becomes the anchor
-// and is reported under the plain UUID from then on (its vgpu label goes):
-// a GPU that is still shared must stay counted once, and NFD counts only
-// ids GetAllocatableResources lists.
+// (it keeps no slot): a GPU that is still shared must stay counted once.
 
 import (
 	"cmp"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
@@ -66,39 +51,6 @@ type sharer struct {
 	gpu   string
 	claim claim
 	slot  int
-}
-
-// SharedGPUID returns the id the pod with this UID is reported with for the
-// GPU id: the id itself for the GPU's anchor, for an id that is no shared
-// GPU, and on a nil table; "<id>::<slot>" for the GPU's other sharers.
-func (s *SharedGPUs) SharedGPUID(uid, id string) string {
-	if s == nil {
-		return id
-	}
-	g := s.gpus[claimKey(id)]
-	if g == nil || g.anchor == uid {
-		return id
-	}
-	slot, ok := g.slots[uid]
-	if !ok {
-		return id
-	}
-	return id + "::" + strconv.Itoa(slot)
-}
-
-// Rewrite returns devs, the believed devices of the pod with this UID, with
-// each shared GPU id replaced by SharedGPUID. devs is never modified; when
-// nothing changes the result is devs itself.
-func (s *SharedGPUs) Rewrite(uid string, devs []model.Device) []model.Device {
-	if s == nil || len(s.gpus) == 0 {
-		return devs
-	}
-	return model.MapIDs(devs, func(d model.Device, id string) string {
-		if !sharedGPU(d) {
-			return id
-		}
-		return s.SharedGPUID(uid, id)
-	})
 }
 
 // sharedGPU reports whether dev is a share of a GPU whose sharers get slot
@@ -196,73 +148,38 @@ func nextSharedGPUs(prev *SharedGPUs, sharers []sharer) *SharedGPUs {
 	return out
 }
 
-// OnePlainPerPod keeps a shared GPU's plain UUID on the first container of
-// the pod that has it, in spec order (the kubelet's order: sidecars before
-// app containers), and reports the pod's other containers sharing it as
-// "<uuid>::0": the anchor's slot, told apart by container in DCGM, with no
-// NUMA node, so that NFD and RTE still count the GPU once when a pod's
-// several containers share it (Koordinator gives a shared GPU to every
-// container asking a share; HAMi lists the same GPU in several entries).
-// a is never modified; when nothing changes the result is a itself.
-func OnePlainPerPod(spec *model.PodSpec, a allocator.Assignment) allocator.Assignment {
-	if spec == nil || len(a) < 2 {
-		return a
+// Share is one pod's place among the sharers of one GPU: the facts every
+// view renders its ids from (proxy/merge's views).
+type Share struct {
+	// Anchor is true for the GPU's first live sharer, the one the
+	// topology view reports under the plain UUID.
+	Anchor bool
+	// Slot is the sharer's slot, >= 1; 0 for the anchor.
+	Slot int
+}
+
+// ShareOf returns the share of the GPU id that the pod with this UID has,
+// and false when the id is no GPU that live pods share, the pod is not
+// among its sharers, or the table is nil.
+func (s *SharedGPUs) ShareOf(uid, id string) (Share, bool) {
+	if s == nil {
+		return Share{}, false
 	}
-	seen := map[string]bool{}
-	var out allocator.Assignment
-	for _, c := range spec.Containers {
-		devs, ok := a[c.Name]
-		if !ok {
-			continue
-		}
-		var again []string // plain shared GPU ids an earlier container has
-		for _, d := range devs {
-			if !sharedGPU(d) {
-				continue
-			}
-			for _, id := range d.IDs {
-				if !gpuUUID(id) || strings.Contains(id, "::") {
-					continue
-				}
-				if seen[claimKey(id)] {
-					again = append(again, id)
-				}
-			}
-		}
-		for _, d := range devs {
-			if sharedGPU(d) {
-				for _, id := range d.IDs {
-					if gpuUUID(id) && !strings.Contains(id, "::") {
-						seen[claimKey(id)] = true
-					}
-				}
-			}
-		}
-		if len(again) == 0 {
-			continue
-		}
-		if out == nil {
-			out = maps.Clone(a)
-		}
-		rewritten := slices.Clone(devs)
-		for i, d := range rewritten {
-			if !sharedGPU(d) {
-				continue
-			}
-			ids := slices.Clone(d.IDs)
-			for j, id := range ids {
-				if slices.Contains(again, id) {
-					ids[j] = id + "::0"
-				}
-			}
-			rewritten[i].IDs = ids
-		}
-		out[c.Name] = rewritten
+	g := s.gpus[claimKey(id)]
+	if g == nil {
+		return Share{}, false
 	}
-	if out == nil {
-		return a
+	if g.anchor == uid {
+		return Share{Anchor: true}, true
 	}
-	return out
+	slot, ok := g.slots[uid]
+	return Share{Slot: slot}, ok
+}
+
+// SharedGPU reports whether id, one of dev's ids, is the plain UUID of a
+// GPU of which dev is a share: the ids the views render.
+func SharedGPU(dev model.Device, id string) bool {
+	return sharedGPU(dev) && gpuUUID(id) && !strings.Contains(id, "::")
 }
 
 // Slots returns the slot of every GPU (by lower-case UUID) the pod with
@@ -283,6 +200,9 @@ func (s *SharedGPUs) Slots(uid string) map[string]int {
 	}
 	return out
 }
+
+// Empty reports whether no GPU is shared.
+func (s *SharedGPUs) Empty() bool { return s == nil || len(s.gpus) == 0 }
 
 // Equal reports whether two tables give every pod the same ids, so that a
 // caller keeps the old one (and what it decided with it) when nothing

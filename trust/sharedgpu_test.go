@@ -51,9 +51,9 @@ func TestSharedGPUsKeepTheRecordedSlotsAcrossARestart(t *testing.T) {
 	log.SetOutput(io.Discard)
 	g := NewGate(allocator.NewSet(log, nil, decoders...), GateOptions{Log: log})
 	table := g.SharedGPUs(nil, records, nil)
-	for uid, want := range map[string]string{"a": gpu, "c": gpu + "::2", "d": gpu + "::1", "e": gpu + "::3"} {
-		if got := table.SharedGPUID(uid, gpu); got != want {
-			t.Errorf("%s is reported as %s, want %s", uid, got, want)
+	for uid, want := range map[string]Share{"a": {Anchor: true}, "c": {Slot: 2}, "d": {Slot: 1}, "e": {Slot: 3}} {
+		if got, ok := table.ShareOf(uid, gpu); !ok || got != want {
+			t.Errorf("%s has share %+v (%v), want %+v", uid, got, ok, want)
 		}
 	}
 	if s := table.Slots("c"); len(s) != 1 || s[key] != 2 {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
+	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -56,7 +59,9 @@ type serveConfig struct {
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
 	inventoryFile, sysfsRoot, procfsRoot    string
-	sharedGPUIDs, migResource               string
+	viewFlags                               []string // --view NAME=PATH
+	views                                   []proxy.ViewSocket
+	migResource                             string
 	deviceInfoDir                           string
 	legacySocket, draResources              string
 	draIDAttributes, draNUMAAttributes      string
@@ -109,7 +114,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
 	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")
 	fs.StringVar(&c.procfsRoot, "procfs-root", "/proc", "where NVIDIA's driver publishes GPU UUIDs (driver/nvidia/gpus)")
-	fs.StringVar(&c.sharedGPUIDs, "shared-gpu-ids", sharedGPUIDsSlot, "ids of the pods sharing a GPU: slot (the first live sharer the GPU's UUID, each other <uuid>::<slot>, which DCGM exporter's --kubernetes-virtual-gpus labels vgpu=<slot>) or uuid (every sharer the GPU's UUID, as before)")
+	fs.StringArrayVar(&c.viewFlags, "view", nil, "NAME=PATH: also serve the view NAME ("+viewNames()+") on the socket PATH, for the consumers it suits (docs/views.md); repeatable. --socket serves the topology view")
 	fs.StringVar(&c.migResource, "mig-resource-name", "", "resource name MIG instances (MIG-<uuid>) are reported as, e.g. nvidia.com/mig-1g.10gb (DCGM exporter matches nvidia.com/gpu and nvidia.com/mig-*); empty: their GPU's (--gpu-resource-name)")
 	fs.StringVar(&c.deviceInfoDir, "device-info-dir", devinfo.DefaultDir, "where to write the NPWG device-info files of the VFs and RDMA devices pods are answered with, which Multus copies into the pod's network-status; empty disables")
 	fs.StringVar(&c.legacySocket, "legacy-socket", "", "where to serve the legacy view (docs/dra.md): devices a DRA driver allocated for extended resources shown under devices, for consumers that read nothing else (NFD, resource-topology-exporter, nri-plugins); empty disables")
@@ -127,12 +132,6 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 		return c.complete()
 	}
 }
-
-// The values of --shared-gpu-ids.
-const (
-	sharedGPUIDsSlot = "slot"
-	sharedGPUIDsUUID = "uuid"
-)
 
 // deviceInfoWriter is w as the proxy's dependency: nil when disabled (a nil
 // *devinfo.Writer in the interface would not be nil).
@@ -204,11 +203,50 @@ func (c *serveConfig) complete() error {
 	if c.qps < 0 || c.burst < 0 {
 		return cmdline.Usage(errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative"))
 	}
-	if c.sharedGPUIDs != sharedGPUIDsSlot && c.sharedGPUIDs != sharedGPUIDsUUID {
-		return cmdline.Usage(fmt.Errorf("--shared-gpu-ids %q: want %s or %s", c.sharedGPUIDs, sharedGPUIDsSlot, sharedGPUIDsUUID))
+	views, err := parseViews(c.viewFlags, c.socket, c.kubeletSocket)
+	if err != nil {
+		return cmdline.Usage(err)
 	}
+	c.views = views
 	if c.maxConns < 1 || c.maxConnsPerClient < 1 || c.requestTimeout <= 0 {
 		return cmdline.Usage(errors.New("--max-connections, --max-connections-per-client and --request-timeout must be positive"))
 	}
 	return nil
+}
+
+// parseViews reads the --view flags: each NAME=PATH a known view on a
+// socket of its own, never --socket's, another view's or the kubelet's.
+func parseViews(flags []string, socket, kubeletSocket string) ([]proxy.ViewSocket, error) {
+	used := map[string]string{filepath.Clean(socket): "--socket"}
+	kubelet := filepath.Clean(strings.TrimPrefix(kubeletSocket, "unix://"))
+	var out []proxy.ViewSocket
+	for _, f := range flags {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok || path == "" {
+			return nil, fmt.Errorf("--view %q: want NAME=PATH, e.g. dcgm=/var/run/podres-proxy/dcgm/kubelet.sock", f)
+		}
+		v, err := merge.ParseView(name)
+		if err != nil {
+			return nil, fmt.Errorf("--view %q: %w", f, err)
+		}
+		path = filepath.Clean(path)
+		if path == kubelet {
+			return nil, fmt.Errorf("--view %q: %s is the kubelet's own socket: give each view a directory of its own", f, path)
+		}
+		if other, dup := used[path]; dup {
+			return nil, fmt.Errorf("--view %q: %s is already served by %s: each socket serves one view", f, path, other)
+		}
+		used[path] = "--view " + name
+		out = append(out, proxy.ViewSocket{View: v, Socket: path})
+	}
+	return out, nil
+}
+
+// viewNames lists the views, the default first.
+func viewNames() string {
+	names := make([]string, len(merge.Views))
+	for i, v := range merge.Views {
+		names[i] = string(v)
+	}
+	return strings.Join(names, ", ")
 }

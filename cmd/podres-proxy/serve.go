@@ -146,6 +146,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	srv, err := proxy.New(proxy.Config{
 		Socket:                  c.socket,
+		Views:                   c.views,
 		KubeletSocket:           c.kubeletSocket,
 		RateLimitQPS:            c.qps,
 		RateLimitBurst:          c.burst,
@@ -165,9 +166,8 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Trust:            trust,
 		Metrics:          m,
 
-		PlainSharedGPUIDs: c.sharedGPUIDs == sharedGPUIDsUUID,
-		MIGResource:       c.migResource,
-		DeviceInfo:        deviceInfoWriter(deviceInfo),
+		MIGResource: c.migResource,
+		DeviceInfo:  deviceInfoWriter(deviceInfo),
 	})
 	if err != nil {
 		return err

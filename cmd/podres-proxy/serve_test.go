@@ -205,7 +205,6 @@ func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
 		{"serve", "--rate-limit-qps", "-1", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--max-devices-per-pod", "0", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--koordinator-scheduler-names", " , ", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		{"serve", "--shared-gpu-ids", "index", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--tensorfusion-scheduler-names", "", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve"}, // neither --kubelet-pods-url nor NODE_IP
 		{"serve", "--legacy-socket", "/run/legacy.sock", "--node-name", "", "--api-server", "https://127.0.0.1:6443", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
@@ -215,6 +214,29 @@ func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
 		var errOut bytes.Buffer
 		if code := run(context.Background(), args, io.Discard, &errOut); code != 2 {
 			t.Errorf("%v: exit %d (%s), want 2", args, code, errOut.String())
+		}
+	}
+}
+
+// A --view that names no view, shares a socket or takes the kubelet's is a
+// usage error that says which.
+func TestServeViewMistakesAreUsageErrors(t *testing.T) {
+	t.Setenv("NODE_IP", "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--view", "nfd=/run/p/nfd/kubelet.sock"}, `unknown view "nfd"`},
+		{[]string{"--view", "dcgm"}, "want NAME=PATH"},
+		{[]string{"--view", "dcgm=/run/p/dcgm/kubelet.sock", "--view", "plain=/run/p/dcgm/kubelet.sock"}, "already served by --view dcgm"},
+		{[]string{"--socket", "/run/p/a/kubelet.sock", "--view", "plain=/run/p/a/kubelet.sock"}, "already served by --socket"},
+		{[]string{"--view", "kata=/var/lib/kubelet/pod-resources/kubelet.sock"}, "the kubelet's own socket"},
+		{[]string{"--kubelet-socket", "unix:///k/kubelet.sock", "--view", "plain=/k/kubelet.sock"}, "the kubelet's own socket"},
+	} {
+		args := append([]string{"serve", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"}, tc.args...)
+		var errOut bytes.Buffer
+		if code := run(context.Background(), args, io.Discard, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: exit %d (%s), want 2 and %q", tc.args, code, errOut.String(), tc.want)
 		}
 	}
 }
@@ -341,4 +363,52 @@ func TestServeOrdersTheInventorySourcesByPrecedence(t *testing.T) {
 	if got, want := inv.Sources(), []string{inventory.SourceDeviceCR, inventory.SourceFile, inventory.SourceSysfs}; !slices.Equal(got, want) {
 		t.Errorf("sources %q, want %q", got, want)
 	}
+}
+
+// --view serves each named view on a socket of its own, beside --socket's
+// topology view: two pods sharing a GPU are told apart as each view says.
+func TestServeServesEachViewOnItsOwnSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "prc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	k := fakekubelet.Start(t, dir)
+	share := map[string]string{"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}
+	sharer := func(name, uid string) fakekubelet.Pod {
+		return fakekubelet.NewPod("ml", name, uid, fakekubelet.WithSchedulerName("koord-scheduler"),
+			fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
+				`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory-ratio":"50"},"id":"`+gpuUUID+`"}]}`),
+			fakekubelet.WithContainer("infer", share))
+	}
+	k.SetPods(sharer("a", "uid-a"), sharer("b", "uid-b"))
+	dcgm, plain := filepath.Join(dir, "dcgm", "kubelet.sock"), filepath.Join(dir, "plain", "kubelet.sock")
+	srv := startServe(t, k, dir, "--sysfs-root", "", "--device-cr=false", "--view", "dcgm="+dcgm, "--view", "plain="+plain)
+
+	for socket, want := range map[string][2]string{
+		srv.socket: {gpuUUID, gpuUUID + "::1"},
+		dcgm:       {gpuUUID + "::0", gpuUUID + "::1"},
+		plain:      {gpuUUID, gpuUUID},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"query", "list", "--socket", socket}, &out, &errOut); code != 0 {
+			t.Fatalf("query list on %s exited %d: %s", socket, code, errOut.String())
+		}
+		for i, pod := range []string{"a", "b"} {
+			if !hasFields(out.String(), "ml", pod, "infer", "nvidia.com/gpu", want[i]) {
+				t.Errorf("%s: pod %s is not shown with %s:\n%s", socket, pod, want[i], out.String())
+			}
+		}
+	}
+}
+
+// hasFields reports whether some line of a table has all these fields,
+// each whole.
+func hasFields(table string, fields ...string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		if got := strings.Fields(line); !slices.ContainsFunc(fields, func(f string) bool { return !slices.Contains(got, f) }) {
+			return true
+		}
+	}
+	return false
 }

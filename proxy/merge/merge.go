@@ -24,20 +24,58 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 )
 
-// Pod adds a plan's devices to a pod of a kubelet answer: a v1 pod, or a
+// Pod adds a plan's devices to a pod of a kubelet answer, shared GPUs
+// spelled as the view spells them (view.go): a v1 pod, or a
 // v1alpha1 pod decoded as v1 (the v1 messages are a superset of the
 // v1alpha1 ones, field for field), with a nil inventory, which adds no
 // topology: the kubelet derives its v1alpha1 devices from its v1 ones the
 // same way.
-func Pod(pod *v1.PodResources, p *plans.Plan, inv *inventory.Snapshot) {
+func Pod(pod *v1.PodResources, p *plans.Plan, inv *inventory.Snapshot, v View) {
 	if p == nil || len(pod.GetContainers()) == 0 {
 		return
 	}
 	for _, c := range pod.Containers {
 		if devs := p.Containers[c.GetName()]; len(devs) > 0 {
-			addV1(c, devs, inv)
+			addV1(c, rendered(p, v, c.GetName(), devs), inv)
 		}
 	}
+}
+
+// rendered returns a container's devices with their ids as the view
+// reports them (view.go). devs is never modified; when nothing changes the
+// result is devs itself.
+func rendered(p *plans.Plan, v View, container string, devs []model.Device) []model.Device {
+	if len(p.Shares) == 0 {
+		return devs
+	}
+	var out []model.Device
+	for i, d := range devs {
+		var ids []string
+		for j, id := range d.IDs {
+			r, ok := render(p, v, container, d, id)
+			if ids == nil && (!ok || r != id) {
+				ids = append(make([]string, 0, len(d.IDs)), d.IDs[:j]...)
+			}
+			if ids != nil && ok {
+				ids = append(ids, r)
+			}
+		}
+		if ids == nil {
+			if out != nil {
+				out = append(out, d)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]model.Device, 0, len(devs)), devs[:i]...)
+		}
+		d.IDs = ids
+		out = append(out, d)
+	}
+	if out == nil {
+		return devs
+	}
+	return out
 }
 
 // addV1 appends the entries the kubelet would report for each device id

@@ -37,8 +37,6 @@ type Options struct {
 	Allocators       *allocator.Set
 	// Gate vets decoded devices: only what it believes is reported.
 	Gate *trust.Gate
-	// PlainSharedGPUIDs reports every sharer of a GPU under its plain UUID.
-	PlainSharedGPUIDs bool
 	// MIGResource, when set, is the resource MIG instances are reported as.
 	MIGResource string
 	// DeviceInfo writes device-info files; nil writes none.
@@ -146,12 +144,9 @@ func (b *Builder) build() {
 	if holders.Equal(b.holders) {
 		holders = b.holders // the plans decided with the old table hold
 	}
-	var shared *trust.SharedGPUs
-	if !b.o.PlainSharedGPUIDs {
-		shared = b.o.Gate.SharedGPUs(b.shared, records, inv)
-		if shared.Equal(b.shared) {
-			shared = b.shared
-		}
+	shared := b.o.Gate.SharedGPUs(b.shared, records, inv)
+	if shared.Equal(b.shared) {
+		shared = b.shared
 	}
 	keep := b.cur != nil && b.cur.inv == inv && holders == b.holders && shared == b.shared
 
@@ -175,7 +170,7 @@ func (b *Builder) build() {
 	b.record(fresh, entries)
 
 	b.mu.Lock()
-	b.cur = &Table{pods: pods, inv: inv, plans: plans}
+	b.cur = &Table{pods: pods, inv: inv, shared: shared, plans: plans}
 	b.holders, b.shared, b.entries = holders, shared, entries
 	close(b.built)
 	b.built = make(chan struct{})
@@ -183,7 +178,7 @@ func (b *Builder) build() {
 }
 
 // decide computes one pod's plan: its devices translated to ids, vetted,
-// given their shared-GPU ids and attributed to its containers.
+// attributed to its containers, with its share of the GPUs it shares.
 func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs) entry {
 	e := entry{rec: rec}
 	devs, problems := allocator.Translate(rec.Devices, inv)
@@ -196,7 +191,6 @@ func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *t
 	// itself reported for the pod (a device plugin's GPU) stays as it is.
 	devs, e.refused = b.o.Gate.VetPod(rec, devs, inv, holders)
 	e.slots = shared.Slots(rec.UID)
-	devs = shared.Rewrite(rec.UID, devs)
 	if len(devs) == 0 {
 		return e
 	}
@@ -207,9 +201,6 @@ func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *t
 	if !ok {
 		return e
 	}
-	if !b.o.PlainSharedGPUIDs {
-		a = trust.OnePlainPerPod(rec.Spec, a)
-	}
 	if b.o.MIGResource != "" {
 		// After attribution: the allocators' requests (nvidia.com/gpu)
 		// decide the container, the name only what consumers see.
@@ -219,8 +210,41 @@ func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *t
 		}
 		a = relabelled
 	}
-	e.plan = &Plan{Containers: a}
+	e.plan = &Plan{Containers: a, Shares: sharesOf(rec.UID, rec.Spec, a, shared)}
 	return e
+}
+
+// sharesOf returns the pod's share of every shared GPU its containers were
+// attributed (a), by the GPU's key (inventory.IDKey); nil when it shares
+// none. This is all a Plan knows about shared GPUs: the views render the
+// ids from it.
+func sharesOf(uid string, spec *model.PodSpec, a allocator.Assignment, table *trust.SharedGPUs) map[string]Share {
+	if table.Empty() || spec == nil {
+		return nil
+	}
+	var out map[string]Share
+	for _, c := range spec.Containers {
+		for _, d := range a[c.Name] {
+			for _, id := range d.IDs {
+				if !trust.SharedGPU(d, id) {
+					continue
+				}
+				key := inventory.IDKey(id)
+				if _, seen := out[key]; seen {
+					continue
+				}
+				s, ok := table.ShareOf(uid, id)
+				if !ok {
+					continue
+				}
+				if out == nil {
+					out = map[string]Share{}
+				}
+				out[key] = Share{Share: s, First: c.Name}
+			}
+		}
+	}
+	return out
 }
 
 // record writes what the plans of fresh records decided: the device-info
@@ -244,7 +268,7 @@ func (b *Builder) record(fresh []*record.Record, entries map[string]entry) {
 		if b.o.Store.SetRefused(rec.UID, e.refused) {
 			b.o.Gate.Report(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, e.refused)
 		}
-		if !b.o.PlainSharedGPUIDs && !maps.Equal(e.slots, rec.GPUSlots) {
+		if !maps.Equal(e.slots, rec.GPUSlots) {
 			b.o.Store.SetGPUSlots(rec.UID, e.slots)
 		}
 	}

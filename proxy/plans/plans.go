@@ -22,23 +22,55 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
-// Plan is what the proxy adds to one pod of a kubelet answer: each
-// container's devices, by container name. Plans are shared by every answer
-// and never modified; a pod whose plan changed gets a new one, so the
-// pointer says whether an answer built with a plan is still right.
+// Plan is what the proxy adds to one pod of a kubelet answer, the same for
+// every view (proxy/merge renders it for one): each container's devices, by
+// container name, shared GPUs under their plain UUID, and the pod's share
+// of each GPU it shares. Plans are shared by every answer and never
+// modified; a pod whose plan changed gets a new one, so the pointer says
+// whether an answer built with a plan is still right.
 type Plan struct {
 	Containers allocator.Assignment
+	// Shares is the pod's share of each GPU it shares with other pods, by
+	// the GPU's key (inventory.IDKey); nil when it shares none.
+	Shares map[string]Share
+}
+
+// Share is a pod's share of one GPU: its place among the GPU's sharers,
+// and the first container in spec order that has it (the one the topology
+// view gives the anchor's plain UUID).
+type Share struct {
+	trust.Share
+	First string
+}
+
+// Anchors reports whether the plan's pod is the anchor of a shared GPU.
+func (p *Plan) Anchors() bool {
+	if p == nil {
+		return false
+	}
+	for _, s := range p.Shares {
+		if s.Anchor {
+			return true
+		}
+	}
+	return false
 }
 
 // Table is the plans of every record of one store snapshot and one
 // inventory snapshot. It is immutable.
 type Table struct {
-	pods  *state.Snapshot
-	inv   *inventory.Snapshot
-	plans map[string]*Plan // by UID; absent: the pod adds nothing
+	pods   *state.Snapshot
+	inv    *inventory.Snapshot
+	shared *trust.SharedGPUs
+	plans  map[string]*Plan // by UID; absent: the pod adds nothing
 }
+
+// SharesGPUs reports whether pods of the node share a GPU: when none do,
+// every view answers the same.
+func (t *Table) SharesGPUs() bool { return !t.shared.Empty() }
 
 // Pods returns the records the table was computed from: look a pod up
 // there, so that its record and its plan agree.

@@ -8,6 +8,7 @@ package clients
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -266,6 +267,29 @@ func KataCDIDevices(ctx context.Context, socket, namespace, pod string) ([]strin
 		}
 	}
 	return out, nil
+}
+
+// KataColdPlug is what the Kata runtime passes through to a sandbox's VM
+// at its creation: the CDI names KataCDIDevices makes of its Get answer,
+// each resolved against the node's CDI devices (nodeCDI, the names the
+// node's CDI specs declare, such as nvidia-ctk's "nvidia.com/gpu=<uuid>").
+// A name no spec declares fails the cold plug, and with it the sandbox,
+// with CDI's "unresolvable CDI devices" error; so does an error of Get.
+func KataColdPlug(ctx context.Context, socket, namespace, pod string, nodeCDI []string) ([]string, error) {
+	names, err := KataCDIDevices(ctx, socket, namespace, pod)
+	if err != nil {
+		return nil, err
+	}
+	var unresolved []string
+	for _, n := range names {
+		if !slices.Contains(nodeCDI, n) {
+			unresolved = append(unresolved, n)
+		}
+	}
+	if len(unresolved) > 0 {
+		return nil, fmt.Errorf("kata: cold plug: unresolvable CDI devices %s", strings.Join(unresolved, ", "))
+	}
+	return names, nil
 }
 
 // allocatableThenList is what the topology exporters ask, in their order,

@@ -67,11 +67,16 @@ type harness struct {
 	root      string
 	env       map[string]string // ROOT/node.env
 
-	proxyBin     string
-	proxySocket  string
-	stateDir     string
-	metricsAddr  string
-	probeRecords string
+	proxyBin    string
+	proxySocket string
+	// viewSockets are the sockets of the views serve is asked to serve
+	// besides proxySocket's, by view (empty when serve has no --view);
+	// inventoryFile lists the suite's GPUs with their NUMA nodes, for them.
+	viewSockets   map[string]string
+	inventoryFile string
+	stateDir      string
+	metricsAddr   string
+	probeRecords  string
 	// deviceInfoDir is where serve writes device-info files and the CNI
 	// probe, like Multus, reads them.
 	deviceInfoDir string
@@ -154,13 +159,19 @@ func newHarness() (*harness, error) {
 	}
 	fmt.Printf("e2e: node root %s, logs in %s\n", root, artifacts)
 	return &harness{
-		repo:         repo,
-		artifacts:    artifacts,
-		root:         root,
-		proxyBin:     filepath.Join(root, "proxy-bin", "podres-proxy"),
-		proxySocket:  filepath.Join(root, "proxy", "kubelet.sock"),
-		stateDir:     filepath.Join(root, "state"),
-		probeRecords: filepath.Join(root, "cniprobe.jsonl"),
+		repo:        repo,
+		artifacts:   artifacts,
+		root:        root,
+		proxyBin:    filepath.Join(root, "proxy-bin", "podres-proxy"),
+		proxySocket: filepath.Join(root, "proxy", "kubelet.sock"),
+		viewSockets: map[string]string{
+			"dcgm":  filepath.Join(root, "dcgm", "kubelet.sock"),
+			"plain": filepath.Join(root, "plain", "kubelet.sock"),
+			"kata":  filepath.Join(root, "kata", "kubelet.sock"),
+		},
+		inventoryFile: filepath.Join(root, "inventory.json"),
+		stateDir:      filepath.Join(root, "state"),
+		probeRecords:  filepath.Join(root, "cniprobe.jsonl"),
 
 		deviceInfoDir: filepath.Join(root, "devinfo", "dp"),
 	}, nil
@@ -237,6 +248,9 @@ func (h *harness) setup() error {
 		return err
 	}
 	if h.serveMissing == "" {
+		if err := writeInventory(h.inventoryFile); err != nil {
+			return err
+		}
 		if err := h.startProxy(); err != nil {
 			return err
 		}
@@ -456,12 +470,21 @@ func (h *harness) serveArgs() []string {
 		// serve then reads /pods, as on a kubelet without the gate.
 		args = append(args, "--kubelet-pods-api-socket", h.env["PODS_API_SOCK"])
 	}
+	if h.servesViews() {
+		for _, v := range []string{"dcgm", "plain", "kata"} {
+			args = append(args, "--view", v+"="+h.viewSockets[v])
+		}
+		args = append(args, "--inventory-file", h.inventoryFile)
+	}
 	if strings.Contains(h.serveHelp, "-prune-after") {
 		// A short grace period, so the removal test sees the prune.
 		args = append(args, "--prune-after", "20s")
 	}
 	return append(args, strings.Fields(os.Getenv("PODRES_E2E_SERVE_ARGS"))...)
 }
+
+// servesViews tells whether serve has --view (docs/views.md).
+func (h *harness) servesViews() bool { return strings.Contains(h.serveHelp, "--view") }
 
 // servesPodsAPIFlag tells whether serve has --kubelet-pods-api-socket.
 func (h *harness) servesPodsAPIFlag() bool {
