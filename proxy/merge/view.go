@@ -101,7 +101,6 @@ func render(p *plans.Plan, v View, container string, d model.Device, id string) 
 	return id + "::0", true
 }
 
-
 // Refusal is the error a view answers a Get of the plan's pod with
 // instead of its devices, nil when it answers them. Only the Kata view
 // refuses: Kata's cold plug passes each device it is given through to the
