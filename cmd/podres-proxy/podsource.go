@@ -52,13 +52,13 @@ func newPodSourceMetrics(reg prometheus.Registerer) *podSourceMetrics {
 // newPodsAPI returns the Pods API source of socket, feeding store.
 func newPodsAPI(socket string, store *state.Store, allocators *allocator.Set, m *podSourceMetrics, log logrus.FieldLogger) (*podsapi.Source, error) {
 	return podsapi.New(podsapi.Options{
-		Socket:         socket,
-		KeepAnnotation: allocators.Relevant,
-		Handler:        func(ev podsapi.Event) { watchedPod(store, ev) },
-		OnEvent:        func(typ string) { m.events.WithLabelValues(typ).Inc() },
-		OnRelist:       func(int, int, time.Duration) { m.relists.Inc() },
-		OnReconnect:    func(error) { m.reconnects.Inc() },
-		Log:            log,
+		Socket:             socket,
+		MaxAnnotationBytes: allocators.MaxAnnotationBytes,
+		Handler:            func(ev podsapi.Event) { watchedPod(store, ev) },
+		OnEvent:            func(typ string) { m.events.WithLabelValues(typ).Inc() },
+		OnRelist:           func(int, int, time.Duration) { m.relists.Inc() },
+		OnReconnect:        func(error) { m.reconnects.Inc() },
+		Log:                log,
 	})
 }
 
