@@ -65,12 +65,12 @@ func Allocators(perKey func(key string) int) Bounds {
 // Pod applies Bounds to one pod's annotations, offered in key order. Make
 // one per pod with Bounds.NewPod.
 type Pod struct {
-	b    *Bounds
+	b    Bounds
 	used int
 }
 
 // NewPod starts applying b to a pod's annotations.
-func (b *Bounds) NewPod() Pod { return Pod{b: b} }
+func (b Bounds) NewPod() Pod { return Pod{b: b} }
 
 // Keep says what to keep of the annotation key whose value takes size
 // bytes as /pods encodes it: nothing (keep false: the value need not be
@@ -100,7 +100,7 @@ func (p *Pod) Keep(key string, size int) (keep bool, marker string) {
 // decodes them whole reads them (the Pods API's protobuf, the runtime's
 // sandbox): an empty map when it keeps none, nil when all is nil (a pod
 // without annotations, as /pods decodes one).
-func (b *Bounds) Apply(all map[string]string) map[string]string {
+func (b Bounds) Apply(all map[string]string) map[string]string {
 	if all == nil {
 		return nil
 	}

@@ -69,7 +69,7 @@ func TestApplyKeepsAllocatorKeysWithinTheirBoundsAndThePods(t *testing.T) {
 	if got := b.Apply(map[string]string{"other": "x"}); got == nil || len(got) != 0 {
 		t.Errorf("Apply of no allocator key = %#v, want an empty map", got)
 	}
-	if got := (&Bounds{}).Apply(all); len(got) != len(all) || got["other"] != all["other"] {
+	if got := (Bounds{}).Apply(all); len(got) != len(all) || got["other"] != all["other"] {
 		t.Errorf("zero Bounds do not keep every annotation whole")
 	}
 }
