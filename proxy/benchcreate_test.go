@@ -80,7 +80,10 @@ func startRelay(t testing.TB, network, addr, target string) *byteRelay {
 			}()
 			go func() {
 				defer r.wg.Done()
-				_, _ = io.Copy(countingWriter{c, &r.read}, up)
+				// Counted as read from target, before the client can
+				// see them: a client that has read them finds them
+				// counted.
+				_, _ = io.Copy(c, countingReader{up, &r.read})
 				closeWrite(c)
 			}()
 		}
@@ -120,13 +123,13 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-type countingWriter struct {
-	w io.Writer
+type countingReader struct {
+	r io.Reader
 	n *atomic.Int64
 }
 
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
 }
@@ -149,6 +152,7 @@ type creationEnv struct {
 
 func newCreationEnv(t testing.TB, n int, withPodsAPI bool) *creationEnv {
 	e := &creationEnv{seen: make(chan string, 64), synced: make(chan struct{})}
+	pods := benchPods(n)
 	var syncOnce sync.Once
 	wire := func(h *harness) {
 		h.providers = append(h.providers, func(p *proxy.Providers) {
@@ -168,6 +172,9 @@ func newCreationEnv(t testing.TB, n int, withPodsAPI bool) *creationEnv {
 				return
 			}
 			e.api = podsapitest.New(filepath.Join(h.dir, "pods-api.sock"))
+			for i := range pods {
+				e.api.Add(&pods[i].Pod) // the watch's first sync brings them
+			}
 			if err := e.api.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -215,12 +222,8 @@ func newCreationEnv(t testing.TB, n int, withPodsAPI bool) *creationEnv {
 	}
 	e.h = newHarness(t, wire)
 	e.client = e.h.v1()
-	pods := benchPods(n)
 	e.h.k.SetPods(pods...)
 	if e.api != nil {
-		for i := range pods {
-			e.api.Add(&pods[i].Pod)
-		}
 		select {
 		case <-e.synced:
 		case <-time.After(time.Minute):
