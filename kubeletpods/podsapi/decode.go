@@ -80,9 +80,10 @@ func (d *decoder) decodeUnsafe(data []byte) (decoded, error) {
 // is kept as model.OversizedAnnotation, and the pod is answered without
 // that allocation, as from /pods), nil when the pod has none, as a JSON
 // pod without "annotations" decodes; and each container's kind and
-// extended resources, and the scheduler's name. A finished (Succeeded or Failed) pod keeps no annotations and no
-// spec, as /pods' decoder (podsjson) keeps none: the kubelet lists finished pods until
-// they are deleted, and PodResources never reports them.
+// extended resources, and the scheduler's name. A finished (Succeeded or
+// Failed) pod keeps no annotations and no spec, as /pods' decoder
+// (podsjson) keeps none: the kubelet lists finished pods until they are
+// deleted, and PodResources never reports them.
 func (d *decoder) convert(p *v1.Pod) (decoded, error) {
 	pod := model.KubeletPod{
 		UID:       string(p.UID),
