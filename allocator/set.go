@@ -121,10 +121,12 @@ func (s *Set) Relevant(key string) bool {
 }
 
 // MaxAnnotationBytes returns how large the annotation key's value may be for
-// a pod source to keep it (kubeletpods.Config.MaxAnnotationBytes): 0 when
-// no decoder reads the key, else its decoder's bound (Bounded), by default
-// DefaultMaxAnnotationBytes. A value over its bound reaches Decode as
-// model.OversizedAnnotation and is refused as malformed.
+// a pod source to keep it (kubeletpods.Config.MaxAnnotationBytes for /pods,
+// podsapi.Options.MaxAnnotationBytes for the Pods API, and the store for the
+// runtime's copy, as decode.Decoder): 0 when no decoder reads the key, else
+// its decoder's bound (Bounded), by default DefaultMaxAnnotationBytes. A
+// value over its bound reaches Decode as model.OversizedAnnotation and is
+// refused as malformed.
 func (s *Set) MaxAnnotationBytes(key string) int {
 	for _, d := range s.decoders {
 		if !d.Relevant(key) {

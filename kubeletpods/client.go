@@ -17,6 +17,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/internal/bearer"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -35,20 +36,6 @@ const (
 	// GOMEMLIMIT is not set: their allocator annotations and container
 	// resources.
 	defaultMaxKeptBytes = 32 << 20
-	// MaxPodAnnotationBytes bounds what one pod's allocator annotations
-	// keep of a read, together. The API lets a tenant write 256 KiB of
-	// annotations on every pod, and some allocator keys are the pod's own
-	// to write (Koordinator's device-allocate-hint) or come in any number
-	// (HAMi's, one per vendor word): kept whole, 105 pods with a 255 KiB
-	// hint took 26 MiB of every read, more than a read may keep, and
-	// every read failed. 64 KiB is more than any scheduler writes for one
-	// pod: 256 device ids, the most a pod's annotations may name, are
-	// about 52 KiB in the wordiest format (Koordinator's GPU entries), a
-	// hint 4 KiB at most. At this bound 250 pods keep at most 16 MiB,
-	// within the quarter of the DaemonSet's GOMEMLIMIT a read may keep
-	// (defaultMaxKept), so no tenant's annotations fail a read. A key
-	// past it is refused on its pod only (see podsjson.Bounds).
-	MaxPodAnnotationBytes = 64 << 10
 )
 
 // memoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT, which the
@@ -106,7 +93,7 @@ type Config struct {
 	// MaxAnnotationBytes says which pod annotations a read keeps (the
 	// allocators' own) and how large each may be: it returns the bound
 	// of the key's value, 0 for a key not kept; a value over its bound,
-	// or over what is left of the pod's MaxPodAnnotationBytes, is kept
+	// or over what is left of the pod's annotationbound.MaxPodBytes, is kept
 	// as model.OversizedAnnotation, which its allocator refuses as
 	// malformed. Other annotations, such as kubectl's
 	// last-applied-configuration, are skipped unread. nil keeps every
@@ -159,12 +146,9 @@ func NewClient(cfg Config) (*Client, error) {
 		timeout:  cmp.Or(cfg.Timeout, DefaultTimeout),
 		maxBody:  cmp.Or(cfg.MaxBodyBytes, defaultMaxBody(memoryLimit())),
 		bounds: podsjson.Bounds{
-			Annotation: cfg.MaxAnnotationBytes,
-			Kept:       defaultMaxKept(memoryLimit()),
+			Bounds: annotationbound.Allocators(cfg.MaxAnnotationBytes),
+			Kept:   defaultMaxKept(memoryLimit()),
 		},
-	}
-	if cfg.MaxAnnotationBytes != nil {
-		c.bounds.Pod = MaxPodAnnotationBytes
 	}
 
 	tokenFile := cfg.TokenFile

@@ -692,6 +692,8 @@ func TestBenchmarkReport(t *testing.T) {
 		fmt.Fprintln(&out, l)
 	}
 	fmt.Fprintf(&out, "\n%s\n", proxyProcessMemory(t, memPods))
+	creationSizes, creationRounds := podCreationSizes()
+	out.WriteString(podCreationReport(t, creationSizes, creationRounds))
 
 	// Freshness costs: a new pod's Get, and 64 concurrent Gets of new pods.
 	e := newBenchEnv(t, 250)

@@ -68,6 +68,18 @@ type fakeDecoder struct {
 
 func (d *fakeDecoder) Relevant(key string) bool { return strings.HasPrefix(key, "alloc/") }
 
+// MaxAnnotationBytes bounds alloc/hint as Koordinator's hint is bounded,
+// the other keys as allocations are.
+func (d *fakeDecoder) MaxAnnotationBytes(key string) int {
+	switch {
+	case key == "alloc/hint":
+		return 4 << 10
+	case d.Relevant(key):
+		return 64 << 10
+	}
+	return 0
+}
+
 func (d *fakeDecoder) Decode(_ model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	d.mu.Lock()
 	d.calls++

@@ -14,7 +14,10 @@ import (
 
 // ObserveSandbox records a sandbox the runtime reported (NRI RunPodSandbox,
 // Synchronize, CRI ListPodSandbox). It creates the record if the UID is new.
+// Of the sandbox's annotations it keeps the allocators', bounded
+// (decode.Bounded).
 func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
+	sb.Annotations = decode.Bounded(s.opts.Decoder, sb.Annotations)
 	pre := decode.Batch{}
 	s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	s.lock(pre)
@@ -169,10 +172,14 @@ func (s *Store) ContainerRemoved(src record.Origin, sandboxID, containerID strin
 // sandboxes that are not listed are marked stopped when exitedListed is false
 // (NRI leaves exited containers out) and removed when it is true (CRI lists
 // exited ones). A record whose sandbox or containers changed after asOf is
-// newer than the snapshot and keeps what it knows.
+// newer than the snapshot and keeps what it knows. Sandbox annotations are
+// kept as ObserveSandbox keeps them.
 func (s *Store) Reconcile(src record.Origin, asOf time.Time, sandboxes []model.Sandbox, containers []model.RuntimeContainer, exitedListed bool) {
+	sandboxes = slices.Clone(sandboxes) // the caller's stay as they were
 	pre := decode.Batch{}
-	for _, sb := range sandboxes {
+	for i := range sandboxes {
+		sb := &sandboxes[i]
+		sb.Annotations = decode.Bounded(s.opts.Decoder, sb.Annotations)
 		s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	}
 	s.lock(pre)

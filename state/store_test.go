@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
@@ -525,5 +526,47 @@ func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.
 	apiSays(s, "u2", "plain-0", map[string]string{"alloc/gpu": "GPU-3"})
 	if r := mustGet(t, s, "u2"); len(r.Devices) != 0 || !slices.Equal(r.Edited, []string{"alloc/gpu"}) {
 		t.Errorf("an allocation added after the start: devices %v edited %v, want none and [alloc/gpu]", ids(r), r.Edited)
+	}
+}
+
+// The runtime carries a pod's annotations whole (NRI's RunPodSandbox, CRI's
+// ListPodSandbox): a tenant's 255 KiB hint must cost its record no more
+// than /pods lets it cost, and a pod the runtime reports with what /pods
+// reported must be the same pod to the store, its allocation held since
+// /pods first showed it (the exclusive-device contest goes by that time).
+func TestTheRuntimesAnnotationsAreBoundedAsThePodSourcesBoundThem(t *testing.T) {
+	hint := strings.Repeat("h", 255<<10)
+	huge := strings.Repeat("g", 100<<10)
+	runtime := map[string]string{"alloc/gpu": "GPU-1", "alloc/hint": hint, "other": hint}
+	clock := newFakeClock()
+	dec := &fakeDecoder{}
+	s := New(Options{Decoder: dec, Clock: clock})
+
+	// What a pod source (/pods, the Pods API) keeps of the same pod.
+	kept := annotationbound.Allocators(dec.MaxAnnotationBytes).Apply(runtime)
+	s.ObserveKubeletPods(clock.Now(), []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending", Annotations: kept}})
+	firstSeen := mustGet(t, s, "u1").Provenance.Annotations.At
+	clock.Advance(time.Second)
+	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", runtime))
+	r := mustGet(t, s, "u1")
+	if _, ok := model.Oversized(r.Annotations["alloc/hint"]); !ok || len(r.Annotations) != 2 || r.Annotations["alloc/gpu"] != "GPU-1" {
+		t.Errorf("NRI's copy kept as %.100v; want alloc/gpu and alloc/hint refused for its size", r.Annotations)
+	}
+	if seen := r.Provenance.Annotations; seen.Origin != record.OriginNRI || !seen.At.Equal(firstSeen) {
+		t.Errorf("annotations %+v, want nri since /pods showed them at %v", seen, firstSeen)
+	}
+	if len(r.Edited) != 0 {
+		t.Errorf("edited %v: the runtime's copy differs from what /pods kept of the same annotations", r.Edited)
+	}
+
+	// A snapshot (CRI) of a pod no source showed before, with an
+	// allocation too large to be one.
+	sandboxes := []model.Sandbox{readySandbox("u2", "ns", "big-0", "sb2", map[string]string{"alloc/gpu": huge})}
+	s.Reconcile(record.OriginCRI, clock.Now(), sandboxes, nil, true)
+	if got := mustGet(t, s, "u2").Annotations["alloc/gpu"]; !strings.HasPrefix(got, model.OversizedAnnotation("")) {
+		t.Errorf("CRI's copy of a 100 KiB allocation kept as %.60q..., want it refused for its size", got)
+	}
+	if sandboxes[0].Annotations["alloc/gpu"] != huge {
+		t.Error("Reconcile changed the caller's sandboxes")
 	}
 }

@@ -19,11 +19,11 @@ import (
 // newPodsAPI returns the Pods API source of socket, feeding store.
 func newPodsAPI(socket string, store *state.Store, allocators *allocator.Set, m *metrics.Metrics, log logrus.FieldLogger) (*podsapi.Source, error) {
 	return podsapi.New(podsapi.Options{
-		Socket:         socket,
-		KeepAnnotation: allocators.Relevant,
-		Handler:        func(ev podsapi.Event) { watchedPod(store, ev) },
-		Metrics:        m,
-		Log:            log,
+		Socket:             socket,
+		MaxAnnotationBytes: allocators.MaxAnnotationBytes,
+		Handler:            func(ev podsapi.Event) { watchedPod(store, ev) },
+		Metrics:            m,
+		Log:                log,
 	})
 }
 

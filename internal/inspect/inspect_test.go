@@ -27,6 +27,13 @@ type gpuDecoder struct{}
 
 func (gpuDecoder) Relevant(key string) bool { return key == "example.com/gpu" }
 
+func (d gpuDecoder) MaxAnnotationBytes(key string) int {
+	if d.Relevant(key) {
+		return 64 << 10
+	}
+	return 0
+}
+
 func (gpuDecoder) Decode(_ model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	v := ann["example.com/gpu"]
 	if v == "bad" {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -20,23 +21,20 @@ const (
 	// spare, while keeping what one decode allocates (v1.Pod with all its
 	// strings, a few times the encoding) to a bounded, transient amount.
 	DefaultMaxPodBytes = 4 << 20
-	// DefaultMaxAnnotationBytes bounds each kept annotation's value: the
-	// API server's limit for all of a pod's annotations together
-	// (256 KiB), so no pod it accepted is refused for it; only a static
-	// pod (which the API server never validated) can go past it.
-	DefaultMaxAnnotationBytes = 256 << 10
 )
 
 // ErrPodTooLarge is the error of a pod refused for its size: its encoding
-// is larger than Options.MaxPodBytes, or one of the annotations it would
-// keep is larger than Options.MaxAnnotationBytes.
+// is larger than Options.MaxPodBytes. An annotation over its bound does not
+// refuse the pod: it is kept as model.OversizedAnnotation, as /pods keeps
+// it.
 var ErrPodTooLarge = errors.New("pod is larger than the limit")
 
 // decoder turns the kubelet's pod bytes into model.KubeletPods.
 type decoder struct {
-	maxPod        int
-	maxAnnotation int
-	keep          func(string) bool // nil keeps every annotation
+	maxPod int
+	// annotations says which annotations to keep, each within its bound
+	// (the zero value keeps every one whole).
+	annotations annotationbound.Bounds
 }
 
 // decoded is one pod as Source keeps it: the model value, and when the pod
@@ -77,12 +75,15 @@ func (d *decoder) decodeUnsafe(data []byte) (decoded, error) {
 
 // convert keeps what allocators and trust need of p, exactly as package
 // podsjson does from /pods, so that both sources give equal values for the
-// same pod: identity and phase; of a live pod, the annotations keep accepts
-// (nil when the pod has none, as a JSON pod without "annotations" decodes)
-// and each container's kind and extended resources, and the scheduler's
-// name. A finished (Succeeded or Failed) pod keeps no annotations and no
-// spec, as /pods' decoder (podsjson) keeps none: the kubelet lists finished pods until
-// they are deleted, and PodResources never reports them.
+// same pod: identity and phase; of a live pod, the annotations d keeps,
+// each within its bound and the pod's (annotationbound: a value over them
+// is kept as model.OversizedAnnotation, and the pod is answered without
+// that allocation, as from /pods), nil when the pod has none, as a JSON
+// pod without "annotations" decodes; and each container's kind and
+// extended resources, and the scheduler's name. A finished (Succeeded or
+// Failed) pod keeps no annotations and no spec, as /pods' decoder
+// (podsjson) keeps none: the kubelet lists finished pods until they are
+// deleted, and PodResources never reports them.
 func (d *decoder) convert(p *v1.Pod) (decoded, error) {
 	pod := model.KubeletPod{
 		UID:       string(p.UID),
@@ -97,19 +98,7 @@ func (d *decoder) convert(p *v1.Pod) (decoded, error) {
 	if pod.Terminal() {
 		return out, nil
 	}
-	if p.Annotations != nil {
-		kept := make(map[string]string)
-		for k, v := range p.Annotations {
-			if d.keep != nil && !d.keep(k) {
-				continue
-			}
-			if len(v) > d.maxAnnotation {
-				return out, fmt.Errorf("%w: annotation %q is %d bytes, more than %d", ErrPodTooLarge, k, len(v), d.maxAnnotation)
-			}
-			kept[k] = v
-		}
-		out.pod.Annotations = kept
-	}
+	out.pod.Annotations = d.annotations.Apply(p.Annotations)
 	specs := make([]model.ContainerSpec, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
 	for i := range p.Spec.InitContainers {
 		c := &p.Spec.InitContainers[i]

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -21,8 +22,21 @@ import (
 
 func keepExample(k string) bool { return strings.HasPrefix(k, "example.com/") }
 
+// keepWhole turns keep into bounds that keep its keys whole.
+func keepWhole(keep func(string) bool) annotationbound.Bounds {
+	if keep == nil {
+		return annotationbound.Bounds{}
+	}
+	return annotationbound.Bounds{Annotation: func(k string) int {
+		if keep(k) {
+			return 1 << 20
+		}
+		return 0
+	}}
+}
+
 func testDecoder(keep func(string) bool) *decoder {
-	return &decoder{maxPod: DefaultMaxPodBytes, maxAnnotation: DefaultMaxAnnotationBytes, keep: keep}
+	return &decoder{maxPod: DefaultMaxPodBytes, annotations: keepWhole(keep)}
 }
 
 func marshal(t testing.TB, p *corev1.Pod) []byte {
@@ -101,15 +115,7 @@ func TestDecodeGivesWhatPodsjsonGivesFromSlashPods(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var bounds podsjson.Bounds
-			if tc.keep != nil {
-				bounds.Annotation = func(key string) int {
-					if tc.keep(key) {
-						return 1 << 20
-					}
-					return 0
-				}
-			}
+			bounds := podsjson.Bounds{Bounds: keepWhole(tc.keep)}
 			want, err := podsjson.DecodeFrom(bytes.NewReader(body), bounds)
 			if err != nil {
 				t.Fatalf("podsjson: %v", err)
@@ -139,7 +145,7 @@ func TestDecodeGivesWhatPodsjsonGivesFromSlashPods(t *testing.T) {
 func TestOversizePodIsRefusedUndecodedButNamed(t *testing.T) {
 	p := podstest.Pod(1, map[string]string{"example.com/gpu": "x"})
 	p.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = strings.Repeat("a", 64<<10)
-	dec := &decoder{maxPod: 32 << 10, maxAnnotation: DefaultMaxAnnotationBytes, keep: keepExample}
+	dec := &decoder{maxPod: 32 << 10, annotations: keepWhole(keepExample)}
 
 	got, err := dec.decode(marshal(t, &p))
 	if !errors.Is(err, ErrPodTooLarge) {
@@ -154,19 +160,76 @@ func TestOversizePodIsRefusedUndecodedButNamed(t *testing.T) {
 	}
 }
 
-func TestKeptAnnotationOverItsLimitRefusesThePod(t *testing.T) {
-	p := podstest.Pod(2, map[string]string{"example.com/gpu": strings.Repeat("g", 2048)})
-	p.Annotations["other.io/big"] = strings.Repeat("o", 4096) // not kept: not bounded by it
-	dec := &decoder{maxPod: DefaultMaxPodBytes, maxAnnotation: 1024, keep: keepExample}
+// hintKey and allocatedKey are Koordinator's, bounded as allocator.Set
+// bounds them (allocatorBounds).
+const (
+	hintKey      = "scheduling.koordinator.sh/device-allocate-hint"
+	allocatedKey = "scheduling.koordinator.sh/device-allocated"
+	gpuAlloc     = `{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"GPU-new"}]}`
+)
 
-	_, err := dec.decode(marshal(t, &p))
-	if !errors.Is(err, ErrPodTooLarge) || !strings.Contains(err.Error(), `annotation "example.com/gpu" is 2048 bytes`) {
-		t.Fatalf("err %v, want ErrPodTooLarge naming the annotation", err)
+// allocatorBounds bounds the keys as allocator.Set does with Koordinator
+// and HAMi: the hint to 4 KiB, allocations to 64 KiB.
+func allocatorBounds(key string) int {
+	switch {
+	case key == hintKey:
+		return 4 << 10
+	case key == allocatedKey, strings.HasPrefix(key, "hami.io/"):
+		return 64 << 10
 	}
+	return 0
+}
 
-	p.Annotations["example.com/gpu"] = "small"
-	if _, err := dec.decode(marshal(t, &p)); err != nil {
-		t.Fatalf("an unkept annotation over the limit refused the pod: %v", err)
+// oversizedPods are pods whose allocator annotations cross the bounds: a
+// tenant's 255 KiB hint next to a real allocation, an allocation too large
+// to be one (with quotes, which /pods escapes), HAMi keys that together
+// cross the pod's bound, and a value a tenant dressed as a refusal.
+func oversizedPods() []corev1.Pod {
+	hint := `{"rdma":{"vfSelector":{"matchLabels":{"pad":"` + strings.Repeat("x", 255<<10) + `"}}}}`
+	huge := `{"gpu":[` + strings.Repeat(`{"minor":0,"id":"GPU-x"},`, 2600) + `{"minor":0,"id":"GPU-x"}]}` // 60 KiB raw, 70 KiB escaped
+	return []corev1.Pod{
+		podstest.Pod(0, map[string]string{hintKey: hint, allocatedKey: gpuAlloc}),
+		podstest.Pod(1, map[string]string{allocatedKey: huge}),
+		podstest.Pod(2, map[string]string{"hami.io/a": strings.Repeat("a", 40<<10), "hami.io/b": strings.Repeat("b", 30<<10), "hami.io/c": "c"}),
+		podstest.Pod(3, map[string]string{allocatedKey: model.OversizedAnnotation(strings.Repeat("z", 60<<10)), "hami.io/z": strings.Repeat("z", 8<<10)}),
+		podstest.Pod(4, map[string]string{allocatedKey: gpuAlloc}),
+	}
+}
+
+// An allocator annotation over its bound is kept as a refusal on its pod,
+// with the marker /pods gives the same pod, and the pod is kept: it costs
+// its own allocation, not its identity, and not other pods' reads.
+func TestAnAnnotationOverItsBoundIsMarkedAsSlashPodsMarksIt(t *testing.T) {
+	pods := oversizedPods()
+	body, err := json.Marshal(corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounds := annotationbound.Allocators(allocatorBounds)
+	want, err := podsjson.DecodeFrom(bytes.NewReader(body), podsjson.Bounds{Bounds: bounds})
+	if err != nil {
+		t.Fatalf("podsjson: %v", err)
+	}
+	dec := &decoder{maxPod: DefaultMaxPodBytes, annotations: bounds}
+	marked := 0
+	for i := range pods {
+		got, err := dec.decode(marshal(t, &pods[i]))
+		if err != nil {
+			t.Fatalf("pod %d refused: %v", i, err)
+		}
+		if !reflect.DeepEqual(got.pod.Annotations, want[i].Annotations) {
+			t.Errorf("pod %d annotations:\n from the Pods API %.300v\n from /pods         %.300v", i, got.pod.Annotations, want[i].Annotations)
+		}
+		for _, v := range got.pod.Annotations {
+			if _, ok := model.Oversized(v); ok {
+				marked++
+			}
+		}
+	}
+	// The hint, the huge allocation, hami.io/b, and the tenant's lookalike
+	// (which is kept, as its own value, and counts against its pod).
+	if marked != 4 {
+		t.Errorf("%d annotations read as refused, want 4", marked)
 	}
 }
 
@@ -202,7 +265,15 @@ func FuzzDecode(f *testing.F) {
 
 // fuzzDecoder is the decoder FuzzDecode and TestDecodeSurvivesMutatedPods
 // check, with bounds small enough for mutated pods to cross them.
-var fuzzDecoder = &decoder{maxPod: 64 << 10, maxAnnotation: 512, keep: keepExample}
+var fuzzDecoder = &decoder{maxPod: 64 << 10, annotations: annotationbound.Bounds{
+	Annotation: func(k string) int {
+		if keepExample(k) {
+			return 512
+		}
+		return 0
+	},
+	Pod: 1024,
+}}
 
 // checkDecode decodes data, checks what an accepted pod holds, and
 // reports whether it was accepted.
@@ -224,10 +295,18 @@ func checkDecode(t *testing.T, data []byte) bool {
 	if p.Terminal() && (p.Annotations != nil || len(p.Spec.Containers) != 0) {
 		t.Fatalf("a finished pod kept annotations or containers: %+v", p)
 	}
+	size := 0
 	for k, v := range p.Annotations {
-		if !keepExample(k) || len(v) > dec.maxAnnotation {
+		if _, oversized := model.Oversized(v); oversized && len(v) < 256 {
+			continue
+		}
+		if !keepExample(k) || annotationbound.EncodedSize(v) > 512 {
 			t.Fatalf("kept annotation %q (%d bytes)", k, len(v))
 		}
+		size += len(k) + annotationbound.EncodedSize(v)
+	}
+	if size > 1024 {
+		t.Fatalf("kept %d bytes of annotations, more than the pod's bound", size)
 	}
 	for _, c := range p.Spec.Containers {
 		if c.Kind != model.KindInit && c.Kind != model.KindSidecar && c.Kind != model.KindApp {

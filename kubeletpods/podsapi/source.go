@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -112,17 +113,19 @@ type Options struct {
 	// Socket is the kubelet's Pods API socket, as a path or a unix:// URL;
 	// empty means DefaultSocket. It need not exist yet.
 	Socket string
-	// KeepAnnotation says which annotations to keep (the allocators');
-	// nil keeps them all.
-	KeepAnnotation func(key string) bool
+	// MaxAnnotationBytes says which pod annotations to keep (the
+	// allocators' own) and how large each may be, exactly as
+	// kubeletpods.Config.MaxAnnotationBytes does for /pods
+	// (allocator.Set.MaxAnnotationBytes): the bound of the key's value,
+	// 0 for a key not kept; a value over its bound, or over what is left
+	// of the pod's annotationbound.MaxPodBytes, is kept as
+	// model.OversizedAnnotation, which its allocator refuses as
+	// malformed, and the pod is otherwise kept. nil keeps every
+	// annotation whole.
+	MaxAnnotationBytes func(key string) int
 	// MaxPodBytes bounds the protobuf encoding of one pod; 0 means
 	// DefaultMaxPodBytes. A larger pod is refused without being decoded.
 	MaxPodBytes int
-	// MaxAnnotationBytes bounds each kept annotation's value; 0 means
-	// DefaultMaxAnnotationBytes. A pod with a larger one is refused: its
-	// devices cannot be read, and answering it without them would be
-	// wrong.
-	MaxAnnotationBytes int
 	// MaxMessageBytes bounds one gRPC message (a ListPods answer, a watch
 	// event); 0 means DefaultMaxMessageBytes.
 	MaxMessageBytes int
@@ -176,9 +179,9 @@ func New(opts Options) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.MaxPodBytes < 0 || opts.MaxAnnotationBytes < 0 || opts.MaxMessageBytes < 0 || opts.Timeout < 0 {
-		return nil, fmt.Errorf("kubelet Pods API source: negative limit or timeout (pod %d, annotation %d, message %d bytes; timeout %v)",
-			opts.MaxPodBytes, opts.MaxAnnotationBytes, opts.MaxMessageBytes, opts.Timeout)
+	if opts.MaxPodBytes < 0 || opts.MaxMessageBytes < 0 || opts.Timeout < 0 {
+		return nil, fmt.Errorf("kubelet Pods API source: negative limit or timeout (pod %d, message %d bytes; timeout %v)",
+			opts.MaxPodBytes, opts.MaxMessageBytes, opts.Timeout)
 	}
 	bo := opts.Backoff
 	if bo.Duration <= 0 {
@@ -191,9 +194,8 @@ func New(opts Options) (*Source, error) {
 	s := &Source{
 		socket: socket,
 		dec: decoder{
-			maxPod:        cmp.Or(opts.MaxPodBytes, DefaultMaxPodBytes),
-			maxAnnotation: cmp.Or(opts.MaxAnnotationBytes, DefaultMaxAnnotationBytes),
-			keep:          opts.KeepAnnotation,
+			maxPod:      cmp.Or(opts.MaxPodBytes, DefaultMaxPodBytes),
+			annotations: annotationbound.Allocators(opts.MaxAnnotationBytes),
 		},
 		maxMsg:  cmp.Or(opts.MaxMessageBytes, DefaultMaxMessageBytes),
 		timeout: cmp.Or(opts.Timeout, DefaultTimeout),

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +55,19 @@ func pod(ns, name, uid string, minute int) *corev1.Pod {
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
+}
+
+// exampleBounds keeps the example allocator's keys as allocator.Set keeps
+// an allocator's: its hint (which the pod's owner writes) within 4 KiB,
+// the others within 64 KiB.
+func exampleBounds(key string) int {
+	switch {
+	case key == "example.com/hint":
+		return 4 << 10
+	case strings.HasPrefix(key, "example.com/"):
+		return 64 << 10
+	}
+	return 0
 }
 
 // socketPath returns a short socket path (a unix socket's path is limited
@@ -117,7 +131,9 @@ func start(t *testing.T, kubelet *podsapitest.Server, opts podsapi.Options) *har
 	t.Helper()
 	h := &harness{t: t, kubelet: kubelet, events: make(chan podsapi.Event, 10000), done: make(chan struct{})}
 	opts.Socket = "unix://" + kubelet.Socket()
-	opts.KeepAnnotation = func(k string) bool { return strings.HasPrefix(k, "example.com/") }
+	if opts.MaxAnnotationBytes == nil {
+		opts.MaxAnnotationBytes = exampleBounds
+	}
 	opts.Backoff = wait.Backoff{Duration: 5 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond}
 	opts.Handler = func(ev podsapi.Event) { h.events <- ev }
 	opts.Metrics = h
@@ -438,12 +454,78 @@ func TestOversizePodIsRefusedAloneAndItsNameIsUnknown(t *testing.T) {
 	}
 }
 
+// A tenant's 255 KiB hint, and an allocation too large to be one, cost
+// their own pod's allocation only: both pods are known by name and UID
+// with the annotation marked as refused (model.OversizedAnnotation, which
+// the allocator refuses as malformed), in the watch and in ListPods, and
+// every other pod is answered whole.
+func TestAnOversizedAllocatorAnnotationIsMarkedAndEveryPodAnswered(t *testing.T) {
+	hinted := pod("ns", "hinted", "uid-hinted", 1)
+	hinted.Annotations["example.com/hint"] = `{"pad":"` + strings.Repeat("x", 255<<10) + `"}`
+	huge := pod("ns", "huge", "uid-huge", 2)
+	huge.Annotations["example.com/gpu"] = strings.Repeat("G", 100<<10)
+	k := newKubelet(t, pod("ns", "a", "uid-a", 0), hinted, huge)
+	h := start(t, k, podsapi.Options{})
+	h.expect("added uid-a", "added uid-hinted", "added uid-huge", "synced")
+	late := pod("ns", "late", "uid-late", 3)
+	late.Annotations["example.com/hint"] = hinted.Annotations["example.com/hint"]
+	k.Add(late)
+	h.expect("added uid-late")
+	k.Add(pod("ns", "b", "uid-b", 4))
+	h.expect("added uid-b")
+
+	// marked says which of p's annotations read as refused for their size.
+	marked := func(p model.KubeletPod) []string {
+		var keys []string
+		for k, v := range p.Annotations {
+			if _, ok := model.Oversized(v); ok {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	want := map[string]string{ // uid: the keys marked
+		"uid-a": "", "uid-b": "",
+		"uid-hinted": "example.com/hint", "uid-late": "example.com/hint",
+		"uid-huge": "example.com/gpu",
+	}
+	check := func(from string, p model.KubeletPod) {
+		t.Helper()
+		if got := strings.Join(marked(p), " "); got != want[p.UID] {
+			t.Errorf("%s: %s has %q marked as oversized, want %q", from, p.UID, got, want[p.UID])
+		}
+		if p.UID != "uid-huge" && p.Annotations["example.com/gpu"] != "GPU-"+p.UID {
+			t.Errorf("%s: %s lost its allocation: %.80v", from, p.UID, p.Annotations)
+		}
+	}
+	for _, name := range []string{"a", "b", "hinted", "huge", "late"} {
+		p, ok := h.src.Lookup("ns", name)
+		if !ok {
+			t.Errorf("watch: ns/%s not answered", name)
+			continue
+		}
+		check("watch", p)
+	}
+
+	res, err := h.src.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Refused) != 0 || len(res.Pods) != len(want) {
+		t.Fatalf("ListPods: %d pods, refused %v; want %d and none", len(res.Pods), res.Refused, len(want))
+	}
+	for _, p := range res.Pods {
+		check("ListPods", p)
+	}
+}
+
 func TestListReadsPodsOldestFirstAndLeavesOutARefusedPodsName(t *testing.T) {
 	newer, older := pod("ns", "a", "uid-1", 5), pod("ns", "b", "uid-2", 1)
 	big, predecessor := pod("ns", "c", "uid-3", 9), pod("ns", "c", "uid-0", 0)
-	big.Annotations["example.com/gpu"] = strings.Repeat("x", 2048)
+	big.Annotations["example.com/gpu"] = strings.Repeat("x", 32<<10)
 	k := newKubelet(t, newer, older, big, predecessor)
-	src, err := podsapi.New(podsapi.Options{Socket: k.Socket(), MaxAnnotationBytes: 1024})
+	src, err := podsapi.New(podsapi.Options{Socket: k.Socket(), MaxPodBytes: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,11 +632,11 @@ func TestNewRejectsWhatIsNotAUnixSocket(t *testing.T) {
 func TestKnownPodThatBecomesUnreadableIsRefusedUntilDeleted(t *testing.T) {
 	p := pod("ns", "a", "uid-a", 0)
 	k := newKubelet(t, p)
-	h := start(t, k, podsapi.Options{MaxAnnotationBytes: 1024})
+	h := start(t, k, podsapi.Options{MaxPodBytes: 16 << 10})
 	h.expect("added uid-a", "synced")
 
 	big := p.DeepCopy()
-	big.Annotations["example.com/gpu"] = strings.Repeat("g", 2048)
+	big.Annotations["example.com/gpu"] = strings.Repeat("g", 32<<10)
 	k.Update(big)
 	ev := h.next()
 	if ev.Type != podsapi.PodRefused || ev.Pod.UID != "uid-a" || !errors.Is(ev.Err, podsapi.ErrPodTooLarge) {
@@ -591,7 +673,7 @@ func TestKnownPodThatBecomesUnreadableIsRefusedUntilDeleted(t *testing.T) {
 func TestAwaitWaitsForTheWatchToShowThePod(t *testing.T) {
 	old := pod("ns", "db-0", "uid-old", 0)
 	k := newKubelet(t, old)
-	h := start(t, k, podsapi.Options{MaxAnnotationBytes: 1024})
+	h := start(t, k, podsapi.Options{MaxPodBytes: 16 << 10})
 	h.expect("added uid-old", "synced")
 
 	type result struct {
@@ -614,7 +696,7 @@ func TestAwaitWaitsForTheWatchToShowThePod(t *testing.T) {
 	}
 
 	big := pod("ns", "big", "uid-big", 1)
-	big.Annotations["example.com/gpu"] = strings.Repeat("g", 2048)
+	big.Annotations["example.com/gpu"] = strings.Repeat("g", 32<<10)
 	k.Add(big)
 	h.until(is(podsapi.PodRefused))
 	if _, err := h.src.Await(context.Background(), model.PodRef{UID: "uid-big", Namespace: "ns", Name: "big"}); !errors.Is(err, podsapi.ErrPodTooLarge) {

@@ -7,29 +7,19 @@ import (
 
 	json "github.com/goccy/go-json"
 
-	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 )
 
 // Bounds say which annotations a decode keeps of each live pod and how
-// large they may be. A pod's annotations are the one part of /pods a
-// tenant writes freely (256 KiB a pod, the API server's limit), and every
-// other tenant's new pod waits on the same read, so what one pod's
-// annotations may cost is bounded here rather than by the answer: an
-// annotation over its bound is replaced by model.OversizedAnnotation (its
-// allocator then refuses it as malformed, on that pod only) and the read
-// goes on.
+// large they may be (annotationbound.Bounds: the rule every pod source
+// applies), and how much a whole answer may keep. A pod's annotations are
+// the one part of /pods a tenant writes freely, and every other tenant's
+// new pod waits on the same read, so what one pod's annotations may cost
+// is bounded here rather than by the answer: an annotation over its bound
+// is replaced by model.OversizedAnnotation (its allocator then refuses it
+// as malformed, on that pod only) and the read goes on.
 type Bounds struct {
-	// Annotation returns the most bytes the value of an annotation key
-	// may take, as the answer encodes it (JSON-escaped, so never less
-	// than the value itself), for the key to be kept; 0 skips the key
-	// unread. nil keeps every annotation, unbounded (tools, benchmarks).
-	Annotation func(key string) int
-	// Pod bounds the bytes of the annotations one pod keeps together,
-	// keys included; 0 means no bound. The key whose value would take a
-	// pod past it is replaced as if over its own bound, so that a pod
-	// with many allocator keys (HAMi's are one per vendor word) costs no
-	// more than a pod with one.
-	Pod int
+	annotationbound.Bounds
 	// Kept bounds the bytes of annotations and container resources the
 	// whole answer keeps of its live pods; an answer over it fails the
 	// read. 0 means no bound.
@@ -45,8 +35,8 @@ var errNotString = errors.New("annotation value is not a string")
 // last-applied-configuration or a tenant's padding costs the scan, not
 // memory. Nor are the values of kept keys over their bound. The only copy
 // of them is the one go-json makes of the pod's whole annotations object,
-// which lives while the pod is decoded. The keys kept and their values
-// count against b.Pod; those replaced do not.
+// which lives while the pod is decoded. Keys come in the order the kubelet
+// writes them (sorted), which is the order annotationbound counts them in.
 func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 	if len(raw) == 0 {
 		return nil, nil // no annotations field
@@ -64,7 +54,7 @@ func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 		return nil, s.errorf("want an object")
 	}
 	kept := map[string]string{}
-	podBytes := 0
+	pod := b.NewPod()
 	s.space()
 	if s.consume('}') {
 		return kept, s.end()
@@ -93,32 +83,13 @@ func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 				return nil, err
 			}
 		}
-		bound := -1 // keep, unbounded
-		if b.Annotation != nil {
-			bound = b.Annotation(key)
-		}
-		if bound != 0 {
-			var value string
-			size := max(0, len(rawValue)-2) // without the quotes
-			read := false
-			switch {
-			case bound > 0 && size > bound:
-				value = model.OversizedAnnotation(fmt.Sprintf("%d bytes in the kubelet's /pods, over the bound of %d for this annotation", size, bound))
-			case b.Pod > 0 && podBytes+len(key)+size > b.Pod:
-				value = model.OversizedAnnotation(fmt.Sprintf("%d bytes in the kubelet's /pods, which would take the pod's allocator annotations to %d bytes, over their bound of %d",
-					size, podBytes+len(key)+size, b.Pod))
-			default:
-				read = true
-				if rawValue != nil {
-					if value, err = unquote(rawValue); err != nil {
-						return nil, err
-					}
+		size := max(0, len(rawValue)-2) // as encoded, without the quotes
+		if keep, marker := pod.Keep(key, size); keep {
+			value := marker
+			if marker == "" && rawValue != nil {
+				if value, err = unquote(rawValue); err != nil {
+					return nil, err
 				}
-			}
-			if read {
-				// Counted whatever the value says: one that looks
-				// like a replacement is the tenant's, and costs the same.
-				podBytes += len(key) + size
 			}
 			kept[key] = value
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -21,7 +22,7 @@ const (
 
 // allocatorBounds bounds the keys as allocator.Set does with Koordinator
 // and HAMi: the hint to 4 KiB, allocations to 64 KiB, a pod to 64 KiB.
-var allocatorBounds = Bounds{
+var allocatorBounds = Bounds{Bounds: annotationbound.Bounds{
 	Annotation: func(key string) int {
 		switch {
 		case key == hintKey:
@@ -32,7 +33,7 @@ var allocatorBounds = Bounds{
 		return 0
 	},
 	Pod: 64 << 10,
-}
+}}
 
 // largeHint is a Koordinator hint of about n bytes: a real strategy and a
 // selector padded with what the pod's owner likes.
@@ -195,7 +196,7 @@ func FuzzAnnotations(f *testing.F) {
 		if err == nil && len(raw) > 0 && !maps.Equal(got, want) {
 			t.Fatalf("scanner kept %q, encoding/json %q", got, want)
 		}
-		bounded := Bounds{Annotation: func(k string) int { return len(k) % 3 * 16 }, Pod: 64}
+		bounded := Bounds{Bounds: annotationbound.Bounds{Annotation: func(k string) int { return len(k) % 3 * 16 }, Pod: 64}}
 		got, err = bounded.annotations(raw)
 		if err != nil {
 			return

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 )
 
@@ -45,7 +46,7 @@ func TestOnlyTheAnnotationsAskedForAreKept(t *testing.T) {
 		}
 		return 0
 	}
-	pods, err := decodePodsFrom(bytes.NewReader(body), Bounds{Annotation: keep, Kept: 1024})
+	pods, err := decodePodsFrom(bytes.NewReader(body), Bounds{Bounds: annotationbound.Bounds{Annotation: keep}, Kept: 1024})
 	if err != nil {
 		t.Fatalf("a 4 KiB annotation nobody needs counted against a limit of 1 KiB: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -27,6 +28,10 @@ type Decoder interface {
 	// Relevant reports whether some allocator decodes the annotation key.
 	// Only relevant annotations are kept in records.
 	Relevant(key string) bool
+	// MaxAnnotationBytes returns how large the value of the annotation key
+	// may be for a record to keep it (as every pod source keeps it: see
+	// package annotationbound), 0 when no allocator reads the key.
+	MaxAnnotationBytes(key string) int
 	// Decode returns the devices the annotations allocate. Errors describe
 	// annotations that could not be understood; the devices of the others
 	// are still returned.
@@ -73,6 +78,24 @@ func RelevantToContainer(d Decoder, all map[string]string) map[string]string {
 		}
 	}
 	return rel
+}
+
+// Bounded keeps the annotations d reads, each within its bound and the
+// pod's, as the kubelet's pod sources keep them (annotationbound): a value
+// over them is kept as model.OversizedAnnotation. It is for what the
+// runtime reports (NRI, CRI), which carries a pod's annotations whole: a
+// tenant's padded hint must not grow a record, its file and every copy of
+// it, and a pod the runtime reports with the annotations /pods reported
+// must read the same from both. nil when there are none.
+func Bounded(d Decoder, all map[string]string) map[string]string {
+	if d == nil {
+		return nil
+	}
+	b := annotationbound.Allocators(d.MaxAnnotationBytes)
+	if rel := b.Apply(all); len(rel) > 0 {
+		return rel
+	}
+	return nil
 }
 
 // Relevant keeps the annotations d reads; nil when there are none.

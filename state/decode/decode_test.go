@@ -15,6 +15,13 @@ type countingDecoder struct{ n int }
 
 func (d *countingDecoder) Relevant(key string) bool { return strings.HasPrefix(key, "alloc/") }
 
+func (d *countingDecoder) MaxAnnotationBytes(key string) int {
+	if d.Relevant(key) {
+		return 64 << 10
+	}
+	return 0
+}
+
 func (d *countingDecoder) Decode(_ model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	d.n++
 	var devs []model.Device

@@ -69,6 +69,15 @@ func NewDecoder() *Decoder {
 // Relevant implements the store's Decoder.
 func (d *Decoder) Relevant(key string) bool { return strings.HasPrefix(key, "example.com/") }
 
+// MaxAnnotationBytes implements the store's Decoder: 64 KiB for each key
+// it reads, as an allocation's.
+func (d *Decoder) MaxAnnotationBytes(key string) int {
+	if d.Relevant(key) {
+		return 64 << 10
+	}
+	return 0
+}
+
 // Decode implements the store's Decoder.
 func (d *Decoder) Decode(_ model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	if _, ok := ann["example.com/hold"]; ok {

@@ -77,6 +77,9 @@ type harness struct {
 	stateDir      string
 	metricsAddr   string
 	probeRecords  string
+	// readsBefore are the reads of every pod counted by the serve
+	// processes restartProxy stopped (readSummary adds the running one's).
+	readsBefore readCounts
 	// deviceInfoDir is where serve writes device-info files and the CNI
 	// probe, like Multus, reads them.
 	deviceInfoDir string
@@ -129,6 +132,9 @@ func runMain(m *testing.M) int {
 	code := m.Run()
 	if code != 0 {
 		h.failed.Store(true)
+	}
+	if h.serveMissing == "" {
+		fmt.Println(h.readSummary())
 	}
 	return code
 }
@@ -568,6 +574,9 @@ func (h *harness) restartProxy(kill bool) error {
 	h.proxy = nil
 	h.mu.Unlock()
 	if p != nil {
+		if c, err := h.readCounts(); err == nil {
+			h.readsBefore = h.readsBefore.plus(c)
+		}
 		if kill {
 			_ = p.cmd.Process.Kill()
 		}

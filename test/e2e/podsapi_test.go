@@ -153,6 +153,15 @@ type readCounts struct {
 
 func countReads(t *testing.T) readCounts {
 	t.Helper()
+	c, err := h.readCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// readCounts reads serve's counts from its metrics.
+func (h *harness) readCounts() (readCounts, error) {
 	var c readCounts
 	for _, m := range []struct {
 		prefix string
@@ -165,15 +174,38 @@ func countReads(t *testing.T) readCounts {
 	} {
 		v, err := h.metric(m.prefix)
 		if err != nil {
-			t.Fatal(err)
+			return c, err
 		}
 		*m.dst = v
 	}
-	return c
+	return c, nil
+}
+
+// readSummary is the run's last word on what serve read, one line that
+// hack/test.sh prints for the runs with the kubelet's PodsAPI gate on and
+// off, side by side.
+func (h *harness) readSummary() string {
+	gate := "off"
+	if h.env["KUBELET_PODS_API"] == "1" {
+		gate = "on"
+	}
+	source := "/pods"
+	if h.podsAPI() {
+		source = "the Pods API watch, /pods as the fallback"
+	}
+	c, err := h.readCounts()
+	if err != nil {
+		return fmt.Sprintf("e2e: pod source reads, PodsAPI gate %s (%s): %v", gate, source, err)
+	}
+	return fmt.Sprintf("e2e: pod source reads, PodsAPI gate %s (%s), by every serve of the suite: %s", gate, source, h.readsBefore.plus(c))
 }
 
 func (c readCounts) since(b readCounts) readCounts {
 	return readCounts{c.shared - b.shared, c.failed - b.failed, c.pods - b.pods, c.podsAPI - b.podsAPI}
+}
+
+func (c readCounts) plus(b readCounts) readCounts {
+	return readCounts{c.shared + b.shared, c.failed + b.failed, c.pods + b.pods, c.podsAPI + b.podsAPI}
 }
 
 func (c readCounts) String() string {
