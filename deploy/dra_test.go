@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,7 +25,13 @@ func TestTheLegacyViewGetsItsSocketAndOnlyTheRBACItReads(t *testing.T) {
 			continue
 		}
 		t.Run(r.dir, func(t *testing.T) {
-			socket, enabled := argValues(t, proxyContainer(t, ds).Args)["legacy-socket"]
+			var socket string
+			var enabled bool
+			for _, a := range proxyContainer(t, ds).Args {
+				if v, ok := strings.CutPrefix(a, "--view=legacy="); ok {
+					socket, enabled = v, true
+				}
+			}
 			var role *rbacv1.ClusterRole
 			for _, o := range r.objects {
 				if o.kind == "ClusterRole" && o.name == "podres-proxy-dra" {

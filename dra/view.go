@@ -38,10 +38,15 @@ type ViewOptions struct {
 	// DriverResources fold a pod's own claims of these drivers (the
 	// operator's --dra-resource).
 	DriverResources map[string]string
-	// OnUnfolded counts a device left under dynamic_resources, once per
-	// pod, device and reason.
-	OnUnfolded func(reason string)
-	Log        logrus.FieldLogger
+	// Metrics counts a device left under dynamic_resources, once per pod,
+	// device and reason; nil counts nothing.
+	Metrics Metrics
+	Log     logrus.FieldLogger
+}
+
+// Metrics is what the view reports (metrics.Metrics implements it).
+type Metrics interface {
+	DRAUnfolded(reason string)
 }
 
 // View is the legacy view's folding for the proxy: it looks up each pod's
@@ -201,8 +206,8 @@ func (v *View) report(key model.PodKey, e podEntry, unfolded []Unfolded) {
 	for _, u := range fresh {
 		v.log.WithFields(logrus.Fields{"pod": key, "container": u.Container, "device": u.Device.String(), "reason": u.Reason}).
 			Warn("DRA: a device of an extended resource stays under dynamic_resources only")
-		if v.opts.OnUnfolded != nil {
-			v.opts.OnUnfolded(u.Reason)
+		if v.opts.Metrics != nil {
+			v.opts.Metrics.DRAUnfolded(u.Reason)
 		}
 	}
 	if refresh && v.opts.Refresh != nil {

@@ -24,6 +24,9 @@ type fakeSources struct {
 	unfolded    []string
 }
 
+// DRAUnfolded records what the view counts (Metrics).
+func (s *fakeSources) DRAUnfolded(reason string) { s.unfolded = append(s.unfolded, reason) }
+
 func (s *fakeSources) view() *View {
 	return NewView(ViewOptions{
 		Pods: func(_ context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
@@ -44,8 +47,8 @@ func (s *fakeSources) view() *View {
 			}
 			return s.allocations[ns+"/"+name], nil
 		},
-		Refresh:    func() { s.refreshes++ },
-		OnUnfolded: func(reason string) { s.unfolded = append(s.unfolded, reason) },
+		Refresh: func() { s.refreshes++ },
+		Metrics: s,
 	})
 }
 

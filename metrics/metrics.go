@@ -57,6 +57,7 @@ type Metrics struct {
 	podsAPIEvents     *prometheus.CounterVec
 	podsAPIRelists    prometheus.Counter
 	podsAPIReconnects prometheus.Counter
+	draUnfolded       *prometheus.CounterVec
 	podSourceReads    *prometheus.CounterVec
 }
 
@@ -167,7 +168,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		Namespace: namespace, Name: "pod_source_reads_total",
 		Help: "Reads of every pod made for queries, by the source that answered (pods-api: ListPods; pods: the kubelet's /pods).",
 	}, []string{"source"})
-	reg.MustRegister(m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
+	m.draUnfolded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "dra", Name: "unfolded_total",
+		Help: "DRA devices of extended resources the legacy view left under dynamic_resources, once per pod and device, by reason (no-resourceslice, no-id-attribute, claim-allocation-unknown).",
+	}, []string{"reason"})
+	reg.MustRegister(m.draUnfolded, m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
 		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused,
 		m.listPodsTotal, m.upstreamShared,
@@ -249,6 +254,15 @@ func (m *Metrics) CRIReconciled(took time.Duration, err error) {
 	}
 	m.criReconciles.WithLabelValues(result(err)).Inc()
 	m.criReconcileTaken.Observe(took.Seconds())
+}
+
+// DRAUnfolded counts a DRA device the legacy view could not fold, by
+// reason (dra.View).
+func (m *Metrics) DRAUnfolded(reason string) {
+	if m == nil {
+		return
+	}
+	m.draUnfolded.WithLabelValues(reason).Inc()
 }
 
 // PodsAPIEvent counts one event of the Pods API watch, by its type

@@ -62,10 +62,15 @@ func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet reuse.En
 		return nil, err
 	}
 	out, t, err := s.splice(ctx, l, v, kubelet, arrived, t)
-	if err != nil || v.name != merge.DCGM {
-		return out, err
+	switch {
+	case err != nil:
+		return nil, err
+	case v.name == merge.DCGM:
+		return orderForDCGM(out, t)
+	case v.name == merge.Legacy && !l.alpha: // v1alpha1 has no dynamic_resources
+		return s.foldList(ctx, out)
 	}
-	return orderForDCGM(out, t)
+	return out, nil
 }
 
 // splice builds the answer from t, and returns the table it was built

@@ -2,8 +2,6 @@ package proxy_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,9 +11,10 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/dra"
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
@@ -41,49 +40,47 @@ func withDRAPod() fk.PodOption {
 	}
 }
 
-// serveFolded serves h's proxy's folded view, folding with a dra.View
-// whose pod facts come from the fake kubelet's /pods and whose node has
-// the DRA GPU on NUMA node 1.
-func serveFolded(t *testing.T, h *harness) v1.PodResourcesListerClient {
-	t.Helper()
-	client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view := dra.NewView(dra.ViewOptions{
-		Pods: func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
-			pods, err := client.Pods(ctx)
+// withLegacyView serves the legacy view (merge.Legacy), folding with a
+// dra.View whose pod facts come from the fake kubelet's /pods and whose
+// node has the DRA GPU on NUMA node 1.
+func withLegacyView() option {
+	return func(h *harness) {
+		withViews(merge.Legacy)(h)
+		h.providers = append(h.providers, func(p *proxy.Providers) {
+			client, err := kubeletpods.NewClient(kubeletpods.Config{URL: h.k.PodsURL, TokenFile: h.k.TokenFile, CAFile: h.k.CAFile})
 			if err != nil {
-				return nil, err
+				h.t.Fatal(err)
 			}
-			list := kubeletpods.NewPodList(time.Now(), pods)
-			out := map[model.PodKey]*model.ExtendedResourceClaim{}
-			for _, k := range keys {
-				if p, ok := list.Lookup(k); ok {
-					out[k] = p.ExtendedResourceClaim
-				}
-			}
-			return out, nil
-		},
-		Facts: func() dra.Facts {
-			return dra.Facts{
-				Devices:        map[dra.DeviceRef]dra.Device{{Driver: draDriver, Pool: "node-1", Device: "gpu-0"}: {ID: draGPU, NUMANode: 1}},
-				ClassResources: map[string]string{draDriver: "nvidia.com/gpu"},
-			}
-		},
-	})
-	socket := filepath.Join(h.dir, "legacy", "kubelet.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.srv.ServeFolded(ctx, socket, view) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ServeFolded: %v", err)
-		}
-	})
-	poll.Until(t, "the folded socket", func() bool { _, err := os.Stat(socket); return err == nil })
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			p.Fold = dra.NewView(dra.ViewOptions{
+				Pods: func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
+					pods, err := client.Pods(ctx)
+					if err != nil {
+						return nil, err
+					}
+					list := kubeletpods.NewPodList(time.Now(), pods)
+					out := map[model.PodKey]*model.ExtendedResourceClaim{}
+					for _, k := range keys {
+						if p, ok := list.Lookup(k); ok {
+							out[k] = p.ExtendedResourceClaim
+						}
+					}
+					return out, nil
+				},
+				Facts: func() dra.Facts {
+					return dra.Facts{
+						Devices:        map[dra.DeviceRef]dra.Device{{Driver: draDriver, Pool: "node-1", Device: "gpu-0"}: {ID: draGPU, NUMANode: 1}},
+						ClassResources: map[string]string{draDriver: "nvidia.com/gpu"},
+					}
+				},
+			})
+		})
+	}
+}
+
+// legacyClient dials the legacy view's socket.
+func legacyClient(t *testing.T, h *harness) v1.PodResourcesListerClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+h.views[merge.Legacy], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,10 +93,10 @@ func serveFolded(t *testing.T, h *harness) v1.PodResourcesListerClient {
 // node, in List, Get and GetAllocatableResources. Kata reads both and
 // rejects a device listed twice: the default socket is the kubelet's
 // answer, and the folded one lists the GPU only under devices.
-func TestTheFoldedViewShowsDRADevicesUnderDevicesOnce(t *testing.T) {
-	h := newHarness(t)
+func TestTheLegacyViewShowsDRADevicesUnderDevicesOnce(t *testing.T) {
+	h := newHarness(t, withLegacyView())
 	h.k.SetPods(fk.NewPod("ml", "trainer", "uid-1", fk.WithSidecar("proxy", nil), fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"}), withDRAPod()))
-	folded := serveFolded(t, h)
+	folded := legacyClient(t, h)
 
 	list, err := folded.List(ctx(t), &v1.ListPodResourcesRequest{})
 	if err != nil {

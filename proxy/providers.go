@@ -51,6 +51,9 @@ type Providers struct {
 	// MIGResource, when set, is the resource MIG instances are reported
 	// as (e.g. nvidia.com/mig-1g.10gb); empty keeps their GPU's.
 	MIGResource string
+	// Fold folds DRA devices into the legacy view's answers (package
+	// dra); required when a socket serves merge.Legacy.
+	Fold Folder
 	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
 	// devices pods are answered with; nil writes none.
 	DeviceInfo plans.DeviceInfoWriter

@@ -119,6 +119,11 @@ func New(cfg Config, p Providers) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, v := range views {
+		if v.name == merge.Legacy && p.Fold == nil {
+			return nil, errors.New("proxy: the legacy view needs the DRA folding (Providers.Fold)")
+		}
+	}
 	if p.Store == nil || p.Allocators == nil || p.Trust == nil {
 		return nil, errors.New("proxy: a store, an allocator set and a trust gate are required")
 	}
@@ -317,6 +322,9 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 				return nil, err
 			}
 			merge.Pod(pod, found[0], t.Inventory(), v.v.name)
+			if v.v.name == merge.Legacy {
+				v.s.p.Fold.FoldPod(ctx, pod)
+			}
 		}
 	}
 	if err != nil {
@@ -362,7 +370,14 @@ func (s *Server) getV1Answer(ctx context.Context, _ time.Time) (kubeletPods, err
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "GetAllocatableResources", err != nil) }()
 	// The answer is shared by every caller of the call: gRPC only reads it.
-	return v.s.allocatable.Do(ctx)
+	resp, err = v.s.allocatable.Do(ctx)
+	if err != nil || v.v.name != merge.Legacy {
+		return resp, err
+	}
+	// The legacy view lists the node's DRA devices too: on a copy.
+	resp = proto.Clone(resp).(*v1.AllocatableResourcesResponse)
+	v.s.p.Fold.Allocatable(resp)
+	return resp, nil
 }
 
 // allocatableAnswer makes one shared GetAllocatableResources call.

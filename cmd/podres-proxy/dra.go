@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
@@ -17,7 +17,10 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
+	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 )
 
 // legacyView is the legacy view's folding (docs/dra.md) and the reader of
@@ -31,7 +34,7 @@ type legacyView struct {
 // from the Pods API watch when it is synced, else from a read of every
 // pod (fetch), and the node's ResourceSlices, DeviceClasses and claims
 // from the API server.
-func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fetch, reg prometheus.Registerer, log logrus.FieldLogger) (*legacyView, error) {
+func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
 	drivers, err := registry.ParseResourceMap(c.draResources)
 	if err != nil {
 		return nil, cmdline.Usage(fmt.Errorf("--dra-resources: %w", err))
@@ -44,11 +47,6 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fe
 	if err != nil {
 		return nil, err
 	}
-	unfolded := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "podres_proxy", Subsystem: "dra", Name: "unfolded_total",
-		Help: "DRA devices of extended resources the legacy view left under dynamic_resources, once per pod and device, by reason (no-resourceslice, no-id-attribute, claim-allocation-unknown).",
-	}, []string{"reason"})
-	reg.MustRegister(unfolded)
 	// The watch's view answers while it is synced; the pods it does not
 	// know, or all when it is not, cost one read of every pod.
 	pods := func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
@@ -87,25 +85,29 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fe
 			Allocation:      source.Allocation,
 			Refresh:         source.Refresh,
 			DriverResources: drivers,
-			OnUnfolded:      func(reason string) { unfolded.WithLabelValues(reason).Inc() },
+			Metrics:         m,
 			Log:             log,
 		}),
 	}, nil
 }
 
-// checkLegacyView checks the legacy view's flags.
+// servesLegacy reports whether a --view serves the legacy view.
+func (c *serveConfig) servesLegacy() bool {
+	return slices.ContainsFunc(c.views, func(v proxy.ViewSocket) bool { return v.View == merge.Legacy })
+}
+
+// checkLegacyView checks the legacy view's flags, once the views are read.
+// Its socket is never --socket (parseViews): a consumer that reads both
+// devices and dynamic_resources there would see DRA devices twice.
 func (c *serveConfig) checkLegacyView() error {
-	if c.legacySocket == "" {
+	if !c.servesLegacy() {
 		return nil
 	}
-	if c.legacySocket == c.socket {
-		return errors.New("--legacy-socket is --socket: a consumer that reads both devices and dynamic_resources would see DRA devices twice (docs/dra.md)")
-	}
 	if c.nodeName == "" {
-		return errors.New("--legacy-socket needs --node-name (or NODE_NAME): only this node's ResourceSlices are read")
+		return errors.New("--view legacy needs --node-name (or NODE_NAME): only this node's ResourceSlices are read")
 	}
 	if c.apiServer == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
-		return errors.New("--legacy-socket needs the API server: not in a cluster and no --api-server")
+		return errors.New("--view legacy needs the API server: not in a cluster and no --api-server")
 	}
 	if _, err := registry.ParseResourceMap(c.draResources); err != nil {
 		return fmt.Errorf("--dra-resources: %w", err)

@@ -63,7 +63,7 @@ type serveConfig struct {
 	views                                   []proxy.ViewSocket
 	migResource                             string
 	deviceInfoDir                           string
-	legacySocket, draResources              string
+	draResources                            string
 	draIDAttributes, draNUMAAttributes      string
 
 	tokenFileSet bool
@@ -117,7 +117,6 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringArrayVar(&c.viewFlags, "view", nil, "NAME=PATH: also serve the view NAME ("+viewNames()+") on the socket PATH, for the consumers it suits (docs/views.md); repeatable. --socket serves the topology view")
 	fs.StringVar(&c.migResource, "mig-resource-name", "", "resource name MIG instances (MIG-<uuid>) are reported as, e.g. nvidia.com/mig-1g.10gb (DCGM exporter matches nvidia.com/gpu and nvidia.com/mig-*); empty: their GPU's (--gpu-resource-name)")
 	fs.StringVar(&c.deviceInfoDir, "device-info-dir", devinfo.DefaultDir, "where to write the NPWG device-info files of the VFs and RDMA devices pods are answered with, which Multus copies into the pod's network-status; empty disables")
-	fs.StringVar(&c.legacySocket, "legacy-socket", "", "where to serve the legacy view (docs/dra.md): devices a DRA driver allocated for extended resources shown under devices, for consumers that read nothing else (NFD, resource-topology-exporter, nri-plugins); empty disables")
 	fs.StringVar(&c.draResources, "dra-resources", "", "legacy view: DRA drivers whose devices are also folded from pods' own claims and listed as allocatable, as driver=resource pairs, e.g. gpu.example.com=nvidia.com/gpu")
 	fs.StringVar(&c.draIDAttributes, "dra-id-attributes", strings.Join(resourceapi.DefaultAttributes.ID, ","), "legacy view: ResourceSlice device attributes that give a device's id, in order of preference (a name without a domain is the driver's)")
 	fs.StringVar(&c.draNUMAAttributes, "dra-numa-attributes", strings.Join(resourceapi.DefaultAttributes.NUMA, ","), "legacy view: ResourceSlice device attributes that give a device's NUMA node, in order of preference")
@@ -185,9 +184,6 @@ func (c *serveConfig) complete() error {
 	if c.maxDevicesPerPod <= 0 {
 		return cmdline.Usage(fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod))
 	}
-	if err := c.checkLegacyView(); err != nil {
-		return cmdline.Usage(err)
-	}
 	if c.podsURL == "" {
 		ip := os.Getenv("NODE_IP")
 		if ip == "" {
@@ -208,6 +204,9 @@ func (c *serveConfig) complete() error {
 		return cmdline.Usage(err)
 	}
 	c.views = views
+	if err := c.checkLegacyView(); err != nil {
+		return cmdline.Usage(err)
+	}
 	if c.maxConns < 1 || c.maxConnsPerClient < 1 || c.requestTimeout <= 0 {
 		return cmdline.Usage(errors.New("--max-connections, --max-connections-per-client and --request-timeout must be positive"))
 	}

@@ -144,6 +144,14 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if c.deviceInfoDir != "" {
 		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log, Inventory: inv.Snapshot})
 	}
+	var legacy *legacyView
+	var fold proxy.Folder
+	if c.servesLegacy() {
+		if legacy, err = newLegacyView(c, podsAPI, fetch, m, log); err != nil {
+			return err
+		}
+		fold = legacy.view
+	}
 	srv, err := proxy.New(proxy.Config{
 		Socket:                  c.socket,
 		Views:                   c.views,
@@ -167,17 +175,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Metrics:          m,
 
 		MIGResource: c.migResource,
+		Fold:        fold,
 		DeviceInfo:  deviceInfoWriter(deviceInfo),
 	})
 	if err != nil {
 		return err
-	}
-
-	var legacy *legacyView
-	if c.legacySocket != "" {
-		if legacy, err = newLegacyView(c, podsAPI, fetch, reg, log); err != nil {
-			return err
-		}
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -214,7 +216,6 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 			log.WithError(err).Warn("DRA: listing ResourceSlices and DeviceClasses failed; the legacy view folds nothing until a list succeeds")
 		}
 		start("DRA ResourceSlices", legacy.source.Run)
-		start("legacy view", func(ctx context.Context) error { return srv.ServeFolded(ctx, c.legacySocket, legacy.view) })
 	}
 	if deviceInfo != nil {
 		// Files an earlier run left for pods gone meanwhile go at the first

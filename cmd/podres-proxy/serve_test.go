@@ -207,9 +207,9 @@ func TestServeFlagMistakesAreUsageErrors(t *testing.T) {
 		{"serve", "--koordinator-scheduler-names", " , ", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve", "--tensorfusion-scheduler-names", "", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 		{"serve"}, // neither --kubelet-pods-url nor NODE_IP
-		{"serve", "--legacy-socket", "/run/legacy.sock", "--node-name", "", "--api-server", "https://127.0.0.1:6443", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		{"serve", "--legacy-socket", "/run/legacy.sock", "--node-name", "n", "--api-server", "https://127.0.0.1:6443", "--dra-resources", "gpu.example.com", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
-		{"serve", "--legacy-socket", "/run/same.sock", "--socket", "/run/same.sock", "--node-name", "n", "--api-server", "https://127.0.0.1:6443", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
+		{"serve", "--view", "legacy=/run/legacy.sock", "--node-name", "", "--api-server", "https://127.0.0.1:6443", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
+		{"serve", "--view", "legacy=/run/legacy.sock", "--node-name", "n", "--api-server", "https://127.0.0.1:6443", "--dra-resources", "gpu.example.com", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
+		{"serve", "--view", "legacy=/run/same.sock", "--socket", "/run/same.sock", "--node-name", "n", "--api-server", "https://127.0.0.1:6443", "--kubelet-pods-url", "http://127.0.0.1:10255/pods"},
 	} {
 		var errOut bytes.Buffer
 		if code := run(context.Background(), args, io.Discard, &errOut); code != 2 {

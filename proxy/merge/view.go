@@ -50,10 +50,15 @@ const (
 	// pods use, or an id CDI cannot resolve. In a List, its shared GPUs
 	// are left out.
 	Kata View = "kata"
+	// Legacy is the topology view with the devices a DRA driver allocated
+	// for extended resources moved from dynamic_resources to devices
+	// (package dra, docs/dra.md), for consumers that read devices only:
+	// NFD, resource-topology-exporter, nri-plugins.
+	Legacy View = "legacy"
 )
 
 // Views are the views, the default first.
-var Views = []View{Topology, DCGM, Plain, Kata}
+var Views = []View{Topology, DCGM, Plain, Kata, Legacy}
 
 // ParseView returns the view named name.
 func ParseView(name string) (View, error) {
@@ -89,7 +94,7 @@ func render(p *plans.Plan, v View, container string, d model.Device, id string) 
 	case DCGM:
 		return id + "::" + strconv.Itoa(s.Slot), true
 	}
-	// Topology, the default.
+	// Topology, the default, and Legacy, which is topology with DRA folded.
 	if !s.Anchor {
 		return id + "::" + strconv.Itoa(s.Slot), true
 	}
