@@ -296,7 +296,7 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 // would not have to spend (limits.RateLimit). The pod is then answered as
 // the List answers it, from its own segment.
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
-	arrived := time.Now()
+	arrived := limits.Arrived(ctx)
 	defer func() { v.s.p.Metrics.Request("v1", "Get", err != nil) }()
 	pods, err := v.s.getV1.Do(ctx)
 	if err != nil {

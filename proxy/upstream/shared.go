@@ -58,9 +58,10 @@ func NewShared[T any](method string, fn func(ctx context.Context, started time.T
 	}
 }
 
-// Do returns the result of a call that started after Do was called.
+// Do returns the result of a call that started after the caller's call
+// reached the server (limits.Arrived; Do's own call for others).
 func (c *Shared[T]) Do(ctx context.Context) (T, error) {
-	arrived := time.Now()
+	arrived := limits.Arrived(ctx)
 	var v T
 	var err error
 	if over := limits.OverdraftOf(ctx); over != nil {
