@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/tap"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/tap"
 
 	"github.com/podres-proxy/podres-proxy/metrics"
 )
