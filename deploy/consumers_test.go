@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,12 +21,13 @@ const (
 )
 
 // consumer is a DaemonSet a component redirects, where its stand-in is,
-// the socket path it opens (consumerSocket when empty) and the view it
-// must see (docs/views.md).
+// the socket path it opens (consumerSocket when empty, or the value of its
+// socketFlag when set) and the view it must see (docs/views.md).
 type consumer struct {
 	name, dir, standin   string
 	daemonSet, container string
 	socket               string
+	socketFlag           string
 	view                 string
 }
 
@@ -37,14 +39,86 @@ var consumers = []consumer{
 		socket: "/host-var/lib/kubelet-podresources/kubelet.sock", view: "topology"},
 	{name: "nri-plugins", dir: "testdata/nri-plugins", standin: "nri-plugins-standin.yaml",
 		daemonSet: "nri-resource-policy-topology-aware", container: "nri-resource-policy-topology-aware", view: "plain"},
+	{name: "resource-topology-exporter", dir: "testdata/resource-topology-exporter", standin: "resource-topology-exporter-standin.yaml",
+		daemonSet: "resource-topology-exporter-ds", container: "resource-topology-exporter-container",
+		socketFlag: "podresources-socket", view: "topology"},
 }
 
-// openedSocket is the socket path c's container opens by default.
-func (c consumer) openedSocket() string {
-	if c.socket != "" {
-		return c.socket
+// openedSocket is the socket path the consumer's container ctr opens: the
+// path of the unix:// endpoint its socketFlag names, or its default.
+func (c consumer) openedSocket(t *testing.T, ctr *corev1.Container) string {
+	t.Helper()
+	if c.socketFlag == "" {
+		if c.socket != "" {
+			return c.socket
+		}
+		return consumerSocket
 	}
-	return consumerSocket
+	v, ok := goFlagValue(t, containerArgv(ctr), c.socketFlag)
+	if !ok {
+		t.Fatalf("%s does not pass --%s", ctr.Name, c.socketFlag)
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme != "unix" || u.Path == "" {
+		t.Fatalf("%s: --%s=%s is not a unix:// endpoint (err %v)", ctr.Name, c.socketFlag, v, err)
+	}
+	return u.Path
+}
+
+// containerArgv is what a container's program is given after its name: the
+// rest of command, then args.
+func containerArgv(ctr *corev1.Container) []string {
+	var argv []string
+	if len(ctr.Command) > 1 {
+		argv = append(argv, ctr.Command[1:]...)
+	}
+	return append(argv, ctr.Args...)
+}
+
+// goFlagValue returns the value Go's flag package gives the string flag
+// name from argv: the last one given, and none after "--" or the first
+// argument that is not a flag, where parsing stops. It fails the test on
+// another flag written without "=" and followed by a non-flag, whose
+// meaning depends on whether that flag is a bool.
+func goFlagValue(t *testing.T, argv []string, name string) (string, bool) {
+	t.Helper()
+	value, found := "", false
+	for i := 0; i < len(argv); i++ {
+		a := argv[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			break
+		}
+		n, v, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		switch {
+		case n == name && hasValue:
+			value, found = v, true
+		case n == name:
+			if i+1 == len(argv) {
+				t.Fatalf("%s is the last argument and has no value", a)
+			}
+			i++
+			value, found = argv[i], true
+		case !hasValue && i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "-"):
+			t.Fatalf("cannot tell whether %s takes %q as its value; write it as %s=VALUE", a, argv[i+1], a)
+		}
+	}
+	return value, found
+}
+
+// withoutFlag returns argv less every occurrence of the flag name.
+func withoutFlag(argv []string, name string) []string {
+	var out []string
+	for i := 0; i < len(argv); i++ {
+		n, _, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(argv[i], "-"), "-"), "=")
+		if strings.HasPrefix(argv[i], "-") && n == name {
+			if !hasValue {
+				i++
+			}
+			continue
+		}
+		out = append(out, argv[i])
+	}
+	return out
 }
 
 // viewSockets returns the socket each view is served on by the
@@ -121,7 +195,8 @@ func TestStandinsReadTheKubeletSocketWithoutTheirComponent(t *testing.T) {
 	for _, c := range consumers {
 		t.Run(c.name, func(t *testing.T) {
 			ds := find[appsv1.DaemonSet](t, renderStandin(t, c), "DaemonSet", c.daemonSet)
-			r, _ := socketSeenBy(t, ds, containerOf(t, ds, c.container), c.openedSocket())
+			ctr := containerOf(t, ds, c.container)
+			r, _ := socketSeenBy(t, ds, ctr, c.openedSocket(t, ctr))
 			if r.hostPath != kubeletHostSocket {
 				t.Errorf("stand-in reads %s, want the kubelet's %s", r.hostPath, kubeletHostSocket)
 			}
@@ -139,7 +214,7 @@ func TestConsumerComponentsPointAtTheirViewsSocket(t *testing.T) {
 			}
 			ds := find[appsv1.DaemonSet](t, renderDir(t, c.dir), "DaemonSet", c.daemonSet)
 			ctr := containerOf(t, ds, c.container)
-			r, path := socketSeenBy(t, ds, ctr, c.openedSocket())
+			r, path := socketSeenBy(t, ds, ctr, c.openedSocket(t, ctr))
 			if r.hostPath != served {
 				t.Errorf("%s opens %s, which is host %s; podres-proxy serves its %s view on %s", c.container, path, r.hostPath, c.view, served)
 			}
@@ -178,17 +253,24 @@ func TestMultusLosesTheCheckpointFallback(t *testing.T) {
 }
 
 func TestConsumerComponentsChangeNothingElse(t *testing.T) {
-	// Apart from the pod-resources mount, a consumer keeps its containers,
-	// images, arguments and other mounts.
+	// Apart from the pod-resources mount (and the socket flag, for a
+	// consumer that takes one), a consumer keeps its containers, images,
+	// arguments and other mounts.
 	for _, c := range consumers {
 		t.Run(c.name, func(t *testing.T) {
 			before := find[appsv1.DaemonSet](t, renderStandin(t, c), "DaemonSet", c.daemonSet)
 			after := find[appsv1.DaemonSet](t, renderDir(t, c.dir), "DaemonSet", c.daemonSet)
+			// The mounts on the way to the socket, before or after.
+			sockets := []string{
+				c.openedSocket(t, containerOf(t, before, c.container)),
+				c.openedSocket(t, containerOf(t, after, c.container)),
+			}
 			mounts := func(ds *appsv1.DaemonSet) map[string]string {
 				out := map[string]string{}
 				ctr := containerOf(t, ds, c.container)
 				for _, m := range ctr.VolumeMounts {
-					if strings.HasPrefix(m.MountPath, "/var/lib/kubelet") || strings.HasPrefix(c.openedSocket(), m.MountPath) {
+					if strings.HasPrefix(m.MountPath, "/var/lib/kubelet") ||
+						strings.HasPrefix(sockets[0], m.MountPath) || strings.HasPrefix(sockets[1], m.MountPath) {
 						continue
 					}
 					r, _ := resolve(t, &ds.Spec.Template.Spec, ctr, m.MountPath)
@@ -206,7 +288,10 @@ func TestConsumerComponentsChangeNothingElse(t *testing.T) {
 				}
 			}
 			cb, ca := containerOf(t, before, c.container), containerOf(t, after, c.container)
-			if cb.Image != ca.Image || strings.Join(cb.Args, " ") != strings.Join(ca.Args, " ") ||
+			argv := func(ctr *corev1.Container) string {
+				return strings.Join(withoutFlag(containerArgv(ctr), c.socketFlag), " ")
+			}
+			if cb.Image != ca.Image || argv(cb) != argv(ca) ||
 				len(before.Spec.Template.Spec.Containers) != len(after.Spec.Template.Spec.Containers) {
 				t.Error("containers, images or arguments changed")
 			}
@@ -265,6 +350,26 @@ func TestDCGMExporterGivesEachSharerItsSeries(t *testing.T) {
 		}
 		if !on {
 			t.Error("dcgm-exporter runs without KUBERNETES_VIRTUAL_GPUS=true: a shared GPU's metrics go to one of its pods")
+		}
+	}
+}
+
+// TestRTEStillReadsTheKubeletConfig: RTE reads the kubelet's config.yaml
+// (--kubelet-config-file) through its /var/lib/kubelet mount, which the
+// component leaves in place beside podres-proxy's directory.
+func TestRTEStillReadsTheKubeletConfig(t *testing.T) {
+	for _, c := range consumers {
+		if c.name != "resource-topology-exporter" {
+			continue
+		}
+		ds := find[appsv1.DaemonSet](t, renderDir(t, c.dir), "DaemonSet", c.daemonSet)
+		ctr := containerOf(t, ds, c.container)
+		path, ok := goFlagValue(t, containerArgv(ctr), "kubelet-config-file")
+		if !ok {
+			t.Fatal("RTE is given no --kubelet-config-file")
+		}
+		if r, ok := resolve(t, &ds.Spec.Template.Spec, ctr, path); !ok || r.hostPath != "/var/lib/kubelet/config.yaml" {
+			t.Errorf("RTE reads %s from host %q (mounted: %v), want the kubelet's /var/lib/kubelet/config.yaml", path, r.hostPath, ok)
 		}
 	}
 }
