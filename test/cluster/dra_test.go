@@ -86,10 +86,9 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 		}
 	})
 
-	pod, dev := startDRAPod(t, devices)
-	t.Logf("pod %s's app container got %s/%s/%s (PCI %s, NUMA node %d)", pod.Name, draDriver, dev.pool, dev.name, dev.pciBusID, dev.numa)
-
-	// podres-proxy with the legacy view, as an operator composes it.
+	// podres-proxy with the legacy view, as an operator composes it; it
+	// runs before the pod is created, as the cluster's CNI plugin (the
+	// Multus-like probe) asks its socket during every CNI ADD.
 	if out, err := kubectl("apply", "-k", draOverlay); err != nil {
 		t.Fatal(err)
 	} else {
@@ -104,6 +103,9 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 		out, _ := kubectl("-n", "podres-proxy", "describe", "pods")
 		t.Fatalf("%v\n%s", err, out)
 	}
+	pod, dev := startDRAPod(t, devices)
+	t.Logf("pod %s's app container got %s/%s/%s (PCI %s, NUMA node %d)", pod.Name, draDriver, dev.pool, dev.name, dev.pciBusID, dev.numa)
+
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
