@@ -109,20 +109,21 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
-	// nri-plugins (v1 Get of the pod): the app container's topology hint
-	// for example.com/gpu is the device's NUMA node; the sidecar has none.
-	var hints map[string][]int64
-	poll(t, time.Minute, "nri-plugins' hint for the app container through the legacy view", func() error {
-		var err error
-		if hints, err = clients.NRIPluginsTopologyHints(ctx, legacySocket, draNamespace, pod.Name, "app"); err != nil {
-			return err
-		}
-		if len(hints[draResource]) == 0 {
-			return fmt.Errorf("hints %v have no %s", hints, draResource)
+	// The daemon lists the node's ResourceSlices before it serves the
+	// legacy view and learns the new pod at its first answer; a deadline
+	// covers a slow first read of the pod's facts.
+	poll(t, time.Minute, "the pod's "+draResource+" under devices through the legacy view", func() error {
+		if got := containerDevices(draGet(t, legacySocket, pod.Name), draResource); len(got) == 0 {
+			return fmt.Errorf("no container has %s", draResource)
 		}
 		return nil
 	})
-	if want := []int64{dev.numa}; !slices.Equal(hints[draResource], want) {
+
+	// nri-plugins (v1 Get of the pod): the app container's topology hint
+	// for example.com/gpu is the device's NUMA node; the sidecar has none.
+	if hints, err := clients.NRIPluginsTopologyHints(ctx, legacySocket, draNamespace, pod.Name, "app"); err != nil {
+		t.Errorf("nri-plugins (legacy view): %v", err)
+	} else if want := []int64{dev.numa}; !slices.Equal(hints[draResource], want) {
 		t.Errorf("nri-plugins (legacy view): app's %s hint is NUMA %v, want %v", draResource, hints[draResource], want)
 	}
 	if side, err := clients.NRIPluginsTopologyHints(ctx, legacySocket, draNamespace, pod.Name, "sidecar"); err != nil {
