@@ -113,7 +113,11 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 	// legacy view and learns the new pod at its first answer; a deadline
 	// covers a slow first read of the pod's facts.
 	poll(t, time.Minute, "the pod's "+draResource+" under devices through the legacy view", func() error {
-		if got := containerDevices(draGet(t, legacySocket, pod.Name), draResource); len(got) == 0 {
+		resp, err := getThrough(legacySocket, pod.Name)
+		if err != nil {
+			return err
+		}
+		if got := containerDevices(resp, draResource); len(got) == 0 {
 			return fmt.Errorf("no container has %s", draResource)
 		}
 		return nil
@@ -349,19 +353,24 @@ func startDRAPod(t *testing.T, devices map[string]draDevice) (*corev1.Pod, draDe
 	return ready, d
 }
 
-// draGet is a v1 Get of the DRA pod through socket.
+// draGet is a v1 Get of the DRA pod through socket; an error fails the
+// test.
 func draGet(t *testing.T, socket, name string) *podresourcesv1.GetPodResourcesResponse {
 	t.Helper()
-	var resp *podresourcesv1.GetPodResourcesResponse
-	err := callSocket(socket, func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) error {
-		var err error
-		resp, err = c.Get(ctx, &podresourcesv1.GetPodResourcesRequest{PodName: name, PodNamespace: draNamespace})
-		return err
-	})
+	resp, err := getThrough(socket, name)
 	if err != nil {
 		t.Fatalf("Get %s through %s: %v", name, socket, err)
 	}
 	return resp
+}
+
+// getThrough is a v1 Get of the DRA pod through socket.
+func getThrough(socket, name string) (resp *podresourcesv1.GetPodResourcesResponse, err error) {
+	err = callSocket(socket, func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) error {
+		resp, err = c.Get(ctx, &podresourcesv1.GetPodResourcesRequest{PodName: name, PodNamespace: draNamespace})
+		return err
+	})
+	return resp, err
 }
 
 // allDeviceIDs returns "container: resource=id" for every device of the
