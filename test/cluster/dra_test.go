@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -123,13 +124,27 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 		return nil
 	})
 
+	// The daemon answers as the kubelet does, at most 100 calls a second in
+	// bursts of 10 (ResourceExhausted beyond); the consumers' reads below
+	// (one or two calls each) are paced at 20 a second, which never
+	// empties the bucket, as consumers that read every few seconds never do.
+	pacer := rate.NewLimiter(rate.Every(50*time.Millisecond), 1)
+	pace := func() {
+		t.Helper()
+		if err := pacer.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// nri-plugins (v1 Get of the pod): the app container's topology hint
 	// for example.com/gpu is the device's NUMA node; the sidecar has none.
+	pace()
 	if hints, err := clients.NRIPluginsTopologyHints(ctx, legacySocket, draNamespace, pod.Name, "app"); err != nil {
 		t.Errorf("nri-plugins (legacy view): %v", err)
 	} else if want := []int64{dev.numa}; !slices.Equal(hints[draResource], want) {
 		t.Errorf("nri-plugins (legacy view): app's %s hint is NUMA %v, want %v", draResource, hints[draResource], want)
 	}
+	pace()
 	if side, err := clients.NRIPluginsTopologyHints(ctx, legacySocket, draNamespace, pod.Name, "sidecar"); err != nil {
 		t.Errorf("nri-plugins (legacy view), sidecar: %v", err)
 	} else if len(side) > 0 {
@@ -137,7 +152,9 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 	}
 
 	// The pod's answer through each socket.
+	pace()
 	legacy := draGet(t, legacySocket, pod.Name)
+	pace()
 	def := draGet(t, proxySocket(), pod.Name)
 	if got := containerDevices(legacy, draResource); !slices.Equal(got["app"], []string{dev.pciBusID}) || len(got["sidecar"]) > 0 {
 		t.Errorf("legacy view: %s devices %v, want [%s] on app only", draResource, got, dev.pciBusID)
@@ -163,6 +180,7 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 		wantFree[clients.NUMAKey{Resource: draResource, NUMA: d.numa}]++
 	}
 	wantFree[clients.NUMAKey{Resource: draResource, NUMA: dev.numa}]--
+	pace()
 	free, unknown, err := clients.NFDFreePerNUMA(ctx, legacySocket)
 	if err != nil {
 		t.Fatalf("NFD (legacy view): %v", err)
@@ -170,6 +188,7 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 	if got := onlyResource(free, draResource); !maps.Equal(got, wantFree) || len(unknown) > 0 {
 		t.Errorf("NFD (legacy view): free %s per NUMA node %v (unknown ids %v), want %v", draResource, got, unknown, wantFree)
 	}
+	pace()
 	avail, clamped, err := clients.RTEAvailablePerNUMA(ctx, legacySocket)
 	if err != nil {
 		t.Fatalf("RTE (legacy view): %v", err)
@@ -181,17 +200,21 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 	for _, d := range devices {
 		wantAlloc[d.pciBusID] = d.numa
 	}
+	pace()
 	if got := allocatableNUMA(t, legacySocket, draResource); !maps.Equal(got, wantAlloc) {
 		t.Errorf("legacy view: GetAllocatableResources lists %s %v, want %v", draResource, got, wantAlloc)
 	}
+	pace()
 	if got := allocatableNUMA(t, proxySocket(), draResource); len(got) > 0 {
 		t.Errorf("default socket: GetAllocatableResources lists %s %v; the kubelet lists no DRA device", draResource, got)
 	}
+	pace()
 	if free, unknown, err := clients.NFDFreePerNUMA(ctx, proxySocket()); err != nil {
 		t.Errorf("NFD (default socket): %v", err)
 	} else if got := onlyResource(free, draResource); len(got) > 0 || len(unknown) > 0 {
 		t.Errorf("NFD (default socket): free %s %v, unknown ids %v; want none", draResource, got, unknown)
 	}
+	pace()
 	if hints, err := clients.NRIPluginsTopologyHints(ctx, proxySocket(), draNamespace, pod.Name, "app"); err != nil {
 		t.Errorf("nri-plugins (default socket): %v", err)
 	} else if len(hints[draResource]) > 0 {
