@@ -6,7 +6,8 @@
 #     image, the Debian packages);
 #   - etcd (ETCD_VERSION) into PODRES_CACHE/etcd-VERSION/bin;
 #   - kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
-#     (KUBERNETES_VERSION) into PODRES_CACHE/control-plane-VERSION/bin.
+#     (KUBERNETES_VERSION) into PODRES_CACHE/control-plane-VERSION/bin;
+#   - the DRA test driver of the cluster suite (hack/build-dradriver.sh).
 #
 # etcd and the control plane come from one `go build` in a generated wrapper
 # module (as the kubelet's: k8s.io/kubernetes's go.mod has replace directives,
@@ -87,6 +88,7 @@ main() {
 	mkdir -p "${PODRES_CACHE}/logs"
 	"${PODRES_REPO}/hack/build-node.sh"
 	build_control_plane
+	"${PODRES_REPO}/hack/build-dradriver.sh" >/dev/null
 	log "all cluster artifacts ready in $(($(date +%s) - start))s"
 }
 

@@ -122,7 +122,7 @@ if [[ "$e2e" == "1" ]]; then
 		# A step of its own, so the build's time is not the suite's: cached by
 		# version in PODRES_CACHE (seconds when warm), a progress line every
 		# 30 s while it compiles.
-		step "etcd, the control plane and kubectl for the cluster suite (hack/build-cluster.sh, cached)"
+		step "etcd, the control plane, kubectl and the DRA test driver for the cluster suite (hack/build-cluster.sh, cached)"
 		hack/build-cluster.sh
 		step "end-to-end on a one-node cluster (deploy/base and the Helm chart, as users install them)"
 		PODRES_E2E=1 go test -count=1 -timeout 40m -v ./test/cluster/...

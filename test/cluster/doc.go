@@ -22,6 +22,11 @@
 // (test/listloop, packed by hack/ociimage and imported into the cluster's
 // containerd) that calls List every 100 ms through the socket's hostPath
 // directory, as a monitoring agent does; its log is the record judged.
+// The first test (dra_test.go) runs a DRA driver of the suite's own
+// (test/dradriver, built by hack/build-dradriver.sh) and installs deploy/base
+// with deploy/components/dra-legacy-view: a pod given a DRA device for an
+// extended resource is read through both sockets (docs/dra.md); it removes
+// all of it again before the others run.
 // The last test uninstalls the kustomize objects and installs the Helm chart
 // (deploy/helm/podres-proxy, with Helm's Go SDK), and runs the smoke check
 // again.

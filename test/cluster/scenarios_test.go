@@ -143,7 +143,12 @@ func proxyGet(namespace, name string) (resp *podresourcesv1.GetPodResourcesRespo
 // callProxy calls fn on a new connection to podres-proxy's socket, with a
 // 10 s deadline.
 func callProxy(fn func(context.Context, podresourcesv1.PodResourcesListerClient) error) error {
-	conn, err := grpc.NewClient("unix://"+proxySocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return callSocket(proxySocket(), fn)
+}
+
+// callSocket calls fn on a new connection to socket, with a 10 s deadline.
+func callSocket(socket string, fn func(context.Context, podresourcesv1.PodResourcesListerClient) error) error {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
