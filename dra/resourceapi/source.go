@@ -17,10 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -91,16 +89,9 @@ func New(opts Options) (*Source, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("DRA source: the node name is required (set NODE_NAME from spec.nodeName)")
 	}
-	server := opts.APIServer
-	if server == "" {
-		host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-		if host == "" || port == "" {
-			return nil, errors.New("DRA source: no API server URL given and KUBERNETES_SERVICE_HOST/PORT are not set (not running in a pod?)")
-		}
-		server = "https://" + net.JoinHostPort(host, port)
-	}
-	if u, err := url.Parse(server); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return nil, fmt.Errorf("DRA source: API server URL %q: want https://host:port", server)
+	server, err := bearer.APIServer(opts.APIServer)
+	if err != nil {
+		return nil, fmt.Errorf("DRA source: %w", err)
 	}
 	opts.TokenFile = cmp.Or(opts.TokenFile, DefaultTokenFile)
 	opts.CAFile = cmp.Or(opts.CAFile, DefaultCAFile)

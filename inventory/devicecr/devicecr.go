@@ -11,10 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -85,17 +83,9 @@ func New(opts Options) (*Source, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("device-cr source: the node name is required (set NODE_NAME from spec.nodeName)")
 	}
-	server := opts.APIServer
-	if server == "" {
-		host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-		if host == "" || port == "" {
-			return nil, errors.New("device-cr source: no API server URL given and KUBERNETES_SERVICE_HOST/PORT are not set (not running in a pod?)")
-		}
-		server = "https://" + net.JoinHostPort(host, port)
-	}
-	u, err := url.Parse(server)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return nil, fmt.Errorf("device-cr source: API server URL %q: want https://host:port", server)
+	server, err := bearer.APIServer(opts.APIServer)
+	if err != nil {
+		return nil, fmt.Errorf("device-cr source: %w", err)
 	}
 	s := &Source{
 		server:    strings.TrimSuffix(server, "/"),
