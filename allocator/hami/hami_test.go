@@ -390,7 +390,7 @@ func TestHAMiWantsNeuronCoresAsHAMiSplitsThem(t *testing.T) {
 // FuzzHAMiWantsNeuronCores: whatever the core request, Wants never asks for
 // more devices than the cores could fill, nor both whole devices and a share.
 func FuzzHAMiWantsNeuronCores(f *testing.F) {
-	for _, seed := range []string{"1", "2", "3", "4", "0", "-2", "1500m", "1e3", "9223372036854775807", "2Ki", ""} {
+	for _, seed := range []string{"1", "2", "3", "4", "0", "-2", "1500m", "1e3", "9223372036854775807", "2Ki", "", "1e-999999999", "1e999999999"} {
 		f.Add(seed)
 	}
 	h := New(Options{})

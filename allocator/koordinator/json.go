@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 )
 
 // Reading the annotation's JSON field by field: a malformed field names
@@ -131,9 +133,9 @@ func quantities(raw json.RawMessage) (map[string]resource.Quantity, error) {
 		} else if len(v) == 0 || !(v[0] == '-' || v[0] >= '0' && v[0] <= '9') {
 			return nil, fmt.Errorf("resources %s: want a quantity, got %s", name, excerpt(v))
 		}
-		q, err := resource.ParseQuantity(text)
+		q, err := parse.ParseQuantity(text)
 		if err != nil {
-			return nil, fmt.Errorf("resources %s: %q: %w", name, text, err)
+			return nil, fmt.Errorf("resources %s: %w", name, err)
 		}
 		if q.Sign() < 0 {
 			return nil, fmt.Errorf("resources %s: negative quantity %s", name, q.String())

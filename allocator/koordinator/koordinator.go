@@ -324,11 +324,11 @@ func (k *Format) Wants(dev model.Device, requests map[string]string) (whole int6
 		if !ok {
 			continue
 		}
-		q, err := resource.ParseQuantity(v)
-		if err != nil || q.Sign() <= 0 {
+		n, part, ok := parse.Quantity(v)
+		if !ok {
 			continue // not a request we can read: it asks for nothing
 		}
-		n, exact := q.Value(), q.CmpInt64(q.Value()) == 0
+		exact := !part
 		if kind == countsPercent && dev.CountsRequests {
 			kind = countsDevices // RequestsAsCount: koordinator.sh/rdma: 1 is one VF
 		}
@@ -371,8 +371,8 @@ func (k *Format) Asks(dev model.Device, requests map[string]string) int64 {
 		n = max(n, 1)
 	}
 	if v, ok := requests[koordResGPUShared]; ok && k.requests[k.deviceType(dev)][koordResGPUShared] == asksShare {
-		if q, err := resource.ParseQuantity(v); err == nil && q.CmpInt64(q.Value()) == 0 {
-			n = max(n, q.Value())
+		if shared, fraction, ok := parse.Quantity(v); ok && !fraction {
+			n = max(n, shared)
 		}
 	}
 	return n

@@ -193,6 +193,11 @@ func TestKoordinatorDecodeRejectsMalformedAnnotations(t *testing.T) {
 		{"a quantity of the wrong type", `{"gpu":[{"minor":0,"id":"a","resources":{"koordinator.sh/gpu-core":true}}]}`, "resources koordinator.sh/gpu-core: want a quantity"},
 		{"a null quantity", `{"gpu":[{"minor":0,"id":"a","resources":{"koordinator.sh/gpu-core":null}}]}`, "resources koordinator.sh/gpu-core: want a quantity"},
 		{"an invalid quantity", `{"gpu":[{"minor":0,"id":"a","resources":{"koordinator.sh/gpu-memory":"lots"}}]}`, `resources koordinator.sh/gpu-memory: "lots"`},
+		// resource.ParseQuantity of this does not return, and comparing
+		// the next with 100 takes time growing with 10^exponent: one
+		// tenant's annotation must not stall every answer.
+		{"an exponent beyond any count", `{"gpu":[{"minor":0,"id":"a","resources":{"koordinator.sh/gpu-core":"1e-999999999"}}]}`, `resources koordinator.sh/gpu-core: "1e-999999999": exponent of more than 2 digits`},
+		{"a huge exponent as a bare number", `{"gpu":[{"minor":0,"id":"a","resources":{"koordinator.sh/gpu-core":1e999999999}}]}`, `resources koordinator.sh/gpu-core: "1e999999999": exponent of more than 2 digits`},
 		{"a negative quantity", `{"gpu":[{"minor":0,"id":"a","resources":{"koordinator.sh/gpu-core":"-50"}}]}`, "negative quantity -50"},
 		{"a negative bare number", `{"gpu":[{"minor":0,"id":"a","resources":{"koordinator.sh/gpu-core":-50}}]}`, "negative quantity -50"},
 		{"extension not an object", `{"rdma":[{"minor":0,"id":"p","extension":"vf"}]}`, "rdma[0]: extension: want a JSON object"},

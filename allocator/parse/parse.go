@@ -5,6 +5,8 @@
 package parse
 
 import (
+	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -35,17 +37,55 @@ func CountRequest(requests map[string]string, name string) (whole int64, share b
 }
 
 // Quantity reads a pod request: its value in whole units, or fraction=true
-// when it is not a whole number; ok is false when it cannot be read or is
-// not positive, which asks for nothing.
+// when it is not a whole number; ok is false when it cannot be read, is not
+// positive or is beyond any count (more than an int64), which asks for
+// nothing.
 func Quantity(v string) (n int64, fraction, ok bool) {
-	q, err := resource.ParseQuantity(v)
+	q, err := ParseQuantity(v)
 	if err != nil || q.Sign() <= 0 {
+		return 0, false, false
+	}
+	if q.Cmp(maxCount) > 0 {
 		return 0, false, false
 	}
 	if n := q.Value(); q.CmpInt64(n) == 0 {
 		return n, false, true
 	}
 	return 0, true, true
+}
+
+var maxCount = *resource.NewQuantity(math.MaxInt64, resource.DecimalSI)
+
+// MaxQuantityLen bounds the text ParseQuantity reads: the longest quantity a
+// count or a share is written as ("9223372036854775807" is 19 characters)
+// with room to spare.
+const MaxQuantityLen = 64
+
+// maxExponentDigits bounds a decimal exponent ("1e18"): a count needs at
+// most two digits of it.
+const maxExponentDigits = 2
+
+// ParseQuantity is resource.ParseQuantity for text from annotations and pod
+// requests. resource.ParseQuantity takes time that grows with 10^exponent
+// ("1e-999999999" does not return), and so do a Quantity's comparisons
+// ("1e999999999" compared with 100), so text longer than MaxQuantityLen or
+// with a decimal exponent of more than two digits is refused before it is
+// parsed.
+func ParseQuantity(v string) (resource.Quantity, error) {
+	if len(v) > MaxQuantityLen {
+		return resource.Quantity{}, fmt.Errorf("quantity of %d characters, more than %d", len(v), MaxQuantityLen)
+	}
+	if i := strings.IndexAny(v, "eE"); i >= 0 {
+		exp := strings.TrimLeft(v[i+1:], "+-")
+		if digits := len(exp) - len(strings.TrimLeft(exp, "0123456789")); digits > maxExponentDigits {
+			return resource.Quantity{}, fmt.Errorf("%s: exponent of more than %d digits", Quote(v), maxExponentDigits)
+		}
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return resource.Quantity{}, fmt.Errorf("%s: %w", Quote(v), err)
+	}
+	return q, nil
 }
 
 func IsDigits(s string) bool {
