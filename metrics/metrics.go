@@ -37,6 +37,7 @@ type Metrics struct {
 	errorsGet              *prometheus.CounterVec
 	errorsGetAllocatable   *prometheus.CounterVec
 	rateLimited            prometheus.Counter
+	unreadRefused          prometheus.Counter
 	upstreamDuration       *prometheus.HistogramVec
 	podsReads              *prometheus.CounterVec
 	podsReadDuration       prometheus.Histogram
@@ -86,6 +87,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace,
 			Name:      "rate_limited_total",
 			Help:      "Calls rejected by the rate limit (ResourceExhausted, 'rejected by rate limit').",
+		}),
+		unreadRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "unread_refused_total",
+			Help:      "Calls refused (ResourceExhausted) because their connection, or all connections together, held too many bytes of answers their clients had not read.",
 		}),
 		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace,
@@ -173,7 +179,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "DRA devices of extended resources the legacy view left under dynamic_resources, once per pod and device, by reason (no-resourceslice, no-id-attribute, claim-allocation-unknown).",
 	}, []string{"reason"})
 	reg.MustRegister(m.draUnfolded, m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
-		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.upstreamDuration,
+		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.unreadRefused, m.upstreamDuration,
 		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused,
 		m.listPodsTotal, m.upstreamShared,
 		m.nriEvents, m.nriConnected, m.nriReconnects, m.criReconciles, m.criReconcileTaken,
@@ -394,4 +400,13 @@ func (m *Metrics) RateLimited() {
 		return
 	}
 	m.rateLimited.Inc()
+}
+
+// UnreadRefused counts a call refused because answers were not read
+// (limits.Unread).
+func (m *Metrics) UnreadRefused() {
+	if m == nil {
+		return
+	}
+	m.unreadRefused.Inc()
 }

@@ -16,10 +16,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
+	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
 // hangGuard bounds how long a test waits for an event that a broken limit
@@ -102,13 +104,17 @@ func TestConnectionsOverTheCapAreClosedAndServingGoesOn(t *testing.T) {
 	})
 }
 
-// TestClientThatStopsReadingHoldsOnlyAFewCalls opens one HTTP/2 connection
-// that announces a receive window of 0 (it never reads an answer) and
-// starts many List calls on it. Each answer it does not read stays in the
-// daemon's memory until the connection ends, so only a few calls may be
-// taken on; the rest must be refused (RST_STREAM REFUSED_STREAM).
-func TestClientThatStopsReadingHoldsOnlyAFewCalls(t *testing.T) {
+// TestClientThatStopsReadingIsRefusedOnceItHoldsItsShare opens one HTTP/2
+// connection that announces a receive window of 0 (it reads no answer) and
+// calls List on it, one call after another, with answers of about 6 MiB.
+// Each answer it does not read stays in the daemon's memory, so once its
+// unread answers pass its share (limits.Unread) its calls are refused with
+// ResourceExhausted, before they cost a kubelet call; once it reads them,
+// it is answered again.
+func TestClientThatStopsReadingIsRefusedOnceItHoldsItsShare(t *testing.T) {
 	h := newHarness(t)
+	h.k.SetPods(largeAnswerPods()...)
+	size := proto.Size(h.list())
 	conn, err := net.Dial("unix", h.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -119,13 +125,19 @@ func TestClientThatStopsReadingHoldsOnlyAFewCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
 		t.Fatal(err)
 	}
-	const calls = 64
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
-	for i := range calls {
+	id := uint32(1)
+	// call starts a List on a new stream and returns its gRPC status: OK
+	// when the server answered with headers and a body (which stays
+	// unread), else the status of its trailers-only refusal.
+	call := func() *status.Status {
+		t.Helper()
+		id += 2
 		hb.Reset()
 		for _, f := range [][2]string{
 			{":method", "POST"}, {":scheme", "http"}, {":authority", "localhost"},
@@ -134,7 +146,6 @@ func TestClientThatStopsReadingHoldsOnlyAFewCalls(t *testing.T) {
 		} {
 			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 		}
-		id := uint32(2*i + 1)
 		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
 			t.Fatal(err)
 		}
@@ -142,33 +153,113 @@ func TestClientThatStopsReadingHoldsOnlyAFewCalls(t *testing.T) {
 		if err := fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}); err != nil {
 			t.Fatal(err)
 		}
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("call on stream %d: %v", id, err)
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				if f.StreamID != id {
+					continue
+				}
+				code := f.PseudoValue("status")
+				if v := headerField(f, "grpc-status"); v != "" {
+					var c int
+					fmt.Sscan(v, &c)
+					return status.New(codes.Code(c), headerField(f, "grpc-message"))
+				} else if code != "200" {
+					t.Fatalf("stream %d: HTTP status %s", id, code)
+				}
+				return status.New(codes.OK, "")
+			case *http2.RSTStreamFrame:
+				t.Fatalf("stream %d reset with %v", f.StreamID, f.ErrCode)
+			case *http2.GoAwayFrame:
+				t.Fatalf("server sent GOAWAY %v", f.ErrCode)
+			}
+		}
 	}
-	answered, refused := map[uint32]bool{}, map[uint32]bool{}
-	for len(answered)+len(refused) < calls {
+	calls := h.k.GRPCCalls()
+	answered := 0
+	var refusal *status.Status
+	for range 64 {
+		if st := call(); st.Code() != codes.OK {
+			refusal = st
+			break
+		}
+		answered++
+	}
+	share := limits.DefaultMaxUnreadBytes / 2
+	switch {
+	case refusal == nil:
+		t.Fatalf("a client that reads nothing was answered 64 times %d bytes, %d MiB unread", size, 64*size>>20)
+	case refusal.Code() != codes.ResourceExhausted || !strings.Contains(refusal.Message(), "not read"):
+		t.Fatalf("refusal after %d answers: %v, want ResourceExhausted naming the unread answers", answered, refusal.Err())
+	case answered == 0 || (answered-1)*size > share:
+		t.Fatalf("a client that reads nothing was answered %d times %d bytes before a refusal, want the answers up to its share of %d MiB and one more", answered, size, share>>20)
+	}
+	if got := h.k.GRPCCalls() - calls; got != int64(answered) {
+		t.Errorf("%d answered calls cost %d kubelet calls; a refused call must cost none", answered, got)
+	}
+	t.Logf("answered %d calls of %d KiB unread, then: %v", answered, size>>10, refusal.Err())
+
+	// Reading its answers makes it a client like any other.
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteWindowUpdate(0, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	for ended := 0; ended < answered; {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			t.Fatalf("after %d answered and %d refused calls: %v", len(answered), len(refused), err)
+			t.Fatalf("reading the answers: %v", err)
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
 				fr.WriteSettingsAck()
 			}
-		case *http2.HeadersFrame:
-			answered[f.StreamID] = true
-		case *http2.RSTStreamFrame:
-			if f.ErrCode != http2.ErrCodeRefusedStream {
-				t.Fatalf("stream %d reset with %v, want REFUSED_STREAM", f.StreamID, f.ErrCode)
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				ended++
 			}
-			refused[f.StreamID] = true
-		case *http2.GoAwayFrame:
-			t.Fatalf("server sent GOAWAY %v after %d answered calls", f.ErrCode, len(answered))
 		}
 	}
-	if len(answered) > limits.MaxStreamsPerConnection {
-		t.Fatalf("a client that reads nothing had %d calls taken on at once, want at most %d (%d refused)",
-			len(answered), limits.MaxStreamsPerConnection, len(refused))
+	if st := call(); st.Code() != codes.OK {
+		t.Fatalf("after reading its answers: %v", st.Err())
 	}
+}
+
+// headerField returns the value of the header field name in f, "" when
+// there is none.
+func headerField(f *http2.MetaHeadersFrame, name string) string {
+	for _, hf := range f.Fields {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
+}
+
+// largeAnswerPods are pods whose List answer is about 6 MiB: more than
+// gRPC's default message size, and a third of a client's unread share.
+func largeAnswerPods() []fk.Pod {
+	var pods []fk.Pod
+	long := strings.Repeat("x", 200)
+	for i := range 300 {
+		var ids []string
+		for j := range 100 {
+			ids = append(ids, fmt.Sprintf("%s-%d-%d", long, i, j))
+		}
+		pods = append(pods, fk.NewPod("default", fmt.Sprintf("big-%d", i), fmt.Sprintf("uid-%d", i),
+			fk.WithKubeletDevices("app", "example.com/dev", -1, ids...)))
+	}
+	return pods
 }
 
 func TestIdleConnectionsAreClosedByTheServer(t *testing.T) {

@@ -96,6 +96,9 @@ type Server struct {
 	// spec reader's (specs.go). Nil without a /pods source.
 	pods  *kubeletpods.Reader
 	ready atomic.Bool
+	// unread bounds the answer bytes clients hold unread, every socket's
+	// connections together.
+	unread *limits.Unread
 
 	// sockets are the sockets served, the default view's first, each
 	// with its gRPC server; views the views they serve, each once.
@@ -158,12 +161,13 @@ func New(cfg Config, p Providers) (*Server, error) {
 		Log:              log,
 	})
 	s := &Server{
-		cfg:   cfg,
-		p:     p,
-		log:   log,
-		up:    up,
-		pods:  pods,
-		plans: builder,
+		cfg:    cfg,
+		p:      p,
+		log:    log,
+		up:     up,
+		pods:   pods,
+		plans:  builder,
+		unread: limits.NewUnread(0, p.Metrics),
 		resolver: merge.NewResolver(merge.Options{
 			Store:    p.Store,
 			Plans:    builder,
@@ -181,7 +185,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 	// share, so a burst beyond the limit can join them (limits.RateLimit).
 	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil, func(string) bool { return true })
 	// One limit for every socket: they share the kubelet calls it guards.
-	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, limit),
+	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, s.unread, limit),
 		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced
 	for _, sock := range s.sockets {
 		sock.grpc = grpc.NewServer(opts...)
@@ -212,7 +216,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	for _, sock := range s.sockets {
 		s.log.WithFields(logrus.Fields{"socket": sock.path, "view": sock.view.name}).Info("serving the PodResources API")
 		go func() {
-			err := sock.grpc.Serve(limits.NewListener(sock.l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.p.Metrics))
+			err := sock.grpc.Serve(limits.NewListener(sock.l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.unread, s.p.Metrics))
 			if err != nil {
 				err = fmt.Errorf("serve PodResources on %s: %w", sock.path, err)
 			}

@@ -22,7 +22,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/proxy"
-	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -423,18 +422,16 @@ func TestConcurrentGetsOfNewPodsShareReads(t *testing.T) {
 			fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, gpu)), koordApp))
 	}
 	h.k.SetPods(pods...)
-	// Eight clients of eight calls each: one connection carries at most
-	// limits.MaxStreamsPerConnection calls at once.
-	var clients []v1.PodResourcesListerClient
-	for range 64 / limits.MaxStreamsPerConnection {
-		clients = append(clients, h.v1())
-	}
+	// One connection, as goroutines of one process share it: its calls
+	// are in flight together, so they share reads as calls on connections
+	// of their own do.
+	client := h.v1()
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := clients[i%len(clients)].Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: fmt.Sprintf("p%d", i)})
+			resp, err := client.Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: fmt.Sprintf("p%d", i)})
 			if err != nil {
 				t.Error(err)
 				return
@@ -460,17 +457,7 @@ func TestConcurrentGetsOfNewPodsShareReads(t *testing.T) {
 
 func TestLargeKubeletAnswersPassThrough(t *testing.T) {
 	h := newHarness(t)
-	var pods []fk.Pod
-	long := strings.Repeat("x", 200)
-	for i := range 300 {
-		var ids []string
-		for j := range 100 {
-			ids = append(ids, fmt.Sprintf("%s-%d-%d", long, i, j))
-		}
-		pods = append(pods, fk.NewPod("default", fmt.Sprintf("big-%d", i), fmt.Sprintf("uid-%d", i),
-			fk.WithKubeletDevices("app", "example.com/dev", -1, ids...)))
-	}
-	h.k.SetPods(pods...)
+	h.k.SetPods(largeAnswerPods()...)
 	resp := h.list()
 	if size := proto.Size(resp); size < 5<<20 {
 		t.Fatalf("test answer is only %d bytes; it must exceed gRPC's 4 MiB default", size)

@@ -44,11 +44,12 @@ const (
 	// others whatever one process does.
 	DefaultMaxConnectionsPerClient = 32
 	// MaxStreamsPerConnection bounds the calls one connection has in
-	// flight. An answer a client does not read (HTTP/2 window 0) stays in
-	// memory until the connection ends; without this bound a client that
-	// stops reading while calling List could grow the daemon until it is
-	// killed.
-	MaxStreamsPerConnection = 8
+	// flight: gRPC clients' own default. Many goroutines of one client
+	// (DCGM exporter's collectors, a thick Multus's CNI ADDs) share a
+	// connection, and calls in flight together share one kubelet call, so
+	// a lower bound would cost the kubelet a call per few of them. What
+	// those calls hold in memory until read is bounded by Unread.
+	MaxStreamsPerConnection = 100
 	// MaxRequestBytes bounds a request. Requests are tiny (a Get names a
 	// pod: a namespace of at most 63 bytes and a name of at most 253), so a
 	// large one is refused before it reaches a handler or the kubelet.
@@ -72,10 +73,11 @@ const (
 
 // ServerOptions returns the gRPC server options that put the limits above
 // in place: idle closes connections without calls for that long, request
-// bounds every call without a sooner deadline of its own, and limit is the
-// rate limit (RateLimit), which runs first, so a rejected call costs no
-// deadline timer.
-func ServerOptions(idle, request time.Duration, limit grpc.UnaryServerInterceptor) []grpc.ServerOption {
+// bounds every call without a sooner deadline of its own, unread refuses
+// calls of connections that do not read their answers (it runs first, so
+// such a call takes no token), and limit is the rate limit (RateLimit),
+// which runs next, so a rejected call costs no deadline timer.
+func ServerOptions(idle, request time.Duration, unread *Unread, limit grpc.UnaryServerInterceptor) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.Creds(peerCredentials{}),
 		grpc.MaxConcurrentStreams(MaxStreamsPerConnection),
@@ -93,7 +95,7 @@ func ServerOptions(idle, request time.Duration, limit grpc.UnaryServerIntercepto
 			MinTime:             minClientPingInterval,
 			PermitWithoutStream: true,
 		}),
-		grpc.ChainUnaryInterceptor(limit, deadline(request)),
+		grpc.ChainUnaryInterceptor(unread.Interceptor(), limit, deadline(request)),
 		grpc.InTapHandle(stampArrival),
 	}
 }
@@ -142,6 +144,7 @@ func deadline(timeout time.Duration) grpc.UnaryServerInterceptor {
 type limitListener struct {
 	net.Listener
 	max, perClient int
+	unread         *Unread
 	metrics        *metrics.Metrics
 
 	mu       sync.Mutex
@@ -150,11 +153,12 @@ type limitListener struct {
 }
 
 // NewListener caps the connections l has open at once at max, and those of
-// one client process at perClient, and counts in m each connection closed
-// over a cap. A connection whose process the kernel does not name (see
-// peerCred.identified) counts against max only.
-func NewListener(l net.Listener, max, perClient int, m *metrics.Metrics) net.Listener {
-	return &limitListener{Listener: l, max: max, perClient: perClient, metrics: m, byClient: map[string]int{}}
+// one client process at perClient, counts in m each connection closed over
+// a cap, and counts each connection's bytes in unread. A connection whose
+// process the kernel does not name (see peerCred.identified) counts against
+// max only.
+func NewListener(l net.Listener, max, perClient int, unread *Unread, m *metrics.Metrics) net.Listener {
+	return &limitListener{Listener: l, max: max, perClient: perClient, unread: unread, metrics: m, byClient: map[string]int{}}
 }
 
 // Accept returns the next connection that fits under the caps.
@@ -177,8 +181,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.metrics.ConnectionRejected()
 			continue
 		}
-		lc := &limitedConn{Conn: c, release: func() { l.give(key) }}
+		bytes := l.unread.track(key)
+		lc := &limitedConn{Conn: c, bytes: bytes, release: func() { l.give(key); l.unread.forget(bytes) }}
 		if err == nil {
+			cred.bytes = bytes
 			lc.cred = &cred
 		}
 		return lc, nil
@@ -212,12 +218,20 @@ func (l *limitListener) give(key string) {
 	}
 }
 
-// limitedConn gives its place under the caps back when it is closed.
+// limitedConn gives its place under the caps back when it is closed, and
+// counts what is written to it (Unread).
 type limitedConn struct {
 	net.Conn
 	cred    *peerCred // read at accept; nil when that failed
+	bytes   *connBytes
 	once    sync.Once
 	release func()
+}
+
+func (c *limitedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.bytes.wrote(b[:n])
+	return n, err
 }
 
 func (c *limitedConn) Close() error {
@@ -240,8 +254,9 @@ func (c *limitedConn) Unwrap() net.Conn { return c.Conn }
 type peerCred struct {
 	credentials.CommonAuthInfo
 	uid, pid int32
-	pidfsIno uint64 // the peer's pidfd's inode when pid is 0; 0 when unknown
-	ok       bool   // false when the connection is not a unix socket
+	pidfsIno uint64     // the peer's pidfd's inode when pid is 0; 0 when unknown
+	ok       bool       // false when the connection is not a unix socket
+	bytes    *connBytes // the connection's counts (Unread); nil when not counted
 }
 
 func (peerCred) AuthType() string { return "peercred" }

@@ -141,7 +141,7 @@ func TestPeerCredentialsNameTheCallingProcess(t *testing.T) {
 			return h(ctx, req)
 		}))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go srv.Serve(NewListener(l, 4, 4, nil))
+	go srv.Serve(NewListener(l, 4, 4, NewUnread(0, nil), nil))
 	defer srv.Stop()
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
