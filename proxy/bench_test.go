@@ -445,8 +445,7 @@ func concurrentLists(t testing.TB, socket string, k *fk.Kubelet, clients, calls 
 // concurrentListsOn is concurrentLists, with every client on one
 // connection when oneConn (goroutines of one process sharing its client,
 // as a koordlet-style agent does): the server lets a connection carry
-// limits.MaxStreamsPerConnection calls at once, the others wait in the
-// client.
+// limits.MaxStreamsPerConnection calls at once, more than the clients.
 func concurrentListsOn(t testing.TB, socket string, k *fk.Kubelet, clients, calls int, oneConn bool) float64 {
 	conns := make([]v1.PodResourcesListerClient, clients)
 	for i := range conns {
@@ -717,8 +716,7 @@ func TestBenchmarkReport(t *testing.T) {
 			fk.WithAnnotation(koordKey, newGPU(1+i)), gpuApp, fk.Realistic()))
 	}
 	reads, calls := hb.k.PodsReads(), hb.k.GRPCCalls()
-	// Eight clients of eight Gets each: one connection carries at most
-	// MaxStreamsPerConnection calls at once.
+	// Eight connections of eight Gets each, as a thick Multus makes them.
 	clients := make([]v1.PodResourcesListerClient, 8)
 	for i := range clients {
 		clients[i] = hb.v1()

@@ -263,11 +263,9 @@ func sharedUnderLoad(t *testing.T, slots, rounds int, callTime, write time.Durat
 // a caller's joining only the next call costs when callers arrive one after
 // another rather than at once: a call serves those who arrived while the
 // previous one was in flight. With 64 callers that is a small fraction of
-// a call each; with the 8 a connection carries at once
-// (limits.MaxStreamsPerConnection) no call can serve more than 8, so at
-// least 1/8 of a call each, and with the answers written in turn about a
-// third of a call each, as the benchmark report measures on one
-// connection.
+// a call each; with 8 at once (what one connection carried before
+// limits.Unread) no call can serve more than 8, so at least 1/8 of a call
+// each, and with the answers written in turn about a third of a call each.
 func TestCallersArrivingStaggeredShareCallsAsManyAsArriveDuringOne(t *testing.T) {
 	const callTime, write = time.Millisecond, time.Millisecond
 	for _, c := range []struct {
