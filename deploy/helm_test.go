@@ -317,3 +317,59 @@ func TestChartRefusesAnUnknownRuntime(t *testing.T) {
 		t.Errorf("rendering with runtime docker: err = %v, want the chart's refusal", err)
 	}
 }
+
+func TestChartPodsAPIValue(t *testing.T) {
+	// podsAPI.enabled (default true) mounts the kubelet's pods-api
+	// directory, so that serve's default --kubelet-pods-api-socket is
+	// inside a hostPath mount of the kubelet's own path; false passes
+	// --kubelet-pods-api-socket= (serve reads /pods only) and mounts
+	// nothing of the kubelet's Pods API.
+	const socket = "/var/lib/kubelet/pods-api/pods-api.sock"
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   bool
+	}{
+		{"default", map[string]any{}, true},
+		{"enabled", map[string]any{"podsAPI": map[string]any{"enabled": true}}, true},
+		{"disabled", map[string]any{"podsAPI": map[string]any{"enabled": false}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := renderChart(tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := find[appsv1.DaemonSet](t, objs, "DaemonSet", "podres-proxy")
+			c := proxyContainer(t, ds)
+			fs := serveFlagSet(t, binary(t))
+			if err := fs.Parse(c.Args[1:]); err != nil {
+				t.Fatalf("podres-proxy serve refuses the chart's arguments: %v (args %q)", err, c.Args[1:])
+			}
+			flag := fs.Lookup("kubelet-pods-api-socket")
+			if flag == nil {
+				t.Fatal("serve has no --kubelet-pods-api-socket")
+			}
+			r, mounted := resolve(t, &ds.Spec.Template.Spec, c, socket)
+			if tc.want {
+				if flag.Changed {
+					t.Errorf("--kubelet-pods-api-socket=%q is set; serve's default (%s) is the kubelet's path", flag.Value, socket)
+				}
+				if !mounted || r.hostPath != socket || !r.mount.ReadOnly || !isDirectoryType(r.volume) {
+					t.Errorf("%s is not the host's, mounted read-only from a hostPath directory (mounted %v, host path %q)", socket, mounted, r.hostPath)
+				}
+				return
+			}
+			if !flag.Changed || flag.Value.String() != "" {
+				t.Errorf("--kubelet-pods-api-socket is %q (set %v), want it set empty", flag.Value, flag.Changed)
+			}
+			if mounted {
+				t.Errorf("%s is mounted (volume %s) although the Pods API is disabled", socket, r.volume.Name)
+			}
+			for _, v := range ds.Spec.Template.Spec.Volumes {
+				if v.HostPath != nil && strings.HasPrefix(v.HostPath.Path, "/var/lib/kubelet/pods-api") {
+					t.Errorf("volume %s mounts the host's %s although the Pods API is disabled", v.Name, v.HostPath.Path)
+				}
+			}
+		})
+	}
+}

@@ -14,7 +14,8 @@
 #   - a kubelet registered as node NODE with a client certificate
 #     (system:node:NODE), anonymous access off, --authentication-token-webhook
 #     and --authorization-mode=Webhook, serving with a certificate the cluster
-#     CA signed;
+#     CA signed, and its PodsAPI feature gate on (the Pods API of KEP-4188 on
+#     /var/lib/kubelet/pods-api/pods-api.sock);
 #   - the podres-proxy image (hack/ociimage; no container engine needed)
 #     imported into containerd's k8s.io namespace as
 #     docker.io/library/podres-proxy:latest, the name deploy/base's DaemonSet
@@ -100,6 +101,7 @@ CONTAINERD_RUN=/run/containerd
 CONTAINERD_SOCK="${CONTAINERD_RUN}/containerd.sock"
 NRI_SOCK=/var/run/nri/nri.sock
 POD_RESOURCES_SOCK="${KUBELET_ROOT}/pod-resources/kubelet.sock"
+PODS_API_SOCK="${KUBELET_ROOT}/pods-api/pods-api.sock"
 PROXY_SOCKET_DIR=/var/run/podres-proxy/pod-resources
 PROXY_STATE_DIR=/var/lib/podres-proxy
 
@@ -196,7 +198,7 @@ write_cluster_env() {
 		echo "# written by hack/cluster-up.sh"
 		local k
 		for k in ROOT NODE_NAME NODE_IP SERVICE_IP API_PORT ETCD_PORT CNI_NETWORK CNI_BRIDGE CNI_SUBNET SERVICE_CIDR \
-			CNI_BIN_DIR CNI_CONF_DIR CONTAINERD_SOCK NRI_SOCK KUBELET_ROOT POD_RESOURCES_SOCK \
+			CNI_BIN_DIR CNI_CONF_DIR CONTAINERD_SOCK NRI_SOCK KUBELET_ROOT POD_RESOURCES_SOCK PODS_API_SOCK \
 			PROXY_SOCKET_DIR PROXY_STATE_DIR LOGS KUBECONFIG_ADMIN KUBELET_HEALTHZ_PORT \
 			CONTAINERD_VERSION KUBERNETES_VERSION ETCD_VERSION CONTROL_PLANE_BIN_DIR; do
 			printf '%s=%q\n' "${k}" "${!k}"
@@ -294,9 +296,13 @@ write_pki() {
 # Configuration of each component
 
 # write_kubelet_config writes the kubelet's configuration. Its PodsAPI gate
-# stays off, as on most clusters: podres-proxy reads /pods over HTTPS with its
-# token and RBAC, which the cluster suite tests; the node suite's kubelet
-# (node-up.sh) serves the Pods API instead.
+# is on, so the kubelet serves its Pods API on PODS_API_SOCK, which
+# deploy/base's DaemonSet mounts and serve prefers to /pods. The cluster suite
+# runs both of serve's pod sources on this one kubelet: deploy/base as
+# installed watches the Pods API; with --kubelet-pods-api-socket= (the DRA
+# test's overlay, the RBAC test's patched DaemonSet, the Helm chart's
+# podsAPI.enabled: false) serve reads /pods over HTTPS with its token and
+# RBAC, as on a kubelet without the gate.
 write_kubelet_config() {
 	cat >"${ROOT}/kubelet-config.yaml" <<EOF
 # written by hack/cluster-up.sh
@@ -326,6 +332,8 @@ clusterDomain: cluster.local
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 5s
 makeIPTablesUtilChains: false
+featureGates:
+  PodsAPI: true
 $(kubelet_config_common)
 EOF
 }
@@ -460,6 +468,7 @@ main() {
 	await kube-controller-manager "kube-controller-manager healthz" curl -fsSk --max-time 2 "https://127.0.0.1:${KCM_PORT}/healthz"
 	await kube-scheduler "kube-scheduler healthz" curl -fsSk --max-time 2 "https://127.0.0.1:${SCHEDULER_PORT}/healthz"
 	await kubelet "node ${NODE_NAME} Ready" node_ready
+	await kubelet "kubelet Pods API on ${PODS_API_SOCK}" pods_api_answers
 	await kube-controller-manager "service account and kube-root-ca.crt in default" service_account_ready
 	log "cluster up in $(($(date +%s) - start_time))s: export KUBECONFIG=${KUBECONFIG_ADMIN}; kubectl is ${CONTROL_PLANE_BIN_DIR}/kubectl"
 	if [[ "${PODRES_CLUSTER_DEPLOY:-1}" != 0 ]]; then

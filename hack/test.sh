@@ -4,7 +4,9 @@
 #   pass over every decoder, a smoke run of the List benchmark report, then, when run as root, the
 #   real-node end-to-end suite twice, with the kubelet's PodsAPI gate on and off (it builds and
 #   starts containerd and a kubelet; see hack/build-node.sh), and the one-node cluster suite
-#   (test/cluster: etcd and the control plane too, built and cached by hack/build-cluster.sh).
+#   (test/cluster: etcd and the control plane too, built and cached by hack/build-cluster.sh; its
+#   kubelet serves the Pods API, which serve watches as deploy/base installs it, and reads /pods
+#   instead with --kubelet-pods-api-socket=, as the RBAC test and the Helm chart install it).
 # Environment:
 #   PODRES_FUZZTIME   inputs per fuzz target (default 20000x; a duration such as 10s also works; 0 skips)
 #   PODRES_E2E        1 forces the e2e suites, 0 skips them (default: run as root)
@@ -125,7 +127,11 @@ if [[ "$e2e" == "1" ]]; then
 		step "etcd, the control plane, kubectl and the DRA test driver for the cluster suite (hack/build-cluster.sh, cached)"
 		hack/build-cluster.sh
 		step "end-to-end on a one-node cluster (deploy/base and the Helm chart, as users install them)"
-		PODRES_E2E=1 go test -count=1 -timeout 40m -v ./test/cluster/...
+		cluster_log=$(mktemp)
+		PODRES_E2E=1 go test -count=1 -timeout 40m -v ./test/cluster/... | tee "$cluster_log"
+		step "serve's reads of every pod in the cluster run, by configuration (the Pods API, /pods)"
+		grep -h '^cluster: pod source reads' "$cluster_log" || echo "(none: serve did not run)"
+		rm -f "$cluster_log"
 	else
 		step "skipping the cluster suite (PODRES_CLUSTER_E2E=0)"
 	fi

@@ -2,7 +2,8 @@
 // cluster that hack/cluster-up.sh starts (etcd, kube-apiserver with
 // Node,RBAC authorization, kube-controller-manager, kube-scheduler, containerd
 // with NRI and a CNI bridge, a kubelet with webhook authentication and
-// authorization). Its tests run only when asked for, as root:
+// authorization and its PodsAPI feature gate on). Its tests run only when
+// asked for, as root:
 //
 //	hack/build-cluster.sh                      # once; cached afterwards
 //	PODRES_E2E=1 go test -v -count=1 -timeout 40m ./test/cluster/
@@ -30,6 +31,15 @@
 // The last test uninstalls the kustomize objects and installs the Helm chart
 // (deploy/helm/podres-proxy, with Helm's Go SDK), and runs the smoke check
 // again.
+//
+// serve runs with each of its pod sources (podsource_test.go): deploy/base
+// as installed watches the kubelet's Pods API, up to and through the rolling
+// update; the DRA test's overlay passes --kubelet-pods-api-socket= (its
+// comment says why), the RBAC test (removing the ClusterRoleBinding) patches
+// the DaemonSet so, and the Helm chart is installed with podsAPI.enabled:
+// false, so serve reads /pods there. Each
+// configuration is checked from serve's metrics, and the suite prints one
+// "cluster: pod source reads" line per configuration at its end.
 //
 // Settings (environment):
 //

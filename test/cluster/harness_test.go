@@ -32,6 +32,11 @@ type harness struct {
 	client                kubernetes.Interface
 	binder                *binder.Binder
 	stopBinder            context.CancelFunc
+	// source is the pod source of the daemon the tests installed last
+	// (noSource once it was removed); reads are the counts of the daemons
+	// already replaced or removed, by their configuration (podsource_test.go).
+	source podSource
+	reads  map[podSource]readCounts
 }
 
 var h *harness
@@ -67,7 +72,11 @@ func runMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "cluster: setup: %v\n", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	if s := readSummary(); s != "" {
+		fmt.Println(s)
+	}
+	return code
 }
 
 func newHarness() (*harness, error) {
@@ -81,7 +90,8 @@ func newHarness() (*harness, error) {
 	if err := os.MkdirAll(artifacts, 0o755); err != nil {
 		return nil, fmt.Errorf("create the artifacts directory: %w", err)
 	}
-	return &harness{repo: repo, root: root, artifacts: artifacts, probeRecords: filepath.Join(root, "cniprobe.jsonl")}, nil
+	return &harness{repo: repo, root: root, artifacts: artifacts, probeRecords: filepath.Join(root, "cniprobe.jsonl"),
+		reads: map[podSource]readCounts{}}, nil
 }
 
 func (h *harness) setup() error {

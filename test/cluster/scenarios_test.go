@@ -349,14 +349,13 @@ func restarts(p *corev1.Pod) int32 {
 
 // smoke creates a pod through the API, which the binder places, and checks
 // that the CNI probe received its VF during CNI ADD, before its sandbox
-// existed: podres-proxy could only learn the allocation from the kubelet's
-// /pods, read over HTTPS with its service-account token.
+// existed: podres-proxy could only learn the allocation from the kubelet,
+// from its Pods API watch or from /pods read over HTTPS with its
+// service-account token, whichever the daemon is configured for
+// (checkSource).
 func smoke(t *testing.T, name string) {
 	t.Helper()
-	before, err := metric(`podres_proxy_kubelet_pods_reads_total{result="ok"}`)
-	if err != nil {
-		t.Fatalf("podres-proxy's metrics: %v", err)
-	}
+	before := mustReads(t)
 	createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: podSpec()})
 	pod := waitReady(t, name)
 	checkOwnVFs(t, pod, "app")
@@ -364,13 +363,7 @@ func smoke(t *testing.T, name string) {
 	if len(adds) > 0 && adds[0].SandboxListed {
 		t.Errorf("pod %s: the runtime listed the sandbox before CNI ADD; the check proves nothing", name)
 	}
-	after, err := metric(`podres_proxy_kubelet_pods_reads_total{result="ok"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after <= before {
-		t.Errorf("podres_proxy_kubelet_pods_reads_total{result=\"ok\"} stayed at %v: the daemon did not read /pods", after)
-	}
+	checkSource(t, before, mustReads(t))
 	if err := h.client.CoreV1().Pods(testNamespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("delete pod %s: %v", name, err)
 	}
@@ -392,6 +385,7 @@ func TestBaseBecomesReadyAndReadsThePodsOfTheKubelet(t *testing.T) {
 	} else {
 		t.Log(out)
 	}
+	useSource(t, "podres-proxy", viaPodsAPI)
 	smoke(t, "smoke-kustomize")
 }
 
@@ -399,6 +393,7 @@ func TestWorkloadsCreatedThroughTheAPIGetTheirOwnDevices(t *testing.T) {
 	requireCluster(t)
 	ensureNamespace(t)
 	ctx := context.Background()
+	before := mustReads(t)
 	two := int32(2)
 	labels := func(app string) map[string]string { return map[string]string{"app": app} }
 	template := func(app string) corev1.PodTemplateSpec {
@@ -445,12 +440,14 @@ func TestWorkloadsCreatedThroughTheAPIGetTheirOwnDevices(t *testing.T) {
 			})
 		}
 	}
+	checkSource(t, before, mustReads(t))
 }
 
 func TestStatefulSetSuccessorSeesOnlyItsOwnDevices(t *testing.T) {
 	requireCluster(t)
 	old := waitReady(t, "rdma-sts-0")
 	oldVFs := allocatedVFs(t, old.UID)
+	before := mustReads(t)
 	if err := h.client.CoreV1().Pods(testNamespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -462,6 +459,7 @@ func TestStatefulSetSuccessorSeesOnlyItsOwnDevices(t *testing.T) {
 		}
 	}
 	checkOwnVFs(t, successor, "app")
+	checkSource(t, before, mustReads(t))
 }
 
 func TestDCGMNFDAndGetStyleClientsAgree(t *testing.T) {
@@ -559,91 +557,6 @@ func allocatable() ([]string, error) {
 	return out, err
 }
 
-func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
-	requireCluster(t)
-	daemon := daemonPod(t, "podres-proxy")
-	if _, err := kubectl("delete", "clusterrolebinding", "podres-proxy"); err != nil {
-		t.Fatal(err)
-	}
-	restored := false
-	defer func() {
-		if !restored {
-			_, _ = kubectl("apply", "-k", "deploy/base")
-		}
-	}()
-	// The kubelet's answer: 403 naming what RBAC no longer grants (with
-	// fine-grained authorization, nodes/pods and then nodes/proxy).
-	denied := regexp.MustCompile(`403 Forbidden.*user=system:serviceaccount:podres-proxy:podres-proxy, verb=get, resource=nodes, subresource\(s\)=\[pods`)
-	deniedGet := func(name string) error {
-		resp, err := proxyGet(testNamespace, name)
-		if err == nil {
-			return permanentf("Get of %s answered (%s devices %v) instead of Unavailable",
-				name, binder.RDMAResource, containerDevices(resp, binder.RDMAResource))
-		}
-		if status.Code(err) == codes.Unavailable && denied.MatchString(status.Convert(err).Message()) {
-			return nil
-		}
-		return fmt.Errorf("Get answered %v", err)
-	}
-	// A new pod needs a /pods read. The kubelet caches its last "allowed"
-	// for a few seconds (PODRES_CLUSTER_AUTHZ_TTL): a pod whose first read
-	// came in that window was learned, so try another new pod.
-	var pod *corev1.Pod
-	for i := 0; pod == nil; i++ {
-		if i == 5 {
-			t.Fatal("five new pods in a row were answered, not Unavailable, after the ClusterRoleBinding was deleted")
-		}
-		p := createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rbac-denied-%d", i)}, Spec: podSpec()})
-		err := pollErr(time.Minute, func() error { return deniedGet(p.Name) })
-		if err == nil {
-			pod = p
-		} else if !e2eutil.IsPermanent(err) {
-			t.Fatalf("Get of a new pod answered Unavailable with the kubelet's 403: not within a minute: %v", err)
-		} else {
-			t.Logf("%v: the kubelet still had podres-proxy's access cached", err)
-		}
-	}
-	// Multus-like, the CNI probe failed the pod's ADD rather than wiring it
-	// without its VF.
-	poll(t, podTimeout, "a failed CNI ADD of the new pod", func() error {
-		adds, err := probeAdds(pod.UID)
-		if err != nil {
-			return err
-		}
-		for _, a := range adds {
-			if len(a.DeviceIDs) > 0 {
-				return permanentf("CNI ADD at %s received %v while RBAC denied /pods", a.Time.Format(time.TimeOnly), a.DeviceIDs)
-			}
-			if a.Error != "" {
-				return nil
-			}
-		}
-		return fmt.Errorf("%d ADD records, none failed", len(adds))
-	})
-	if _, err := kubectl("apply", "-k", "deploy/base"); err != nil {
-		t.Fatal(err)
-	}
-	restored = true
-	// The kubelet caches authorization answers (PODRES_CLUSTER_AUTHZ_TTL,
-	// 5 s here): the daemon recovers once the kubelet asks again.
-	poll(t, time.Minute, "Get of the pod answered with its VF after the binding is restored", func() error {
-		resp, err := proxyGet(testNamespace, pod.Name)
-		if err != nil {
-			return err
-		}
-		if got := containerDevices(resp, binder.RDMAResource)["app"]; !slices.Equal(got, allocatedVFs(t, pod.UID)) {
-			return fmt.Errorf("app has %v", got)
-		}
-		return nil
-	})
-	now := daemonPod(t, "podres-proxy")
-	if now.UID != daemon.UID || restarts(now) != restarts(daemon) {
-		t.Errorf("the daemon was restarted (pod %s restarts %d, was %s restarts %d)", now.UID, restarts(now), daemon.UID, restarts(daemon))
-	}
-	// The pod whose CNI ADD failed meanwhile starts once the kubelet retries.
-	checkOwnVFsAfterFailures(t, waitReady(t, pod.Name), "app", true)
-}
-
 func TestRollingUpdateUnderAListLoop(t *testing.T) {
 	requireCluster(t)
 	ctx := context.Background()
@@ -671,6 +584,8 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 		return rightInARow(t, consumer, want, time.Time{}, 10)
 	})
 
+	source := h.source
+	retireDaemon()
 	setAt := time.Now()
 	if _, err := kubectl("-n", "podres-proxy", "set", "image", "daemonset/podres-proxy", "podres-proxy=podres-proxy:v2"); err != nil {
 		t.Fatal(err)
@@ -678,6 +593,7 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 	if out, err := kubectl("-n", "podres-proxy", "rollout", "status", "daemonset/podres-proxy", "--timeout=180s"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	useSource(t, "podres-proxy", source)
 	updated := daemonPod(t, "podres-proxy")
 	if updated.UID == old.UID || updated.Spec.Containers[0].Image != "podres-proxy:v2" {
 		t.Fatalf("the DaemonSet was not rolled: pod %s image %s", updated.UID, updated.Spec.Containers[0].Image)
@@ -738,9 +654,10 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 	// The new daemon found the store its predecessor wrote: every running
 	// test pod's allocation is the one learned before the update began. A
 	// /pods read does not reset that time for an allocation it already
-	// has; a store that did not carry over has no record, or one learned
-	// after. (The new daemon may still read /pods once: it serves before
-	// NRI's Synchronize has told it about its own new pod.)
+	// has, nor does the Pods API watch's relist; a store that did not carry
+	// over has no record, or one learned after. (The new daemon may still
+	// read the kubelet's pods once: it serves before NRI's Synchronize has
+	// told it about its own new pod, and before its watch has relisted.)
 	recs := storeRecords(t)
 	for _, p := range list.Items {
 		if _, ok := want[p.Name]; !ok {
@@ -757,8 +674,8 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 				p.Name, r.Sources.Annotations.Source, r.Sources.Annotations.At.Format(time.TimeOnly+".000"), setAt.Format(time.TimeOnly+".000"))
 		}
 	}
-	if reads, err := metric(`podres_proxy_kubelet_pods_reads_total`); err == nil {
-		t.Logf("the new daemon read /pods %v times", reads)
+	if c, err := daemonReads(); err == nil {
+		t.Logf("the new daemon, reading %s: %s", h.source, c.describe(h.source))
 	}
 }
 
@@ -845,6 +762,9 @@ func consumerRecords(t *testing.T, pod string) []consumerRecord {
 	}
 	var out []consumerRecord
 	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if l == "" {
+			continue // no line yet
+		}
 		var r consumerRecord
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("the consumer pod's line %q: %v", l, err)
@@ -887,6 +807,139 @@ func wrongListing(got, want map[string][]string) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
+}
+
+// TestRemovingTheClusterRoleBindingDeniesUntilRestored removes the
+// ClusterRoleBinding that grants the daemon nodes/pods: its /pods reads are
+// denied, and a pod being created is not answered (its CNI ADD fails) until
+// the binding is back. Watching the Pods API, serve reads no /pods, so the
+// test first patches deploy/base's DaemonSet to serve with
+// --kubelet-pods-api-socket= (a rollout) and leaves it so: the tests after
+// it run no daemon (the admission policy's) or remove the base (the Helm
+// chart's).
+func TestRemovingTheClusterRoleBindingDeniesUntilRestored(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	servePodsOnly(t)
+	daemon := daemonPod(t, "podres-proxy")
+	before := mustReads(t)
+	binding, err := h.client.RbacV1().ClusterRoleBindings().Get(ctx, "podres-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubectl("delete", "clusterrolebinding", "podres-proxy"); err != nil {
+		t.Fatal(err)
+	}
+	// Restored as it was, the DaemonSet left as it is.
+	restore := func() error {
+		_, err := h.client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: binding.Name, Labels: binding.Labels, Annotations: binding.Annotations},
+			RoleRef:    binding.RoleRef, Subjects: binding.Subjects,
+		}, metav1.CreateOptions{})
+		return err
+	}
+	restored := false
+	defer func() {
+		if !restored {
+			_ = restore()
+		}
+	}()
+	// The kubelet's answer: 403 naming what RBAC no longer grants (with
+	// fine-grained authorization, nodes/pods and then nodes/proxy).
+	denied := regexp.MustCompile(`403 Forbidden.*user=system:serviceaccount:podres-proxy:podres-proxy, verb=get, resource=nodes, subresource\(s\)=\[pods`)
+	deniedGet := func(name string) error {
+		resp, err := proxyGet(testNamespace, name)
+		if err == nil {
+			return permanentf("Get of %s answered (%s devices %v) instead of Unavailable",
+				name, binder.RDMAResource, containerDevices(resp, binder.RDMAResource))
+		}
+		if status.Code(err) == codes.Unavailable && denied.MatchString(status.Convert(err).Message()) {
+			return nil
+		}
+		return fmt.Errorf("Get answered %v", err)
+	}
+	// A new pod needs a /pods read. The kubelet caches its last "allowed"
+	// for a few seconds (PODRES_CLUSTER_AUTHZ_TTL): a pod whose first read
+	// came in that window was learned, so try another new pod.
+	var pod *corev1.Pod
+	for i := 0; pod == nil; i++ {
+		if i == 5 {
+			t.Fatal("five new pods in a row were answered, not Unavailable, after the ClusterRoleBinding was deleted")
+		}
+		p := createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rbac-denied-%d", i)}, Spec: podSpec()})
+		err := pollErr(time.Minute, func() error { return deniedGet(p.Name) })
+		if err == nil {
+			pod = p
+		} else if !e2eutil.IsPermanent(err) {
+			t.Fatalf("Get of a new pod answered Unavailable with the kubelet's 403: not within a minute: %v", err)
+		} else {
+			t.Logf("%v: the kubelet still had podres-proxy's access cached", err)
+		}
+	}
+	// Multus-like, the CNI probe failed the pod's ADD rather than wiring it
+	// without its VF.
+	poll(t, podTimeout, "a failed CNI ADD of the new pod", func() error {
+		adds, err := probeAdds(pod.UID)
+		if err != nil {
+			return err
+		}
+		for _, a := range adds {
+			if len(a.DeviceIDs) > 0 {
+				return permanentf("CNI ADD at %s received %v while RBAC denied /pods", a.Time.Format(time.TimeOnly), a.DeviceIDs)
+			}
+			if a.Error != "" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d ADD records, none failed", len(adds))
+	})
+	if err := restore(); err != nil {
+		t.Fatal(err)
+	}
+	restored = true
+	// The kubelet caches authorization answers (PODRES_CLUSTER_AUTHZ_TTL,
+	// 5 s here): the daemon recovers once the kubelet asks again.
+	poll(t, time.Minute, "Get of the pod answered with its VF after the binding is restored", func() error {
+		resp, err := proxyGet(testNamespace, pod.Name)
+		if err != nil {
+			return err
+		}
+		if got := containerDevices(resp, binder.RDMAResource)["app"]; !slices.Equal(got, allocatedVFs(t, pod.UID)) {
+			return fmt.Errorf("app has %v", got)
+		}
+		return nil
+	})
+	now := daemonPod(t, "podres-proxy")
+	if now.UID != daemon.UID || restarts(now) != restarts(daemon) {
+		t.Errorf("the daemon was restarted (pod %s restarts %d, was %s restarts %d)", now.UID, restarts(now), daemon.UID, restarts(daemon))
+	}
+	// The pod whose CNI ADD failed meanwhile starts once the kubelet retries.
+	checkOwnVFsAfterFailures(t, waitReady(t, pod.Name), "app", true)
+	// Denied, then allowed: serve's reads were of /pods, never of the Pods
+	// API.
+	after := mustReads(t)
+	d := after.since(before)
+	t.Logf("serve, reading %s, while the binding was removed and restored: %s", h.source, d.describe(h.source))
+	if d.failed == 0 || d.shared-d.failed <= 0 {
+		t.Errorf("serve's /pods reads: %v failed and %v succeeded; want both denied ones and, once restored, allowed ones", d.failed, d.shared-d.failed)
+	}
+	checkPodsAPIUnused(t, after)
+}
+
+// servePodsOnly patches deploy/base's DaemonSet to serve with
+// --kubelet-pods-api-socket= and waits until its new daemon is Ready: it
+// reads the kubelet's /pods, as where the kubelet has no Pods API.
+func servePodsOnly(t *testing.T) {
+	t.Helper()
+	retireDaemon()
+	patch := `[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--kubelet-pods-api-socket="}]`
+	if _, err := kubectl("-n", "podres-proxy", "patch", "daemonset", "podres-proxy", "--type=json", "-p", patch); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl("-n", "podres-proxy", "rollout", "status", "daemonset/podres-proxy", "--timeout=180s"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	useSource(t, "podres-proxy", viaPods)
 }
 
 // TestTheAdmissionPolicyDeniesTenantsPodsBoundUnderADeviceSchedulersName
@@ -1003,8 +1056,13 @@ func TestTheAdmissionPolicyDeniesTenantsPodsBoundUnderADeviceSchedulersName(t *t
 	}
 }
 
+// TestHelmChartInstallsTheSameDaemon replaces deploy/base by the Helm chart,
+// installed with podsAPI.enabled: false: its daemon reads /pods (the Pods
+// API's configuration is deploy/base's, as installed, earlier), and the
+// smoke check runs again.
 func TestHelmChartInstallsTheSameDaemon(t *testing.T) {
 	requireCluster(t)
+	retireDaemon()
 	if _, err := kubectl("delete", "-k", "deploy/base", "--wait", "--timeout=180s"); err != nil {
 		t.Fatal(err)
 	}
@@ -1029,11 +1087,13 @@ func TestHelmChartInstallsTheSameDaemon(t *testing.T) {
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace = "podres-proxy", ns
 	install.Wait, install.Timeout = true, 3*time.Minute
-	if _, err := install.Run(ch, map[string]any{}); err != nil {
+	values := map[string]any{"podsAPI": map[string]any{"enabled": false}}
+	if _, err := install.Run(ch, values); err != nil {
 		out, _ := kubectl("-n", ns, "describe", "pods")
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	defer func() {
+		retireDaemon()
 		if _, err := action.NewUninstall(cfg).Run("podres-proxy"); err != nil {
 			t.Errorf("helm uninstall: %v", err)
 		}
@@ -1041,5 +1101,6 @@ func TestHelmChartInstallsTheSameDaemon(t *testing.T) {
 	if out, err := kubectl("-n", ns, "rollout", "status", "daemonset/podres-proxy", "--timeout=180s"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	useSource(t, ns, viaPods)
 	smoke(t, "smoke-helm")
 }
