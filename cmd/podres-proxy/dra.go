@@ -31,10 +31,10 @@ type legacyView struct {
 }
 
 // newLegacyView builds the legacy view: pods' extended resource claims
-// from the Pods API watch when it is synced, else from a read of every
-// pod (fetch), and the node's ResourceSlices, DeviceClasses and claims
-// from the API server.
-func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
+// from the Pods API watch, else from /pods (readPods, see
+// extendedResourceClaims), and the node's ResourceSlices, DeviceClasses and
+// claims from the API server.
+func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
 	drivers, err := registry.ParseResourceMap(c.draResources)
 	if err != nil {
 		return nil, cmdline.Usage(fmt.Errorf("--dra-resources: %w", err))
@@ -47,14 +47,50 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fe
 	if err != nil {
 		return nil, err
 	}
-	// The watch's view answers while it is synced; the pods it does not
-	// know, or all when it is not, cost one read of every pod.
-	pods := func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
+	var watch podWatch
+	if podsAPI != nil {
+		watch = podsAPI
+	}
+	return &legacyView{
+		source: source,
+		view: dra.NewView(dra.ViewOptions{
+			Pods:            extendedResourceClaims(watch, readPods),
+			Facts:           source.Facts,
+			Allocation:      source.Allocation,
+			Refresh:         source.Refresh,
+			DriverResources: drivers,
+			Metrics:         m,
+			Log:             log,
+		}),
+	}, nil
+}
+
+// podWatch is the Pods API watch as the legacy view reads it.
+type podWatch interface {
+	Synced() bool
+	Lookup(namespace, name string) (model.KubeletPod, bool)
+}
+
+// extendedResourceClaims returns the legacy view's source of pods' extended
+// resource claims (dra.ViewOptions.Pods): the watch's pod when it is synced
+// and has the claim, else a read of /pods (readPods).
+//
+// The kubelet's Pods API sends each pod with the status its status manager
+// keeps, and that status never holds status.extendedResourceClaimStatus:
+// the scheduler writes it, and the kubelet merges it back only into what it
+// patches to the API server (kubelet v1.36.3, pkg/kubelet/status: "not
+// owned and not modified by kubelet"). /pods sends the API server's pod,
+// which has it. The view asks only for pods the kubelet lists DRA claims
+// for and keeps what it was told, so this costs one /pods read per such
+// pod's first answer, shared by the pods of one List, never one per call.
+func extendedResourceClaims(watch podWatch, readPods kubeletpods.Fetch) func(context.Context, []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
+	return func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
 		out := make(map[model.PodKey]*model.ExtendedResourceClaim, len(keys))
 		var missing []model.PodKey
+		synced := watch != nil && watch.Synced()
 		for _, k := range keys {
-			if podsAPI != nil && podsAPI.Synced() {
-				if p, ok := podsAPI.Lookup(k.Namespace, k.Name); ok {
+			if synced {
+				if p, ok := watch.Lookup(k.Namespace, k.Name); ok && p.ExtendedResourceClaim != nil {
 					out[k] = p.ExtendedResourceClaim
 					continue
 				}
@@ -65,7 +101,7 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fe
 			return out, nil
 		}
 		started := time.Now()
-		all, err := fetch(ctx)
+		all, err := readPods(ctx)
 		if err != nil {
 			return out, err
 		}
@@ -77,18 +113,6 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, fetch kubeletpods.Fe
 		}
 		return out, nil
 	}
-	return &legacyView{
-		source: source,
-		view: dra.NewView(dra.ViewOptions{
-			Pods:            pods,
-			Facts:           source.Facts,
-			Allocation:      source.Allocation,
-			Refresh:         source.Refresh,
-			DriverResources: drivers,
-			Metrics:         m,
-			Log:             log,
-		}),
-	}, nil
 }
 
 // servesLegacy reports whether a --view serves the legacy view.

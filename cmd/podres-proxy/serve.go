@@ -147,7 +147,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	var legacy *legacyView
 	var fold proxy.Folder
 	if c.servesLegacy() {
-		if legacy, err = newLegacyView(c, podsAPI, fetch, m, log); err != nil {
+		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, log); err != nil {
 			return err
 		}
 		fold = legacy.view

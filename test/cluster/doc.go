@@ -34,8 +34,7 @@
 //
 // serve runs with each of its pod sources (podsource_test.go): deploy/base
 // as installed watches the kubelet's Pods API, up to and through the rolling
-// update; the DRA test's overlay passes --kubelet-pods-api-socket= (its
-// comment says why), the RBAC test (removing the ClusterRoleBinding) patches
+// update, and in the DRA test; the RBAC test (removing the ClusterRoleBinding) patches
 // the DaemonSet so, and the Helm chart is installed with podsAPI.enabled:
 // false, so serve reads /pods there. Each
 // configuration is checked from serve's metrics, and the suite prints one

@@ -54,8 +54,9 @@ type draDevice struct {
 // app container requests example.com/gpu: 1 (its sidecar nothing) is
 // scheduled by the default scheduler, which satisfies the request from the
 // driver's devices. podres-proxy runs as deploy/base with
-// deploy/components/dra-legacy-view, reading /pods (the overlay's comment
-// says why not the kubelet's Pods API). Through the legacy socket, NFD's,
+// deploy/components/dra-legacy-view, watching the kubelet's Pods API, whose
+// pods lack the extended resource claim's status (the legacy view reads it
+// from /pods). Through the legacy socket, NFD's,
 // resource-topology-exporter's and nri-plugins' reads see the device on the
 // app container, by its PCI address, with its NUMA node, and every device of
 // the driver as allocatable; the device is no longer under
@@ -106,7 +107,7 @@ func TestDRADeviceShownUnderDevicesOnTheLegacySocketOnly(t *testing.T) {
 		out, _ := kubectl("-n", "podres-proxy", "describe", "pods")
 		t.Fatalf("%v\n%s", err, out)
 	}
-	useSource(t, "podres-proxy", viaPods)
+	useSource(t, "podres-proxy", viaPodsAPI)
 	pod, dev := startDRAPod(t, devices)
 	t.Logf("pod %s's app container got %s/%s/%s (PCI %s, NUMA node %d)", pod.Name, draDriver, dev.pool, dev.name, dev.pciBusID, dev.numa)
 

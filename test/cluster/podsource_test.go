@@ -15,13 +15,13 @@ import (
 //   - viaPodsAPI: deploy/base as installed, whose DaemonSet mounts the
 //     kubelet's pods-api directory: serve watches the Pods API and reads
 //     /pods only while its watch is not synced. The smoke check, the
-//     workloads, the StatefulSet successor, the clients' agreement and the
-//     rolling update run so.
-//   - viaPods: serve with --kubelet-pods-api-socket= (the DRA test's
-//     overlay, whose comment says why; the RBAC test patches deploy/base's
-//     DaemonSet so; the Helm chart is installed with podsAPI.enabled:
-//     false): serve reads /pods over HTTPS with its token and RBAC, as on a
-//     kubelet without the gate.
+//     workloads, the StatefulSet successor, the clients' agreement, the
+//     rolling update and the DRA test (its overlay adds the legacy view)
+//     run so.
+//   - viaPods: serve with --kubelet-pods-api-socket= (the RBAC test
+//     patches deploy/base's DaemonSet so; the Helm chart is installed with
+//     podsAPI.enabled: false): serve reads /pods over HTTPS with its token
+//     and RBAC, as on a kubelet without the gate.
 //
 // Each configuration is checked to be the one it claims from serve's
 // metrics (checkSource), and the suite ends with one line per
@@ -37,9 +37,9 @@ const (
 func (s podSource) String() string {
 	switch s {
 	case viaPodsAPI:
-		return "the kubelet's Pods API (deploy/base as installed: the watch, /pods as the fallback)"
+		return "the kubelet's Pods API (deploy/base as installed, and with the DRA legacy view: the watch, /pods as the fallback)"
 	case viaPods:
-		return "/pods (--kubelet-pods-api-socket=: the DRA overlay, the RBAC test's patched base, the Helm chart with podsAPI.enabled=false)"
+		return "/pods (--kubelet-pods-api-socket=: the RBAC test's patched base, the Helm chart with podsAPI.enabled=false)"
 	}
 	return "none"
 }
