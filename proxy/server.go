@@ -224,8 +224,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		}()
 	}
 	// Plans are computed, and specs read, in the background for as long
-	// as the sockets are served.
-	bgCtx, stopBackground := context.WithCancel(ctx)
+	// as the sockets are served: until the servers have stopped, not when
+	// ctx ends, so that calls in flight at a shutdown (a rolling update)
+	// are answered rather than failed.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
 	bg.Go(func() { s.plans.Run(bgCtx) })
 	bg.Go(func() { s.readSpecs(bgCtx) })

@@ -3,11 +3,13 @@ package proxy_test
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
@@ -567,5 +569,51 @@ func TestProxyWithoutATrustGateIsRefused(t *testing.T) {
 		proxy.Providers{Store: state.New(state.Options{Decoder: set}), Allocators: set})
 	if err == nil || !strings.Contains(err.Error(), "trust gate") {
 		t.Fatalf("proxy.New without Trust = %v, want an error naming the trust gate", err)
+	}
+}
+
+// A List in flight when the daemon is told to stop (a rolling update, a
+// node drain) is answered: the sockets stop gracefully, and the plans the
+// answers are made of are computed until they have, not only until the
+// stop began.
+func TestAListInFlightWhenTheDaemonStopsIsAnswered(t *testing.T) {
+	h := newHarness(t)
+	h.k.SetPods(fk.NewPod("default", "web", "uid-1", byKoord, fk.WithAnnotation(koordKey, oneGPU), koordApp))
+	h.list()
+	inFlight := make(chan struct{})
+	var once sync.Once
+	h.k.OnGRPC(func(string) { once.Do(func() { close(inFlight) }) })
+	release := h.k.HoldGRPC()
+	defer release()
+	client := h.v1()
+	type result struct {
+		resp *v1.ListPodResourcesResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := client.List(ctx(t), &v1.ListPodResourcesRequest{})
+		done <- result{resp, err}
+	}()
+	select {
+	case <-inFlight:
+	case <-time.After(hangGuard):
+		t.Fatal("the List never reached the kubelet")
+	}
+	go h.stop()
+	poll.Until(t, "the socket to stop taking connections", func() bool {
+		c, err := net.Dial("unix", h.socket)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	release()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("a List in flight when the daemon stopped: %v", r.err)
+	}
+	if got := devicesOf(findPod(r.resp, "default", "web"), "app")["nvidia.com/gpu"]; len(got) != 1 {
+		t.Errorf("a List in flight when the daemon stopped showed web's app with GPUs %v, want its one", got)
 	}
 }

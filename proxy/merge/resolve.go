@@ -47,6 +47,11 @@ func NewResolver(o Options) *Resolver { return &Resolver{o: o} }
 // called.
 func (r *Resolver) Table(ctx context.Context) (*plans.Table, error) {
 	t, err := r.o.Plans.At(ctx, r.o.Store.Version())
+	if errors.Is(err, plans.ErrStopped) {
+		// The daemon is stopping: as when it is not there, so that
+		// clients retry, as they do while it restarts.
+		return nil, status.Error(codes.Unavailable, "podres-proxy is stopping")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the pods' plans: %w", err)
 	}
