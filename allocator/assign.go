@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"math"
 	"slices"
 
 	"github.com/podres-proxy/podres-proxy/model"
@@ -235,11 +236,22 @@ func (s *Set) Asks(spec *model.PodSpec, dev model.Device) int64 {
 		if c.Kind == model.KindInit {
 			init = max(init, n)
 		} else {
-			running += n
+			running = addCapped(running, n)
 		}
 	}
 	if running > 0 {
 		return running
 	}
 	return init
+}
+
+// addCapped returns a+b for non-negative counts, math.MaxInt64 where the sum
+// would not fit: each request may be as large as an int64 (parse.Quantity),
+// and a sum that wrapped would turn a pod asking for everything into one
+// asking for nothing, or for a few.
+func addCapped(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -278,6 +279,10 @@ func TestAsksCountsWhatQuotaCounted(t *testing.T) {
 		{"RDMA asked in percent", spec(container("app", model.KindApp, "koordinator.sh/rdma", "100")), rdma(0, "0000:1f:00.2"), 1},
 		{"an allocator the set lacks", spec(container("app", model.KindApp, nvidia, "1")), model.Device{Allocator: "other", Resource: nvidia}, 0},
 		{"no spec", nil, gpu(uuidA, 0), 0},
+		// Each request fits an int64 and their sum does not: it must not
+		// wrap to a negative count (nothing asked) or a small one.
+		{"asks beyond an int64 are capped, not wrapped", spec(container("a", model.KindApp, nvidia, "9223372036854775807"), container("b", model.KindApp, nvidia, "9223372036854775807")), gpu(uuidA, 0), math.MaxInt64},
+		{"capped with a third container too", spec(container("a", model.KindApp, nvidia, "9223372036854775807"), container("b", model.KindApp, nvidia, "9223372036854775807"), container("c", model.KindSidecar, nvidia, "3")), gpu(uuidA, 0), math.MaxInt64},
 	} {
 		if got := s.Asks(tc.spec, tc.dev); got != tc.want {
 			t.Errorf("%s: Asks = %d, want %d", tc.name, got, tc.want)

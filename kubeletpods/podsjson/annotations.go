@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
 
@@ -83,7 +84,17 @@ func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 				return nil, err
 			}
 		}
-		size := max(0, len(rawValue)-2) // as encoded, without the quotes
+		// The value's size as the kubelet's encoder writes it, without
+		// the quotes: its bytes, each byte that is not UTF-8 counted as the
+		// six of the \ufffd Go's encoder writes for it, as
+		// annotationbound.EncodedSize counts it. Counted as one, such a
+		// byte decodes to the three of U+FFFD, and a value of them was
+		// kept at three times its bound; counted as six, no value decodes
+		// to more bytes than its size (an escape decodes to fewer).
+		size := 0 // null
+		if rawValue != nil {
+			size = len(rawValue) - 2 + 5*s.notUTF8
+		}
 		if keep, marker := pod.Keep(key, size); keep {
 			value := marker
 			if marker == "" && rawValue != nil {
@@ -132,6 +143,9 @@ func printableASCII(tok []byte) bool {
 type scanner struct {
 	b []byte
 	i int
+	// notUTF8 is how many bytes of the last string str returned are not
+	// UTF-8.
+	notUTF8 int
 }
 
 func (s *scanner) space() {
@@ -174,9 +188,11 @@ func (s *scanner) end() error {
 
 // str returns the string token at the scanner, quotes included, and moves
 // past it. It checks what a JSON string may hold (no control characters,
-// only JSON's escapes) without decoding it.
+// only JSON's escapes) without decoding it, and counts its bytes that are
+// not UTF-8 in s.notUTF8.
 func (s *scanner) str() ([]byte, error) {
 	start := s.i
+	s.notUTF8 = 0
 	if !s.consume('"') {
 		if s.i < len(s.b) && s.b[s.i] != '}' && s.b[s.i] != ',' {
 			return nil, errNotString
@@ -191,6 +207,14 @@ func (s *scanner) str() ([]byte, error) {
 			return s.b[start:s.i], nil
 		case c < 0x20:
 			return nil, s.errorf("control character in a string")
+		case c >= utf8.RuneSelf:
+			// A rune's other bytes are never a quote, a backslash or a
+			// control character: skipping them skips nothing to check.
+			if r, n := utf8.DecodeRune(s.b[s.i-1:]); r == utf8.RuneError && n == 1 {
+				s.notUTF8++
+			} else {
+				s.i += n - 1
+			}
 		case c == '\\':
 			if s.i >= len(s.b) {
 				return nil, s.errorf("unfinished escape")

@@ -174,6 +174,42 @@ func TestALegalNodeAtTheAPIsAnnotationLimitReadsWhole(t *testing.T) {
 	}
 }
 
+// A value with bytes that are not UTF-8 decodes to U+FFFD, three bytes for
+// each: counted as one byte each, as they are written, it was kept at up to
+// three times its bound (FuzzAnnotations found {"0":"\x91\x91\x91\x91\x91\x91"}:
+// 18 bytes kept against a bound of 16). Each counts as the \ufffd Go's
+// encoder writes for it, so the raw value is kept, or refused, as that
+// escaped form is, and as annotationbound.EncodedSize counts the value a
+// pod source reads from protobuf.
+func TestInvalidUTF8IsCountedAsTheKubeletEncodesIt(t *testing.T) {
+	const key = "hami.io/x-devices-allocated"
+	b := Bounds{Bounds: annotationbound.Bounds{Annotation: func(string) int { return 16 }}}
+	for _, tc := range []struct {
+		name, raw string
+		kept      bool
+	}{
+		{"six bytes not UTF-8", "\x91\x91\x91\x91\x91\x91", false},
+		{"the same as the kubelet writes it", strings.Repeat(`\ufffd`, 6), false},
+		{"two bytes not UTF-8", "\x91\x91", true},
+		{"two as the kubelet writes them", `\ufffd\ufffd`, true},
+		{"a cut-off rune and its rest", "ab\xe2\x82", true},
+		{"three bytes not UTF-8: 18, over 16", "\xff\xfe\x91", false},
+	} {
+		got, err := b.annotations([]byte(`{"` + key + `":"` + tc.raw + `"}`))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		v := got[key]
+		_, oversized := model.Oversized(v)
+		if oversized == tc.kept {
+			t.Errorf("%s: kept %q, oversized %v; want kept %v", tc.name, v, oversized, tc.kept)
+		}
+		if !oversized && (len(v) > 16 || annotationbound.EncodedSize(v) > 16) {
+			t.Errorf("%s: kept %q, %d bytes (%d encoded), over the bound of 16", tc.name, v, len(v), annotationbound.EncodedSize(v))
+		}
+	}
+}
+
 // FuzzAnnotations checks the annotations scanner against encoding/json:
 // unbounded, it keeps what a map[string]string decodes to, and fails where
 // that fails; bounded, no value kept is over its bound, nor a pod's kept
