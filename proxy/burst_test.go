@@ -31,12 +31,18 @@ func burstGPU(i int) string { return fmt.Sprintf("GPU-989aa251-1dfe-5bbc-7c12-%0
 
 // inShared is how many goroutines wait in, or make, a shared call
 // (upstream.Shared.Do): the callers lined up behind a held kubelet call.
-func inShared() int {
+func inShared() int { return inStacks("proxy/upstream.(*Shared[...]).Do(") }
+
+// inRead is how many goroutines wait for a /pods read (kubeletpods.Reader).
+func inRead() int { return inStacks("kubeletpods.(*Reader).ReadAfter(") }
+
+// inStacks counts the goroutines whose stack has frame.
+func inStacks(frame string) int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte("proxy/upstream.(*Shared[...]).Do("))
+			return bytes.Count(buf[:n], []byte(frame))
 		}
 		buf = make([]byte, 2*len(buf))
 	}
@@ -104,6 +110,65 @@ func TestABurstOfGetsOfNewPodsCostsOneOrTwoKubeletCallsAndNoneIsRefused(t *testi
 	}
 	if got := h.counter("podres_proxy_rate_limited_total"); got != 0 {
 		t.Errorf("rate_limited_total = %v, want 0", got)
+	}
+}
+
+// The Gets of a burst arrive over a while, not at one instant: sandboxes
+// are created by many pod workers, and a /pods read on a node with large
+// annotations takes hundreds of milliseconds. Gets that arrive while the
+// first read runs wait for the second, and each read's Gets share the
+// kubelet call made when it ends: two calls however the burst is spread.
+// (Asking the kubelet first, each wave of Gets arriving during the read
+// cost at least one kubelet call of its own: six in all here.)
+func TestABurstOfGetsSpreadOverASlowReadCostsTwoKubeletCalls(t *testing.T) {
+	h := newHarness(t, withRateLimit(limits.DefaultRateLimitQPS, limits.DefaultRateLimitBurst))
+	const waves, perWave = 4, 16
+	const n = 1 + waves*perWave
+	var pods []fk.Pod
+	for i := range n {
+		pods = append(pods, fk.NewPod("default", fmt.Sprintf("p%d", i), fmt.Sprintf("uid-%d", i),
+			byKoord, koordApp, fk.WithAnnotation(koordKey, strings.ReplaceAll(oneGPU, gpuUUID, burstGPU(i)))))
+	}
+	h.k.SetPods(pods...)
+	release := h.k.HoldPods()
+	defer release()
+	client := h.v1()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	get := func(i int) {
+		defer wg.Done()
+		resp, err := client.Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: fmt.Sprintf("p%d", i)})
+		if err == nil && !slices.Equal(devicesOf(resp.GetPodResources(), "app")["nvidia.com/gpu"], []string{burstGPU(i)}) {
+			err = fmt.Errorf("p%d got %v, want its own GPU %s", i, devicesOf(resp.GetPodResources(), "app"), burstGPU(i))
+		}
+		errs[i] = err
+	}
+	// The first Get's read reaches the kubelet, which holds it.
+	wg.Add(1)
+	go get(0)
+	poll.Until(t, "the first Get to read /pods", func() bool { return h.k.PodsReads() == 1 && inRead() == 1 })
+	// Waves of Gets arrive while it is held, each once the one before
+	// waits for a read.
+	for w := range waves {
+		wg.Add(perWave)
+		for i := range perWave {
+			go get(1 + w*perWave + i)
+		}
+		poll.Until(t, fmt.Sprintf("wave %d to wait for a /pods read", w), func() bool { return inRead() == 1+(w+1)*perWave })
+	}
+	release()
+	wg.Wait()
+
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("p%d: %v", i, err)
+		}
+	}
+	if reads := h.k.PodsReads(); reads != 2 {
+		t.Errorf("the burst cost %d /pods reads, want 2 (the held one, and one for the Gets that arrived during it)", reads)
+	}
+	if calls := h.k.GRPCCalls(); calls > 2 {
+		t.Errorf("a burst of %d Gets spread over a /pods read cost %d kubelet calls, want at most 2", n, calls)
 	}
 }
 

@@ -301,41 +301,67 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 // rather than one each, and is not refused by a rate limit that the kubelet
 // would not have to spend (limits.RateLimit). The pod is then answered as
 // the List answers it, from its own segment.
+//
+// A pod the plans do not know yet (one being created, before NRI reports
+// its sandbox) needs a /pods read that started after the Get arrived, and
+// without a watch the Get makes it before its kubelet call, not after: the
+// Gets of a burst then line up behind at most two reads, and each read's
+// Gets share the kubelet call made when it ends. Asked the other way round,
+// the kubelet calls, which are short, chain: a Get that arrived after the
+// second call began waits for a third, and Gets arriving all through a
+// slow read cost a call per wave. The price is that a Get of a pod that
+// does not exist shares a read before the kubelet says so. With the Pods
+// API's watch a pod being created is known without a read, and a name the
+// watch does not know is most likely no pod: the kubelet is asked first.
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
 	arrived := limits.Arrived(ctx)
 	defer func() { v.s.p.Metrics.Request("v1", "Get", err != nil) }()
+	key := model.PodKey{Namespace: req.GetPodNamespace(), Name: req.GetPodName()}
+	t, err := v.s.resolver.Table(ctx)
+	if err != nil {
+		v.s.log.WithError(err).Warn("Get answered with an error")
+		return nil, err
+	}
+	var found []*plans.Plan
+	var readErr error
+	if _, known := v.s.resolver.Lookup(t, key); !known && !v.s.resolver.Watched() {
+		var read *plans.Table
+		if found, read, readErr = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); readErr == nil {
+			t = read
+		}
+	}
 	pods, err := v.s.getV1.Do(ctx)
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
 	}
-	key := model.PodKey{Namespace: req.GetPodNamespace(), Name: req.GetPodName()}
 	seg, ok := pods[key]
 	if !ok {
-		// The kubelet's own error, a plain one, which gRPC sends as Unknown.
+		// The kubelet's own error, a plain one, which gRPC sends as
+		// Unknown; it wins over a failed read, as the kubelet would say it.
 		return nil, fmt.Errorf("pod %s in namespace %s not found", key.Name, key.Namespace)
+	}
+	if readErr != nil {
+		v.s.log.WithError(readErr).Warn("Get answered with an error")
+		return nil, readErr
 	}
 	pod := &v1.PodResources{}
 	if err := proto.Unmarshal(seg, pod); err != nil {
 		return nil, reuse.ErrNotAPod(err)
 	}
-	t, err := v.s.resolver.Table(ctx)
-	if err == nil {
-		var found []*plans.Plan
-		if found, t, err = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); err == nil {
-			if err = merge.Refusal(found[0], v.v.name, key); err != nil {
-				v.s.log.WithError(err).WithFields(logrus.Fields{"pod": key.Namespace + "/" + key.Name, "view": v.v.name}).
-					Warn("Get refused: the view cannot answer this pod's devices")
-				return nil, err
-			}
-			merge.Pod(pod, found[0], t.Inventory(), v.v.name)
-			if v.v.name == merge.Legacy {
-				v.s.p.Fold.FoldPod(ctx, pod)
-			}
+	if found == nil {
+		if found, t, err = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); err != nil {
+			v.s.log.WithError(err).Warn("Get answered with an error")
+			return nil, err
 		}
 	}
-	if err != nil {
-		v.s.log.WithError(err).Warn("Get answered with an error")
+	if err = merge.Refusal(found[0], v.v.name, key); err != nil {
+		v.s.log.WithError(err).WithFields(logrus.Fields{"pod": key.Namespace + "/" + key.Name, "view": v.v.name}).
+			Warn("Get refused: the view cannot answer this pod's devices")
 		return nil, err
+	}
+	merge.Pod(pod, found[0], t.Inventory(), v.v.name)
+	if v.v.name == merge.Legacy {
+		v.s.p.Fold.FoldPod(ctx, pod)
 	}
 	return &v1.GetPodResourcesResponse{PodResources: pod}, nil
 }

@@ -203,7 +203,9 @@ func TestGetOfUnknownPodAnswersAsTheKubelet(t *testing.T) {
 	if st.Code() != codes.Unknown || st.Message() != "pod nope in namespace default not found" {
 		t.Fatalf("Get of a missing pod = %v, want Unknown 'pod nope in namespace default not found'", err)
 	}
-	if h.k.PodsReads() != 0 {
+	// Without a watch, a name the daemon does not know shares a /pods read
+	// before the kubelet is asked (v1Server.Get says why): one, not more.
+	if h.k.PodsReads() > 1 {
 		t.Errorf("a missing pod cost %d /pods reads", h.k.PodsReads())
 	}
 }

@@ -58,13 +58,17 @@ func (r *Resolver) Table(ctx context.Context) (*plans.Table, error) {
 	return t, nil
 }
 
+// Watched reports whether a kubelet watch keeps the names current, so that
+// a name Lookup does not know is most likely no pod at all.
+func (r *Resolver) Watched() bool { return r.o.Watching != nil && r.o.Watching() }
+
 // Lookup returns the plan a pod is answered with from t alone, and false
 // when t cannot say: it does not know which pod the name is now, or it
 // knows the pod without its spec.
 func (r *Resolver) Lookup(t *plans.Table, key model.PodKey) (*plans.Plan, bool) {
 	pods := t.Pods()
 	rec, ok := pods.Current(key)
-	if !ok && r.o.Watching != nil && r.o.Watching() {
+	if !ok && r.Watched() {
 		// The watch says which pod the name is now, with its spec and
 		// annotations: a pod being created, one stuck before its sandbox
 		// or a finished one costs no read. Without a watch a pod not
