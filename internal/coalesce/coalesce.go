@@ -9,8 +9,9 @@
 // At most one call of a Group is in flight. A caller joins the call in
 // flight when that call started after its after (never when after is now);
 // otherwise it waits for the next call, which starts when the one in flight
-// ends, shared by every caller that arrived meanwhile; so each caller waits
-// for at most two calls. A call's result, error included, goes to every
+// ends (and, with Options.MinInterval, no sooner than that after the one in
+// flight started), shared by every caller that arrived meanwhile; so each
+// caller waits for at most two calls. A call's result, error included, goes to every
 // caller waiting for it when it ends, and is kept for no later caller. Each
 // call runs in a goroutine of its own, under a context that no caller's
 // cancellation reaches: a caller whose context ends stops waiting at once,
@@ -59,6 +60,14 @@ type Options struct {
 	// Clock tells when calls start; nil means the real clock. Deadlines
 	// are the real clock's whatever Clock is.
 	Clock clock.PassiveClock
+	// MinInterval paces calls that callers keep asking for: a next call
+	// (one callers waited for while another ran) starts no sooner than
+	// MinInterval after the call before it started, and the callers who
+	// arrive meanwhile share it. Callers that keep a method busy are then
+	// served by one call per MinInterval however short calls are, each
+	// waiting at most MinInterval longer; a caller that finds no call in
+	// flight is never delayed. Zero: next calls start at once.
+	MinInterval time.Duration
 	// Shared, when set, is told how many callers get each call's result
 	// when the call ends, before they get it: for metrics. It must not
 	// block.
@@ -103,6 +112,7 @@ type Group[T any] struct {
 // call is one call of fn and the callers waiting for it.
 type call[T any] struct {
 	started  time.Time // zero until it starts
+	paced    bool      // a next call waiting for MinInterval to pass
 	deadline time.Time // Timeout after its first caller began waiting
 	waiters  int       // callers waiting for it
 	payers   int       // waiters that called Do
@@ -161,6 +171,8 @@ func (g *Group[T]) do(ctx context.Context, after time.Time, ticket Ticket) (T, e
 			g.next = g.newCall(now)
 		}
 		c = g.next
+	case g.next != nil && g.next.paced:
+		c = g.next // it starts when the pace allows
 	case g.next != nil:
 		// Riders gather for a call; one who pays makes it now.
 		c = g.next
@@ -273,6 +285,17 @@ func (g *Group[T]) decide(c *call[T], cancel func()) {
 	close(c.done)
 }
 
+// paced starts n, a next call that waited for MinInterval, unless nobody
+// waits for it any more.
+func (g *Group[T]) paced(n *call[T]) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.next = nil
+	if n.waiters > 0 {
+		g.startLocked(n)
+	}
+}
+
 // startLocked makes c the call in flight and runs it. g.mu is held.
 func (g *Group[T]) startLocked(c *call[T]) {
 	c.started = g.clock.Now()
@@ -315,8 +338,13 @@ func (g *Group[T]) finish(c *call[T]) {
 		case n.payers == 0:
 			gather = n // it stays next while its riders gather
 		default:
-			g.next = nil
-			g.startLocked(n)
+			if wait := c.started.Add(g.opts.MinInterval).Sub(g.clock.Now()); g.opts.MinInterval > 0 && wait > 0 {
+				n.paced = true
+				time.AfterFunc(wait, func() { g.paced(n) })
+			} else {
+				g.next = nil
+				g.startLocked(n)
+			}
 		}
 	}
 	waiters := c.waiters

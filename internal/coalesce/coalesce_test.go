@@ -622,3 +622,78 @@ func TestAPanicNobodyWaitsForCrashesTheProcess(t *testing.T) {
 		t.Errorf("child ended with %v, output:\n%s\nwant a crash with the call's panic", err, out)
 	}
 }
+
+func TestANextCallStartsMinIntervalAfterTheOneBeforeAndCallersArrivingMeanwhileShareIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const pace = 100 * time.Millisecond
+		f := &fake{}
+		g := New(f.fn, Options{Name: "test call", Timeout: timeout, MinInterval: pace})
+		first := doAsync(t.Context(), g, time.Now())
+		synctest.Wait()
+		time.Sleep(10 * time.Millisecond)
+		second := doAsync(t.Context(), g, time.Now()) // waits for the next call
+		synctest.Wait()
+		f.answer(t, 0, nil)
+		if r := receive(t, first); r.err != nil {
+			t.Fatal(r.err)
+		}
+		waiting(t, second)
+		if f.count() != 1 {
+			t.Fatalf("the next call started %v after the one before, want %v", time.Since(f.call(t, 1).started), pace)
+		}
+		// A caller arriving while the next call waits for its pace shares
+		// it: back to back, it would have needed a third call.
+		time.Sleep(20 * time.Millisecond)
+		third := doAsync(t.Context(), g, time.Now())
+		waiting(t, third)
+		time.Sleep(pace)
+		synctest.Wait()
+		if f.count() != 2 {
+			t.Fatalf("%d calls once the pace passed, want 2", f.count())
+		}
+		if gap := f.call(t, 1).started.Sub(f.call(t, 0).started); gap < pace {
+			t.Errorf("the next call started %v after the one before, want at least %v", gap, pace)
+		}
+		f.answer(t, 1, nil)
+		for _, ch := range []<-chan result{second, third} {
+			if r := receive(t, ch); r.err != nil || !r.started.Equal(f.call(t, 1).started) {
+				t.Errorf("got a call started at %v (%v), want the paced one", r.started, r.err)
+			}
+		}
+		// Nothing in flight: a caller is never delayed, however recent
+		// the last call.
+		alone := doAsync(t.Context(), g, time.Now())
+		synctest.Wait()
+		if f.count() != 3 {
+			t.Fatalf("a caller with nothing in flight waits: %d calls, want 3", f.count())
+		}
+		f.answer(t, 2, nil)
+		if r := receive(t, alone); r.err != nil {
+			t.Fatal(r.err)
+		}
+	})
+}
+
+func TestAPacedCallNobodyWaitsForAnyMoreNeverStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		g := New(f.fn, Options{Name: "test call", Timeout: timeout, MinInterval: time.Second})
+		first := doAsync(t.Context(), g, time.Now())
+		synctest.Wait()
+		time.Sleep(time.Millisecond)
+		ctx, cancel := context.WithCancel(t.Context())
+		second := doAsync(ctx, g, time.Now())
+		synctest.Wait()
+		f.answer(t, 0, nil)
+		receive(t, first)
+		cancel()
+		if r := receive(t, second); !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("got %v, want the caller's cancellation", r.err)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if f.count() != 1 {
+			t.Errorf("%d calls, want none after the only waiter left", f.count())
+		}
+	})
+}

@@ -56,6 +56,7 @@ func TestACallBeyondTheLimitOnlyJoinsACallOthersMake(t *testing.T) {
 		paying := doAsync(t.Context(), s)
 		synctest.Wait()
 		k.call(t, 0).answer <- nil
+		time.Sleep(callInterval) // the next call's pace
 		synctest.Wait()
 		k.call(t, 1).answer <- nil
 		for _, ch := range []<-chan result{first, rider, paying} {

@@ -95,7 +95,7 @@ func TestCallersArrivingDuringACallShareTheNextOneWhichStartsAfterThem(t *testin
 		if k.count() != 1 {
 			t.Fatalf("%d calls while the first is in flight, want 1", k.count())
 		}
-		k.call(t, 0).answer <- nil
+		k.call(t, 0).answer <- nil // it started a second ago: the next starts at once
 		synctest.Wait()
 		if r := <-first; r.err != nil {
 			t.Fatalf("first caller: %v", r.err)
@@ -115,6 +115,43 @@ func TestCallersArrivingDuringACallShareTheNextOneWhichStartsAfterThem(t *testin
 		}
 		if got := sharedCount(t, reg); got != n-1 {
 			t.Errorf("shared calls metric = %v, want %d (callers beyond the first of the shared call)", got, n-1)
+		}
+	})
+}
+
+// Callers that keep a method busy are served by at most one kubelet call
+// per 10 ms (the kubelet's 100 calls a second), not by calls back to back.
+func TestTheCallsOfABusyMethodFollowEachOtherAtTheKubeletsRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := &kubelet{}
+		s, _ := newTestShared(k)
+		first := doAsync(t.Context(), s)
+		synctest.Wait()
+		time.Sleep(time.Millisecond)
+		second := doAsync(t.Context(), s)
+		synctest.Wait()
+		k.call(t, 0).answer <- nil // a call of 1 ms
+		synctest.Wait()
+		<-first
+		time.Sleep(callInterval / 2)
+		third := doAsync(t.Context(), s) // arrives while the next call waits for its pace
+		synctest.Wait()
+		if k.count() != 1 {
+			t.Fatalf("the next call started %v after the first, want %v", k.call(t, 1).started.Sub(k.call(t, 0).started), callInterval)
+		}
+		time.Sleep(callInterval)
+		synctest.Wait()
+		if k.count() != 2 {
+			t.Fatalf("%d calls once the pace passed, want 2", k.count())
+		}
+		if gap := k.call(t, 1).started.Sub(k.call(t, 0).started); gap != callInterval {
+			t.Errorf("the next call started %v after the first, want %v", gap, callInterval)
+		}
+		k.call(t, 1).answer <- nil
+		for _, ch := range []<-chan result{second, third} {
+			if r := <-ch; r.err != nil || !r.started.Equal(k.call(t, 1).started) {
+				t.Errorf("a waiting caller got a call started at %v (%v), want the paced one", r.started, r.err)
+			}
 		}
 	})
 }
@@ -155,6 +192,7 @@ func TestASharedCallsErrorGoesToEveryCallerAndACallerMayLeave(t *testing.T) {
 		}
 
 		k.call(t, 0).answer <- nil
+		time.Sleep(callInterval) // the next call's pace
 		synctest.Wait()
 		if r := <-first; r.err != nil {
 			t.Errorf("the call in flight: %v", r.err)
@@ -184,6 +222,7 @@ func TestACallNobodyWaitsForAnyMoreIsCancelled(t *testing.T) {
 		left := doAsync(leaving, s)
 		synctest.Wait()
 		k.call(t, 0).answer <- nil
+		time.Sleep(callInterval) // the next call's pace
 		synctest.Wait()
 		<-first
 		next := k.call(t, 1)
