@@ -120,8 +120,10 @@ func TestABurstOfGetsOfNewPodsCostsOneOrTwoKubeletCallsAndNoneIsRefused(t *testi
 // kubelet call made when it ends: two calls however the burst is spread.
 // (Asking the kubelet first, each wave of Gets arriving during the read
 // cost at least one kubelet call of its own: six in all here.)
+//
+// No rate limit here: what it does with a burst is the test above's.
 func TestABurstOfGetsSpreadOverASlowReadCostsTwoKubeletCalls(t *testing.T) {
-	h := newHarness(t, withRateLimit(limits.DefaultRateLimitQPS, limits.DefaultRateLimitBurst))
+	h := newHarness(t)
 	const waves, perWave = 4, 16
 	const n = 1 + waves*perWave
 	var pods []fk.Pod

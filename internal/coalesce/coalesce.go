@@ -12,7 +12,9 @@
 // ends (and, with Options.MinInterval, no sooner than that after the one in
 // flight started), shared by every caller that arrived meanwhile; so each
 // caller waits for at most two calls. A call's result, error included, goes to every
-// caller waiting for it when it ends, and is kept for no later caller. Each
+// caller waiting for it when it ends; a result without error is kept until
+// the next call starts, for a caller who arrived before the call started
+// but asks only after it ended (its query had reached the daemon in time). Each
 // call runs in a goroutine of its own, under a context that no caller's
 // cancellation reaches: a caller whose context ends stops waiting at once,
 // with an error wrapping its context's error and cause, and the call goes
@@ -68,10 +70,11 @@ type Options struct {
 	// waiting at most MinInterval longer; a caller that finds no call in
 	// flight is never delayed. Zero: next calls start at once.
 	MinInterval time.Duration
-	// Shared, when set, is told how many callers get each call's result
-	// when the call ends, before they get it: for metrics. It must not
-	// block.
-	Shared func(callers int)
+	// Shared, when set, is told how many callers beyond the first get a
+	// call's result: when the call ends, before they get it, those that
+	// waited for it; then one for each caller that takes it once it ended
+	// (see Group.last). For metrics; it must not block.
+	Shared func(others int)
 }
 
 // Ticket is what a rider (Join) pays for a call only riders wait for with.
@@ -107,6 +110,13 @@ type Group[T any] struct {
 	mu   sync.Mutex
 	cur  *call[T] // the call in flight, if any
 	next *call[T] // the call that starts after cur, or that riders gather for
+	// last is the call that ended last, while no call is in flight, if it
+	// succeeded: a caller who arrived before it started takes its result
+	// instead of waiting for a call of its own (a caller whose query
+	// arrived in time but who asks once the call ended: a Get that read
+	// /pods first, one whose goroutine ran late). Cleared when the next
+	// call starts, so a result is kept no longer than its waiters hold it.
+	last *call[T]
 }
 
 // call is one call of fn and the callers waiting for it.
@@ -164,6 +174,13 @@ func (g *Group[T]) do(ctx context.Context, after time.Time, ticket Ticket) (T, e
 	now := g.clock.Now()
 	var c *call[T]
 	switch {
+	case g.cur == nil && g.last != nil && g.last.started.After(after):
+		c = g.last
+		g.mu.Unlock()
+		if g.opts.Shared != nil {
+			g.opts.Shared(1)
+		}
+		return c.result()
 	case g.cur != nil && g.cur.started.After(after):
 		c = g.cur
 	case g.cur != nil:
@@ -300,6 +317,7 @@ func (g *Group[T]) paced(n *call[T]) {
 func (g *Group[T]) startLocked(c *call[T]) {
 	c.started = g.clock.Now()
 	g.cur = c
+	g.last = nil
 	cause := fmt.Errorf("%s: waited longer than %v: %w", g.opts.Name, g.opts.Timeout, context.DeadlineExceeded)
 	ctx, cancel := context.WithTimeoutCause(context.Background(), c.deadline.Sub(c.started), cause)
 	c.cancel = cancel
@@ -330,6 +348,9 @@ func (g *Group[T]) run(ctx context.Context, c *call[T]) {
 func (g *Group[T]) finish(c *call[T]) {
 	g.mu.Lock()
 	g.cur = nil
+	if c.err == nil && c.panicked == nil {
+		g.last = c
+	}
 	var gather *call[T]
 	if n := g.next; n != nil {
 		switch {
@@ -349,8 +370,8 @@ func (g *Group[T]) finish(c *call[T]) {
 	}
 	waiters := c.waiters
 	g.mu.Unlock()
-	if g.opts.Shared != nil && c.panicked == nil {
-		g.opts.Shared(waiters)
+	if g.opts.Shared != nil && c.panicked == nil && waiters > 1 {
+		g.opts.Shared(waiters - 1)
 	}
 	// Closed under g.mu, so that a caller who stops waiting either is not
 	// counted in waiters or finds the result there.

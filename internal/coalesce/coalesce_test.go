@@ -400,8 +400,8 @@ func TestSharedIsToldHowManyCallersGetACallsResultBeforeTheyDo(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if len(told) != 1 || told[0] != 2 {
-			t.Errorf("Shared was told %v, want [2]: the callers still waiting", told)
+		if len(told) != 1 || told[0] != 1 {
+			t.Errorf("Shared was told %v, want [1]: the callers still waiting beyond the first", told)
 		}
 	})
 }
@@ -695,5 +695,50 @@ func TestAPacedCallNobodyWaitsForAnyMoreNeverStarts(t *testing.T) {
 		if f.count() != 1 {
 			t.Errorf("%d calls, want none after the only waiter left", f.count())
 		}
+	})
+}
+
+func TestACallerWhoArrivedBeforeAnEndedCallStartedTakesItsResultUntilTheNextStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		g := newGroup(f)
+		early := time.Now() // a query that reached the daemon now, asked later
+		time.Sleep(time.Millisecond)
+		first := doAsync(t.Context(), g, time.Now())
+		synctest.Wait()
+		f.answer(t, 0, nil)
+		r := receive(t, first)
+		// Asked once the call ended: its result started after early.
+		if got := receive(t, doAsync(t.Context(), g, early)); got.err != nil || !got.started.Equal(r.started) {
+			t.Errorf("a caller who arrived before the ended call started got %v (%v), want its result", got.started, got.err)
+		}
+		if f.count() != 1 {
+			t.Fatalf("%d calls, want the ended call's result taken", f.count())
+		}
+		// A caller who arrived after it started needs a call of its own.
+		time.Sleep(time.Millisecond)
+		late := doAsync(t.Context(), g, time.Now())
+		waiting(t, late)
+		if f.count() != 2 {
+			t.Fatalf("%d calls, want a new one for a caller who arrived after the last started", f.count())
+		}
+		// Once the next call started, the ended one's result is gone: even
+		// an early caller waits for the call in flight, which started after
+		// it arrived.
+		again := doAsync(t.Context(), g, early)
+		waiting(t, again)
+		f.answer(t, 1, errors.New("kubelet down"))
+		if got := receive(t, late); got.err == nil {
+			t.Fatal("the failed call's caller got no error")
+		}
+		receive(t, again)
+		// A failed call's result is not kept.
+		next := doAsync(t.Context(), g, early)
+		waiting(t, next)
+		if f.count() != 3 {
+			t.Fatalf("%d calls, want a new one after a failed call", f.count())
+		}
+		f.answer(t, 2, nil)
+		receive(t, next)
 	})
 }

@@ -66,7 +66,7 @@ func NewShared[T any](method string, fn func(ctx context.Context, started time.T
 			Name:        "kubelet " + method + " call",
 			Timeout:     sharedTimeout,
 			MinInterval: callInterval,
-			Shared:      func(callers int) { m.Shared(method, callers-1) },
+			Shared:      func(others int) { m.Shared(method, others) },
 		}),
 	}
 }
