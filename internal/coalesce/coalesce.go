@@ -303,14 +303,24 @@ func (g *Group[T]) decide(c *call[T], cancel func()) {
 }
 
 // paced starts n, a next call that waited for MinInterval, unless nobody
-// waits for it any more.
+// waits for it any more; if only riders still wait (its payers left), they
+// gather for it as riders alone do, so that no call is made that no caller
+// within the rate paid for.
 func (g *Group[T]) paced(n *call[T]) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.next = nil
-	if n.waiters > 0 {
+	n.paced = false
+	switch {
+	case n.waiters == 0:
+		g.next = nil
+	case n.payers == 0:
+		g.mu.Unlock()
+		g.gather(n) // it stays next while its riders gather
+		return
+	default:
+		g.next = nil
 		g.startLocked(n)
 	}
+	g.mu.Unlock()
 }
 
 // startLocked makes c the call in flight and runs it. g.mu is held.

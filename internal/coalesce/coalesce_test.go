@@ -742,3 +742,28 @@ func TestACallerWhoArrivedBeforeAnEndedCallStartedTakesItsResultUntilTheNextStar
 		receive(t, next)
 	})
 }
+
+func TestAPacedCallWhosePayersLeftIsMadeOnlyWhenItsRidersTicketAllows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		g := New(f.fn, Options{Name: "test call", Timeout: timeout, MinInterval: 100 * time.Millisecond})
+		first := doAsync(t.Context(), g, time.Now())
+		synctest.Wait()
+		time.Sleep(time.Millisecond)
+		leaving, leave := context.WithCancel(t.Context())
+		payer := doAsync(leaving, g, time.Now())
+		rider := joinAsync(t.Context(), g, time.Now(), &ticket{ok: false})
+		synctest.Wait()
+		f.answer(t, 0, nil)
+		receive(t, first)
+		leave()
+		receive(t, payer)
+		time.Sleep(time.Second)
+		if r := receive(t, rider); !errors.Is(r.err, ErrNotMade) {
+			t.Errorf("the rider got %v, want ErrNotMade: no caller within the rate pays for the call", r.err)
+		}
+		if f.count() != 1 {
+			t.Errorf("%d calls, want none made for a rider whose ticket allows none", f.count())
+		}
+	})
+}
