@@ -174,6 +174,26 @@ func TestABurstOfGetsSpreadOverASlowReadCostsTwoKubeletCalls(t *testing.T) {
 	}
 }
 
+// A Get beyond the rate limit costs the kubelet nothing: not a PodResources
+// call of its own, and not a /pods read either, even for a pod the daemon
+// does not know (which a Get within the limit reads before asking).
+func TestAGetBeyondTheRateLimitCostsNoPodsRead(t *testing.T) {
+	h := newHarness(t, withRateLimit(1, limits.DefaultRateLimitBurst))
+	answered := 0
+	for range 50 {
+		_, err := h.v1().Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: "nope"})
+		if status.Code(err) != codes.ResourceExhausted {
+			answered++ // the kubelet's "not found"
+		}
+	}
+	if answered == 50 {
+		t.Fatal("no Get was refused: the test needs calls beyond the limit")
+	}
+	if reads := h.k.PodsReads(); reads > int64(answered) {
+		t.Errorf("%d Gets within the limit, %d refused, cost %d /pods reads: the refused ones read too", answered, 50-answered, reads)
+	}
+}
+
 // A client that floods Get, one call after another, is refused as the
 // kubelet would refuse it: a call beyond the limit with no kubelet call to
 // join costs the kubelet a call.

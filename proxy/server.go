@@ -310,23 +310,21 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 // the kubelet calls, which are short, chain: a Get that arrived after the
 // second call began waits for a third, and Gets arriving all through a
 // slow read cost a call per wave. The price is that a Get of a pod that
-// does not exist shares a read before the kubelet says so. With the Pods
-// API's watch a pod being created is known without a read, and a name the
-// watch does not know is most likely no pod: the kubelet is asked first.
+// does not exist shares a read before the kubelet says so; a Get beyond
+// the rate limit never reads first (readFirst). With the Pods API's watch a
+// pod being created is known without a read, and a name the watch does not
+// know is most likely no pod: the kubelet is asked first.
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
 	arrived := limits.Arrived(ctx)
 	defer func() { v.s.p.Metrics.Request("v1", "Get", err != nil) }()
 	key := model.PodKey{Namespace: req.GetPodNamespace(), Name: req.GetPodName()}
-	t, err := v.s.resolver.Table(ctx)
-	if err != nil {
-		v.s.log.WithError(err).Warn("Get answered with an error")
-		return nil, err
-	}
+	// The kubelet's codes and its "not found" win over the proxy's own
+	// errors (the table's, a read's), as when it is asked first.
+	t, ownErr := v.s.resolver.Table(ctx)
 	var found []*plans.Plan
-	var readErr error
-	if _, known := v.s.resolver.Lookup(t, key); !known && !v.s.resolver.Watched() {
+	if ownErr == nil && v.readFirst(ctx, t, key) {
 		var read *plans.Table
-		if found, read, readErr = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); readErr == nil {
+		if found, read, ownErr = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); ownErr == nil {
 			t = read
 		}
 	}
@@ -340,9 +338,9 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 		// Unknown; it wins over a failed read, as the kubelet would say it.
 		return nil, fmt.Errorf("pod %s in namespace %s not found", key.Name, key.Namespace)
 	}
-	if readErr != nil {
-		v.s.log.WithError(readErr).Warn("Get answered with an error")
-		return nil, readErr
+	if ownErr != nil {
+		v.s.log.WithError(ownErr).Warn("Get answered with an error")
+		return nil, ownErr
 	}
 	pod := &v1.PodResources{}
 	if err := proto.Unmarshal(seg, pod); err != nil {
@@ -364,6 +362,18 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 		v.s.p.Fold.FoldPod(ctx, pod)
 	}
 	return &v1.GetPodResourcesResponse{PodResources: pod}, nil
+}
+
+// readFirst reports whether a Get of key reads the pods before asking the
+// kubelet (see Get): for a pod t does not know, without a watch, and not for
+// a call beyond the rate limit, which may only share what others pay for
+// (limits.RateLimit) and so must not cost a read either.
+func (v *v1Server) readFirst(ctx context.Context, t *plans.Table, key model.PodKey) bool {
+	if v.s.resolver.Watched() || limits.OverdraftOf(ctx) != nil {
+		return false
+	}
+	_, known := v.s.resolver.Lookup(t, key)
+	return !known
 }
 
 // kubeletPods are the pods of a kubelet List answer, by namespace and name:

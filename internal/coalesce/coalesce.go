@@ -63,12 +63,14 @@ type Options struct {
 	// are the real clock's whatever Clock is.
 	Clock clock.PassiveClock
 	// MinInterval paces calls that callers keep asking for: a next call
-	// (one callers waited for while another ran) starts no sooner than
-	// MinInterval after the call before it started, and the callers who
-	// arrive meanwhile share it. Callers that keep a method busy are then
-	// served by one call per MinInterval however short calls are, each
-	// waiting at most MinInterval longer; a caller that finds no call in
-	// flight is never delayed. Zero: next calls start at once.
+	// that a caller who pays (Do) waited for while another ran starts no
+	// sooner than MinInterval after the call before it started, and the
+	// callers who arrive meanwhile share it. Callers that keep a method
+	// busy are then served by one call per MinInterval however short calls
+	// are, each waiting at most MinInterval longer; a caller that finds no
+	// call in flight or waiting for its pace is never delayed. A call only
+	// riders wait for is paced by their Ticket instead. Zero: next calls
+	// start at once.
 	MinInterval time.Duration
 	// Shared, when set, is told how many callers beyond the first get a
 	// call's result: when the call ends, before they get it, those that
@@ -121,8 +123,12 @@ type Group[T any] struct {
 
 // call is one call of fn and the callers waiting for it.
 type call[T any] struct {
-	started  time.Time // zero until it starts
-	paced    bool      // a next call waiting for MinInterval to pass
+	started time.Time // zero until it starts
+	paced   bool      // a next call waiting for MinInterval to pass
+	// cut: its context ended while fn ran (nobody waited any more, or its
+	// deadline passed), so that its result, even without error, may be
+	// fn's reaction to that and is kept for no later caller.
+	cut      bool
 	deadline time.Time // Timeout after its first caller began waiting
 	waiters  int       // callers waiting for it
 	payers   int       // waiters that called Do
@@ -172,6 +178,9 @@ func (g *Group[T]) do(ctx context.Context, after time.Time, ticket Ticket) (T, e
 	gather := false
 	g.mu.Lock()
 	now := g.clock.Now()
+	if n := g.next; n != nil && n.paced && n.waiters == 0 {
+		g.next = nil // its callers all left: it is not waited for
+	}
 	var c *call[T]
 	switch {
 	case g.cur == nil && g.last != nil && g.last.started.After(after):
@@ -309,6 +318,10 @@ func (g *Group[T]) decide(c *call[T], cancel func()) {
 func (g *Group[T]) paced(n *call[T]) {
 	g.mu.Lock()
 	n.paced = false
+	if g.next != n { // dropped meanwhile, its callers gone
+		g.mu.Unlock()
+		return
+	}
 	switch {
 	case n.waiters == 0:
 		g.next = nil
@@ -348,6 +361,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T]) {
 			c.val, c.err = g.fn(ctx, c.started)
 		}()
 	}
+	c.cut = ctx.Err() != nil
 	c.cancel()
 	g.finish(c)
 }
@@ -358,7 +372,7 @@ func (g *Group[T]) run(ctx context.Context, c *call[T]) {
 func (g *Group[T]) finish(c *call[T]) {
 	g.mu.Lock()
 	g.cur = nil
-	if c.err == nil && c.panicked == nil {
+	if c.err == nil && c.panicked == nil && !c.cut {
 		g.last = c
 	}
 	var gather *call[T]

@@ -767,3 +767,61 @@ func TestAPacedCallWhosePayersLeftIsMadeOnlyWhenItsRidersTicketAllows(t *testing
 		}
 	})
 }
+
+func TestACallCutShortBecauseNobodyWaitedIsNotKeptForLaterCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		// Like the proxy's List, it answers without error when its context
+		// ends mid-way: what it answered then is not a result to keep.
+		fn := func(ctx context.Context, started time.Time) (time.Time, error) {
+			calls++
+			if calls == 1 {
+				<-ctx.Done()
+			}
+			return started, nil
+		}
+		g := New(fn, Options{Name: "test call", Timeout: timeout})
+		early := time.Now()
+		time.Sleep(time.Millisecond)
+		leaving, leave := context.WithCancel(t.Context())
+		only := doAsync(leaving, g, time.Now())
+		synctest.Wait()
+		leave()
+		receive(t, only)
+		if r := receive(t, doAsync(t.Context(), g, early)); r.err != nil || calls != 2 {
+			t.Errorf("a later caller got %v (%v) after %d calls; want a call of its own, not the one cut short", r.started, r.err, calls)
+		}
+	})
+}
+
+func TestACallerFindingAPacedCallWhoseCallersLeftStartsOneAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		g := New(f.fn, Options{Name: "test call", Timeout: timeout, MinInterval: time.Second})
+		first := doAsync(t.Context(), g, time.Now())
+		synctest.Wait()
+		time.Sleep(time.Millisecond)
+		leaving, leave := context.WithCancel(t.Context())
+		second := doAsync(leaving, g, time.Now())
+		synctest.Wait()
+		f.answer(t, 0, nil)
+		receive(t, first)
+		leave()
+		receive(t, second)
+		time.Sleep(time.Millisecond)
+		third := doAsync(t.Context(), g, time.Now())
+		synctest.Wait()
+		if f.count() != 2 {
+			t.Fatalf("%d calls: a caller finding only an abandoned paced call waits for its pace", f.count())
+		}
+		time.Sleep(2 * time.Second) // the abandoned call's pace passes
+		synctest.Wait()
+		if f.count() != 2 {
+			t.Fatalf("%d calls after the abandoned call's pace, want 2", f.count())
+		}
+		f.answer(t, 1, nil)
+		if r := receive(t, third); r.err != nil {
+			t.Fatal(r.err)
+		}
+	})
+}
