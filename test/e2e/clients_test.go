@@ -105,9 +105,18 @@ func listV1alpha1(socket string, o clientOptions) (*podresourcesv1alpha1.ListPod
 		return nil, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	return podresourcesv1alpha1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1alpha1.ListPodResourcesRequest{})
+	client := podresourcesv1alpha1.NewPodResourcesListerClient(conn)
+	var resp *podresourcesv1alpha1.ListPodResourcesResponse
+	// Retried while the rate limit refuses it, as call does: the suite is
+	// one client asking many times in a row.
+	err = limited(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		defer cancel()
+		var err error
+		resp, err = client.List(ctx, &podresourcesv1alpha1.ListPodResourcesRequest{})
+		return err
+	})
+	return resp, err
 }
 
 // gpuOwner is the pod and container DCGM exporter labels a GPU's metrics
