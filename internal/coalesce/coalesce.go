@@ -11,10 +11,11 @@
 // otherwise it waits for the next call, which starts when the one in flight
 // ends (and, with Options.MinInterval, no sooner than that after the one in
 // flight started), shared by every caller that arrived meanwhile; so each
-// caller waits for at most two calls. A call's result, error included, goes to every
-// caller waiting for it when it ends; a result without error is kept until
-// the next call starts, for a caller who arrived before the call started
-// but asks only after it ended (its query had reached the daemon in time). Each
+// caller waits for at most two calls. A call's result, error included, goes
+// to every caller waiting for it when it ends; a result without error is
+// kept until the next call starts, for a caller who arrived before the call
+// started but asks only after it ended (its query had reached the daemon in
+// time). Each
 // call runs in a goroutine of its own, under a context that no caller's
 // cancellation reaches: a caller whose context ends stops waiting at once,
 // with an error wrapping its context's error and cause, and the call goes
