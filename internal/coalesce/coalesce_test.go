@@ -674,22 +674,31 @@ func TestANextCallStartsMinIntervalAfterTheOneBeforeAndCallersArrivingMeanwhileS
 	})
 }
 
+// abandonedPacedCall returns a group paced at a second whose first call
+// ended after a millisecond, and whose next call, waiting for its pace,
+// lost its only caller.
+func abandonedPacedCall(t *testing.T) (*fake, *Group[time.Time]) {
+	t.Helper()
+	f := &fake{}
+	g := New(f.fn, Options{Name: "test call", Timeout: timeout, MinInterval: time.Second})
+	first := doAsync(t.Context(), g, time.Now())
+	synctest.Wait()
+	time.Sleep(time.Millisecond)
+	leaving, leave := context.WithCancel(t.Context())
+	second := doAsync(leaving, g, time.Now())
+	synctest.Wait()
+	f.answer(t, 0, nil)
+	receive(t, first)
+	leave()
+	if r := receive(t, second); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("got %v, want the caller's cancellation", r.err)
+	}
+	return f, g
+}
+
 func TestAPacedCallNobodyWaitsForAnyMoreNeverStarts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fake{}
-		g := New(f.fn, Options{Name: "test call", Timeout: timeout, MinInterval: time.Second})
-		first := doAsync(t.Context(), g, time.Now())
-		synctest.Wait()
-		time.Sleep(time.Millisecond)
-		ctx, cancel := context.WithCancel(t.Context())
-		second := doAsync(ctx, g, time.Now())
-		synctest.Wait()
-		f.answer(t, 0, nil)
-		receive(t, first)
-		cancel()
-		if r := receive(t, second); !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("got %v, want the caller's cancellation", r.err)
-		}
+		f, _ := abandonedPacedCall(t)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		if f.count() != 1 {
@@ -796,18 +805,7 @@ func TestACallCutShortBecauseNobodyWaitedIsNotKeptForLaterCallers(t *testing.T) 
 
 func TestACallerFindingAPacedCallWhoseCallersLeftStartsOneAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fake{}
-		g := New(f.fn, Options{Name: "test call", Timeout: timeout, MinInterval: time.Second})
-		first := doAsync(t.Context(), g, time.Now())
-		synctest.Wait()
-		time.Sleep(time.Millisecond)
-		leaving, leave := context.WithCancel(t.Context())
-		second := doAsync(leaving, g, time.Now())
-		synctest.Wait()
-		f.answer(t, 0, nil)
-		receive(t, first)
-		leave()
-		receive(t, second)
+		f, g := abandonedPacedCall(t)
 		time.Sleep(time.Millisecond)
 		third := doAsync(t.Context(), g, time.Now())
 		synctest.Wait()
