@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/podres-proxy/podres-proxy/internal/poll"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -338,7 +339,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	observed := make(chan struct{})
 	go func() {
 		defer close(observed)
-		store.ObserveKubeletPods(time.Now(), []model.KubeletPod{{
+		store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{
 			UID: "uid-holder", Namespace: "default", Name: "holder", Phase: "Running",
 			Annotations: map[string]string{"example.com/hold": "1"},
 		}})

@@ -147,14 +147,17 @@ func TestListFollowsTheInventory(t *testing.T) {
 
 func TestAListThatNeededAPodsReadIsNotReusedWhenPodsIsDown(t *testing.T) {
 	h := newHarness(t)
-	// A pod NRI has not recorded: every List must read /pods for it.
-	h.k.SetPods(fk.NewPod("default", "creating", "uid-1", byKoord, fk.WithAnnotation(koordKey, oneGPU), koordApp))
+	// A pod NRI has not recorded, whose sandbox the kubelet then begins
+	// (Multus asks during its CNI ADD): the Lists must read /pods for it
+	// again, not reuse what an earlier read said.
+	h.k.SetPods(fk.NewPod("default", "creating", "uid-1", byKoord, fk.WithAnnotation(koordKey, oneGPU), koordApp, fk.WithPhase("Pending")))
 	for range 2 {
 		h.list()
 		if _, err := h.v1alpha1().List(ctx(t), &v1alpha1.ListPodResourcesRequest{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	h.k.BeginSandbox("default", "creating", "uid-1")
 	h.k.SetPodsDown(true)
 	if _, err := h.v1().List(ctx(t), &v1.ListPodResourcesRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("List of a pod unknown to the store with /pods down = %v, want Unavailable", err)

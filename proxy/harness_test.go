@@ -17,12 +17,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
@@ -185,7 +187,12 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	providers := proxy.Providers{Store: h.store, Pods: client.Pods, Allocators: set, Inventory: h.inv, Trust: gate, Metrics: m}
+	// The fake kubelet's pod logs directory, as serve's default reads the
+	// kubelet's; its stamps are taken podlogs.Settle after its changes, so
+	// that no test waits for that.
+	settled := testingclock.NewFakePassiveClock(time.Now().Add(podlogs.Settle + time.Second))
+	providers := proxy.Providers{Store: h.store, Pods: client.Pods, PodLogs: podlogs.New(h.k.PodLogsDir, settled),
+		Allocators: set, Inventory: h.inv, Trust: gate, Metrics: m}
 	for _, f := range h.providers {
 		f(&providers)
 	}

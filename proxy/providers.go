@@ -2,11 +2,16 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
@@ -26,6 +31,11 @@ type Providers struct {
 	// concurrent queries (kubeletpods.Reader) and records each read in
 	// Store. Nil answers pods unknown to the store with Unavailable.
 	Pods kubeletpods.Fetch
+	// PodLogs is the kubelet's pod logs directory: while it shows that no
+	// sandbox began since the last /pods read, that read says which pod a
+	// name not running is, and a query about one costs no read (package
+	// podlogs). Nil: such a pod is read again for every query.
+	PodLogs *podlogs.Dir
 	// Watching reports whether a kubelet watch (the Pods API) keeps the
 	// store's names current (merge.Options.Watching); nil: never.
 	Watching func() bool
@@ -62,19 +72,34 @@ type Providers struct {
 // newReader returns the shared /pods reader of p.Pods, which records every
 // read in the store once, however many queries share it: pods seen there
 // become pending records with their spec and decoded allocations, which is
-// what lets a pod first learned from NRI cost one /pods read, once. Nil
-// without p.Pods.
-func newReader(p Providers, timeout time.Duration) *kubeletpods.Reader {
+// what lets a pod first learned from NRI cost one /pods read, once. Each
+// read is recorded with the pod logs directory as it was before the read
+// began (p.PodLogs). Nil without p.Pods.
+func newReader(p Providers, timeout time.Duration, log logrus.FieldLogger) *kubeletpods.Reader {
 	if p.Pods == nil {
 		return nil
 	}
+	var mu sync.Mutex
+	var lastErr string // the pod logs directory's, logged when it changes
 	record := func(ctx context.Context) ([]model.KubeletPod, error) {
+		logs, logsErr := p.PodLogs.Stamp()
 		started := time.Now()
 		pods, err := p.Pods(ctx)
 		if err != nil {
 			return nil, err
 		}
-		p.Store.ObserveKubeletPods(started, pods)
+		if logsErr == nil {
+			logs, logsErr = p.PodLogs.Check(logs, pods)
+		}
+		mu.Lock()
+		if msg := fmt.Sprint(logsErr); logsErr != nil && msg != lastErr {
+			log.WithError(logsErr).Warn("Pods not running are read from /pods again for every query")
+			lastErr = msg
+		} else if logsErr == nil {
+			lastErr = ""
+		}
+		mu.Unlock()
+		p.Store.ObserveKubeletPods(started, logs, pods)
 		return pods, nil
 	}
 	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, Metrics: p.Metrics})

@@ -98,10 +98,12 @@ func TestARecreatedPodSeenByAnyKubeletReadIsNotAnsweredFromItsPredecessor(t *tes
 	}
 }
 
-func TestARestartedContainerCostsOneKubeletReadNotOnePerList(t *testing.T) {
+func TestARestartedContainerCostsNoKubeletReadWhileNoSandboxBegins(t *testing.T) {
 	h := newHarness(t, withTwoVFs())
 	runningOld(t, h)
-	// The container exits and is restarted: the name is still its pod.
+	// The container exits and is restarted: the name is still its pod, and
+	// no sandbox began on the node since the last read (a successor's
+	// would have), so that read still says so.
 	h.store.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c-old", SandboxID: "sb-old", Name: "db", State: model.ContainerStopped})
 	reads := h.k.PodsReads()
 	for range 5 {
@@ -109,7 +111,19 @@ func TestARestartedContainerCostsOneKubeletReadNotOnePerList(t *testing.T) {
 			t.Fatalf("db-0 shows %v, want [%s]", got, vf1)
 		}
 	}
+	if n := h.k.PodsReads() - reads; n != 0 {
+		t.Errorf("5 Lists after a container stopped read /pods %d times, want 0", n)
+	}
+	// Another pod's sandbox begins: one read tells whether db-0 is still
+	// its pod, not one per List.
+	h.k.BeginSandbox("other", "web", "uid-web")
+	reads = h.k.PodsReads()
+	for range 5 {
+		if got := multusVFs(t, h); !slices.Equal(got, []string{vf1}) {
+			t.Fatalf("db-0 shows %v, want [%s]", got, vf1)
+		}
+	}
 	if n := h.k.PodsReads() - reads; n != 1 {
-		t.Errorf("5 Lists after a container stopped read /pods %d times, want 1", n)
+		t.Errorf("5 Lists after a sandbox began read /pods %d times, want 1", n)
 	}
 }

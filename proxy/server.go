@@ -149,7 +149,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 	if p.ResourceNames == nil {
 		p.ResourceNames = inventory.DefaultResourceNames()
 	}
-	pods := newReader(p, cfg.PodsTimeout)
+	pods := newReader(p, cfg.PodsTimeout, log)
 	builder := plans.New(plans.Options{
 		Store:            p.Store,
 		Inventory:        p.Inventory,
@@ -172,6 +172,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 			Store:    p.Store,
 			Plans:    builder,
 			Pods:     pods,
+			PodLogs:  p.PodLogs,
 			Watching: p.Watching,
 		}),
 		listV1:       lister{api: upstream.V1},
@@ -372,7 +373,7 @@ func (v *v1Server) readFirst(ctx context.Context, t *plans.Table, key model.PodK
 	if v.s.resolver.Watched() || limits.OverdraftOf(ctx) != nil {
 		return false
 	}
-	_, known := v.s.resolver.Lookup(t, key)
+	_, known := v.s.resolver.Find(t, key)
 	return !known
 }
 

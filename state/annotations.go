@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/decode"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -16,11 +17,12 @@ import (
 // starts, edits in the API are recorded, not taken.
 
 // ObserveKubeletPods records a complete kubelet pod list taken at asOf
-// (when the read started): each pod's spec and allocator annotations, and
-// which UID each name is now (Live, Current). Pods new to the store are
+// (when the read started), logs being the kubelet's pod logs directory
+// just before (package podlogs; zero: none): each pod's spec and allocator
+// annotations, and which UID each name is now (Live, Current, Named). Pods new to the store are
 // recorded as pending; pending pods that the list no longer has are
 // removed. Sandbox state is left to the runtime sources.
-func (s *Store) ObserveKubeletPods(asOf time.Time, pods []model.KubeletPod) {
+func (s *Store) ObserveKubeletPods(asOf time.Time, logs podlogs.Stamp, pods []model.KubeletPod) {
 	pre := decode.Batch{}
 	for i := range pods {
 		if p := &pods[i]; p.UID != "" && !p.Terminal() {
@@ -44,7 +46,7 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, pods []model.KubeletPod) {
 			s.setPhase(record.OriginKubelet, uid, record.PhaseRemoved)
 		}
 	}
-	s.setNames(asOf, pods)
+	s.setNames(asOf, logs, pods)
 }
 
 // observeKubeletPod records what a kubelet source reported of one pod at
@@ -88,8 +90,9 @@ func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
 // pods of one name (the old one terminating), the one still running is the
 // name's. It counts as a change (Version, Changed) when a name's UID
 // changed, or when the list confirms a live record whose containers were
-// stopping (Current). Called with mu held.
-func (s *Store) setNames(asOf time.Time, pods []model.KubeletPod) {
+// stopping (Current), or when logs says otherwise than before (Named
+// answers by it). Called with mu held.
+func (s *Store) setNames(asOf time.Time, logs podlogs.Stamp, pods []model.KubeletPod) {
 	if asOf.Before(s.namesAt) {
 		return
 	}
@@ -102,14 +105,14 @@ func (s *Store) setNames(asOf time.Time, pods []model.KubeletPod) {
 		}
 		names[key] = p.UID
 	}
-	changed := !maps.Equal(names, s.names)
+	changed := !maps.Equal(names, s.names) || !logs.Same(s.namesLogs)
 	for _, r := range s.byUID {
 		if changed {
 			break
 		}
 		changed = r.Live() && stopping(r)
 	}
-	s.names, s.namesAt = names, asOf
+	s.names, s.namesAt, s.namesLogs = names, asOf, logs
 	if changed {
 		s.bump()
 	}

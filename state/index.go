@@ -3,6 +3,7 @@ package state
 import (
 	"time"
 
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
@@ -20,6 +21,11 @@ type index struct {
 	// pod a name is now (live, current).
 	names   map[model.PodKey]string
 	namesAt time.Time
+	// namesLogs is the kubelet's pod logs directory as it was before the
+	// /pods read that gave names began: while it is unchanged, no sandbox
+	// began since, so names still say which pod a name not running is
+	// (package podlogs).
+	namesLogs podlogs.Stamp
 }
 
 func (x *index) get(uid string) (*record.Record, bool) {
@@ -115,6 +121,11 @@ func (v *Snapshot) Live(key model.PodKey) (*record.Record, bool) { return v.live
 
 // Named is Store.Named at the snapshot's version.
 func (v *Snapshot) Named(key model.PodKey) (*record.Record, bool) { return v.named(key) }
+
+// NamesLogs is the kubelet's pod logs directory as it was before the /pods
+// read that gave the snapshot's names began (package podlogs); a stamp that
+// says nothing when they come from elsewhere.
+func (v *Snapshot) NamesLogs() podlogs.Stamp { return v.namesLogs }
 
 // Current is Store.Current at the snapshot's version.
 func (v *Snapshot) Current(key model.PodKey) (*record.Record, bool) { return v.current(key) }

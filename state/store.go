@@ -152,10 +152,11 @@ func (s *Store) Snapshot() *Snapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	x := index{
-		byUID:   maps.Clone(s.byUID),
-		byKey:   make(map[model.PodKey][]string, len(s.byKey)),
-		names:   maps.Clone(s.names),
-		namesAt: s.namesAt,
+		byUID:     maps.Clone(s.byUID),
+		byKey:     make(map[model.PodKey][]string, len(s.byKey)),
+		names:     maps.Clone(s.names),
+		namesAt:   s.namesAt,
+		namesLogs: s.namesLogs,
 	}
 	for k, uids := range s.byKey {
 		x.byKey[k] = slices.Clone(uids) // unindexKey edits them in place

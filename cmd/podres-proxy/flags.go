@@ -21,6 +21,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
@@ -38,6 +39,7 @@ type serveConfig struct {
 	socket, kubeletSocket                   string
 	podsURL, tokenFile, caFile              string
 	podsAPISocket                           string
+	podLogsDir                              string
 	insecureTLS                             bool
 	podsTimeout                             time.Duration
 	stateDir                                string
@@ -80,6 +82,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.BoolVar(&c.insecureTLS, "kubelet-insecure-tls", false, "do not verify the kubelet's serving certificate (self-signed kubelet certificates)")
 	fs.DurationVar(&c.podsTimeout, "kubelet-pods-timeout", 5*time.Second, "time limit for one /pods read")
 	fs.StringVar(&c.podsAPISocket, "kubelet-pods-api-socket", podsapi.DefaultSocket, "the kubelet's Pods API socket (KEP-4188, kubelet feature gate PodsAPI), watched and preferred to /pods whenever it answers; empty disables")
+	fs.StringVar(&c.podLogsDir, "kubelet-pod-logs-dir", podlogs.DefaultDir, "the kubelet's podLogsDir, mounted read-only: while it shows that no pod sandbox began since the last /pods read, pods not running are answered from that read instead of a read per query; empty disables")
 	fs.StringVar(&c.stateDir, "state-dir", cmdline.DefaultStateDir, "the persisted state store (one JSON file per pod) and inventory.json, the device inventory for inspect and query --sources")
 	fs.DurationVar(&c.pruneAfter, "prune-after", state.DefaultPruneAfter, "how long removed pods stay in the state store")
 	fs.StringVar(&c.nriSocket, "nri-socket", defaultNRISocket, "the runtime's NRI socket; empty disables the NRI plugin")

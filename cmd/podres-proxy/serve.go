@@ -32,6 +32,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/inventory/sysfs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/plugin"
@@ -166,6 +167,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}, proxy.Providers{
 		Store:            store,
 		Pods:             fetch,
+		PodLogs:          podlogs.New(c.podLogsDir, nil),
 		Watching:         watching,
 		Allocators:       allocators,
 		Inventory:        inv.Snapshot,

@@ -66,6 +66,7 @@ func startServe(t *testing.T, k *fakekubelet.Kubelet, dir string, extra ...strin
 		"--kubelet-token-file", k.TokenFile,
 		"--kubelet-ca-file", k.CAFile,
 		"--kubelet-pods-api-socket", "",
+		"--kubelet-pod-logs-dir", k.PodLogsDir,
 		"--state-dir", stateDir,
 		"--device-info-dir", filepath.Join(dir, "devinfo"),
 		"--nri-socket", "",

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -21,7 +22,9 @@ import (
 // query arrived (shared with concurrent queries), because a pod being
 // created (Multus asks during CNI ADD, before the sandbox exists) must be
 // answered with its annotation, and PodResources has no UID to tell a
-// recreated pod from its predecessor. It computes and writes nothing.
+// recreated pod from its predecessor. A pod not running that the last read
+// saw is answered from that read while the kubelet's pod logs directory
+// shows that no sandbox began since (Find). It computes and writes nothing.
 type Resolver struct {
 	o Options
 }
@@ -34,6 +37,8 @@ type Options struct {
 	Plans *plans.Builder
 	// Pods reads /pods, shared between queries; nil: every read fails.
 	Pods *kubeletpods.Reader
+	// PodLogs is the kubelet's pod logs directory (Find); nil: none.
+	PodLogs *podlogs.Dir
 	// Watching reports whether a kubelet watch (the Pods API) keeps the
 	// store's names current, so that the pod the kubelet has under a name
 	// is known without a read; nil: never.
@@ -71,9 +76,9 @@ func (r *Resolver) Lookup(t *plans.Table, key model.PodKey) (*plans.Plan, bool) 
 	if !ok && r.Watched() {
 		// The watch says which pod the name is now, with its spec and
 		// annotations: a pod being created, one stuck before its sandbox
-		// or a finished one costs no read. Without a watch a pod not
-		// running is read again: only a read says whether its name is
-		// still that pod.
+		// or a finished one costs no read. Without a watch only a read
+		// says whether a name not running is still that pod (Find), and
+		// the answers' caches keep what Lookup answers, so it does not.
 		rec, ok = pods.Named(key)
 	}
 	if !ok || !plans.Vettable(rec) {
@@ -82,11 +87,55 @@ func (r *Resolver) Lookup(t *plans.Table, key model.PodKey) (*plans.Plan, bool) 
 	return t.Plan(rec.UID), true
 }
 
+// Find returns the plan a pod is answered with without a read: Lookup's,
+// or else, without a watch, that of the pod the last /pods read gave the
+// name, while the kubelet's pod logs directory shows that no sandbox began
+// on the node since that read began (package podlogs). A pod stuck before
+// its sandbox (a missing Secret) or finished then costs no read per query,
+// and is answered while /pods is down; the query that must not get a
+// predecessor's devices, Multus's or Kata's during the sandbox's creation,
+// comes after the kubelet made the pod's log directory, and reads.
+func (r *Resolver) Find(t *plans.Table, key model.PodKey) (*plans.Plan, bool) {
+	f := finder{r: r, t: t}
+	return f.find(key)
+}
+
+// finder is Find for the pods of one query, which stats the pod logs
+// directory once at most.
+type finder struct {
+	r      *Resolver
+	t      *plans.Table
+	asked  bool // whether the directory was stat'ed
+	byName bool // what it said: names not running answer
+}
+
+func (f *finder) find(key model.PodKey) (*plans.Plan, bool) {
+	if p, ok := f.r.Lookup(f.t, key); ok {
+		return p, true
+	}
+	if f.r.o.PodLogs == nil || f.r.Watched() {
+		return nil, false // with a watch, Lookup answered every name it knows
+	}
+	rec, ok := f.t.Pods().Named(key)
+	if !ok || !plans.Vettable(rec) {
+		return nil, false
+	}
+	if !f.asked {
+		f.asked = true
+		now, err := f.r.o.PodLogs.Stamp()
+		f.byName = err == nil && f.t.Pods().NamesLogs().Unchanged(now)
+	}
+	if !f.byName {
+		return nil, false
+	}
+	return f.t.Plan(rec.UID), true
+}
+
 // errNoPodsSource is returned when a read is needed but none is configured.
 var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 
 // Plans returns one plan per key, and the table they come from, which is t
-// when t could answer every key. Otherwise it reads /pods (a read started
+// when t could answer every key (Find). Otherwise it reads /pods (a read started
 // after arrived) and answers from a table that covers the read. It fails
 // with Unavailable when a pod is unknown and /pods cannot be read: an
 // answer silently missing that pod's devices is worse than an error, since
@@ -95,8 +144,9 @@ var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 func (r *Resolver) Plans(ctx context.Context, t *plans.Table, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, *plans.Table, error) {
 	out := make([]*plans.Plan, len(keys))
 	var need []int
+	f := finder{r: r, t: t}
 	for i, k := range keys {
-		p, ok := r.Lookup(t, k)
+		p, ok := f.find(k)
 		if !ok {
 			need = append(need, i)
 			continue

@@ -9,6 +9,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -67,7 +68,7 @@ func tableAt(t *testing.T, store *state.Store, b *plans.Builder) *plans.Table {
 func TestPlansChangeOnlyWithWhatTheyDependOn(t *testing.T) {
 	store, b := start(t)
 	a, other := koordPod("uid-a", "a", gpuA), koordPod("uid-b", "b", gpuB)
-	store.ObserveKubeletPods(time.Now(), []model.KubeletPod{a, other})
+	store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{a, other})
 
 	first := tableAt(t, store, b)
 	pa := first.Plan("uid-a")
@@ -78,7 +79,7 @@ func TestPlansChangeOnlyWithWhatTheyDependOn(t *testing.T) {
 	// Another pod without devices comes: a's plan is the same plan.
 	idle := model.KubeletPod{UID: "uid-idle", Namespace: "ml", Name: "idle", Phase: "Running",
 		Spec: model.PodSpec{SchedulerName: "default-scheduler", Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}}
-	store.ObserveKubeletPods(time.Now(), []model.KubeletPod{a, other, idle})
+	store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{a, other, idle})
 	second := tableAt(t, store, b)
 	if _, ok := second.Pods().Get("uid-idle"); !ok {
 		t.Fatal("the table does not have the pod that came")
@@ -90,7 +91,7 @@ func TestPlansChangeOnlyWithWhatTheyDependOn(t *testing.T) {
 	// a's GPU changes in the API before its sandbox: a new plan.
 	moved := koordPod("uid-a", "a", gpuB)
 	other2 := koordPod("uid-b", "b", gpuA)
-	store.ObserveKubeletPods(time.Now(), []model.KubeletPod{moved, other2, idle})
+	store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{moved, other2, idle})
 	third := tableAt(t, store, b)
 	if p := third.Plan("uid-a"); p == pa || p == nil || p.Containers["train"][0].IDs[0] != gpuB {
 		t.Errorf("after a's annotation changed its plan is %+v, want a new plan with %s", p, gpuB)

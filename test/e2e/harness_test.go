@@ -476,6 +476,10 @@ func (h *harness) serveArgs() []string {
 		// serve then reads /pods, as on a kubelet without the gate.
 		args = append(args, "--kubelet-pods-api-socket", h.env["PODS_API_SOCK"])
 	}
+	if strings.Contains(h.serveHelp, "-kubelet-pod-logs-dir") {
+		// The node's kubelet keeps pod logs under LOGS (its podLogsDir).
+		args = append(args, "--kubelet-pod-logs-dir", filepath.Join(h.env["LOGS"], "pods"))
+	}
 	if h.servesViews() {
 		for _, v := range []string{"dcgm", "plain", "kata"} {
 			args = append(args, "--view", v+"="+h.viewSockets[v])

@@ -58,7 +58,13 @@ type Kubelet struct {
 	TokenFile string
 	CAFile    string
 	Token     string
+	// PodLogsDir is the kubelet's podLogsDir: as the real kubelet makes a
+	// pod's log directory just before it asks the runtime for the pod's
+	// sandbox, SetPods and AddPod make the directory of every running pod
+	// (package podlogs reads it).
+	PodLogsDir string
 
+	t           testing.TB
 	mu          sync.Mutex
 	pods        []Pod
 	allocatable *v1.AllocatableResourcesResponse
@@ -82,10 +88,15 @@ type Kubelet struct {
 func Start(t testing.TB, dir string) *Kubelet {
 	t.Helper()
 	k := &Kubelet{
-		Socket:    filepath.Join(dir, "pod-resources", "kubelet.sock"),
-		TokenFile: filepath.Join(dir, "token"),
-		CAFile:    filepath.Join(dir, "kubelet-ca.crt"),
-		Token:     "test-token",
+		t:          t,
+		Socket:     filepath.Join(dir, "pod-resources", "kubelet.sock"),
+		TokenFile:  filepath.Join(dir, "token"),
+		CAFile:     filepath.Join(dir, "kubelet-ca.crt"),
+		Token:      "test-token",
+		PodLogsDir: filepath.Join(dir, "pod-logs"),
+	}
+	if err := os.MkdirAll(k.PodLogsDir, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(k.TokenFile, []byte(k.Token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -110,13 +121,33 @@ func (k *Kubelet) TLSConfig() *tls.Config {
 
 // SetPods replaces the pods.
 func (k *Kubelet) SetPods(pods ...Pod) {
+	for i := range pods {
+		k.sandboxBegun(&pods[i])
+	}
 	k.mu.Lock()
 	k.pods = append([]Pod(nil), pods...)
 	k.mu.Unlock()
 }
 
+// BeginSandbox makes a pod's log directory, as the kubelet does just before
+// it asks the runtime for the pod's sandbox (and before CNI ADD).
+func (k *Kubelet) BeginSandbox(namespace, name, uid string) {
+	if err := os.MkdirAll(filepath.Join(k.PodLogsDir, namespace+"_"+name+"_"+uid), 0o755); err != nil {
+		k.t.Errorf("fakekubelet: %v", err)
+	}
+}
+
+// sandboxBegun makes the log directory of a running pod, whose sandbox the
+// kubelet began before it ran.
+func (k *Kubelet) sandboxBegun(p *Pod) {
+	if p.Status.Phase == corev1.PodRunning {
+		k.BeginSandbox(p.Namespace, p.Name, string(p.UID))
+	}
+}
+
 // AddPod adds or replaces (by UID) a pod.
 func (k *Kubelet) AddPod(p Pod) {
+	k.sandboxBegun(&p)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i := range k.pods {

@@ -1,0 +1,112 @@
+package podlogs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/podres-proxy/podres-proxy/model"
+)
+
+// later is a clock Settle past the directory's changes made now, so that
+// the tests need not wait for it.
+func later() *testingclock.FakePassiveClock {
+	return testingclock.NewFakePassiveClock(time.Now().Add(Settle + time.Second))
+}
+
+func stamp(t *testing.T, d *Dir) Stamp {
+	t.Helper()
+	s, err := d.Stamp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestASandboxBegunAfterAStampChangesIt(t *testing.T) {
+	root := t.TempDir()
+	d := New(root, later())
+	before := stamp(t, d)
+	if !before.Unchanged(stamp(t, d)) {
+		t.Fatal("nothing was added, yet the stamps differ")
+	}
+	// The kubelet begins a sandbox: the pod's log directory comes first.
+	if err := os.Mkdir(filepath.Join(root, "ml_web-0_uid-2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if before.Unchanged(stamp(t, d)) {
+		t.Error("a pod's log directory was made since the stamp, yet it says no sandbox began")
+	}
+	// Log garbage collection counts too: the safe side.
+	after := stamp(t, d)
+	if err := os.Remove(filepath.Join(root, "ml_web-0_uid-2")); err != nil {
+		t.Fatal(err)
+	}
+	if after.Unchanged(stamp(t, d)) {
+		t.Error("a pod's log directory was removed since the stamp, yet it says nothing changed")
+	}
+}
+
+func TestAStampTakenRightAfterAChangeSaysNothing(t *testing.T) {
+	// ctime comes from a coarse clock (and whole seconds on some
+	// filesystems): a second change in the same tick would not show.
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "ml_web-0_uid-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	now := testingclock.NewFakePassiveClock(time.Now())
+	s := stamp(t, New(root, now))
+	if s.Unchanged(s) {
+		t.Error("a stamp taken within Settle of the directory's change trusts it")
+	}
+	s2 := stamp(t, New(root, later()))
+	if s.Same(s2) {
+		t.Error("a settled and an unsettled stamp of the same directory are the Same: the store would keep the unsettled one")
+	}
+}
+
+func TestStampsOfAnotherDirectoryOrNoneSayNothing(t *testing.T) {
+	a, b := New(t.TempDir(), later()), New(t.TempDir(), later())
+	if stamp(t, a).Unchanged(stamp(t, b)) {
+		t.Error("stamps of two directories agree")
+	}
+	var none *Dir
+	if s := stamp(t, none); s.Unchanged(s) {
+		t.Error("no directory's stamp says something")
+	}
+	if _, err := New(filepath.Join(t.TempDir(), "absent"), nil).Stamp(); err == nil {
+		t.Error("a missing directory gives no error")
+	}
+	if (Stamp{}).Unchanged(Stamp{}) {
+		t.Error("zero stamps agree")
+	}
+}
+
+func TestCheckRefusesADirectoryWithoutTheRunningPodsLogs(t *testing.T) {
+	root := t.TempDir()
+	d := New(root, later())
+	running := model.KubeletPod{UID: "uid-1", Namespace: "ml", Name: "web-0", Phase: "Running"}
+	pending := model.KubeletPod{UID: "uid-2", Namespace: "ml", Name: "stuck", Phase: "Pending"}
+
+	// No pod runs: nothing shows the directory is the kubelet's.
+	s, err := d.Check(stamp(t, d), []model.KubeletPod{pending})
+	if err != nil || s.Unchanged(s) {
+		t.Errorf("with no running pod: %v, stamp trusted %v; want a stamp that says nothing, no error", err, s.Unchanged(s))
+	}
+	// A running pod whose directory is not there: not the kubelet's.
+	s, err = d.Check(stamp(t, d), []model.KubeletPod{running, pending})
+	if err == nil || !strings.Contains(err.Error(), "ml/web-0") || s.Unchanged(s) {
+		t.Errorf("without the running pod's directory: %v, stamp trusted %v; want an error naming ml/web-0", err, s.Unchanged(s))
+	}
+	if err := os.Mkdir(filepath.Join(root, "ml_web-0_uid-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err = d.Check(stamp(t, d), []model.KubeletPod{running, pending})
+	if err != nil || !s.Unchanged(stamp(t, d)) {
+		t.Errorf("with the running pod's directory: %v, stamp trusted %v; want it trusted", err, s.Unchanged(s))
+	}
+}
