@@ -104,6 +104,10 @@ POD_RESOURCES_SOCK="${KUBELET_ROOT}/pod-resources/kubelet.sock"
 PODS_API_SOCK="${KUBELET_ROOT}/pods-api/pods-api.sock"
 PROXY_SOCKET_DIR=/var/run/podres-proxy/pod-resources
 PROXY_STATE_DIR=/var/lib/podres-proxy
+# The kubelet keeps pod logs in LOGS/pods (collected with the logs); this is
+# the same directory, bind-mounted where deploy/base reads the kubelet's
+# podLogsDir (--kubelet-pod-logs-dir's default).
+HOST_POD_LOGS=/var/log/pods
 
 PKI="${ROOT}/pki"
 LOGS="${ROOT}/logs"
@@ -182,6 +186,9 @@ prepare_host() {
 		echo "${CONTAINERD_RUN}" >>"${ROOT}/bind-mounts"
 		log "${CONTAINERD_RUN}: bind-mounted onto itself as a shared mount"
 	fi
+	note_created "${HOST_POD_LOGS}"
+	mount --bind "${LOGS}/pods" "${HOST_POD_LOGS}"
+	echo "${HOST_POD_LOGS}" >>"${ROOT}/bind-mounts"
 	# The daemon's state store starts empty in every cluster: a store that
 	# was there before (not made above) is covered by one under ROOT.
 	if ! grep -qxF "${PROXY_STATE_DIR}" "${ROOT}/created"; then
