@@ -186,9 +186,17 @@ prepare_host() {
 		echo "${CONTAINERD_RUN}" >>"${ROOT}/bind-mounts"
 		log "${CONTAINERD_RUN}: bind-mounted onto itself as a shared mount"
 	fi
-	note_created "${HOST_POD_LOGS}"
-	mount --bind "${LOGS}/pods" "${HOST_POD_LOGS}"
-	echo "${HOST_POD_LOGS}" >>"${ROOT}/bind-mounts"
+	# The kubelet's pod logs, where deploy/base reads them, unless the
+	# host has that directory already (another kubelet's, or a run that
+	# was not taken down): it is left alone, and serve, finding no running
+	# pod's logs there, reads /pods for pods not running at every query.
+	if [[ -e "${HOST_POD_LOGS}" ]]; then
+		log "${HOST_POD_LOGS} was there before: left alone (serve's --kubelet-pod-logs-dir falls back to reading /pods)"
+	else
+		note_created "${HOST_POD_LOGS}"
+		mount --bind "${LOGS}/pods" "${HOST_POD_LOGS}"
+		echo "${HOST_POD_LOGS}" >>"${ROOT}/bind-mounts"
+	fi
 	# The daemon's state store starts empty in every cluster: a store that
 	# was there before (not made above) is covered by one under ROOT.
 	if ! grep -qxF "${PROXY_STATE_DIR}" "${ROOT}/created"; then

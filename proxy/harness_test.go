@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
-	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
@@ -79,6 +78,13 @@ type harness struct {
 }
 
 type option func(*harness)
+
+// settledClock is podlogs.Settle and a second ahead of the real clock: a
+// pod logs stamp it takes is settled whenever the test took it.
+type settledClock struct{}
+
+func (settledClock) Now() time.Time                    { return time.Now().Add(podlogs.Settle + time.Second) }
+func (c settledClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 func withRateLimit(qps float64, burst int) option {
 	return func(h *harness) { h.qps, h.burst = qps, burst }
@@ -190,8 +196,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	// The fake kubelet's pod logs directory, as serve's default reads the
 	// kubelet's; its stamps are taken podlogs.Settle after its changes, so
 	// that no test waits for that.
-	settled := testingclock.NewFakePassiveClock(time.Now().Add(podlogs.Settle + time.Second))
-	providers := proxy.Providers{Store: h.store, Pods: client.Pods, PodLogs: podlogs.New(h.k.PodLogsDir, settled),
+	providers := proxy.Providers{Store: h.store, Pods: client.Pods, PodLogs: podlogs.New(h.k.PodLogsDir, settledClock{}),
 		Allocators: set, Inventory: h.inv, Trust: gate, Metrics: m}
 	for _, f := range h.providers {
 		f(&providers)

@@ -149,3 +149,55 @@ func TestAPodStuckBeforeItsSandboxCostsNoReadPerListWithThePodsAPI(t *testing.T)
 		t.Errorf("10 Lists cost %d /pods reads, want 0", n)
 	}
 }
+
+func TestAPodRecreatedAfterTheWatchDroppedIsNotAnsweredFromIt(t *testing.T) {
+	// While the watch is synced, a List answers a pod not running from
+	// what the watch said of it, and the answer is reused while nothing
+	// changes. The Pods API goes away; the pod is deleted and recreated
+	// under its name with another GPU, its PodResources entry the same
+	// bytes (a pod without the kubelet's own devices). Nothing tells the
+	// daemon which pod the name is now but a read: the reused answer
+	// must not outlive the watch.
+	k, api, dir := kubeletWithPodsAPI(t)
+	pod := func(uid, gpu string) fakekubelet.Pod {
+		p := fakekubelet.NewPod("ml", "a", uid, fakekubelet.WithSchedulerName("koord-scheduler"),
+			fakekubelet.WithAnnotation("scheduling.koordinator.sh/device-allocated",
+				`{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"},"id":"`+gpu+`"}]}`),
+			fakekubelet.WithContainer("train", map[string]string{"koordinator.sh/gpu-core": "100"}))
+		p.Status.Phase = "Pending"
+		return p
+	}
+	first := pod("uid-first", gpuUUID)
+	k.SetPods(first)
+	api.Add(&first.Pod)
+	srv := startServeWatching(t, k, api, dir)
+	owner := func(gpu string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		owners, err := clients.DCGMDeviceToPod(ctx, srv.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return owners[gpu].Pod
+	}
+	for range 2 {
+		if got := owner(gpuUUID); got != "a" {
+			t.Fatalf("%s is labelled %q, want pod a", gpuUUID, got)
+		}
+	}
+
+	api.Stop()
+	poll.Until(t, "the watch to end", func() bool {
+		return !strings.Contains(metricsText(t, srv.metrics), `podres_proxy_pods_api_reconnects_total 0`)
+	})
+	second := "GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc"
+	k.SetPods(pod("uid-second", second))
+	k.BeginSandbox("ml", "a", "uid-second") // its CNI ADD: DCGM's List comes in between
+	if got := owner(second); got != "a" {
+		t.Errorf("after the watch dropped, the recreated pod's %s is labelled %q, want pod a", second, got)
+	}
+	if got := owner(gpuUUID); got != "" {
+		t.Errorf("after the watch dropped, its predecessor's %s is still labelled %q", gpuUUID, got)
+	}
+}

@@ -34,5 +34,7 @@ func watchedPod(store *state.Store, ev podsapi.Event) {
 		store.ObserveWatchedPod(ev.Pod)
 	case podsapi.PodDeleted:
 		store.WatchedPodDeleted(model.PodRef{UID: ev.Pod.UID, Namespace: ev.Pod.Namespace, Name: ev.Pod.Name})
+	case podsapi.Synced, podsapi.Unsynced:
+		store.WatchChanged()
 	}
 }

@@ -25,8 +25,12 @@
 //     seconds: a ctime within Settle before the stamp was taken cannot
 //     rule out a second change stamped alike, so such a stamp says nothing.
 //   - A directory that is not the kubelet's (a wrong --kubelet-pod-logs-dir,
-//     a path not mounted into the daemon's container) never changes: Check
-//     refuses a stamp unless the directories of running pods are in it.
+//     a path not mounted into the daemon's container, one the kubelet left
+//     when its podLogsDir changed) never changes: Check refuses a stamp
+//     unless the directory of every running pod is in it, so one pod
+//     started since is enough to tell. Replacing the directory itself under
+//     a running daemon (its mount keeps the old one) is not told apart
+//     until a pod starts: restart the daemon after doing so.
 //   - A pod deleted and recreated before its sandbox, the successor not
 //     running either, is answered with its predecessor's devices until the
 //     successor's sandbox begins (or any read): a name not running has no
@@ -51,9 +55,6 @@ const DefaultDir = "/var/log/pods"
 // taken to tell a later change from it (see the package doc): whole
 // seconds of ctime, and a coarse clock, are both well within it.
 const Settle = 2 * time.Second
-
-// checked is how many running pods' directories Check looks for.
-const checked = 3
 
 // Dir is the kubelet's pod logs directory. A nil *Dir is none: its
 // stamps say nothing.
@@ -103,10 +104,13 @@ func (d *Dir) Stamp() (Stamp, error) {
 	return Stamp{ok: true, dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano(), at: at}, nil
 }
 
-// Check returns s when the directories of the first few running pods of
-// pods are in d (the kubelet made each before its sandbox), and otherwise a
-// stamp that says nothing, with the reason: d is not where this kubelet
-// keeps pod logs, or no pod runs to show that it is.
+// Check returns s when the directory of every running pod of pods is in d
+// (the kubelet made each before its sandbox), and otherwise a stamp that
+// says nothing, with the reason: d is not where this kubelet keeps pod
+// logs, or no pod runs to show that it is. Every one, not a few: the
+// oldest pods' directories are also in a directory the kubelet stopped
+// writing to, and the newest show that it did (one lstat each, beside a
+// read of every pod).
 func (d *Dir) Check(s Stamp, pods []model.KubeletPod) (Stamp, error) {
 	if d == nil || !s.ok {
 		return Stamp{}, nil
@@ -123,15 +127,17 @@ func (d *Dir) Check(s Stamp, pods []model.KubeletPod) (Stamp, error) {
 			return Stamp{}, fmt.Errorf("pod logs directory %s does not hold running pod %s/%s's logs (%s): not the kubelet's podLogsDir?: %w",
 				d.path, p.Namespace, p.Name, dir, err)
 		}
-		if n++; n == checked {
-			break
-		}
+		n++
 	}
 	if n == 0 {
 		return Stamp{}, nil // nothing shows it is the kubelet's: next read
 	}
 	return s, nil
 }
+
+// Known reports whether s says something: a directory was stat'ed and,
+// where it was checked, held the running pods' logs.
+func (s Stamp) Known() bool { return s.ok }
 
 // settled reports whether s was taken Settle or more after the change
 // before it.

@@ -7,16 +7,18 @@ import (
 	"testing"
 	"time"
 
-	testingclock "k8s.io/utils/clock/testing"
-
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// later is a clock Settle past the directory's changes made now, so that
-// the tests need not wait for it.
-func later() *testingclock.FakePassiveClock {
-	return testingclock.NewFakePassiveClock(time.Now().Add(Settle + time.Second))
-}
+// ahead is a clock Settle and a second ahead of the real one: a stamp it
+// takes is Settle past any change made before, however long a test runs,
+// so that no test waits for Settle.
+type ahead struct{}
+
+func (ahead) Now() time.Time                    { return time.Now().Add(Settle + time.Second) }
+func (a ahead) Since(t time.Time) time.Duration { return a.Now().Sub(t) }
+
+func later() ahead { return ahead{} }
 
 func stamp(t *testing.T, d *Dir) Stamp {
 	t.Helper()
@@ -58,8 +60,7 @@ func TestAStampTakenRightAfterAChangeSaysNothing(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(root, "ml_web-0_uid-1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	now := testingclock.NewFakePassiveClock(time.Now())
-	s := stamp(t, New(root, now))
+	s := stamp(t, New(root, nil)) // the real clock, right after the change
 	if s.Unchanged(s) {
 		t.Error("a stamp taken within Settle of the directory's change trusts it")
 	}
@@ -108,5 +109,12 @@ func TestCheckRefusesADirectoryWithoutTheRunningPodsLogs(t *testing.T) {
 	s, err = d.Check(stamp(t, d), []model.KubeletPod{running, pending})
 	if err != nil || !s.Unchanged(stamp(t, d)) {
 		t.Errorf("with the running pod's directory: %v, stamp trusted %v; want it trusted", err, s.Unchanged(s))
+	}
+	// The kubelet's podLogsDir moved: the old directory still holds the
+	// older pods' logs, not those of a pod started since.
+	newer := model.KubeletPod{UID: "uid-3", Namespace: "ml", Name: "web-1", Phase: "Running"}
+	s, err = d.Check(stamp(t, d), []model.KubeletPod{running, running, running, newer})
+	if err == nil || !strings.Contains(err.Error(), "ml/web-1") || s.Unchanged(s) {
+		t.Errorf("without the newest running pod's directory: %v, stamp trusted %v; want an error naming ml/web-1", err, s.Unchanged(s))
 	}
 }

@@ -117,7 +117,7 @@ func (f *finder) find(key model.PodKey) (*plans.Plan, bool) {
 		return nil, false // with a watch, Lookup answered every name it knows
 	}
 	rec, ok := f.t.Pods().Named(key)
-	if !ok || !plans.Vettable(rec) {
+	if !ok || !plans.Vettable(rec) || !f.t.Pods().NamesLogs().Known() {
 		return nil, false
 	}
 	if !f.asked {
