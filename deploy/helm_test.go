@@ -373,3 +373,57 @@ func TestChartPodsAPIValue(t *testing.T) {
 		})
 	}
 }
+
+func TestChartPodLogsDirValue(t *testing.T) {
+	// kubeletPodLogsDir (default /var/log/pods, the kubelet's default
+	// podLogsDir and serve's default --kubelet-pod-logs-dir) is mounted
+	// read-only from the host's same path, and passed to serve when it is
+	// not the default; empty mounts nothing and passes the flag empty.
+	for _, tc := range []struct {
+		name, value string
+		values      map[string]any
+	}{
+		{"default", "/var/log/pods", map[string]any{}},
+		{"another", "/data/kubelet-logs/pods", map[string]any{"kubeletPodLogsDir": "/data/kubelet-logs/pods"}},
+		{"disabled", "", map[string]any{"kubeletPodLogsDir": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := renderChart(tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := find[appsv1.DaemonSet](t, objs, "DaemonSet", "podres-proxy")
+			c := proxyContainer(t, ds)
+			fs := serveFlagSet(t, binary(t))
+			if err := fs.Parse(c.Args[1:]); err != nil {
+				t.Fatalf("podres-proxy serve refuses the chart's arguments: %v (args %q)", err, c.Args[1:])
+			}
+			flag := fs.Lookup("kubelet-pod-logs-dir")
+			if flag == nil {
+				t.Fatal("serve has no --kubelet-pod-logs-dir")
+			}
+			switch got := flag.Value.String(); {
+			case tc.value == "/var/log/pods" && flag.Changed:
+				t.Errorf("--kubelet-pod-logs-dir=%q is set; serve's default is the kubelet's %s", got, tc.value)
+			case tc.value != "/var/log/pods" && (!flag.Changed || got != tc.value):
+				t.Errorf("serve's --kubelet-pod-logs-dir is %q (set %v), want %q", got, flag.Changed, tc.value)
+			}
+			var mounted []string
+			for _, v := range ds.Spec.Template.Spec.Volumes {
+				if v.HostPath != nil && strings.Contains(v.HostPath.Path, "pods") && strings.Contains(v.HostPath.Path, "log") {
+					mounted = append(mounted, v.HostPath.Path)
+				}
+			}
+			if tc.value == "" {
+				if len(mounted) != 0 {
+					t.Errorf("pod logs directories %v are mounted although kubeletPodLogsDir is empty", mounted)
+				}
+				return
+			}
+			r, ok := resolve(t, &ds.Spec.Template.Spec, c, tc.value)
+			if !ok || r.hostPath != tc.value || !r.mount.ReadOnly {
+				t.Errorf("%s is not the host's, mounted read-only (mounted %v, host path %q)", tc.value, ok, r.hostPath)
+			}
+		})
+	}
+}
