@@ -10,11 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -335,16 +337,7 @@ func TestChartPodsAPIValue(t *testing.T) {
 		{"disabled", map[string]any{"podsAPI": map[string]any{"enabled": false}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := renderChart(tc.values)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ds := find[appsv1.DaemonSet](t, objs, "DaemonSet", "podres-proxy")
-			c := proxyContainer(t, ds)
-			fs := serveFlagSet(t, binary(t))
-			if err := fs.Parse(c.Args[1:]); err != nil {
-				t.Fatalf("podres-proxy serve refuses the chart's arguments: %v (args %q)", err, c.Args[1:])
-			}
+			ds, c, fs := chartServe(t, tc.values)
 			flag := fs.Lookup("kubelet-pods-api-socket")
 			if flag == nil {
 				t.Fatal("serve has no --kubelet-pods-api-socket")
@@ -388,16 +381,7 @@ func TestChartPodLogsDirValue(t *testing.T) {
 		{"disabled", "", map[string]any{"kubeletPodLogsDir": ""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := renderChart(tc.values)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ds := find[appsv1.DaemonSet](t, objs, "DaemonSet", "podres-proxy")
-			c := proxyContainer(t, ds)
-			fs := serveFlagSet(t, binary(t))
-			if err := fs.Parse(c.Args[1:]); err != nil {
-				t.Fatalf("podres-proxy serve refuses the chart's arguments: %v (args %q)", err, c.Args[1:])
-			}
+			ds, c, fs := chartServe(t, tc.values)
 			flag := fs.Lookup("kubelet-pod-logs-dir")
 			if flag == nil {
 				t.Fatal("serve has no --kubelet-pod-logs-dir")
@@ -426,4 +410,21 @@ func TestChartPodLogsDirValue(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chartServe renders the chart with values, and parses its DaemonSet's serve
+// arguments as serve does.
+func chartServe(t *testing.T, values map[string]any) (*appsv1.DaemonSet, *corev1.Container, *pflag.FlagSet) {
+	t.Helper()
+	objs, err := renderChart(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := find[appsv1.DaemonSet](t, objs, "DaemonSet", "podres-proxy")
+	c := proxyContainer(t, ds)
+	fs := serveFlagSet(t, binary(t))
+	if err := fs.Parse(c.Args[1:]); err != nil {
+		t.Fatalf("podres-proxy serve refuses the chart's arguments: %v (args %q)", err, c.Args[1:])
+	}
+	return ds, c, fs
 }
