@@ -282,16 +282,7 @@ func TestChartValuesBecomeFlagsServeAccepts(t *testing.T) {
 		"schedulerNames": map[string]any{"koordinator": []any{"koord-scheduler", "default-scheduler"}, "hami": []any{"hami-scheduler"}, "volcano": []any{"volcano"}},
 		"extraArgs":      []any{"--log-level=debug"},
 	}
-	objs, err := renderChart(values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds := find[appsv1.DaemonSet](t, objs, "DaemonSet", "podres-proxy")
-	c := proxyContainer(t, ds)
-	fs := serveFlagSet(t, binary(t))
-	if err := fs.Parse(c.Args[1:]); err != nil {
-		t.Fatalf("podres-proxy serve refuses the chart's arguments: %v (args %q)", err, c.Args[1:])
-	}
+	ds, c, fs := chartServe(t, values)
 	for flag, want := range map[string]string{
 		"socket":                      "/run/podres/kubelet.sock",
 		"allocators":                  "koordinator,hami",
