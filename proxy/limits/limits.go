@@ -177,8 +177,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			key = cred.key()
 		}
 		if !l.take(key) {
-			c.Close()
+			// Counted before the close, so whoever sees the connection
+			// closed also sees it counted.
 			l.metrics.ConnectionRejected()
+			c.Close()
 			continue
 		}
 		bytes := l.unread.track(key)
