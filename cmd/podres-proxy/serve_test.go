@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,6 +179,27 @@ func TestServeAnswersQueryAndInspect(t *testing.T) {
 			t.Errorf("/metrics lacks %s", m)
 		}
 	}
+	// Without the Pods API every read is /pods's, and the per-source count
+	// says so as it does on a node with the watch configured.
+	reads, bySource := metricValue(string(body), `podres_proxy_kubelet_pods_reads_total{result="ok"}`),
+		metricValue(string(body), `podres_proxy_pod_source_reads_total{source="pods"}`)
+	if reads < 1 || bySource != reads {
+		t.Errorf("pod_source_reads_total{source=\"pods\"} = %v, want the %v reads of /pods made for queries", bySource, reads)
+	}
+}
+
+// metricValue returns the value of the sample named series (its name and
+// labels as /metrics writes them) in a Prometheus text body, -1 without it.
+func metricValue(body, series string) float64 {
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 func TestServeRefusesASecondInstanceOnTheSameStateDir(t *testing.T) {

@@ -51,8 +51,7 @@ type readCounts struct {
 	// (podres_proxy_kubelet_pods_reads_total), failed those that failed.
 	shared, failed float64
 	// pods and podsAPI split the successful ones by the source that
-	// answered (podres_proxy_pod_source_reads_total{source}); serve counts
-	// them only with the Pods API configured.
+	// answered (podres_proxy_pod_source_reads_total{source}).
 	pods, podsAPI float64
 	// events and relists are the Pods API watch's.
 	events, relists float64
