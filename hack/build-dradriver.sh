@@ -24,6 +24,13 @@ main() {
 		mkdir -p "${PODRES_CACHE}/logs" "${dir}"
 		run_logged "vet the DRA test driver" "${PODRES_CACHE}/logs/dradriver-vet.log" \
 			in_dir "${src}" "${GO}" vet .
+		# The driver is a module of its own, outside hack/test.sh's
+		# staticcheck ./...: the same pinned staticcheck (podres-proxy's
+		# go.mod tool directive) checks it here.
+		local staticcheck
+		staticcheck="$(in_dir "${PODRES_REPO}" "${GO}" tool -n staticcheck)"
+		run_logged "staticcheck the DRA test driver" "${PODRES_CACHE}/logs/dradriver-staticcheck.log" \
+			in_dir "${src}" "${staticcheck}" .
 		run_logged "build the DRA test driver" "${PODRES_CACHE}/logs/dradriver-build.log" \
 			in_dir "${src}" env CGO_ENABLED=0 "${GO}" build -trimpath -o "${dir}/dradriver.tmp" .
 		mv "${dir}/dradriver.tmp" "${dir}/dradriver"
