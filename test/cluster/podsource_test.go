@@ -99,13 +99,11 @@ func (c readCounts) plus(b readCounts) readCounts {
 		c.events + b.events, c.relists + b.relists}
 }
 
-// describe says what the counts are for a daemon reading source: with the
-// Pods API disabled, serve counts no reads by source, and every read of
-// every pod is of /pods.
+// describe says what the counts are for a daemon reading source.
 func (c readCounts) describe(source podSource) string {
 	if source == viaPods {
-		return fmt.Sprintf("%v reads of every pod, all from /pods (%v failed); the Pods API: %v reads, %v watch events, %v relists",
-			c.shared, c.failed, c.podsAPI, c.events, c.relists)
+		return fmt.Sprintf("%v reads of every pod, all from /pods (%v failed, %v counted by source); the Pods API: %v reads, %v watch events, %v relists",
+			c.shared, c.failed, c.pods, c.podsAPI, c.events, c.relists)
 	}
 	return fmt.Sprintf("%v shared reads of every pod (%v failed): %v from /pods, %v from the Pods API; %v Pods API watch events, %v relists",
 		c.shared, c.failed, c.pods, c.podsAPI, c.events, c.relists)
@@ -139,11 +137,14 @@ func useSource(t *testing.T, namespace string, source podSource) {
 }
 
 // checkPodsAPIUnused fails when a daemon with the Pods API disabled has
-// used it.
+// used it, or has not counted its successful reads as /pods's.
 func checkPodsAPIUnused(t *testing.T, c readCounts) {
 	t.Helper()
 	if c.podsAPI != 0 || c.events != 0 || c.relists != 0 {
 		t.Errorf("serve, its Pods API disabled, used it: %s", c.describe(viaPods))
+	}
+	if c.pods != c.shared-c.failed {
+		t.Errorf("serve, its Pods API disabled, did not count each successful read as /pods's: %s", c.describe(viaPods))
 	}
 }
 
