@@ -143,7 +143,10 @@ func checkPodsAPIUnused(t *testing.T, c readCounts) {
 	if c.podsAPI != 0 || c.events != 0 || c.relists != 0 {
 		t.Errorf("serve, its Pods API disabled, used it: %s", c.describe(viaPods))
 	}
-	if c.pods != c.shared-c.failed {
+	// A read is counted by source when it returns and as a shared read
+	// when its reader records it, just after: one in flight during the
+	// scrape may be in the first count only.
+	if c.pods < c.shared-c.failed {
 		t.Errorf("serve, its Pods API disabled, did not count each successful read as /pods's: %s", c.describe(viaPods))
 	}
 }
