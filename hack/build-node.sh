@@ -56,6 +56,9 @@ build_containerd() {
 		return
 	fi
 	local tmp="${CONTAINERD_BIN_DIR}.tmp" mod=github.com/containerd/containerd/v2
+	if [[ "$(version_part "${CONTAINERD_VERSION}" 1)" == 1 ]]; then
+		mod=github.com/containerd/containerd
+	fi
 	rm -rf "${tmp}"
 	mkdir -p "${tmp}"
 	# Static binaries (no cgo): the btrfs snapshotter, the only cgo user,
@@ -98,11 +101,12 @@ build_kubelet() {
 	log "kubelet ${KUBERNETES_VERSION}: built at ${KUBELET_BIN}"
 }
 
-# sandbox_image_name prints the sandbox image containerd pins by default.
+# sandbox_image_name prints the sandbox image containerd pins by default
+# (`sandbox` in 2.x's configuration, `sandbox_image` in 1.7's).
 sandbox_image_name() {
 	local name
 	name="$("${CONTAINERD_BIN_DIR}/containerd" config default |
-		sed -n -E "s/^[[:space:]]*sandbox[[:space:]]*=[[:space:]]*['\"]([^'\"]+)['\"].*$/\1/p" | head -n 1)"
+		sed -n -E "s/^[[:space:]]*sandbox(_image)?[[:space:]]*=[[:space:]]*['\"]([^'\"]+)['\"].*$/\1/p" | head -n 1)"
 	[[ -n "${name}" ]] || die "could not find the pinned sandbox image in 'containerd config default'"
 	echo "${name}"
 }

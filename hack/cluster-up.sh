@@ -37,7 +37,7 @@
 # podres-proxy with `kubectl apply -k deploy/base`, waits for the DaemonSet,
 # creates the demo pods through the API and prints the merged answer.
 #
-# Usage: sudo hack/cluster-up.sh            (hack/cluster-down.sh stops it)
+# Usage: hack/cluster-up.sh (as root)            (hack/cluster-down.sh stops it)
 #
 # Settings (environment):
 #   PODRES_CLUSTER_ROOT        the cluster's directory (default /var/tmp/podres-cluster)
@@ -311,7 +311,7 @@ write_pki() {
 # Configuration of each component
 
 # write_kubelet_config writes the kubelet's configuration. Its PodsAPI gate
-# is on, so the kubelet serves its Pods API on PODS_API_SOCK, which
+# is on (the default from 1.37, set on 1.36), so the kubelet serves its Pods API on PODS_API_SOCK, which
 # deploy/base's DaemonSet mounts and serve prefers to /pods. The cluster suite
 # runs both of serve's pod sources on this one kubelet: deploy/base as
 # installed watches the Pods API; with --kubelet-pods-api-socket= (the DRA
@@ -319,6 +319,8 @@ write_pki() {
 # podsAPI.enabled: false) serve reads /pods over HTTPS with its token and
 # RBAC, as on a kubelet without the gate.
 write_kubelet_config() {
+	local gates
+	gates="$(pods_api_gate 1)"
 	cat >"${ROOT}/kubelet-config.yaml" <<EOF
 # written by hack/cluster-up.sh
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -347,8 +349,7 @@ clusterDomain: cluster.local
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 5s
 makeIPTablesUtilChains: false
-featureGates:
-  PodsAPI: true
+${gates}
 $(kubelet_config_common)
 EOF
 }

@@ -6,17 +6,18 @@
 #
 # Versions and paths (each can be overridden from the environment):
 #   PODRES_CACHE          cache of built artifacts (default <repo>/_output/cache)
-#   CONTAINERD_VERSION    containerd, its runc shim and ctr (default v2.4.2)
+#   CONTAINERD_VERSION    containerd, its runc shim and ctr (default v2.4.2;
+#                         1.7.x works too, with NRI enabled in its config)
 #   KUBERNETES_VERSION    the kubelet, and the control plane and kubectl of
-#                         hack/build-cluster.sh (default v1.36.3)
-#   ETCD_VERSION          etcd for hack/cluster-up.sh (default v3.6.8, the
+#                         hack/build-cluster.sh (default v1.37.2)
+#   ETCD_VERSION          etcd for hack/cluster-up.sh (default v3.7.0, the
 #                         version KUBERNETES_VERSION's go.mod requires)
 
 PODRES_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PODRES_CACHE="${PODRES_CACHE:-${PODRES_REPO}/_output/cache}"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
-KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.36.3}"
-ETCD_VERSION="${ETCD_VERSION:-v3.6.8}"
+KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-v3.7.0}"
 
 CONTAINERD_BIN_DIR="${PODRES_CACHE}/containerd-${CONTAINERD_VERSION}/bin"
 KUBELET_BIN="${PODRES_CACHE}/kubelet-${KUBERNETES_VERSION}/bin/kubelet"
@@ -29,6 +30,29 @@ PAUSE_DIR_PREFIX="${PODRES_CACHE}/pause-${CONTAINERD_VERSION}"
 
 # Debian puts the CNI plugins here.
 CNI_SYSTEM_BIN_DIR="${CNI_SYSTEM_BIN_DIR:-/usr/lib/cni}"
+
+# version_part prints part N (1: major, 2: minor) of a version such as v1.37.2.
+version_part() {
+	local v="${1#v}"
+	cut -d. -f"$2" <<<"${v}"
+}
+
+# pods_api_gate prints the KubeletConfiguration lines that make the kubelet at
+# KUBERNETES_VERSION serve its Pods API (KEP-4188) when $1 is 1, or not when 0,
+# and nothing where that is the version's default, so the gate stays as users
+# have it: beta and on by default from 1.37, alpha and off in 1.36, absent
+# before (a kubelet refuses a gate it does not know).
+pods_api_gate() {
+	local minor
+	minor="$(version_part "${KUBERNETES_VERSION}" 2)"
+	if ((minor >= 37)); then
+		[[ "$1" == 1 ]] || printf 'featureGates:\n  PodsAPI: false\n'
+	elif ((minor == 36)); then
+		[[ "$1" == 0 ]] || printf 'featureGates:\n  PodsAPI: true\n'
+	elif [[ "$1" == 1 ]]; then
+		die "kubelet ${KUBERNETES_VERSION} has no Pods API (alpha from 1.36): PODRES_KUBELET_PODS_API=0"
+	fi
+}
 
 # log prints a progress line on stderr, prefixed with the script's name.
 log() {
@@ -291,6 +315,10 @@ unless_dead() {
 write_containerd_config() {
 	local sandbox_image
 	sandbox_image="$(cat "$(pause_cache_dir)/image-name")"
+	if [[ "$(version_part "${CONTAINERD_VERSION}" 1)" == 1 ]]; then
+		write_containerd_1_config "${sandbox_image}"
+		return
+	fi
 	cat >"${CONTAINERD_DIR}/config.toml" <<EOF
 # written by hack/$(basename "$0")
 version = 3
@@ -345,6 +373,58 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
   [plugins.'io.containerd.grpc.v1.cri']
     stream_server_address = '127.0.0.1'
     stream_server_port = '0'
+EOF
+}
+
+# write_containerd_1_config writes the same node's configuration for
+# containerd 1.7 (the configuration version 2 of that release), where NRI is
+# off unless enabled here and the CRI plugin takes a single CNI bin_dir, so
+# the system's plugins are linked into CNI_BIN_DIR. Usage: ... SANDBOX_IMAGE
+write_containerd_1_config() {
+	local p
+	for p in "${CNI_SYSTEM_BIN_DIR}"/*; do
+		[[ -e "${CNI_BIN_DIR}/$(basename "${p}")" ]] || ln -s "${p}" "${CNI_BIN_DIR}/"
+	done
+	cat >"${CONTAINERD_DIR}/config.toml" <<EOF
+# written by hack/$(basename "$0") for containerd ${CONTAINERD_VERSION}
+version = 2
+root = '${CONTAINERD_DIR}/root'
+state = '${CONTAINERD_DIR}/state'
+disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.zfs', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.aufs']
+
+[grpc]
+  address = '${CONTAINERD_SOCK}'
+
+[ttrpc]
+  address = '${CONTAINERD_SOCK}.ttrpc'
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = '${CONTAINERD_DIR}/opt'
+
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    socket_path = '${NRI_SOCK}'
+    plugin_path = '${NRI_DIR}/plugins'
+    plugin_config_path = '${NRI_DIR}/conf.d'
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    sandbox_image = '$1'
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    stream_server_address = '127.0.0.1'
+    stream_server_port = '0'
+    [plugins.'io.containerd.grpc.v1.cri'.containerd]
+      snapshotter = 'native'
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]
+        runtime_type = 'io.containerd.runc.v2'
+        [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]
+          Root = '${ROOT}/runc'
+    [plugins.'io.containerd.grpc.v1.cri'.cni]
+      bin_dir = '${CNI_BIN_DIR}'
+      conf_dir = '${CNI_CONF_DIR}'
+      max_conf_num = 1
 EOF
 }
 

@@ -25,11 +25,12 @@
 #   PODRES_KUBELET_READONLY_PORT  kubelet read-only HTTP port (default 10255)
 #   PODRES_KUBELET_HEALTHZ_PORT   kubelet healthz port (default 10248)
 #   PODRES_KUBELET_VERBOSITY      kubelet --v (default 2)
-#   PODRES_KUBELET_PODS_API       1: the kubelet's PodsAPI feature gate on, so it
-#                                 serves its Pods API on
+#   PODRES_KUBELET_PODS_API       1: the kubelet serves its Pods API on
 #                                 <kubelet root>/pods-api/pods-api.sock
-#                                 (default 1); 0: off, the kubelet as most
-#                                 clusters run it (pods only on /pods)
+#                                 (default 1: the PodsAPI gate's default from
+#                                 1.37, set on 1.36); 0: it does not, the
+#                                 kubelet as most clusters run it today (pods
+#                                 only on /pods; the gate set off from 1.37)
 #   PODRES_CNI_NETWORK            CNI network name (default podres-<node name>)
 #   PODRES_CNI_BRIDGE             bridge device (default podres0; at most 15 chars)
 #   PODRES_CNI_SUBNET             pod subnet (default 10.88.77.0/24)
@@ -129,15 +130,16 @@ write_node_env() {
 			printf '%s=%q\n' "${k}" "${!k}"
 		done
 		printf 'PAUSE_IMAGE=%q\n' "$(cat "$(pause_cache_dir)/image-name")"
+		# What the binaries say of themselves, for the suites' logs.
+		printf 'KUBELET_VERSION=%q\n' "$("${KUBELET_BIN}" --version | awk '{print $NF}')"
+		printf 'CONTAINERD_BUILD=%q\n' "$("${CONTAINERD_BIN_DIR}/containerd" --version | awk '{print $3}')"
 		printf 'HOST_DEVICE_PLUGIN_DIR_CREATED=%q\n' "${host_dp_created}"
 	} >"${ROOT}/node.env"
 }
 
 write_kubelet_config() {
-	local gates=""
-	if [[ "${KUBELET_PODS_API}" == 1 ]]; then
-		gates=$'featureGates:\n  PodsAPI: true'
-	fi
+	local gates
+	gates="$(pods_api_gate "${KUBELET_PODS_API}")"
 	cat >"${ROOT}/kubelet-config.yaml" <<EOF
 # written by hack/node-up.sh: a standalone kubelet for tests only
 apiVersion: kubelet.config.k8s.io/v1beta1
