@@ -2,8 +2,9 @@
 # The project's test command (the README's, and what CI runs):
 #   formatting, vet, staticcheck and shellcheck, unit tests with the race detector, a short fuzzing
 #   pass over every decoder, a smoke run of the List benchmark report, then, when run as root, the
-#   real-node end-to-end suite twice, with the kubelet's PodsAPI gate on and off (it builds and
-#   starts containerd and a kubelet; see hack/build-node.sh), and the one-node cluster suite
+#   real-node end-to-end suite twice, on kubelet 1.37 with its Pods API on by default and on kubelet
+#   1.36 with the PodsAPI gate off (it builds and starts containerd and each kubelet; see
+#   hack/build-node.sh), and the one-node cluster suite
 #   (test/cluster: etcd and the control plane too, built and cached by hack/build-cluster.sh; its
 #   kubelet serves the Pods API, which serve watches as deploy/base installs it, and reads /pods
 #   instead with --kubelet-pods-api-socket=, as the RBAC test and the Helm chart install it).
@@ -15,88 +16,131 @@
 #                     etcd and the control plane into PODRES_CACHE (13-15 min on 2 cores), later
 #                     runs reuse them
 #   PODRES_LINT_ONLY  1 stops after the lint steps (gofmt, vet, staticcheck, shellcheck)
+#   PODRES_E2E_ONLY   1 skips everything before the end-to-end suites (to rerun them)
+#   PODRES_E2E_MATRIX 1 adds the node suite on the oldest kubelet and containerd the README's
+#                     compatibility table claims (MATRIX_OLDEST_* below; not in CI's default run)
 #   PODRES_STRESS_COUNT  runs of the timing-sensitive packages under a CPU hog (default 2; 0 skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "gofmt"
-unformatted=$(git ls-files -z '*.go' | xargs -0 gofmt -l)
-if [[ -n "$unformatted" ]]; then
-	printf 'gofmt would change:\n%s\n' "$unformatted" >&2
-	exit 1
+# The kubelet of the /pods run, and the matrix's oldest versions (PODRES_E2E_MATRIX=1).
+PODS_KUBELET_VERSION=v1.36.3
+MATRIX_OLDEST_KUBELET=v1.33.13
+MATRIX_OLDEST_CONTAINERD=v1.7.35
+# version_of prints a version hack/lib.sh defaults (KUBERNETES_VERSION, CONTAINERD_VERSION).
+version_of() { (source hack/lib.sh && echo "${!1}"); }
+if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
+	export PATH="$PATH:/usr/local/go/bin"
 fi
 
-step "go vet"
-go vet ./...
-
-# staticcheck, pinned by go.mod's tool directive (its sums in go.sum), so a
-# new machine builds the same version from the module proxy: it finds what vet
-# does not (an error shadowed and never checked, dead code).
-step "staticcheck"
-go tool staticcheck ./...
-
-# Lint every script with shellcheck (Debian's package; .ci/run installs it).
-step "shellcheck"
-if ! command -v shellcheck >/dev/null; then
-	echo "shellcheck is not installed (apt-get install shellcheck; .ci/run does this)" >&2
-	exit 1
+# What the steps below run on, from Debian's packages: git and shellcheck for
+# the lint steps; for the end-to-end suites (root only), runc and the CNI
+# plugins, iptables/iproute2 for the bridge network, jq and curl for the node
+# scripts, and openssl for the cluster suite's throw-away CA. As root (CI, a
+# fresh box) the missing ones are installed; otherwise the command is shown.
+# Go tools (staticcheck) are pinned in go.mod and built by `go tool`.
+packages=(git shellcheck)
+if [[ $(id -u) -eq 0 ]]; then
+	packages+=(ca-certificates runc containernetworking-plugins iptables iproute2 jq curl openssl)
 fi
-git ls-files -z 'hack/*.sh' '.ci/run' | xargs -0 shellcheck
-
-if [[ "${PODRES_LINT_ONLY:-}" == "1" ]]; then
-	step "lint only (PODRES_LINT_ONLY=1): done"
-	exit 0
-fi
-
-step "unit tests (race detector)"
-go test -race -count=1 ./...
-
-# The packages whose tests wait on servers, deadlines and background writers
-# run again while a busy loop occupies every core, so a test that only passes
-# on an idle machine fails here, not on a contributor's laptop. Bounded: the
-# hog ends with the step, and the step with its timeout.
-stress=${PODRES_STRESS_COUNT:-2}
-if [[ "$stress" != "0" ]]; then
-	step "timing-sensitive packages ${stress}x more with a CPU hog on every core"
-	hogs=()
-	for _ in $(seq "$(nproc)"); do
-		(while :; do :; done) &
-		hogs+=($!)
-	done
-	trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
-	rc=0
-	timeout 900 go test -race -count="$stress" ./proxy/... ./allocator/... ./trust/... ./inventory/... ./kubeletpods/... ./plugin/... ./state/... ./cmd/... || rc=$?
-	kill "${hogs[@]}" 2>/dev/null || true
-	wait "${hogs[@]}" 2>/dev/null || true
-	trap - EXIT
-	if ((rc != 0)); then
-		echo "a test failed (or the step timed out) with the machine busy: it depends on timing" >&2
-		exit "$rc"
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "missing Debian packages: ${missing[*]} (sudo apt-get install ${missing[*]})" >&2
+		exit 1
 	fi
+	step "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# A count, not a duration: with a duration, Go 1.26's fuzz coordinator can report its own
-# -fuzztime deadline as a failure ("context deadline exceeded", no crasher written) when the
-# deadline fires while a worker is busy (go.dev/issue/75804, fixed in Go 1.27). A count has no
-# deadline to race, and gives every run the same amount of fuzzing however loaded the machine is.
-# 20000 inputs take 1 to 12 s per target on a 2-core machine.
-fuzztime=${PODRES_FUZZTIME:-20000x}
-if [[ "$fuzztime" != "0" ]]; then
-	step "fuzzing each decoder ($fuzztime)"
-	# Every Fuzz* function in the module, one at a time as go test requires.
-	git grep -o -E '^func Fuzz[A-Za-z0-9_]+' -- '*_test.go' | while IFS=: read -r file decl; do
-		name=${decl#func }
-		echo "fuzz ./$(dirname "$file") $name"
-		go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "./$(dirname "$file")"
-	done
-fi
+# checks runs everything before the end-to-end suites.
+checks() {
+	step "gofmt"
+	unformatted=$(git ls-files -z '*.go' | xargs -0 gofmt -l)
+	if [[ -n "$unformatted" ]]; then
+		printf 'gofmt would change:\n%s\n' "$unformatted" >&2
+		exit 1
+	fi
 
-# The List benchmark report, once over 10 pods and one round: its figures mean nothing here,
-# but it must still run (it starts each proxy it measures as a process of its own).
-step "List benchmark report, smoke run (PODRES_BENCH=quick)"
-PODRES_BENCH=quick go test -count=1 -run '^TestBenchmarkReport$' ./proxy
+	step "go vet"
+	go vet ./...
+
+	# staticcheck, pinned by go.mod's tool directive (its sums in go.sum), so a
+	# new machine builds the same version from the module proxy: it finds what vet
+	# does not (an error shadowed and never checked, dead code).
+	step "staticcheck"
+	go tool staticcheck ./...
+
+	# Lint every script with shellcheck (Debian's package, installed above).
+	step "shellcheck"
+	git ls-files -z 'hack/*.sh' '.ci/run' | xargs -0 shellcheck
+
+	if [[ "${PODRES_LINT_ONLY:-}" == "1" ]]; then
+		step "lint only (PODRES_LINT_ONLY=1): done"
+		exit 0
+	fi
+
+	step "unit tests (race detector)"
+	go test -race -count=1 ./...
+
+	# The packages whose tests wait on servers, deadlines and background writers
+	# run again while a busy loop occupies every core, so a test that only passes
+	# on an idle machine fails here, not on a contributor's laptop. Bounded: the
+	# hog ends with the step, and the step with its timeout.
+	stress=${PODRES_STRESS_COUNT:-2}
+	if [[ "$stress" != "0" ]]; then
+		step "timing-sensitive packages ${stress}x more with a CPU hog on every core"
+		hogs=()
+		for _ in $(seq "$(nproc)"); do
+			(while :; do :; done) &
+			hogs+=($!)
+		done
+		trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
+		rc=0
+		timeout 900 go test -race -count="$stress" ./proxy/... ./allocator/... ./trust/... ./inventory/... ./kubeletpods/... ./plugin/... ./state/... ./cmd/... || rc=$?
+		kill "${hogs[@]}" 2>/dev/null || true
+		wait "${hogs[@]}" 2>/dev/null || true
+		trap - EXIT
+		if ((rc != 0)); then
+			echo "a test failed (or the step timed out) with the machine busy: it depends on timing" >&2
+			exit "$rc"
+		fi
+	fi
+
+	# A count, not a duration: with a duration, Go 1.26's fuzz coordinator can report its own
+	# -fuzztime deadline as a failure ("context deadline exceeded", no crasher written) when the
+	# deadline fires while a worker is busy (go.dev/issue/75804, fixed in Go 1.27). A count has no
+	# deadline to race, and gives every run the same amount of fuzzing however loaded the machine is.
+	# 20000 inputs take 1 to 12 s per target on a 2-core machine.
+	fuzztime=${PODRES_FUZZTIME:-20000x}
+	if [[ "$fuzztime" != "0" ]]; then
+		step "fuzzing each decoder ($fuzztime)"
+		# Every Fuzz* function in the module, one at a time as go test requires.
+		git grep -o -E '^func Fuzz[A-Za-z0-9_]+' -- '*_test.go' | while IFS=: read -r file decl; do
+			name=${decl#func }
+			echo "fuzz ./$(dirname "$file") $name"
+			go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "./$(dirname "$file")"
+		done
+	fi
+
+	# The List benchmark report, once over 10 pods and one round: its figures mean nothing here,
+	# but it must still run (it starts each proxy it measures as a process of its own).
+	step "List benchmark report, smoke run (PODRES_BENCH=quick)"
+	PODRES_BENCH=quick go test -count=1 -run '^TestBenchmarkReport$' ./proxy
+}
+
+if [[ "${PODRES_E2E_ONLY:-}" == "1" ]]; then
+	step "only the end-to-end suites (PODRES_E2E_ONLY=1)"
+else
+	checks
+fi
 
 e2e=${PODRES_E2E:-}
 if [[ "$e2e" == "1" && ! -d test/e2e ]]; then
@@ -108,17 +152,26 @@ if [[ -z "$e2e" ]]; then
 fi
 if [[ "$e2e" == "1" ]]; then
 	e2e_logs=$(mktemp -d)
-	step "end-to-end on a real node (containerd + kubelet), the kubelet's PodsAPI gate on"
-	PODRES_E2E=1 go test -count=1 -timeout 60m -v ./test/e2e/... | tee "$e2e_logs/gate-on"
-	# The same suite with the gate off, so /pods is serve's pod source, as on every kubelet
-	# before 1.36 and wherever the alpha gate stays off. Its builds are the first run's; the
-	# store's pruning test is left out (80 s of waiting for the store's clock, which no pod
-	# source changes). About 2 minutes 15 s more.
-	step "end-to-end on a real node, the kubelet's PodsAPI gate off (serve reads /pods)"
-	PODRES_E2E=1 PODRES_E2E_PODS_API=0 PODRES_E2E_SKIP_BUILD=1 go test -count=1 -timeout 30m -v \
-		-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/gate-off"
-	step "serve's reads of every pod in the two node runs"
-	grep -h '^e2e: pod source reads' "$e2e_logs/gate-on" "$e2e_logs/gate-off" || echo "(none: serve did not run)"
+	step "end-to-end on a real node (containerd + kubelet $(version_of KUBERNETES_VERSION), its Pods API on by default)"
+	PODRES_E2E=1 go test -count=1 -timeout 60m -v ./test/e2e/... | tee "$e2e_logs/default"
+	# Kubelet 1.36 with the PodsAPI gate off, so /pods is serve's pod source, as on most
+	# clusters today. It builds that kubelet (cached); the store's pruning test is left out
+	# (80 s of waiting for the store's clock, which no pod source changes).
+	step "end-to-end on a real node, kubelet ${PODS_KUBELET_VERSION} with the PodsAPI gate off (serve reads /pods)"
+	KUBERNETES_VERSION="$PODS_KUBELET_VERSION" PODRES_E2E=1 PODRES_E2E_PODS_API=0 go test -count=1 -timeout 30m -v \
+		-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/pods"
+	if [[ "${PODRES_E2E_MATRIX:-0}" == "1" ]]; then
+		# The oldest versions the README's compatibility table claims, each built and cached
+		# like the others: not in CI's default run (two more builds and runs, ~15 minutes).
+		step "matrix: the node suite on kubelet ${MATRIX_OLDEST_KUBELET} (no Pods API: serve reads /pods)"
+		KUBERNETES_VERSION="$MATRIX_OLDEST_KUBELET" PODRES_E2E=1 PODRES_E2E_PODS_API=0 go test -count=1 -timeout 30m -v \
+			-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/matrix-kubelet"
+		step "matrix: the node suite on containerd ${MATRIX_OLDEST_CONTAINERD} (NRI enabled in its configuration)"
+		CONTAINERD_VERSION="$MATRIX_OLDEST_CONTAINERD" PODRES_E2E=1 go test -count=1 -timeout 30m -v \
+			-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/matrix-containerd"
+	fi
+	step "the versions each node run ran on, and serve's reads of every pod in it"
+	grep -h -e '^e2e: kubelet' -e '^e2e: pod source reads' -e '^\(ok\|FAIL\)[[:space:]]' "$e2e_logs"/* || echo "(none: serve did not run)"
 	rm -rf "$e2e_logs"
 	if [[ "${PODRES_CLUSTER_E2E:-1}" != "0" && -d test/cluster ]]; then
 		# A step of its own, so the build's time is not the suite's: cached by
