@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -130,6 +131,9 @@ func (h *harness) setup() error {
 	if err != nil {
 		return fmt.Errorf("client for the cluster: %w", err)
 	}
+	if err := h.logVersions(); err != nil {
+		return err
+	}
 	if err := h.importConsumerImage(); err != nil {
 		return err
 	}
@@ -137,6 +141,20 @@ func (h *harness) setup() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stopBinder = cancel
 	go func() { _ = h.binder.Run(ctx) }()
+	return nil
+}
+
+// logVersions prints the versions the cluster runs, as its node reports them
+// to the API server, so that CI's log says which kubelet the suite ran on.
+func (h *harness) logVersions() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	node, err := h.client.CoreV1().Nodes().Get(ctx, h.env["NODE_NAME"], metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s: %w", h.env["NODE_NAME"], err)
+	}
+	info := node.Status.NodeInfo
+	fmt.Printf("cluster: kubelet %s, container runtime %s (node %s)\n", info.KubeletVersion, info.ContainerRuntimeVersion, node.Name)
 	return nil
 }
 

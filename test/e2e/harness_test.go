@@ -249,6 +249,11 @@ func (h *harness) setup() error {
 	if h.env, err = readNodeEnv(filepath.Join(h.root, "node.env")); err != nil {
 		return err
 	}
+	podsAPI := "serves no Pods API"
+	if h.env["KUBELET_PODS_API"] == "1" {
+		podsAPI = "serves its Pods API"
+	}
+	fmt.Printf("e2e: kubelet %s (%s), containerd %s\n", h.env["KUBELET_VERSION"], podsAPI, h.env["CONTAINERD_BUILD"])
 
 	if err := h.startDevicePlugins(); err != nil {
 		return err
