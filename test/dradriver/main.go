@@ -161,3 +161,9 @@ func (d *driver) HandleError(ctx context.Context, err error, msg string) {
 		d.cancel()
 	}
 }
+
+// WatchHealthStatus says the driver reports no device health: the suite's
+// devices are made up, and the kubelet then keeps their health unknown.
+func (d *driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
