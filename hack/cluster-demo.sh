@@ -6,7 +6,7 @@
 # and prints what podres-proxy answers next to what the kubelet answers.
 # cluster-up.sh runs it unless PODRES_CLUSTER_DEPLOY=0.
 #
-# Usage: sudo hack/cluster-demo.sh     (PODRES_CLUSTER_ROOT as for cluster-up.sh)
+# Usage: hack/cluster-demo.sh (as root)     (PODRES_CLUSTER_ROOT as for cluster-up.sh)
 set -euo pipefail
 
 # shellcheck source=hack/lib.sh

@@ -8,7 +8,7 @@
 # cluster that never came up. It ends by checking that nothing is left and
 # fails if something is.
 #
-# Usage: sudo hack/cluster-down.sh
+# Usage: hack/cluster-down.sh (as root)
 #        PODRES_CLUSTER_PURGE=1 ...   also removes ROOT (logs included)
 # Settings: PODRES_CLUSTER_ROOT as for cluster-up.sh.
 set -euo pipefail

@@ -3,7 +3,7 @@
 # kubelet, containerd and the demo pods' processes, each by its own PID),
 # cleans up the node's mounts and network, and removes its directory.
 #
-# Usage: sudo hack/local-down.sh     (PODRES_LOCAL_ROOT as for local-up.sh)
+# Usage: hack/local-down.sh (as root)     (PODRES_LOCAL_ROOT as for local-up.sh)
 set -euo pipefail
 
 # shellcheck source=hack/lib.sh

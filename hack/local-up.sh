@@ -14,7 +14,7 @@
 #   5. prints `podres-proxy query list` (the proxy), the kubelet's own
 #      answer for comparison, and `podres-proxy inspect`.
 #
-# Usage: sudo hack/local-up.sh        (hack/local-down.sh stops everything)
+# Usage: hack/local-up.sh (as root)        (hack/local-down.sh stops everything)
 # Environment:
 #   PODRES_LOCAL_ROOT     where the node lives (default /var/tmp/podres-local)
 #   PODRES_METRICS_PORT   podres-proxy's /metrics port on 127.0.0.1 (default 9477)
