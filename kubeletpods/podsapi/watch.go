@@ -14,37 +14,27 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// Run watches the kubelet's pods until ctx ends, reconnecting with backoff
-// whenever the watch fails or the kubelet ends it. It returns nil when ctx
-// ends, and an error only if the Source is already running.
+// Run watches the kubelet's pods until ctx ends, watching again whenever
+// the watch fails or the kubelet ends it, at the pace pace sets: at once
+// after a watch that had synced, with backoff after attempts that fail to
+// sync. It returns nil when ctx ends, and an error only if the Source is
+// already running.
 func (s *Source) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("kubelet Pods API source for %s: already running", s.socket)
 	}
 	defer s.running.Store(false)
-	bo := s.backoff
-	failures := 0 // attempts in a row that did not sync
+	p := newPace(s)
 	for {
 		synced, err := s.watch(ctx)
 		s.unsync(synced)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if synced {
-			bo, failures = s.backoff, 0
-		} else {
-			failures++
+		delay := p.next(synced, err)
+		if delay == 0 {
+			continue
 		}
-		delay := bo.Step()
-		log := s.log.WithError(err).WithField("retryIn", delay.Round(time.Millisecond))
-		if failures <= 1 {
-			log.Info("Kubelet Pods API watch ended; watching again")
-		} else {
-			// A kubelet without the PodsAPI feature gate never serves
-			// the socket: one line, not one every 30 s forever.
-			log.WithField("attempts", failures).Debug("Kubelet Pods API watch failed again")
-		}
-		s.metrics.PodsAPIReconnect(err)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -88,8 +78,10 @@ func (s *Source) watch(ctx context.Context) (synced bool, err error) {
 		ev, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				// The kubelet ends a watch when its queue of 100 events
-				// for the watcher fills, and when it shuts down.
+				// The kubelet ends a watch it drops (its queue of 100
+				// events for the watcher is full) or closes at shutdown
+				// with ResourceExhausted; a stream ended without a
+				// status is the same to the source.
 				err = errors.New("the kubelet ended the stream")
 			}
 			return synced, fmt.Errorf("receive from WatchPods: %w", err)
