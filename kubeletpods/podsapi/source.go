@@ -41,10 +41,12 @@ const (
 	DefaultTimeout = 5 * time.Second
 )
 
-// DefaultBackoff is the wait between watch attempts: from half a second
-// (a kubelet restart takes seconds) doubling to 30 s, with jitter so that
-// the daemons of many nodes do not retry in step. It starts again from the
-// beginning after each successful sync.
+// DefaultBackoff is the wait between watch attempts that fail to sync:
+// from half a second (a kubelet restart takes seconds) doubling to 30 s,
+// with jitter so that the daemons of many nodes do not retry in step. It
+// starts again from the beginning after each successful sync. A watch
+// that had synced is followed by the next at once, and attempts refused
+// while the kubelet initializes wait no more than 2 s (see pace).
 var DefaultBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 30 * time.Second}
 
 // EventType says what happened to a pod, or to the view.
@@ -130,9 +132,10 @@ type Options struct {
 	MaxMessageBytes int
 	// Timeout bounds a ListPods call; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// Backoff paces watch attempts: Duration, growing by Factor up to Cap
-	// (0: DefaultBackoff.Cap), with Jitter; Steps is ignored. A zero
-	// Duration means DefaultBackoff.
+	// Backoff paces watch attempts that fail to sync: Duration, growing
+	// by Factor up to Cap (0: DefaultBackoff.Cap), with Jitter; Steps is
+	// ignored. While the kubelet says it is initializing, the growth
+	// stops at 4 times Duration. A zero Duration means DefaultBackoff.
 	Backoff wait.Backoff
 
 	// Handler, when set, is told every event, in order, from the watch
