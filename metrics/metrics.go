@@ -58,6 +58,7 @@ type Metrics struct {
 	podsAPIEvents     *prometheus.CounterVec
 	podsAPIRelists    prometheus.Counter
 	podsAPIReconnects prometheus.Counter
+	podsAPIInit       prometheus.Counter
 	draUnfolded       *prometheus.CounterVec
 	podSourceReads    *prometheus.CounterVec
 }
@@ -168,7 +169,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	})
 	m.podsAPIReconnects = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "pods_api", Name: "reconnects_total",
-		Help: "Watches of the kubelet's Pods API that ended or could not start, retried with backoff.",
+		Help: "Watches of the kubelet's Pods API that ended or could not start, retried (at once after a watch that had synced, with backoff otherwise).",
+	})
+	m.podsAPIInit = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "pods_api", Name: "initializing_total",
+		Help: "Watches of the kubelet's Pods API the kubelet refused as initializing (FailedPrecondition, from 1.37 after every kubelet start), retried within seconds; counted in reconnects_total too.",
 	})
 	m.podSourceReads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "pod_source_reads_total",
@@ -183,7 +188,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused,
 		m.listPodsTotal, m.upstreamShared,
 		m.nriEvents, m.nriConnected, m.nriReconnects, m.criReconciles, m.criReconcileTaken,
-		m.podsAPIEvents, m.podsAPIRelists, m.podsAPIReconnects, m.podSourceReads)
+		m.podsAPIEvents, m.podsAPIRelists, m.podsAPIReconnects, m.podsAPIInit, m.podSourceReads)
 	return m
 }
 
@@ -296,6 +301,15 @@ func (m *Metrics) PodsAPIReconnect(error) {
 		return
 	}
 	m.podsAPIReconnects.Inc()
+}
+
+// PodsAPIInitializing counts a watch of the Pods API the kubelet refused
+// as initializing (podsapi.Metrics).
+func (m *Metrics) PodsAPIInitializing() {
+	if m == nil {
+		return
+	}
+	m.podsAPIInit.Inc()
 }
 
 // PodSourceRead counts one read of every pod made for a query, by the

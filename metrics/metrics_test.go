@@ -40,6 +40,7 @@ func report(m *Metrics) {
 	m.PodsAPIEvent("ADDED")
 	m.PodsAPIRelisted(3, 1, time.Millisecond)
 	m.PodsAPIReconnect(boom)
+	m.PodsAPIInitializing()
 	m.PodSourceRead("pods-api")
 	m.WatchStore(func() state.Stats {
 		return state.Stats{Records: 7, Stats: persist.Stats{Writes: 9, WriteErrors: 1, CorruptFiles: 2}}
@@ -95,6 +96,7 @@ func TestMetricsServesEverySeriesThePartsReport(t *testing.T) {
 		`podres_proxy_pods_api_events_total{type="ADDED"} 1`,
 		`podres_proxy_pods_api_relists_total 1`,
 		`podres_proxy_pods_api_reconnects_total 1`,
+		`podres_proxy_pods_api_initializing_total 1`,
 		`podres_proxy_pod_source_reads_total{source="pods-api"} 1`,
 		`podres_proxy_state_records 7`,
 		`podres_proxy_state_writes_total 9`,

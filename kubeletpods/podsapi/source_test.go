@@ -94,10 +94,12 @@ type harness struct {
 
 	stopOnce sync.Once
 
-	mu         sync.Mutex
-	reconnects []error
-	relists    [][2]int
-	eventTypes map[string]int
+	mu           sync.Mutex
+	reconnects   []error
+	initializing int
+	relists      [][2]int
+	eventTypes   map[string]int
+	reads        map[string]int
 }
 
 // The harness is the Source's Metrics: it records what the source reports.
@@ -123,10 +125,25 @@ func (h *harness) PodsAPIReconnect(err error) {
 	h.reconnects = append(h.reconnects, err)
 }
 
-func (h *harness) PodSourceRead(string) {}
+func (h *harness) PodsAPIInitializing() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.initializing++
+}
+
+func (h *harness) PodSourceRead(source string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reads == nil {
+		h.reads = map[string]int{}
+	}
+	h.reads[source]++
+}
 
 // start runs a Source against kubelet, recording its events, reconnects
-// and relists.
+// and relists. opts.Handler, if set, is called before each event is
+// recorded; a zero opts.Backoff is a fast one (5 ms growing to 50 ms);
+// a nil opts.Log discards the logs.
 func start(t *testing.T, kubelet *podsapitest.Server, opts podsapi.Options) *harness {
 	t.Helper()
 	h := &harness{t: t, kubelet: kubelet, events: make(chan podsapi.Event, 10000), done: make(chan struct{})}
@@ -134,12 +151,22 @@ func start(t *testing.T, kubelet *podsapitest.Server, opts podsapi.Options) *har
 	if opts.MaxAnnotationBytes == nil {
 		opts.MaxAnnotationBytes = exampleBounds
 	}
-	opts.Backoff = wait.Backoff{Duration: 5 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond}
-	opts.Handler = func(ev podsapi.Event) { h.events <- ev }
+	if opts.Backoff.Duration == 0 {
+		opts.Backoff = wait.Backoff{Duration: 5 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond}
+	}
+	handler := opts.Handler
+	opts.Handler = func(ev podsapi.Event) {
+		if handler != nil {
+			handler(ev)
+		}
+		h.events <- ev
+	}
 	opts.Metrics = h
-	log, _ := test.NewNullLogger()
-	log.SetLevel(logrus.DebugLevel)
-	opts.Log = log
+	if opts.Log == nil {
+		log, _ := test.NewNullLogger()
+		log.SetLevel(logrus.DebugLevel)
+		opts.Log = log
+	}
 	src, err := podsapi.New(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,19 @@
 // dropped (its stream ends); DELETED carries only name, namespace and UID;
 // ListPods lists every pod sorted by UID; GetPod answers NotFound for an
 // unknown UID. It does not rate-limit.
+//
+// A dropped watcher's stream ends with ResourceExhausted "watch client
+// channel closed" once the events already queued for it are sent, as the
+// kubelet's does (v1.36 and v1.37).
+//
+// SetInitializing(true) is kubelet v1.37's behaviour after every start
+// until its pod sources are ready (config.SourcesReady): ListPods,
+// WatchPods and GetPod answer FailedPrecondition "Kubelet is
+// initializing" (InitializingMessage), and a watcher is not registered.
+// SetInitializing(false) is the kubelet ready. A v1.36 kubelet never says
+// it (the zero Server). v1.37 also serves a pod its status manager has no
+// status for yet with the API server's status, its Ready condition forced
+// to False; the fake serves every pod as it was given.
 package podsapitest
 
 import (
@@ -30,6 +43,10 @@ import (
 // QueueLength is the kubelet's per-watcher event queue.
 const QueueLength = 100
 
+// InitializingMessage is the kubelet's FailedPrecondition message until its
+// pod sources are ready (v1.37, pkg/kubelet/apis/pods validateReady).
+const InitializingMessage = "Kubelet is initializing"
+
 // Server is a fake Pods API. Its methods are safe for concurrent use.
 type Server struct {
 	podsv1alpha1.UnimplementedPodsServer
@@ -43,6 +60,13 @@ type Server struct {
 	served   chan struct{} // closed when srv.Serve returns
 	drops    int
 	lists    int
+	// initializing makes every call answer FailedPrecondition.
+	initializing bool
+	watchCalls   int
+	refusals     int
+	// called is closed, and replaced, at every WatchPods call:
+	// AwaitWatchCalls waits on it.
+	called chan struct{}
 
 	// stall, held by Stall, keeps watch streams from sending, as a
 	// client that does not read would.
@@ -55,6 +79,7 @@ func New(socket string) *Server {
 		socket:   socket,
 		pods:     make(map[string][]byte),
 		watchers: make(map[chan *podsv1alpha1.WatchPodsEvent]struct{}),
+		called:   make(chan struct{}),
 	}
 }
 
@@ -113,6 +138,56 @@ func (s *Server) Drops() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.drops
+}
+
+// SetInitializing makes the server answer as a v1.37 kubelet does while
+// it is initializing (true), or as a ready one (false).
+func (s *Server) SetInitializing(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initializing = on
+}
+
+// WatchCalls returns how many WatchPods calls came, refused or not.
+func (s *Server) WatchCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watchCalls
+}
+
+// Refusals returns how many calls were answered "Kubelet is initializing".
+func (s *Server) Refusals() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusals
+}
+
+// AwaitWatchCalls waits until n WatchPods calls have come in all, or ctx
+// ends.
+func (s *Server) AwaitWatchCalls(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		got, called := s.watchCalls, s.called
+		s.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-called:
+		case <-ctx.Done():
+			return fmt.Errorf("podsapitest: %d WatchPods calls of %d: %w", got, n, context.Cause(ctx))
+		}
+	}
+}
+
+// refuseLocked answers FailedPrecondition while the server is
+// initializing. s.mu is held.
+func (s *Server) refuseLocked() error {
+	if !s.initializing {
+		return nil
+	}
+	s.refusals++
+	return status.Error(codes.FailedPrecondition, InitializingMessage)
 }
 
 // Add adds pod and broadcasts ADDED.
@@ -189,6 +264,13 @@ func (s *Server) sortedLocked() [][]byte {
 func (s *Server) WatchPods(_ *podsv1alpha1.WatchPodsRequest, stream podsv1alpha1.Pods_WatchPodsServer) error {
 	q := make(chan *podsv1alpha1.WatchPodsEvent, QueueLength)
 	s.mu.Lock()
+	s.watchCalls++
+	close(s.called)
+	s.called = make(chan struct{})
+	if err := s.refuseLocked(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
 	s.watchers[q] = struct{}{}
 	initial := s.sortedLocked()
 	s.mu.Unlock()
@@ -217,7 +299,7 @@ func (s *Server) WatchPods(_ *podsv1alpha1.WatchPodsRequest, stream podsv1alpha1
 			return stream.Context().Err()
 		case ev, ok := <-q:
 			if !ok {
-				return nil // dropped: the stream ends
+				return status.Error(codes.ResourceExhausted, "watch client channel closed") // dropped
 			}
 			if err := send(ev); err != nil {
 				return err
@@ -230,11 +312,15 @@ func (s *Server) WatchPods(_ *podsv1alpha1.WatchPodsRequest, stream podsv1alpha1
 func (s *Server) ListPods(context.Context, *podsv1alpha1.ListPodsRequest) (*podsv1alpha1.ListPodsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.refuseLocked(); err != nil {
+		return nil, err
+	}
 	s.lists++
 	return &podsv1alpha1.ListPodsResponse{Pods: s.sortedLocked()}, nil
 }
 
-// ListCalls returns how many ListPods calls the server answered.
+// ListCalls returns how many ListPods calls the server answered with pods
+// (not those it refused while initializing).
 func (s *Server) ListCalls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -245,6 +331,9 @@ func (s *Server) ListCalls() int {
 func (s *Server) GetPod(_ context.Context, req *podsv1alpha1.GetPodRequest) (*podsv1alpha1.GetPodResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.refuseLocked(); err != nil {
+		return nil, err
+	}
 	data, ok := s.pods[req.GetPodUID()]
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "pod with UID %s not found", req.GetPodUID())
