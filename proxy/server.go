@@ -363,7 +363,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 }
 
 // readFirst reports whether a Get of key reads the pods before asking the
-// kubelet (see Get): for a pod t does not know, without a watch, and not for
+// kubelet (see Get): for a pod q does not know, without a watch, and not for
 // a call beyond the rate limit, which may only share what others pay for
 // (limits.RateLimit) and so must not cost a read either.
 func (v *v1Server) readFirst(ctx context.Context, q *merge.Query, key model.PodKey) bool {
