@@ -57,11 +57,12 @@ func (s *Server) answer(l *lister) func(ctx context.Context, started time.Time) 
 // pod (package reuse). arrived is when the query arrived: pods the plans
 // cannot answer wait for a /pods read started after it.
 func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time) ([]byte, error) {
-	t, err := s.resolver.Table(ctx)
+	q, err := s.resolver.Query(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out, t, err := s.splice(ctx, l, v, kubelet, arrived, t)
+	out, err := s.splice(ctx, l, v, kubelet, arrived, q)
+	t := q.Table()
 	switch {
 	case err != nil:
 		return nil, err
@@ -73,18 +74,24 @@ func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet reuse.En
 	return out, nil
 }
 
-// splice builds the answer from t, and returns the table it was built
-// from: t, or a newer one when a pod needed a kubelet read.
-func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time, t *plans.Table) ([]byte, *plans.Table, error) {
+// splice builds the answer from q, whose table becomes a newer one when a
+// pod needed a kubelet read.
+func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time, q *merge.Query) ([]byte, error) {
 	cache := &v.caches[l.index]
-	resolve := func(k model.PodKey) (*plans.Plan, bool) { return s.resolver.Lookup(t, k) }
+	resolve := q.Lookup
+	// The caches skip looking a pod up again in the table they last checked
+	// it in, unless the pod logs directory says more than that table.
+	t := q.Table()
+	if !q.Fresh() {
+		t = nil
+	}
 
 	// Nothing changed: one pass.
 	if out, pods, ok := cache.Steady(kubelet, t, resolve); ok {
 		if pods > 0 {
 			s.p.Metrics.ListPods(pods, 0)
 		}
-		return out, t, nil
+		return out, nil
 	}
 
 	buf := reuse.PartsPool.Get().(*[]reuse.Part)
@@ -95,7 +102,7 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.E
 	parts, err := reuse.Split((*buf)[:0], kubelet)
 	*buf = parts
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	gen, pods, reused := cache.Reuse(parts, t, resolve)
 
@@ -105,7 +112,7 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.E
 		if p := &parts[i]; p.Need {
 			if p.Key.Name == "" {
 				if p.Key, err = reuse.PodKey(p.Pod); err != nil {
-					return nil, nil, err
+					return nil, err
 				}
 			}
 			need = append(need, i)
@@ -116,18 +123,17 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.E
 		for j, i := range need {
 			keys[j] = parts[i].Key
 		}
-		var found []*plans.Plan
-		found, t, err = s.resolver.Plans(ctx, t, keys, arrived)
+		found, err := q.Plans(ctx, keys, arrived)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		inv := t.Inventory()
+		inv := q.Table().Inventory()
 		if l.alpha {
 			inv = nil // v1alpha1 has no topology
 		}
 		for j, i := range need {
 			if err := rebuild(&parts[i], found[j], inv, v.name); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 		s.p.Metrics.ListPods(reused, pods-reused)
@@ -137,7 +143,7 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.E
 	}
 	out := reuse.Splice(parts)
 	cache.Drop(gen, pods)
-	return out, t, nil
+	return out, nil
 }
 
 // rebuild sets a pod's output: the kubelet's segment itself when there is

@@ -4,6 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -125,5 +129,68 @@ func TestARestartedContainerCostsNoKubeletReadWhileNoSandboxBegins(t *testing.T)
 	}
 	if n := h.k.PodsReads() - reads; n != 1 {
 		t.Errorf("5 Lists after a sandbox began read /pods %d times, want 1", n)
+	}
+}
+
+// recreateUnderItsName force-deletes the running db-0 and admits a new
+// db-0 with vf2, as the kubelet does without the Pods API: /pods lists the
+// new pod (pending) alone, and its log directory is made before its
+// sandbox is asked for; the old sandbox still runs, its containers not yet
+// reported stopped, and no /pods read has happened since.
+func recreateUnderItsName(h *harness) {
+	successor := statefulPod("uid-new", vf2)
+	successor.Status.Phase = "Pending"
+	h.k.SetPods(successor)
+	h.k.BeginSandbox("db", "db-0", "uid-new")
+}
+
+func TestARunningPodRecreatedUnderItsNameIsNeverAnsweredWithItsPredecessorsVF(t *testing.T) {
+	h := newHarness(t, withTwoVFs())
+	runningOld(t, h)
+	recreateUnderItsName(h)
+
+	// Multus (List) and Kata or nri-plugins (Get) during the new pod's
+	// CNI ADD.
+	for i := range 3 {
+		if got := multusVFs(t, h); !slices.Equal(got, []string{vf2}) {
+			t.Errorf("List %d during the new pod's CNI ADD shows %v, want its own [%s], never its predecessor's %s", i, got, vf2, vf1)
+		}
+		if got := devicesOf(h.get("db", "db-0"), "db")["koordinator.sh/rdma"]; !slices.Equal(got, []string{vf2}) {
+			t.Errorf("Get %d during the new pod's CNI ADD shows %v, want [%s]", i, got, vf2)
+		}
+	}
+}
+
+func TestARunningPodRecreatedUnderItsNameIsUnavailableWhilePodsIsDown(t *testing.T) {
+	h := newHarness(t, withTwoVFs())
+	runningOld(t, h)
+	h.k.SetPodsDown(true)
+	recreateUnderItsName(h)
+	for i := range 3 {
+		_, err := h.v1().List(ctx(t), &v1.ListPodResourcesRequest{})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("List %d with /pods down after db-0 was recreated: %v, want Unavailable, never its predecessor's %s", i, err, vf1)
+		}
+		_, err = h.v1().Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "db", PodName: "db-0"})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("Get %d with /pods down after db-0 was recreated: %v, want Unavailable", i, err)
+		}
+	}
+}
+
+func TestRunningPodsOnASteadyNodeCostNoKubeletRead(t *testing.T) {
+	h := newHarness(t, withTwoVFs())
+	runningOld(t, h)
+	reads := h.k.PodsReads()
+	for i := range 10 {
+		if got := multusVFs(t, h); !slices.Equal(got, []string{vf1}) {
+			t.Fatalf("List %d: db-0 shows %v, want [%s]", i, got, vf1)
+		}
+		if got := devicesOf(h.get("db", "db-0"), "db")["koordinator.sh/rdma"]; !slices.Equal(got, []string{vf1}) {
+			t.Fatalf("Get %d: db-0 shows %v, want [%s]", i, got, vf1)
+		}
+	}
+	if n := h.k.PodsReads() - reads; n != 0 {
+		t.Errorf("10 Lists and 10 Gets of a running pod on a node where no sandbox began read /pods %d times, want 0", n)
 	}
 }

@@ -321,13 +321,10 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	key := model.PodKey{Namespace: req.GetPodNamespace(), Name: req.GetPodName()}
 	// The kubelet's codes and its "not found" win over the proxy's own
 	// errors (the table's, a read's), as when it is asked first.
-	t, ownErr := v.s.resolver.Table(ctx)
+	q, ownErr := v.s.resolver.Query(ctx)
 	var found []*plans.Plan
-	if ownErr == nil && v.readFirst(ctx, t, key) {
-		var read *plans.Table
-		if found, read, ownErr = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); ownErr == nil {
-			t = read
-		}
+	if ownErr == nil && v.readFirst(ctx, q, key) {
+		found, ownErr = q.Plans(ctx, []model.PodKey{key}, arrived)
 	}
 	pods, err := v.s.getV1.Do(ctx)
 	if err != nil {
@@ -348,7 +345,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 		return nil, reuse.ErrNotAPod(err)
 	}
 	if found == nil {
-		if found, t, err = v.s.resolver.Plans(ctx, t, []model.PodKey{key}, arrived); err != nil {
+		if found, err = q.Plans(ctx, []model.PodKey{key}, arrived); err != nil {
 			v.s.log.WithError(err).Warn("Get answered with an error")
 			return nil, err
 		}
@@ -358,7 +355,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 			Warn("Get refused: the view cannot answer this pod's devices")
 		return nil, err
 	}
-	merge.Pod(pod, found[0], t.Inventory(), v.v.name)
+	merge.Pod(pod, found[0], q.Table().Inventory(), v.v.name)
 	if v.v.name == merge.Legacy {
 		v.s.p.Fold.FoldPod(ctx, pod)
 	}
@@ -366,14 +363,14 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 }
 
 // readFirst reports whether a Get of key reads the pods before asking the
-// kubelet (see Get): for a pod t does not know, without a watch, and not for
+// kubelet (see Get): for a pod q does not know, without a watch, and not for
 // a call beyond the rate limit, which may only share what others pay for
 // (limits.RateLimit) and so must not cost a read either.
-func (v *v1Server) readFirst(ctx context.Context, t *plans.Table, key model.PodKey) bool {
+func (v *v1Server) readFirst(ctx context.Context, q *merge.Query, key model.PodKey) bool {
 	if v.s.resolver.Watched() || limits.OverdraftOf(ctx) != nil {
 		return false
 	}
-	_, known := v.s.resolver.Find(t, key)
+	_, known := q.Find(key)
 	return !known
 }
 

@@ -1,6 +1,8 @@
 // Package podlogs tells, from the kubelet's pod logs directory, whether the
 // kubelet may have begun a pod sandbox since a moment: what lets a /pods
-// read answer a pod that is not running until the kubelet starts one.
+// read answer a pod that is not running until the kubelet starts one; and,
+// from its entries, which UID each pod name is now (names.go), which tells
+// a running pod from a successor recreated under its name.
 //
 // Why. PodResources names pods without a UID, so without the Pods API's
 // watch only a /pods read says which pod a name is now. A pod that is not

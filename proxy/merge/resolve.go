@@ -14,6 +14,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Resolver finds the plan of each pod of a kubelet answer. It answers from
@@ -26,7 +27,8 @@ import (
 // saw is answered from that read while the kubelet's pod logs directory
 // shows that no sandbox began since (Find). It computes and writes nothing.
 type Resolver struct {
-	o Options
+	o     Options
+	names *podlogs.NameReader // reads of o.PodLogs's entries, shared
 }
 
 // Options are what a Resolver answers from.
@@ -46,7 +48,9 @@ type Options struct {
 }
 
 // NewResolver returns the resolver of o.
-func NewResolver(o Options) *Resolver { return &Resolver{o: o} }
+func NewResolver(o Options) *Resolver {
+	return &Resolver{o: o, names: podlogs.NewNameReader(o.PodLogs)}
+}
 
 // Table returns a table that covers everything the store held when it was
 // called.
@@ -67,12 +71,14 @@ func (r *Resolver) Table(ctx context.Context) (*plans.Table, error) {
 // a name Lookup does not know is most likely no pod at all.
 func (r *Resolver) Watched() bool { return r.o.Watching != nil && r.o.Watching() }
 
-// Lookup returns the plan a pod is answered with from t alone, and false
-// when t cannot say: it does not know which pod the name is now, or it
-// knows the pod without its spec.
-func (r *Resolver) Lookup(t *plans.Table, key model.PodKey) (*plans.Plan, bool) {
+// lookup returns the record a pod is answered with from t alone, and
+// false when t cannot say: it does not know which pod the name is now, or it
+// knows the pod without its spec. live says whether it is a running
+// sandbox's record.
+func (r *Resolver) lookup(t *plans.Table, key model.PodKey) (rec *record.Record, live, ok bool) {
 	pods := t.Pods()
-	rec, ok := pods.Current(key)
+	rec, ok = pods.Current(key)
+	live = ok
 	if !ok && r.Watched() {
 		// The watch says which pod the name is now, with its spec and
 		// annotations: a pod being created, one stuck before its sandbox
@@ -82,71 +88,26 @@ func (r *Resolver) Lookup(t *plans.Table, key model.PodKey) (*plans.Plan, bool) 
 		rec, ok = pods.Named(key)
 	}
 	if !ok || !plans.Vettable(rec) {
-		return nil, false
+		return nil, false, false
 	}
-	return t.Plan(rec.UID), true
-}
-
-// Find returns the plan a pod is answered with without a read: Lookup's,
-// or else, without a watch, that of the pod the last /pods read gave the
-// name, while the kubelet's pod logs directory shows that no sandbox began
-// on the node since that read began (package podlogs). A pod stuck before
-// its sandbox (a missing Secret) or finished then costs no read per query,
-// and is answered while /pods is down; the query that must not get a
-// predecessor's devices, Multus's or Kata's during the sandbox's creation,
-// comes after the kubelet made the pod's log directory, and reads.
-func (r *Resolver) Find(t *plans.Table, key model.PodKey) (*plans.Plan, bool) {
-	f := finder{r: r, t: t}
-	return f.find(key)
-}
-
-// finder is Find for the pods of one query, which stats the pod logs
-// directory once at most.
-type finder struct {
-	r      *Resolver
-	t      *plans.Table
-	asked  bool // whether the directory was stat'ed
-	byName bool // what it said: names not running answer
-}
-
-func (f *finder) find(key model.PodKey) (*plans.Plan, bool) {
-	if p, ok := f.r.Lookup(f.t, key); ok {
-		return p, true
-	}
-	if f.r.o.PodLogs == nil || f.r.Watched() {
-		return nil, false // with a watch, Lookup answered every name it knows
-	}
-	rec, ok := f.t.Pods().Named(key)
-	if !ok || !plans.Vettable(rec) || !f.t.Pods().NamesLogs().Known() {
-		return nil, false
-	}
-	if !f.asked {
-		f.asked = true
-		now, err := f.r.o.PodLogs.Stamp()
-		f.byName = err == nil && f.t.Pods().NamesLogs().Unchanged(now)
-	}
-	if !f.byName {
-		return nil, false
-	}
-	return f.t.Plan(rec.UID), true
+	return rec, live, true
 }
 
 // errNoPodsSource is returned when a read is needed but none is configured.
 var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 
-// Plans returns one plan per key, and the table they come from, which is t
-// when t could answer every key (Find). Otherwise it reads /pods (a read started
-// after arrived) and answers from a table that covers the read. It fails
-// with Unavailable when a pod is unknown and /pods cannot be read: an
-// answer silently missing that pod's devices is worse than an error, since
-// Multus would configure the pod's network without its VF and Antrea caches
-// empty answers.
-func (r *Resolver) Plans(ctx context.Context, t *plans.Table, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, *plans.Table, error) {
+// Plans returns one plan per key, answered from q's table when it could
+// answer every key (Find). Otherwise it reads /pods (a read started after
+// arrived) and answers from a table that covers the read, which becomes
+// q's. It fails with Unavailable when a pod is unknown and /pods cannot be
+// read: an answer silently missing that pod's devices is worse than an
+// error, since Multus would configure the pod's network without its VF and
+// Antrea caches empty answers.
+func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, error) {
 	out := make([]*plans.Plan, len(keys))
 	var need []int
-	f := finder{r: r, t: t}
 	for i, k := range keys {
-		p, ok := f.find(k)
+		p, ok := q.Find(k)
 		if !ok {
 			need = append(need, i)
 			continue
@@ -154,34 +115,35 @@ func (r *Resolver) Plans(ctx context.Context, t *plans.Table, keys []model.PodKe
 		out[i] = p
 	}
 	if len(need) == 0 {
-		return out, t, nil
+		return out, nil
 	}
-	snap, err := r.read(ctx, arrived)
+	t := q.t
+	snap, err := q.r.read(ctx, arrived)
 	if err != nil {
 		for _, i := range need {
-			// A live record the kubelet's names do not contradict still
-			// answers, even one whose containers were stopping: /pods
-			// cannot confirm it now, and dropping a running pod's devices
-			// (or failing the answer) for every restart would be worse. A
-			// live record whose spec is unknown has its devices refused
-			// by its plan, visibly, rather than guessed.
+			// A live record the kubelet's names (and its pod logs
+			// directory's) do not contradict still answers, even one
+			// whose containers were stopping: /pods cannot confirm it
+			// now, and dropping a running pod's devices (or failing the
+			// answer) for every restart would be worse. A live record
+			// whose spec is unknown has its devices refused by its plan,
+			// visibly, rather than guessed.
 			rec, ok := t.Pods().Live(keys[i])
-			if !ok {
-				return nil, nil, status.Errorf(codes.Unavailable,
+			if !ok || q.logs.contradict(t, keys[i], rec) {
+				return nil, status.Errorf(codes.Unavailable,
 					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
 					keys[i].Name, keys[i].Namespace, err)
 			}
 			out[i] = t.Plan(rec.UID)
 		}
-		return out, t, nil
+		return out, nil
 	}
 	// The read is in the store: answer every pod from a table that has it.
-	read, err := r.Table(ctx)
-	if err != nil {
-		return nil, nil, err
+	if q.t, err = q.r.Table(ctx); err != nil {
+		return nil, err
 	}
 	for i, k := range keys {
-		if p, ok := r.Lookup(read, k); ok {
+		if p, ok := q.Lookup(k); ok {
 			out[i] = p
 			continue
 		}
@@ -192,11 +154,11 @@ func (r *Resolver) Plans(ctx context.Context, t *plans.Table, keys []model.PodKe
 			// was just deleted. Answer what the kubelet answered.
 			continue
 		}
-		if rec, ok := read.Pods().Get(kp.UID); ok {
-			out[i] = read.Plan(rec.UID)
+		if rec, ok := q.t.Pods().Get(kp.UID); ok {
+			out[i] = q.t.Plan(rec.UID)
 		} // else pruned meanwhile: nothing to add for a deleted pod
 	}
-	return out, read, nil
+	return out, nil
 }
 
 func (r *Resolver) read(ctx context.Context, arrived time.Time) (*kubeletpods.PodList, error) {

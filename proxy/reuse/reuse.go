@@ -356,15 +356,18 @@ func (c *Cache) lookup(seg []byte) (e *segment, canon []byte) {
 }
 
 // current reports whether e's output can be spliced in as it is: built
-// with the plan table t gives the pod, without a kubelet read (checked
-// again only when the table changed since). Plans are replaced, never
-// modified, so the same plan means the same output.
+// with the plan resolve gives the pod, without a kubelet read (checked
+// again only when the table t changed since; a nil t: every time, as when
+// resolve answers from more than the table, see merge.Query). Plans are
+// replaced, never modified, so the same plan means the same output.
 func (e *segment) current(t *plans.Table, resolve Resolve) bool {
-	if e.checked == t {
+	if t != nil && e.checked == t {
 		return true
 	}
 	if p, ok := resolve(e.key); ok && p == e.plan {
-		e.checked = t
+		if t != nil {
+			e.checked = t
+		}
 		return true
 	}
 	return false

@@ -1,0 +1,118 @@
+package merge
+
+import (
+	"context"
+
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
+	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
+	"github.com/podres-proxy/podres-proxy/state/record"
+)
+
+// Query is what one query answers from: a plans table, and the kubelet's
+// pod logs directory as the query found it (one stat, and a read of its
+// entries shared with other queries when it changed since the table's
+// /pods read). A Query is used by one query, from one goroutine.
+//
+// Why the directory. Without a watch, the table's names come from the last
+// /pods read, and a running record answers its name. But the kubelet
+// starts a pod recreated under a name (a StatefulSet's, force-deleted)
+// while its predecessor's sandbox still runs, and makes the new pod's log
+// directory before it asks for the sandbox, so before the CNI ADD that asks
+// for the pod's devices. A name whose newest entry there is another UID
+// than its running record's is not answered from that record: it is a pod
+// being created, which a /pods read answers. On a node where no sandbox
+// began since the read, the stat shows the directory unchanged, and
+// nothing is read.
+type Query struct {
+	r    *Resolver
+	t    *plans.Table
+	logs logs
+}
+
+// Query returns a query on a table that covers everything the store held
+// when it was called (Table).
+func (r *Resolver) Query(ctx context.Context) (*Query, error) {
+	t, err := r.Table(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Query{r: r, t: t, logs: r.logsNow(ctx, t)}, nil
+}
+
+// Table is the table q answers from: the one it began with, or the one
+// that covers its /pods read (Plans).
+func (q *Query) Table() *plans.Table { return q.t }
+
+// Fresh reports whether what the pod logs directory says is no newer than
+// q's table, so that an answer checked against the table alone (the
+// answers' caches) is still q's.
+func (q *Query) Fresh() bool { return q.logs.names == nil }
+
+// Lookup returns the plan a pod is answered with without a read, from
+// q's table and what the pod logs directory says beyond it, and false when
+// they cannot say: the table does not know which pod the name is now, or
+// knows the pod without its spec, or the directory says the name is
+// another pod than the table's running one.
+func (q *Query) Lookup(key model.PodKey) (*plans.Plan, bool) {
+	rec, live, ok := q.r.lookup(q.t, key)
+	if !ok || (live && q.logs.contradict(q.t, key, rec)) {
+		return nil, false
+	}
+	return q.t.Plan(rec.UID), true
+}
+
+// Find returns the plan a pod is answered with without a read: Lookup's,
+// or else, without a watch, that of the pod the last /pods read gave the
+// name, while the kubelet's pod logs directory shows that no sandbox began
+// on the node since that read began (package podlogs). A pod stuck before
+// its sandbox (a missing Secret) or finished then costs no read per query,
+// and is answered while /pods is down; the query that must not get a
+// predecessor's devices, Multus's or Kata's during the sandbox's creation,
+// comes after the kubelet made the pod's log directory, and reads.
+func (q *Query) Find(key model.PodKey) (*plans.Plan, bool) {
+	if p, ok := q.Lookup(key); ok {
+		return p, true
+	}
+	if q.r.o.PodLogs == nil || q.r.Watched() {
+		return nil, false // with a watch, Lookup answered every name it knows
+	}
+	rec, ok := q.t.Pods().Named(key)
+	if !ok || !plans.Vettable(rec) || !q.t.Pods().NamesLogs().Unchanged(q.logs.now) {
+		return nil, false
+	}
+	return q.t.Plan(rec.UID), true
+}
+
+// logs is the pod logs directory as one query found it.
+type logs struct {
+	now   podlogs.Stamp  // its stamp; zero: not looked at (a watch, none, or no stat)
+	names *podlogs.Names // its entries, when it changed since the table's read
+}
+
+// logsNow stats the pod logs directory, and reads its entries (shared)
+// when it changed since t's /pods read. With a watch, which says which UID
+// each name is as the kubelet admits the pod, it looks at nothing.
+func (r *Resolver) logsNow(ctx context.Context, t *plans.Table) logs {
+	if r.o.PodLogs == nil || r.Watched() {
+		return logs{}
+	}
+	now, err := r.o.PodLogs.Stamp()
+	if err != nil {
+		return logs{} // as without a directory: the names of the last read
+	}
+	if t.Pods().NamesLogs().Unchanged(now) {
+		return logs{now: now}
+	}
+	return logs{now: now, names: r.names.Read(ctx, now)}
+}
+
+// contradict reports whether the directory says key is another pod than
+// rec, beyond t's /pods read, or cannot say (podlogs.Names.Newest).
+func (l logs) contradict(t *plans.Table, key model.PodKey, rec *record.Record) bool {
+	if l.names == nil {
+		return false
+	}
+	uid, doubt := l.names.Newest(key, t.Pods().NamesLogs())
+	return doubt || (uid != "" && uid != rec.UID)
+}
