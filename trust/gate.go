@@ -51,6 +51,11 @@ const (
 	// annotation's order, are refused. ResourceQuota and the scheduler
 	// counted the requests, not the annotation. Class forged.
 	ReasonOverRequest = "over-request"
+	// ReasonParentNotAllocated: a MIG instance named where the scheduler
+	// did not write it (a TensorFusion container's partition-uuids) is
+	// carved from a GPU the scheduler did not give the pod; believed, it
+	// would keep another pod from that GPU (contested). Class forged.
+	ReasonParentNotAllocated = "parent-not-allocated"
 	// ReasonSpecUnknown: the pod's spec (its scheduler and requests) was
 	// never read, so nothing about the allocation can be checked. Class
 	// unvetted.
@@ -189,29 +194,39 @@ func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv *inventory.S
 		if reason == "" {
 			continue
 		}
-		if drop == nil {
-			drop = make([]bool, len(devices))
-		}
-		drop[i] = true
+		drop = markDropped(drop, len(devices), i)
 		refused = append(refused, refusal(dev, reason, detail))
 	}
 	for _, over := range g.overRequest(spec, devices, drop) {
-		if drop == nil {
-			drop = make([]bool, len(devices))
-		}
-		drop[over.index] = true
+		drop = markDropped(drop, len(devices), over.index)
 		refused = append(refused, refusal(devices[over.index], ReasonOverRequest, over.detail))
 	}
+	return without(devices, drop), refused
+}
+
+// markDropped marks devices[i] in drop, made for n devices on first use,
+// so that a pod with nothing refused costs no allocation.
+func markDropped(drop []bool, n, i int) []bool {
 	if drop == nil {
-		return devices, nil
+		drop = make([]bool, n)
 	}
-	kept = make([]model.Device, 0, len(devices)-len(refused))
+	drop[i] = true
+	return drop
+}
+
+// without returns devices less those drop marks: devices itself when drop
+// is nil, else a copy (devices is never modified).
+func without(devices []model.Device, drop []bool) []model.Device {
+	if drop == nil {
+		return devices
+	}
+	kept := make([]model.Device, 0, len(devices))
 	for i, dev := range devices {
 		if !drop[i] {
 			kept = append(kept, dev)
 		}
 	}
-	return kept, refused
+	return kept
 }
 
 func refusal(dev model.Device, reason, detail string) model.Refused {

@@ -69,15 +69,15 @@ func (c claim) compare(o claim) int {
 }
 
 // Holders decides, from every record of the node, which pod holds each
-// device: among the running or pending pods whose claim Vet believes, the
-// one whose allocation annotations were learned first, and whether it holds
-// the device whole (then it is the only pod shown with it) or a share (then
-// other sharers are shown too, and no pod may take it whole). That time is
-// the sandbox's start when NRI or CRI reported the pod first, else its first
-// sighting in /pods; it is persisted with the record, so a daemon restart
-// keeps the holder, and an annotation edited later is learned anew, which
-// makes the editor the later claimant. inv translates and checks ids as for
-// the pod's own answer.
+// device: among the running or pending pods whose claim vetRecord
+// believes, the one whose allocation annotations were learned first, and
+// whether it holds the device whole (then it is the only pod shown with
+// it) or a share (then other sharers are shown too, and no pod may take it
+// whole). That time is the sandbox's start when NRI or CRI reported the
+// pod first, else its first sighting in /pods; it is persisted with the
+// record, so a daemon restart keeps the holder, and an annotation edited
+// later is learned anew, which makes the editor the later claimant. inv
+// translates and checks ids as for the pod's own answer.
 //
 // A device and its parts contest each other as one device does: whoever
 // holds a PF sets its VFs' MAC, VLAN and trust, and a MIG instance is a
@@ -99,7 +99,7 @@ func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holde
 		}
 		devs, _ := allocator.Translate(r.Devices, inv)
 		devs = allocator.NormalizeIDs(devs)
-		kept, _ := g.Vet(r.Spec, devs, inv)
+		kept, _ := g.vetRecord(r, devs, inv)
 		for _, d := range kept {
 			cands = append(cands, candidate{claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}, d})
 		}
@@ -216,10 +216,7 @@ func (g *Gate) Contest(rec *record.Record, devices []model.Device, h *Holders) (
 		if !found {
 			continue
 		}
-		if drop == nil {
-			drop = make([]bool, len(devices))
-		}
-		drop[i] = true
+		drop = markDropped(drop, len(devices), i)
 		detail := fmt.Sprintf("id %s is held by pod uid %s, which claimed it first (%s, %s)",
 			strconv.Quote(holder.id), holder.uid, holder.since.UTC().Format(time.RFC3339Nano), holder.kind())
 		if claimKey(holder.id) != claimKey(id) {
@@ -228,13 +225,5 @@ func (g *Gate) Contest(rec *record.Record, devices []model.Device, h *Holders) (
 		}
 		refused = append(refused, refusal(d, ReasonContested, detail))
 	}
-	if drop == nil {
-		return devices, nil
-	}
-	for i, d := range devices {
-		if !drop[i] {
-			kept = append(kept, d)
-		}
-	}
-	return kept, refused
+	return without(devices, drop), refused
 }

@@ -1,23 +1,27 @@
 package trust
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // VetPod returns the devices of rec the gate believes (devs: its decoded,
-// translated devices) and those it refuses: what Vet refuses, what
-// conflicts with another pod's earlier claim (Contest, against holders;
-// nil contests nothing), and every annotation edited in the API after the
-// pod's sandbox started. It is pure: the caller records and reports the
+// translated devices) and those it refuses: what Vet refuses, a MIG
+// instance carved from a GPU the scheduler did not give the pod
+// (vetRecord), what conflicts with another pod's earlier claim (Contest,
+// against holders; nil contests nothing), and every annotation edited in
+// the API after the pod's sandbox started. It is pure: the caller records and reports the
 // refusals (Report) when they change, so a forger costs one warning per
 // change, not one per query.
 func (g *Gate) VetPod(rec *record.Record, devs []model.Device, inv *inventory.Snapshot, holders *Holders) (kept []model.Device, refused []model.Refused) {
-	kept, refused = g.Vet(rec.Spec, devs, inv)
+	kept, refused = g.vetRecord(rec, devs, inv)
 	for _, key := range rec.Edited {
 		refused = append(refused, model.Refused{
 			Allocator: g.set.AllocatorOf(key),
@@ -32,6 +36,33 @@ func (g *Gate) VetPod(rec *record.Record, devs []model.Device, inv *inventory.Sn
 		refused = append(refused, contested...)
 	}
 	return kept, refused
+}
+
+// vetRecord is Vet for one of the node's records (devs: its devices,
+// translated and normalised), with the rule that needs the pod's
+// annotations: a MIG instance its allocator confines to the GPUs the
+// scheduler gave the pod (allocator.Carver) counts only on one of them.
+// Believed, one on another GPU would make that GPU's real holder a later
+// claimant (contested). VetPod, Holders and SharedGPUs all vet through
+// it, so a refused instance holds nothing.
+func (g *Gate) vetRecord(r *record.Record, devs []model.Device, inv *inventory.Snapshot) (kept []model.Device, refused []model.Refused) {
+	kept, refused = g.Vet(r.Spec, devs, inv)
+	var drop []bool
+	for i, dev := range kept {
+		gpus, confined := g.set.CarvedFrom(dev, r.Annotations)
+		for _, id := range dev.IDs {
+			parent := migParent(dev, id)
+			if !confined || !parse.IsMIG(id) || slices.ContainsFunc(gpus, func(gpu string) bool { return parent != "" && claimKey(gpu) == claimKey(parent) }) {
+				continue
+			}
+			drop = markDropped(drop, len(kept), i)
+			refused = append(refused, refusal(dev, ReasonParentNotAllocated, fmt.Sprintf(
+				"MIG instance %s is carved from %s, which the scheduler did not give the pod (it gave %s)",
+				strconv.Quote(id), strconv.Quote(parent), quoteNames(gpus))))
+			break
+		}
+	}
+	return without(kept, drop), refused
 }
 
 // Equal reports whether two tables grant every claim alike, so that what

@@ -21,7 +21,6 @@ package trust
 // (it keeps no slot): a GPU that is still shared must stay counted once.
 
 import (
-	"cmp"
 	"maps"
 	"slices"
 	"strings"
@@ -76,7 +75,7 @@ func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*record.Record, inv *inven
 		}
 		devs, _ := allocator.Translate(r.Devices, inv)
 		devs = allocator.NormalizeIDs(devs)
-		devs, _ = g.Vet(r.Spec, devs, inv)
+		devs, _ = g.vetRecord(r, devs, inv)
 		c := claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live()}
 		for _, d := range devs {
 			if !sharedGPU(d) {
@@ -111,15 +110,7 @@ func nextSharedGPUs(prev *SharedGPUs, sharers []sharer) *SharedGPUs {
 	}
 	out := &SharedGPUs{gpus: make(map[string]*gpuSharers, len(byGPU))}
 	for gpu, claims := range byGPU {
-		slices.SortFunc(claims, func(a, b claim) int {
-			switch {
-			case a.before(b):
-				return -1
-			case b.before(a):
-				return 1
-			}
-			return cmp.Compare(a.uid, b.uid)
-		})
+		slices.SortFunc(claims, claim.compare) // the smaller UID breaks every tie
 		g := &gpuSharers{anchor: claims[0].uid, slots: map[string]int{}}
 		old := recorded[gpu]
 		if prev != nil && prev.gpus[gpu] != nil {

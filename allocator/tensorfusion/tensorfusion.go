@@ -162,6 +162,34 @@ func (t *Format) DecodeContainer(devices []model.Device, container string, annot
 	}), nil
 }
 
+// CarvedFrom implements allocator.Carver: a partition's MIG instance
+// (one with a parent: partition-uuids, the pod's or a container's) must be
+// a slice of a GPU the scheduler gave the pod, which container-gpus names
+// when it is there (any container's), else gpu-ids. The device plugin only
+// carves instances out of those; a container's annotations are as
+// forgeable as the runtime's pass-through of pod annotations allows. A
+// malformed list gives no GPU, as it gives the pod none.
+func (t *Format) CarvedFrom(dev model.Device, annotations map[string]string) (gpus []string, confined bool) {
+	if dev.Allocator != Name || dev.Parent == "" || len(dev.IDs) == 0 || !parse.IsMIG(dev.IDs[0]) {
+		return nil, false
+	}
+	if v, ok := annotations[ContainerGPUsKey]; ok {
+		devs, err := t.containerGPUs(v)
+		if err != nil {
+			return nil, true
+		}
+		for _, d := range devs {
+			gpus = append(gpus, d.IDs...)
+		}
+		return gpus, true
+	}
+	gpus, err := splitIDs(annotations[GPUIDsKey])
+	if err != nil {
+		return nil, true
+	}
+	return gpus, true
+}
+
 // gpu is a GPU the pod shares, or a MIG instance named where GPUs are,
 // which is whole.
 func (t *Format) gpu(id, container string) model.Device {

@@ -329,3 +329,34 @@ func FuzzTensorFusionDecodeContainer(f *testing.F) {
 		}
 	})
 }
+
+// A partition's MIG instance must be carved from a GPU the scheduler gave
+// the pod: container-gpus' when it is there, else gpu-ids'. A whole GPU, or
+// an instance the scheduler named itself, is not confined; a malformed list
+// gives no GPU.
+func TestTensorFusionCarvedFrom(t *testing.T) {
+	tf := New(Options{})
+	partition := tfMIGIn(tfMIG, tfGPU1, "main")
+	for _, tt := range []struct {
+		name     string
+		dev      model.Device
+		ann      map[string]string
+		want     []string
+		confined bool
+	}{
+		{"gpu-ids", partition, map[string]string{GPUIDsKey: tfGPU0 + "," + tfGPU1}, []string{tfGPU0, tfGPU1}, true},
+		{"container-gpus wins", partition, map[string]string{GPUIDsKey: tfGPU1, ContainerGPUsKey: `{"a":["` + tfGPU0 + `"]}`}, []string{tfGPU0}, true},
+		{"no GPU given", partition, nil, nil, true},
+		{"malformed gpu-ids", partition, map[string]string{GPUIDsKey: tfGPU0 + "," + tfGPU0}, nil, true},
+		{"a whole GPU", tfShare(tfGPU0, ""), map[string]string{GPUIDsKey: tfGPU0}, nil, false},
+		{"an instance named in gpu-ids", tfShare(tfMIG, ""), map[string]string{GPUIDsKey: tfMIG}, nil, false},
+		{"another allocator's instance", model.Device{Allocator: "hami", IDs: []string{tfMIG}, Parent: tfGPU1}, nil, nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, confined := tf.CarvedFrom(tt.dev, tt.ann)
+			if !reflect.DeepEqual(got, tt.want) || confined != tt.confined {
+				t.Errorf("CarvedFrom = %v, %v; want %v, %v", got, confined, tt.want, tt.confined)
+			}
+		})
+	}
+}

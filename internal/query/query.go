@@ -203,9 +203,33 @@ func printTable(out io.Writer, resp proto.Message) error {
 	return w.Flush()
 }
 
+// podLevel is the CONTAINER column of the rows of what the pod itself was
+// given (pod-level resources, reported from Kubernetes 1.37): no container
+// can have that name.
+const podLevel = "<pod>"
+
+// podRows prints a pod's rows: first what the pod itself was given, its
+// exclusive CPUs and a row per memory type (RESOURCE "memory" or
+// "hugepages-<size>", its size under DEVICES), then one row per container
+// and resource.
 func podRows(w io.Writer, p *v1.PodResources) {
-	if len(p.GetContainers()) == 0 {
+	podCPUs, memory := ints(p.GetCpuIds()), p.GetMemory()
+	if len(p.GetContainers()) == 0 && podCPUs == "" && len(memory) == 0 {
 		fmt.Fprintf(w, "%s\t%s\t<none>\t\t\t\t\n", p.GetNamespace(), p.GetName())
+	}
+	if len(memory) == 0 && podCPUs != "" {
+		fmt.Fprintf(w, "%s\t%s\t%s\t<none>\t\t\t%s\n", p.GetNamespace(), p.GetName(), podLevel, podCPUs)
+	}
+	for i, m := range memory {
+		if i > 0 {
+			podCPUs = ""
+		}
+		var numa []int64
+		for _, n := range m.GetTopology().GetNodes() {
+			numa = append(numa, n.GetID())
+		}
+		slices.Sort(numa)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetNamespace(), p.GetName(), podLevel, m.GetMemoryType(), size(m.GetSize()), ints(numa), podCPUs)
 	}
 	for _, c := range p.GetContainers() {
 		groups := groupDevices(c.GetDevices())
@@ -261,6 +285,20 @@ func groupDevices(devs []*v1.ContainerDevices) []deviceGroup {
 	}
 	slices.SortFunc(groups, func(a, b deviceGroup) int { return strings.Compare(a.resource, b.resource) })
 	return groups
+}
+
+// size spells a memory size in bytes as Kubernetes quantities do when it is
+// a whole number of Ki, Mi, Gi or Ti ("2Gi"), else in bytes.
+func size(b uint64) string {
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"Ti", 40}, {"Gi", 30}, {"Mi", 20}, {"Ki", 10}} {
+		if b != 0 && b%(1<<u.shift) == 0 {
+			return strconv.FormatUint(b>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatUint(b, 10)
 }
 
 func ints(xs []int64) string {

@@ -45,6 +45,11 @@ type Pod struct {
 	// DynamicResources are the DRA claims' devices the kubelet lists
 	// under each container.
 	DynamicResources map[string][]*v1.DynamicResource
+	// PodCPUs and PodMemory are what the kubelet reports for the pod
+	// itself (PodResources cpu_ids and memory, from Kubernetes 1.37): the
+	// exclusive CPUs and memory of a pod with pod-level resources.
+	PodCPUs   []int64
+	PodMemory []*v1.ContainerMemory
 
 	realistic bool
 }

@@ -39,7 +39,8 @@ func (k *Kubelet) v1Pod(p *Pod) *v1.PodResources {
 }
 
 func v1Pod(p *Pod) *v1.PodResources {
-	out := &v1.PodResources{Name: p.Name, Namespace: p.Namespace, Containers: []*v1.ContainerResources{}}
+	out := &v1.PodResources{Name: p.Name, Namespace: p.Namespace, Containers: []*v1.ContainerResources{},
+		CpuIds: p.PodCPUs, Memory: p.PodMemory}
 	add := func(name string) {
 		out.Containers = append(out.Containers, &v1.ContainerResources{
 			Name:             name,

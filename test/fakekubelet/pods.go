@@ -100,6 +100,25 @@ func WithCPUs(containerName string, cpus ...int64) PodOption {
 	}
 }
 
+// WithPodCPUs gives the pod itself exclusive CPUs (pod-level resources),
+// which the kubelet reports as the pod's cpu_ids.
+func WithPodCPUs(cpus ...int64) PodOption {
+	return func(p *Pod) { p.PodCPUs = cpus }
+}
+
+// WithPodMemory gives the pod itself memory of a type ("memory",
+// "hugepages-1Gi") on NUMA node numa (-1: none), which the kubelet reports
+// in the pod's memory.
+func WithPodMemory(memoryType string, size uint64, numa int64) PodOption {
+	return func(p *Pod) {
+		m := &v1.ContainerMemory{MemoryType: memoryType, Size: size}
+		if numa >= 0 {
+			m.Topology = &v1.TopologyInfo{Nodes: []*v1.NUMANode{{ID: numa}}}
+		}
+		p.PodMemory = append(p.PodMemory, m)
+	}
+}
+
 // WithPhase sets the pod phase (Succeeded and Failed pods are terminal).
 func WithPhase(phase corev1.PodPhase) PodOption {
 	return func(p *Pod) { p.Status.Phase = phase }
