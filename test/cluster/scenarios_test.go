@@ -64,6 +64,12 @@ type probeRecord struct {
 
 // probeAdds returns the probe's CNI ADD records for the pod with uid.
 func probeAdds(uid types.UID) ([]probeRecord, error) {
+	recs, err := probeRecords()
+	return slices.DeleteFunc(recs, func(r probeRecord) bool { return r.Command != "ADD" || r.UID != string(uid) }), err
+}
+
+// probeRecords returns every record of the probe, in the order written.
+func probeRecords() ([]probeRecord, error) {
 	f, err := os.Open(h.probeRecords)
 	if err != nil {
 		return nil, fmt.Errorf("read the CNI probe's records: %w", err)
@@ -76,9 +82,7 @@ func probeAdds(uid types.UID) ([]probeRecord, error) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return nil, fmt.Errorf("decode CNI probe record %q: %w", sc.Text(), err)
 		}
-		if r.Command == "ADD" && r.UID == string(uid) {
-			out = append(out, r)
-		}
+		out = append(out, r)
 	}
 	return out, sc.Err()
 }
@@ -459,6 +463,13 @@ func TestStatefulSetSuccessorSeesOnlyItsOwnDevices(t *testing.T) {
 		}
 	}
 	checkOwnVFs(t, successor, "app")
+	checkSource(t, before, mustReads(t))
+}
+
+func TestAForceDeletedPodsSuccessorGetsOnlyItsOwnVF(t *testing.T) {
+	requireCluster(t)
+	before := mustReads(t)
+	forceRecreate(t, "recreated")
 	checkSource(t, before, mustReads(t))
 }
 
@@ -1103,4 +1114,6 @@ func TestHelmChartInstallsTheSameDaemon(t *testing.T) {
 	}
 	useSource(t, ns, viaPods)
 	smoke(t, "smoke-helm")
+	// The same force deletion with serve reading /pods, as on most clusters.
+	forceRecreate(t, "recreated-helm")
 }

@@ -108,7 +108,15 @@ func TestVFPodsAreAnsweredDuringCNIAddWithoutReadingPodsAcrossAKubeletKill(t *te
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("serve's watch relisted %v after the kubelet was back (%v reconnects so far)", time.Since(back).Round(time.Millisecond), reconnects)
+		// A 1.37 kubelet answers "Kubelet is initializing" until its pod
+		// sources are ready; serve retries within 2 s meanwhile, and counts
+		// each such answer (0 on 1.36, and when the kubelet was ready first).
+		initializing, err := h.metric("podres_proxy_pods_api_initializing_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("serve's watch relisted %v after the kubelet was back (%v reconnects so far, %v answered \"Kubelet is initializing\")",
+			time.Since(back).Round(time.Millisecond), reconnects, initializing)
 	}
 
 	// A pod created after the restart: its ADD sees its VF, again with no
