@@ -106,7 +106,7 @@ build_kubelet() {
 sandbox_image_name() {
 	local name
 	name="$("${CONTAINERD_BIN_DIR}/containerd" config default |
-		sed -n -E "s/^[[:space:]]*sandbox(_image)?[[:space:]]*=[[:space:]]*['\"]([^'\"]+)['\"].*$/\1/p" | head -n 1)"
+		sed -n -E "s/^[[:space:]]*sandbox(_image)?[[:space:]]*=[[:space:]]*['\"]([^'\"]+)['\"].*$/\2/p" | head -n 1)"
 	[[ -n "${name}" ]] || die "could not find the pinned sandbox image in 'containerd config default'"
 	echo "${name}"
 }

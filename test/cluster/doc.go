@@ -2,7 +2,7 @@
 // cluster that hack/cluster-up.sh starts (etcd, kube-apiserver with
 // Node,RBAC authorization, kube-controller-manager, kube-scheduler, containerd
 // with NRI and a CNI bridge, a kubelet with webhook authentication and
-// authorization and its PodsAPI feature gate on). Its tests run only when
+// authorization and its Pods API, on by default from 1.37). Its tests run only when
 // asked for, as root:
 //
 //	hack/build-cluster.sh                      # once; cached afterwards
