@@ -135,10 +135,6 @@ func (w *Writer) Path(resource, id string) string {
 	return filepath.Join(w.dir, strings.ReplaceAll(resource, "/", "-")+"-"+strings.ReplaceAll(id, "/", "-")+"-device.json")
 }
 
-// wanted reports whether a device gets device-info files: an RDMA NIC or
-// VF (a PCI device Multus hands to sriov-cni, rdma-cni or host-device).
-func wanted(d model.Device) bool { return d.Type == inventory.TypeRDMA }
-
 // Hold writes the file of each VF or RDMA device of devices (what the proxy
 // answers the pod with) that has none yet. Failures are logged, never
 // returned: an answer is never failed for a missing device-info, which

@@ -103,7 +103,24 @@ var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 // read: an answer silently missing that pod's devices is worse than an
 // error, since Multus would configure the pod's network without its VF and
 // Antrea caches empty answers.
+//
+// It returns once the device-info files of the devices the plans hand out
+// are written (plans.Plan.Written): Multus reads a VF's right after the
+// answer, and only the first answer with a device waits for it.
 func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, error) {
+	out, err := q.plans(ctx, keys, arrived)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range out {
+		if err := p.Written(ctx); err != nil {
+			return nil, fmt.Errorf("waiting for device-info files: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func (q *Query) plans(ctx context.Context, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, error) {
 	out := make([]*plans.Plan, len(keys))
 	var need []int
 	for i, k := range keys {

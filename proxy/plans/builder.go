@@ -18,10 +18,13 @@ import (
 )
 
 // DeviceInfoWriter writes the NPWG device-info files of the devices a pod
-// is answered with (devinfo.Writer). The builder tells it before the table
-// with the pod's plan is published, because Multus reads the file right
-// after its List, during the same CNI ADD.
+// is answered with (devinfo.Writer). The builder tells it in the background
+// once the table with the pod's plan is published, and an answer that hands
+// out such a device waits for its file (Plan.Written), because Multus reads
+// it right after its List, during the same CNI ADD.
 type DeviceInfoWriter interface {
+	// Wants reports whether a device gets a device-info file.
+	Wants(d model.Device) bool
 	Hold(pod model.PodRef, devices []model.Device)
 }
 
@@ -51,6 +54,10 @@ type Builder struct {
 	o    Options
 	wake chan struct{} // a query needs a newer table than the current one
 
+	// writing counts the device-info writes in flight, which Run waits
+	// for before it returns.
+	writing sync.WaitGroup
+
 	mu      sync.Mutex
 	cur     *Table
 	built   chan struct{} // closed, and replaced, when cur changes
@@ -72,6 +79,7 @@ var ErrStopped = errors.New("plans: the builder is stopped")
 
 // Run builds a table now and again at every change, until ctx is done.
 func (b *Builder) Run(ctx context.Context) {
+	defer b.writing.Wait()
 	defer func() {
 		b.mu.Lock()
 		b.cur = nil
@@ -132,9 +140,10 @@ func (b *Builder) inventory() *inventory.Snapshot {
 }
 
 // build computes the table of the store's and the inventory's current
-// snapshots, keeping every plan none of whose inputs changed, writes what
-// the new plans decided (device-info files, refusals, slots) and publishes
-// it.
+// snapshots, keeping every plan none of whose inputs changed, publishes it
+// and then records what the new plans decided (device-info files,
+// refusals, slots): a query waits for a table, never for those writes,
+// but for the device-info files of the devices its answer hands out.
 func (b *Builder) build() {
 	pods := b.o.Store.Snapshot()
 	inv := b.inventory()
@@ -167,7 +176,6 @@ func (b *Builder) build() {
 			plans[rec.UID] = e.plan
 		}
 	}
-	b.record(fresh, entries)
 
 	b.mu.Lock()
 	b.cur = &Table{pods: pods, inv: inv, shared: shared, plans: plans}
@@ -175,6 +183,8 @@ func (b *Builder) build() {
 	close(b.built)
 	b.built = make(chan struct{})
 	b.mu.Unlock()
+
+	b.record(fresh, entries)
 }
 
 // decide computes one pod's plan: its devices translated to ids, vetted,
@@ -211,6 +221,9 @@ func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *t
 		a = relabelled
 	}
 	e.plan = &Plan{Containers: a, Shares: sharesOf(rec.UID, rec.Spec, a, shared)}
+	if b.wantsDeviceInfo(rec, a) {
+		e.plan.written = make(chan struct{})
+	}
 	return e
 }
 
@@ -247,21 +260,42 @@ func sharesOf(uid string, spec *model.PodSpec, a allocator.Assignment, table *tr
 	return out
 }
 
-// record writes what the plans of fresh records decided: the device-info
-// files of their devices (before any answer shows them), and, in the
-// store, the refusals (`inspect` shows them; a change is logged and
-// counted once) and the shared-GPU slots (a restarted daemon gives them
-// again). Recording changes the store, which builds again; that build
-// keeps every plan.
+// wantsDeviceInfo reports whether a pod answered with a gets device-info
+// files written for it: a pod not removed with a device that has one.
+func (b *Builder) wantsDeviceInfo(rec *record.Record, a allocator.Assignment) bool {
+	if b.o.DeviceInfo == nil || rec.State == record.PhaseRemoved {
+		return false
+	}
+	for _, devs := range a {
+		if slices.ContainsFunc(devs, b.o.DeviceInfo.Wants) {
+			return true
+		}
+	}
+	return false
+}
+
+// record writes what the plans of fresh records decided, after the table
+// with them is published: the device-info files of their devices, each
+// pod's in a goroutine of its own, so that a slow file holds up only the
+// answers that hand its device out (Plan.Written), and, in the store, the
+// refusals (`inspect` shows them; a change is logged and counted once) and
+// the shared-GPU slots (a restarted daemon gives them again), which the
+// store persists in the background. Recording changes the store, which
+// builds again; that build keeps every plan.
 func (b *Builder) record(fresh []*record.Record, entries map[string]entry) {
 	for _, rec := range fresh {
 		e := entries[rec.UID]
-		if b.o.DeviceInfo != nil && e.plan != nil && rec.State != record.PhaseRemoved {
-			ref := model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
-			for _, name := range slices.Sorted(maps.Keys(e.plan.Containers)) {
-				b.o.DeviceInfo.Hold(ref, e.plan.Containers[name])
-			}
+		if e.plan == nil || e.plan.written == nil {
+			continue
 		}
+		ref := model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
+		plan := e.plan
+		b.writing.Go(func() {
+			defer close(plan.written)
+			for _, name := range slices.Sorted(maps.Keys(plan.Containers)) {
+				b.o.DeviceInfo.Hold(ref, plan.Containers[name])
+			}
+		})
 	}
 	for _, rec := range fresh {
 		e := entries[rec.UID]

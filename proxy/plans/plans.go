@@ -10,11 +10,14 @@
 // inventory, so one function computes it (Builder.build) from one snapshot
 // of each, in the background, when either changes. What deciding writes
 // (the refusals and shared-GPU slots recorded for `inspect` and restarts,
-// the device-info files Multus reads) is written there too, before the
-// Table that answers with it is published: the read path only looks up.
+// the device-info files Multus reads) is written there too, after the
+// Table that answers with it is published: the read path only looks up,
+// and waits for no write but the device-info files of the devices its
+// answer hands out, the first time (Plan.Written).
 package plans
 
 import (
+	"context"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
@@ -36,6 +39,25 @@ type Plan struct {
 	// Shares is the pod's share of each GPU it shares with other pods, by
 	// the GPU's key (inventory.IDKey); nil when it shares none.
 	Shares map[string]Share
+	// written is closed once the device-info files of the plan's devices
+	// are written; nil when it has no such device.
+	written chan struct{}
+}
+
+// Written returns once the device-info files of the plan's devices are
+// written (at once when it has none, or they were), or with ctx's cause:
+// Multus reads a VF's file right after the answer that hands the VF out,
+// in the same CNI ADD, so that answer waits for it; no other does.
+func (p *Plan) Written(ctx context.Context) error {
+	if p == nil || p.written == nil {
+		return nil
+	}
+	select {
+	case <-p.written:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // Share is a pod's share of one GPU: its place among the GPU's sharers,
