@@ -23,6 +23,10 @@ const (
 	retryFirst  = 10 * time.Second
 	retryMax    = 5 * time.Minute
 	readTimeout = 30 * time.Second
+	// getWait bounds a Get's wait for its pod's lookup (FoldPod), well
+	// within a request's deadline (15 s by default): a Get answers, with
+	// what is known, even while the kubelet's /pods hangs.
+	getWait = 5 * time.Second
 )
 
 // ViewOptions are the sources a View folds from.
@@ -139,17 +143,21 @@ func (v *View) FoldList(_ context.Context, pods []*v1.PodResources) {
 // FoldPod folds one pod (a Get answer). A pod the view has no facts of
 // waits, within ctx, for Run's read of the pod sources (the kubelet, not
 // the API server): nri-plugins asks Get once, when the container is
-// created, and takes its topology hint from that one answer. A claim's
-// allocation is never waited for.
+// created, and takes its topology hint from that one answer. The wait is
+// at most getWait, and none while lookups back off after a failure; a
+// claim's allocation is never waited for.
 func (v *View) FoldPod(ctx context.Context, pod *v1.PodResources) {
 	pods := []*v1.PodResources{pod}
 	todo, wait := v.known(pods)
 	if wait != nil {
+		bound := time.NewTimer(getWait)
 		select {
 		case <-wait:
 			todo, _ = v.known(pods)
+		case <-bound.C:
 		case <-ctx.Done():
 		}
+		bound.Stop()
 	}
 	v.fold(todo)
 }
@@ -192,7 +200,7 @@ func (v *View) known(pods []*v1.PodResources) (todo []knownPod, wait <-chan stru
 		}
 		v.log.WithField("pod", key).Debug("DRA: the pod's extended resource claim is not known yet; its devices stay under dynamic_resources until it is read")
 		v.lookups[key] = claims
-		if !v.stopped {
+		if !v.stopped && !time.Now().Before(v.lookupAt) {
 			wait = v.next
 		}
 	}
