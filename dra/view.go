@@ -14,26 +14,39 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// retryClaim is how long a claim whose allocation could not be read waits
-// before the next read, so that an API server that is away costs one
-// failed read per pod and interval, not one per List.
-const retryClaim = 10 * time.Second
+// Waits of the background reads (background.go): a failed read is tried
+// again after retryFirst, then twice as long after each failure up to
+// retryMax, so that an API server or kubelet that is away costs a few reads
+// an hour per pod, not one per List; each read has readTimeout on top of
+// its source's own.
+const (
+	retryFirst  = 10 * time.Second
+	retryMax    = 5 * time.Minute
+	readTimeout = 30 * time.Second
+	// getWait bounds a Get's wait for its pod's lookup (FoldPod), well
+	// within a request's deadline (15 s by default): a Get answers, with
+	// what is known, even while the kubelet's /pods hangs.
+	getWait = 5 * time.Second
+)
 
 // ViewOptions are the sources a View folds from.
 type ViewOptions struct {
 	// Pods returns the extended resource claims (nil for a pod that has
 	// none) of the pods keys name, from the kubelet's pod sources, leaving
-	// out pods they do not know. A View calls it once per answer, for the
-	// pods it has no facts of, so that a List of many new pods costs one
+	// out pods they do not know. The View calls it in the background, for
+	// the pods its answers met and it has no facts of, at most one call at
+	// a time for all of them, so that a List of many new pods costs one
 	// read of every pod, not one per pod.
 	Pods func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error)
 	// Facts returns the node's devices and classes (resourceapi.Source).
+	// It must not wait: every answer calls it.
 	Facts func() Facts
-	// Allocation reads a claim's allocation; nil reads none, and claims
-	// serving several containers or resources are then not folded.
+	// Allocation reads a claim's allocation, in the background; nil reads
+	// none, and claims serving several containers or resources are then
+	// not folded.
 	Allocation func(ctx context.Context, namespace, name string) (Allocation, error)
 	// Refresh asks Facts' source to read the slices again: a device the
-	// kubelet reported is in none. Nil: never.
+	// kubelet reported is in none. It must not wait. Nil: never.
 	Refresh func()
 	// DriverResources fold a pod's own claims of these drivers (the
 	// operator's --dra-resource).
@@ -53,38 +66,67 @@ type Metrics interface {
 // facts and folds them into its answer (FoldPod). It keeps what does not
 // change during a pod's life: its extended resource claim and that claim's
 // allocation. It is safe for concurrent use.
+//
+// No answer waits on the API server: the answers fold what the View
+// already knows, and Run reads what they lacked in the background (a
+// hanging API server would otherwise hold every socket's List, which the
+// legacy view's is built with). Run must be running for anything to be
+// folded; a Get that needs a lookup waits for it to start.
 type View struct {
 	opts ViewOptions
 	log  logrus.FieldLogger
 
+	// lookupWake and claimWake wake Run's loops; each holds one signal.
+	lookupWake, claimWake chan struct{}
+
 	mu   sync.Mutex
 	pods map[model.PodKey]*podEntry
+	// lookups are the pods whose facts the answers lacked, with the claim
+	// names the kubelet listed for them, for Run's next call of Pods; next
+	// is closed once that call's facts are kept (a Get waits for it).
+	lookups map[model.PodKey]string
+	next    chan struct{}
+	// lookupAt and lookupFails pace Pods after failures.
+	lookupAt    time.Time
+	lookupFails int
+	stopped     bool // Run has returned: no Get waits for a lookup
 }
 
-// podEntry is what a View keeps of one pod.
+// podEntry is what a View keeps of one pod. Answers read it; only Run's
+// loops write its facts.
 type podEntry struct {
 	// claims are the names of the claims the kubelet lists for the pod:
 	// a pod recreated under its name has other ones (the scheduler and
 	// claim templates generate them), so its facts are looked up again.
-	claims   string
-	facts    PodFacts
-	readAt   time.Time // last failed allocation read
+	claims string
+	facts  PodFacts
+	// readAt and fails pace the reads of the claim's allocation after
+	// failures.
+	readAt   time.Time
+	fails    int
 	reported map[Unfolded]bool
 }
 
-// NewView returns a view folding from opts' sources.
+// NewView returns a view folding from opts' sources; Run reads them.
 func NewView(opts ViewOptions) *View {
 	return &View{
-		opts: opts,
-		log:  cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger()),
-		pods: map[model.PodKey]*podEntry{},
+		opts:       opts,
+		log:        cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger()),
+		lookupWake: make(chan struct{}, 1),
+		claimWake:  make(chan struct{}, 1),
+		pods:       map[model.PodKey]*podEntry{},
+		lookups:    map[model.PodKey]string{},
+		next:       make(chan struct{}),
 	}
 }
 
-// FoldList folds every pod of a List answer, and forgets pods it no
-// longer lists.
-func (v *View) FoldList(ctx context.Context, pods []*v1.PodResources) {
-	v.fold(ctx, pods)
+// FoldList folds every pod of a List answer with what the view knows, and
+// forgets pods it no longer lists. It never waits: every view's List is
+// built in one shared call, so a wait here would hold the default socket's
+// answer too.
+func (v *View) FoldList(_ context.Context, pods []*v1.PodResources) {
+	todo, _ := v.known(pods)
+	v.fold(todo)
 	seen := make(map[model.PodKey]bool, len(pods))
 	for _, p := range pods {
 		seen[model.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}] = true
@@ -98,9 +140,26 @@ func (v *View) FoldList(ctx context.Context, pods []*v1.PodResources) {
 	}
 }
 
-// FoldPod folds one pod (a Get answer).
+// FoldPod folds one pod (a Get answer). A pod the view has no facts of
+// waits, within ctx, for Run's read of the pod sources (the kubelet, not
+// the API server): nri-plugins asks Get once, when the container is
+// created, and takes its topology hint from that one answer. The wait is
+// at most getWait, and none while lookups back off after a failure; a
+// claim's allocation is never waited for.
 func (v *View) FoldPod(ctx context.Context, pod *v1.PodResources) {
-	v.fold(ctx, []*v1.PodResources{pod})
+	pods := []*v1.PodResources{pod}
+	todo, wait := v.known(pods)
+	if wait != nil {
+		bound := time.NewTimer(getWait)
+		select {
+		case <-wait:
+			todo, _ = v.known(pods)
+		case <-bound.C:
+		case <-ctx.Done():
+		}
+		bound.Stop()
+	}
+	v.fold(todo)
 }
 
 // Allocatable adds the node's devices of extended-resource classes and
@@ -115,83 +174,56 @@ func (v *View) facts() Facts {
 	return f
 }
 
-// fold folds pods; a pod has nothing to fold unless the kubelet lists a
-// claim for it.
-func (v *View) fold(ctx context.Context, pods []*v1.PodResources) {
-	type pending struct {
-		pod    *v1.PodResources
-		key    model.PodKey
-		claims string
-		entry  *podEntry // nil: not known, or its claims changed
-	}
-	var todo []pending
-	var lookup []model.PodKey
+// knownPod is a pod of an answer and what the view knows of it.
+type knownPod struct {
+	pod   *v1.PodResources
+	key   model.PodKey
+	entry *podEntry
+	facts PodFacts // entry's, when it was looked at
+}
+
+// known returns the pods the view has facts of; a pod has nothing to fold
+// unless the kubelet lists a claim for it. The others are handed to Run,
+// and wait, when not nil, is closed once they are looked up.
+func (v *View) known(pods []*v1.PodResources) (todo []knownPod, wait <-chan struct{}) {
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	for _, p := range pods {
 		claims := claimNames(p)
 		if claims == "" {
 			continue
 		}
 		key := model.PodKey{Namespace: p.GetNamespace(), Name: p.GetName()}
-		e := v.pods[key]
-		if e != nil && e.claims != claims {
-			e = nil
+		if e := v.pods[key]; e != nil && e.claims == claims {
+			todo = append(todo, knownPod{p, key, e, e.facts})
+			continue
 		}
-		if e == nil {
-			lookup = append(lookup, key)
+		v.log.WithField("pod", key).Debug("DRA: the pod's extended resource claim is not known yet; its devices stay under dynamic_resources until it is read")
+		v.lookups[key] = claims
+		if !v.stopped && !time.Now().Before(v.lookupAt) {
+			wait = v.next
 		}
-		todo = append(todo, pending{p, key, claims, e})
 	}
-	v.mu.Unlock()
+	if len(v.lookups) > 0 {
+		signal(v.lookupWake)
+	}
+	return todo, wait
+}
+
+// fold folds the known pods and reports what stayed unfolded.
+func (v *View) fold(todo []knownPod) {
 	if len(todo) == 0 {
 		return
 	}
-	var found map[model.PodKey]*model.ExtendedResourceClaim
-	if len(lookup) > 0 {
-		var err error
-		if found, err = v.opts.Pods(ctx, lookup); err != nil {
-			v.log.WithError(err).WithField("pods", len(lookup)).Warn("DRA: reading the pods' extended resource claims failed; their devices stay under dynamic_resources")
-		}
-	}
 	f := v.facts()
 	for _, t := range todo {
-		var e podEntry // a copy: Gets and Lists fold at once
-		if t.entry != nil {
-			e = *t.entry
-		} else {
-			claim, ok := found[t.key]
-			if !ok {
-				v.log.WithField("pod", t.key).Debug("DRA: the pod's extended resource claim is not known yet; its devices stay under dynamic_resources")
-				continue
-			}
-			e = podEntry{claims: t.claims, facts: PodFacts{Claim: claim}, reported: map[Unfolded]bool{}}
-		}
-		v.allocation(ctx, t.key, &e)
-		v.mu.Lock()
-		v.pods[t.key] = &e
-		v.mu.Unlock()
-		v.report(t.key, e, FoldPod(t.pod, e.facts, f))
+		v.report(t.key, t.entry, FoldPod(t.pod, t.facts, f))
 	}
-}
-
-// allocation reads the claim's allocation into e when it is needed and not
-// known, at most once per retryClaim after a failure.
-func (v *View) allocation(ctx context.Context, key model.PodKey, e *podEntry) {
-	if e.facts.Allocation != nil || !needsAllocation(e.facts.Claim) || v.opts.Allocation == nil || time.Since(e.readAt) < retryClaim {
-		return
-	}
-	alloc, err := v.opts.Allocation(ctx, key.Namespace, e.facts.Claim.ClaimName)
-	if err != nil {
-		v.log.WithError(err).WithField("pod", key).Warn("DRA: reading the pod's extended resource claim failed; its devices stay under dynamic_resources until it is read")
-		e.readAt = time.Now()
-		return
-	}
-	e.facts.Allocation = alloc
 }
 
 // report logs and counts each unfolded device once per pod, and asks for
 // the slices again when one is missing.
-func (v *View) report(key model.PodKey, e podEntry, unfolded []Unfolded) {
+func (v *View) report(key model.PodKey, e *podEntry, unfolded []Unfolded) {
 	refresh := false
 	v.mu.Lock()
 	var fresh []Unfolded

@@ -2,9 +2,11 @@ package proxy_test
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +46,22 @@ func withDRAPod() fk.PodOption {
 // dra.View whose pod facts come from the fake kubelet's /pods and whose
 // node has the DRA GPU on NUMA node 1.
 func withLegacyView() option {
+	return withLegacyViewOf(legacyFacts{
+		devices: map[dra.DeviceRef]dra.Device{{Driver: draDriver, Pool: "node-1", Device: "gpu-0"}: {ID: draGPU, NUMANode: 1}},
+	})
+}
+
+// legacyFacts are what withLegacyViewOf's dra.View knows besides /pods:
+// the node's devices, and where claims' allocations are read (nil: none).
+type legacyFacts struct {
+	devices    map[dra.DeviceRef]dra.Device
+	allocation func(ctx context.Context, namespace, name string) (dra.Allocation, error)
+}
+
+// withLegacyViewOf serves the legacy view, folding with a dra.View of f
+// and the fake kubelet's /pods, whose background reads run until the test
+// ends.
+func withLegacyViewOf(f legacyFacts) option {
 	return func(h *harness) {
 		withViews(merge.Legacy)(h)
 		h.providers = append(h.providers, func(p *proxy.Providers) {
@@ -51,7 +69,7 @@ func withLegacyView() option {
 			if err != nil {
 				h.t.Fatal(err)
 			}
-			p.Fold = dra.NewView(dra.ViewOptions{
+			view := dra.NewView(dra.ViewOptions{
 				Pods: func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
 					pods, err := client.Pods(ctx)
 					if err != nil {
@@ -67,15 +85,33 @@ func withLegacyView() option {
 					return out, nil
 				},
 				Facts: func() dra.Facts {
-					return dra.Facts{
-						Devices:        map[dra.DeviceRef]dra.Device{{Driver: draDriver, Pool: "node-1", Device: "gpu-0"}: {ID: draGPU, NUMANode: 1}},
-						ClassResources: map[string]string{draDriver: "nvidia.com/gpu"},
-					}
+					return dra.Facts{Devices: f.devices, ClassResources: map[string]string{draDriver: "nvidia.com/gpu"}}
 				},
+				Allocation: f.allocation,
+				Metrics:    p.Metrics,
+				Log:        quiet,
 			})
+			ctx, cancel := context.WithCancel(context.Background())
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				_ = view.Run(ctx)
+			}()
+			h.t.Cleanup(func() {
+				cancel()
+				<-stopped
+			})
+			p.Fold = view
 		})
 	}
 }
+
+// quiet is the dra.View's log: the tests read the counts.
+var quiet = func() *logrus.Logger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}()
 
 // legacyClient dials the legacy view's socket.
 func legacyClient(t *testing.T, h *harness) v1.PodResourcesListerClient {
@@ -98,11 +134,13 @@ func TestTheLegacyViewShowsDRADevicesUnderDevicesOnce(t *testing.T) {
 	h.k.SetPods(fk.NewPod("ml", "trainer", "uid-1", fk.WithSidecar("proxy", nil), fk.WithContainer("main", map[string]string{"nvidia.com/gpu": "1"}), withDRAPod()))
 	folded := legacyClient(t, h)
 
-	list, err := folded.List(ctx(t), &v1.ListPodResourcesRequest{})
+	// Get first: it waits for the pod's facts from /pods, which a List,
+	// answering with what the view knows, never does.
+	get, err := folded.Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "ml", PodName: "trainer"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	get, err := folded.Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "ml", PodName: "trainer"})
+	list, err := folded.List(ctx(t), &v1.ListPodResourcesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

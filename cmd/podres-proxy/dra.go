@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/dra"
@@ -33,7 +34,9 @@ type legacyView struct {
 // newLegacyView builds the legacy view: pods' extended resource claims
 // from the Pods API watch, else from /pods (readPods, see
 // extendedResourceClaims), and the node's ResourceSlices, DeviceClasses and
-// claims from the API server.
+// claims from the API server. All of them are read in the background (run),
+// never by a query. Each /pods read is counted as the queries' are
+// (pod_source_reads_total{source="pods"}): it is made for the answers.
 func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
 	drivers, err := registry.ParseResourceMap(c.draResources)
 	if err != nil {
@@ -51,10 +54,17 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 	if podsAPI != nil {
 		watch = podsAPI
 	}
+	counted := func(ctx context.Context) ([]model.KubeletPod, error) {
+		pods, err := readPods(ctx)
+		if err == nil {
+			m.PodSourceRead(podsapi.SourcePods)
+		}
+		return pods, err
+	}
 	return &legacyView{
 		source: source,
 		view: dra.NewView(dra.ViewOptions{
-			Pods:            extendedResourceClaims(watch, readPods),
+			Pods:            extendedResourceClaims(watch, counted),
 			Facts:           source.Facts,
 			Allocation:      source.Allocation,
 			Refresh:         source.Refresh,
@@ -63,6 +73,15 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 			Log:             log,
 		}),
 	}, nil
+}
+
+// run reads the legacy view's facts until ctx is done: the node's
+// ResourceSlices and DeviceClasses, and the pods' claims its answers lacked.
+func (l *legacyView) run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return l.source.Run(ctx) })
+	g.Go(func() error { return l.view.Run(ctx) })
+	return g.Wait()
 }
 
 // podWatch is the Pods API watch as the legacy view reads it.
@@ -82,7 +101,8 @@ type podWatch interface {
 // owned and not modified by kubelet"). /pods sends the API server's pod,
 // which has it. The view asks only for pods the kubelet lists DRA claims
 // for and keeps what it was told, so this costs one /pods read per such
-// pod's first answer, shared by the pods of one List, never one per call.
+// pod's first answer, shared by the pods the answers met meanwhile, never
+// one per call, and made in the background (dra.View.Run).
 func extendedResourceClaims(watch podWatch, readPods kubeletpods.Fetch) func(context.Context, []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
 	return func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
 		out := make(map[model.PodKey]*model.ExtendedResourceClaim, len(keys))

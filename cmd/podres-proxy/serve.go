@@ -227,7 +227,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		if err := legacy.source.Load(ctx); err != nil {
 			log.WithError(err).Warn("DRA: listing ResourceSlices and DeviceClasses failed; the legacy view folds nothing until a list succeeds")
 		}
-		start("DRA ResourceSlices", legacy.source.Run)
+		start("DRA legacy view", legacy.run)
 	}
 	if deviceInfo != nil {
 		// Files an earlier run left for pods gone meanwhile go at the first
