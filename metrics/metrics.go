@@ -60,6 +60,7 @@ type Metrics struct {
 	podsAPIReconnects prometheus.Counter
 	podsAPIInit       prometheus.Counter
 	draUnfolded       *prometheus.CounterVec
+	draPodsReads      prometheus.Counter
 	podSourceReads    *prometheus.CounterVec
 }
 
@@ -183,7 +184,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		Namespace: namespace, Subsystem: "dra", Name: "unfolded_total",
 		Help: "DRA devices of extended resources the legacy view left under dynamic_resources, once per pod and device, by reason (no-resourceslice, no-id-attribute, claim-allocation-unknown).",
 	}, []string{"reason"})
-	reg.MustRegister(m.draUnfolded, m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
+	m.draPodsReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "dra", Name: "pods_reads_total",
+		Help: "Successful /pods reads of the legacy view, in the background, for pods' extended resource claims (status.extendedResourceClaimStatus), which the kubelet's Pods API does not carry.",
+	})
+	reg.MustRegister(m.draUnfolded, m.draPodsReads, m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
 		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.unreadRefused, m.upstreamDuration,
 		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused,
 		m.listPodsTotal, m.upstreamShared,
@@ -310,6 +315,16 @@ func (m *Metrics) PodsAPIInitializing() {
 		return
 	}
 	m.podsAPIInit.Inc()
+}
+
+// DRAPodsRead counts a successful /pods read of the legacy view. It is not
+// a read for the answers' pods (PodSourceRead): those come from the Pods
+// API where the kubelet serves it, which has no extended resource claims.
+func (m *Metrics) DRAPodsRead() {
+	if m == nil {
+		return
+	}
+	m.draPodsReads.Inc()
 }
 
 // PodSourceRead counts one read of every pod made for a query, by the

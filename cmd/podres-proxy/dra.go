@@ -35,8 +35,9 @@ type legacyView struct {
 // from the Pods API watch, else from /pods (readPods, see
 // extendedResourceClaims), and the node's ResourceSlices, DeviceClasses and
 // claims from the API server. All of them are read in the background (run),
-// never by a query. Each /pods read is counted as the queries' are
-// (pod_source_reads_total{source="pods"}): it is made for the answers.
+// never by a query. Each /pods read is counted in dra_pods_reads_total, not
+// as the answers' reads of pods (pod_source_reads_total): a node whose
+// kubelet serves the Pods API reads /pods only for this.
 func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
 	drivers, err := registry.ParseResourceMap(c.draResources)
 	if err != nil {
@@ -57,7 +58,7 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 	counted := func(ctx context.Context) ([]model.KubeletPod, error) {
 		pods, err := readPods(ctx)
 		if err == nil {
-			m.PodSourceRead(podsapi.SourcePods)
+			m.DRAPodsRead()
 		}
 		return pods, err
 	}
