@@ -88,7 +88,8 @@ func (d *driver) run(ctx context.Context) {
 	}
 }
 
-// step makes one change, keeping 20 to 60 pods listed.
+// step makes one change, keeping 20 to 60 pods listed (so at most 67
+// devices held, of 128).
 func (d *driver) step(ctx context.Context) {
 	defer d.steps.Add(1)
 	listed := len(d.pending) + len(d.running)
@@ -96,10 +97,12 @@ func (d *driver) step(ctx context.Context) {
 	switch {
 	case len(d.lingering) > 0 && (len(d.lingering) > 6 || len(d.free) < 4 || r < 15):
 		d.act("teardown", func() { d.teardown(ctx, take(d.rng, &d.lingering)) })
-	case listed < 20 || len(d.running) == 0 || r < 35 && listed < 60:
+	case listed < 20:
 		d.act("admit", func() { d.admit(ctx, d.newName(), false) })
-	case len(d.pending) > 0 && r < 55:
+	case len(d.pending) > 0 && (len(d.running) == 0 || r < 25):
 		d.act("start", func() { d.start(ctx, take(d.rng, &d.pending)) })
+	case r < 50 && listed < 60:
+		d.act("admit", func() { d.admit(ctx, d.newName(), false) })
 	case r < 70:
 		d.act("delete", func() { d.delete(ctx, take(d.rng, &d.running)) })
 	case r < 82:
