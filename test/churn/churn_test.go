@@ -32,8 +32,8 @@ func TestMain(m *testing.M) {
 
 func TestUnderChurnAndAKillEveryAnswerReadingPodsIsWhatTheNodeHeld(t *testing.T) {
 	skipWhileKnownWrong(t, "a running pod recreated under its name is answered, now and then, with its predecessor's "+
-		"device for a call made wholly after the kubelet forgot the predecessor (seen after the restart, when serve "+
-		"had just warned that the pod logs directory lacked a pod deleted since its /pods read)")
+		"device by Lists made wholly after the kubelet forgot the predecessor and began the successor's sandbox "+
+		"(150-350 ms after the recreation, with and without the kill)")
 	churn(t, false)
 }
 
