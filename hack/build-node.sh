@@ -63,13 +63,25 @@ build_containerd() {
 	mkdir -p "${tmp}"
 	# Static binaries (no cgo): the btrfs snapshotter, the only cgo user,
 	# is not needed; the node uses the native snapshotter.
-	run_logged "build containerd ${CONTAINERD_VERSION} (containerd, shim, ctr)" \
-		"${PODRES_CACHE}/logs/containerd-${CONTAINERD_VERSION}.log" \
-		env GOBIN="${tmp}" CGO_ENABLED=0 "${GO}" install \
-		-ldflags "-s -w -X ${mod}/version.Version=${CONTAINERD_VERSION}" \
-		"${mod}/cmd/containerd@${CONTAINERD_VERSION}" \
-		"${mod}/cmd/containerd-shim-runc-v2@${CONTAINERD_VERSION}" \
-		"${mod}/cmd/ctr@${CONTAINERD_VERSION}"
+	local ldflags="-s -w -X ${mod}/version.Version=${CONTAINERD_VERSION}"
+	if [[ "$(version_part "${CONTAINERD_VERSION}" 1)" == 1 ]]; then
+		# 1.7's go.mod has an exclude directive, which `go install pkg@version`
+		# refuses: build in the downloaded module, as its own main module.
+		local dir
+		dir="$(GOFLAGS=-mod=mod "${GO}" mod download -json "${mod}@${CONTAINERD_VERSION}" | jq -r .Dir)"
+		[[ -d "${dir}" ]] || die "could not download ${mod}@${CONTAINERD_VERSION}"
+		run_logged "build containerd ${CONTAINERD_VERSION} (containerd, shim, ctr)" \
+			"${PODRES_CACHE}/logs/containerd-${CONTAINERD_VERSION}.log" \
+			in_dir "${dir}" env CGO_ENABLED=0 "${GO}" build -ldflags "${ldflags}" -o "${tmp}/" \
+			./cmd/containerd ./cmd/containerd-shim-runc-v2 ./cmd/ctr
+	else
+		run_logged "build containerd ${CONTAINERD_VERSION} (containerd, shim, ctr)" \
+			"${PODRES_CACHE}/logs/containerd-${CONTAINERD_VERSION}.log" \
+			env GOBIN="${tmp}" CGO_ENABLED=0 "${GO}" install -ldflags "${ldflags}" \
+			"${mod}/cmd/containerd@${CONTAINERD_VERSION}" \
+			"${mod}/cmd/containerd-shim-runc-v2@${CONTAINERD_VERSION}" \
+			"${mod}/cmd/ctr@${CONTAINERD_VERSION}"
+	fi
 	rm -rf "${CONTAINERD_BIN_DIR}"
 	mv "${tmp}" "${CONTAINERD_BIN_DIR}"
 	log "containerd ${CONTAINERD_VERSION}: built into ${CONTAINERD_BIN_DIR}"
