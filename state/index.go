@@ -26,7 +26,7 @@ type index struct {
 	// watch's deletion does).
 	namesComplete bool
 	// namedAt is when a source other than a complete list last said
-	// which UID a name is (names.go); kept by the Store only.
+	// which UID a name is (names.go).
 	namedAt map[model.PodKey]time.Time
 	// namesLogs is the kubelet's pod logs directory as it was before the
 	// /pods read that gave names began: while it is unchanged, no sandbox
@@ -136,6 +136,16 @@ func (v *Snapshot) Named(key model.PodKey) (*record.Record, bool) { return v.nam
 // read that gave the snapshot's names began (package podlogs); a stamp that
 // says nothing when they come from elsewhere.
 func (v *Snapshot) NamesLogs() podlogs.Stamp { return v.namesLogs }
+
+// NamedAt is when the snapshot's word on which UID a name is was said:
+// when the complete list it comes from was taken, or the watch event or
+// sandbox since (names.go).
+func (v *Snapshot) NamedAt(key model.PodKey) time.Time {
+	if at, ok := v.namedAt[key]; ok && at.After(v.namesAt) {
+		return at
+	}
+	return v.namesAt
+}
 
 // Current is Store.Current at the snapshot's version.
 func (v *Snapshot) Current(key model.PodKey) (*record.Record, bool) { return v.current(key) }

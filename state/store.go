@@ -159,6 +159,7 @@ func (s *Store) Snapshot() *Snapshot {
 		namesLogs: s.namesLogs,
 
 		namesComplete: s.namesComplete,
+		namedAt:       maps.Clone(s.namedAt),
 	}
 	for k, uids := range s.byKey {
 		x.byKey[k] = slices.Clone(uids) // unindexKey edits them in place
