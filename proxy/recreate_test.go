@@ -10,6 +10,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/test/clients"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -192,5 +193,20 @@ func TestRunningPodsOnASteadyNodeCostNoKubeletRead(t *testing.T) {
 	}
 	if n := h.k.PodsReads() - reads; n != 0 {
 		t.Errorf("10 Lists and 10 Gets of a running pod on a node where no sandbox began read /pods %d times, want 0", n)
+	}
+}
+
+func TestARunningPodRecreatedUnderItsNameIsNotAnsweredFromItsPredecessorBeforeTheWatchShowsIt(t *testing.T) {
+	// With the Pods API the kubelet sends the successor's event before it
+	// makes its log directory, but the event may still be on its way when
+	// the CNI ADD asks: the directory's entry says the name is another pod.
+	h := newHarness(t, withTwoVFs(), withProviders(func(p *proxy.Providers) { p.Watching = func() bool { return true } }))
+	runningOld(t, h)
+	recreateUnderItsName(h)
+	for i := range 3 {
+		if got := multusVFs(t, h); !slices.Equal(got, []string{vf2}) {
+			t.Errorf("List %d during the new pod's CNI ADD, its watch event not yet applied, shows %v, want its own [%s], never its predecessor's %s",
+				i, got, vf2, vf1)
+		}
 	}
 }

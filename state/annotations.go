@@ -105,14 +105,15 @@ func (s *Store) setNames(asOf time.Time, logs podlogs.Stamp, pods []model.Kubele
 		}
 		names[key] = p.UID
 	}
-	changed := !maps.Equal(names, s.names) || !logs.Same(s.namesLogs)
+	s.newerNames(asOf, names)
+	changed := !maps.Equal(names, s.names) || !logs.Same(s.namesLogs) || !s.namesComplete
 	for _, r := range s.byUID {
 		if changed {
 			break
 		}
 		changed = r.Live() && stopping(r)
 	}
-	s.names, s.namesAt, s.namesLogs = names, asOf, logs
+	s.names, s.namesAt, s.namesLogs, s.namesComplete = names, asOf, logs, true
 	if changed {
 		s.bump()
 	}
@@ -132,11 +133,11 @@ func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 	}
 	s.lock(pre)
 	defer s.unlock()
-	s.observeKubeletPod(&p, s.now())
+	now := s.now()
+	s.observeKubeletPod(&p, now)
 	key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
-	if cur, ok := s.names[key]; cur != p.UID && (!ok || !p.Terminal()) {
-		s.names[key] = p.UID
-		s.bump()
+	if cur, ok := s.names[key]; cur == p.UID || (!ok || !p.Terminal()) {
+		s.noteName(key, p.UID, now)
 	}
 }
 
@@ -160,8 +161,7 @@ func (s *Store) WatchedPodDeleted(p model.PodRef) {
 	defer s.mu.Unlock()
 	key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
 	if s.names[key] == p.UID {
-		delete(s.names, key)
-		s.bump()
+		s.noteName(key, "", s.now()) // no pod, until a source says which
 	}
 	if r, ok := s.byUID[p.UID]; ok && r.State == record.PhasePending {
 		s.setPhase(record.OriginKubelet, p.UID, record.PhaseRemoved)

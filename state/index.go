@@ -21,6 +21,13 @@ type index struct {
 	// pod a name is now (live, current).
 	names   map[model.PodKey]string
 	namesAt time.Time
+	// namesComplete says that names came from a complete kubelet list,
+	// so a name it lacks is no pod (a "" UID says so of one name, as a
+	// watch's deletion does).
+	namesComplete bool
+	// namedAt is when a source other than a complete list last said
+	// which UID a name is (names.go).
+	namedAt map[model.PodKey]time.Time
 	// namesLogs is the kubelet's pod logs directory as it was before the
 	// /pods read that gave names began: while it is unchanged, no sandbox
 	// began since, so names still say which pod a name not running is
@@ -34,14 +41,17 @@ func (x *index) get(uid string) (*record.Record, bool) {
 }
 
 // live returns the live record (a running sandbox reported by NRI or CRI)
-// of a pod name, unless the freshest kubelet pod list gives that name
-// another UID: the pod was deleted and recreated under the same name
+// of a pod name, unless the newest evidence (names.go) gives that name
+// another UID, or no pod: the pod was deleted and recreated under the same name
 // (StatefulSets, a force deletion while the old sandbox is still torn
 // down), and the new pod must never be answered with its predecessor's
 // devices. Of two live sandboxes of one name, the kubelet's names the one;
 // without it, it returns false and the caller must ask the kubelet.
 func (x *index) live(key model.PodKey) (*record.Record, bool) {
 	current, named := x.names[key]
+	if !named && x.namesComplete {
+		return nil, false // the kubelet has no pod of that name
+	}
 	var live *record.Record
 	for _, uid := range x.byKey[key] {
 		r := x.byUID[uid]
@@ -126,6 +136,16 @@ func (v *Snapshot) Named(key model.PodKey) (*record.Record, bool) { return v.nam
 // read that gave the snapshot's names began (package podlogs); a stamp that
 // says nothing when they come from elsewhere.
 func (v *Snapshot) NamesLogs() podlogs.Stamp { return v.namesLogs }
+
+// NamedAt is when the snapshot's word on which UID a name is was said:
+// when the complete list it comes from was taken, or the watch event or
+// sandbox since (names.go).
+func (v *Snapshot) NamedAt(key model.PodKey) time.Time {
+	if at, ok := v.namedAt[key]; ok && at.After(v.namesAt) {
+		return at
+	}
+	return v.namesAt
+}
 
 // Current is Store.Current at the snapshot's version.
 func (v *Snapshot) Current(key model.PodKey) (*record.Record, bool) { return v.current(key) }

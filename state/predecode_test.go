@@ -56,7 +56,7 @@ func TestDecodingDoesNotHoldTheStoresLock(t *testing.T) {
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u-other", "ns", "other", "sb0", nil))
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "big", "sb1", map[string]string{"alloc/gpu": "G1"}))
 	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "new", Phase: "Pending",
-		Annotations: map[string]string{"alloc/gpu": "G2"}}})
+		Annotations: map[string]string{"alloc/gpu": "G2"}}, {UID: "u-other", Namespace: "ns", Name: "other", Phase: "Running"}})
 	s.Reconcile(record.OriginCRI, time.Now(), []model.Sandbox{
 		readySandbox("u3", "ns", "cri", "sb3", map[string]string{"alloc/gpu": "G3"}),
 		readySandbox("u-other", "ns", "other", "sb0", nil),

@@ -12,8 +12,9 @@ import (
 // What the runtime reports (NRI events, CRI lists) becomes records here:
 // sandboxes, their phase and their containers.
 
-// ObserveSandbox records a sandbox the runtime reported (NRI RunPodSandbox,
-// Synchronize, CRI ListPodSandbox). It creates the record if the UID is new.
+// ObserveSandbox records a sandbox the runtime reported beginning (NRI
+// RunPodSandbox): its pod is the one its name is now. It creates the
+// record if the UID is new.
 // Of the sandbox's annotations it keeps the allocators', bounded
 // (decode.Bounded).
 func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
@@ -23,6 +24,12 @@ func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
 	s.lock(pre)
 	defer s.unlock()
 	s.observeSandbox(src, sb)
+	// A sandbox beginning is the kubelet's word that the name is this
+	// pod now (names.go): it asks for one only for the pod it has under
+	// that name, after its predecessor is gone from its pods.
+	if r, ok := s.byUID[sb.UID]; ok && sb.UID != "" && sb.Ready && r.SandboxID == sb.ID && r.Live() {
+		s.noteName(r.Key(), sb.UID, s.now())
+	}
 }
 
 // lock takes the write lock with pre, the annotations decoded for this call.

@@ -157,6 +157,9 @@ func (s *Store) Snapshot() *Snapshot {
 		names:     maps.Clone(s.names),
 		namesAt:   s.namesAt,
 		namesLogs: s.namesLogs,
+
+		namesComplete: s.namesComplete,
+		namedAt:       maps.Clone(s.namedAt),
 	}
 	for k, uids := range s.byKey {
 		x.byKey[k] = slices.Clone(uids) // unindexKey edits them in place

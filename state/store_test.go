@@ -94,8 +94,11 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 
 func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
 	s := New(Options{Clock: newFakeClock()})
-	s.ObserveSandbox(record.OriginNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
-	s.ObserveSandbox(record.OriginNRI, readySandbox("new", "ns", "web-0", "sb-new", nil))
+	// A reconcile says which sandboxes run, not which began last.
+	s.Reconcile(record.OriginNRI, time.Time{}, []model.Sandbox{
+		readySandbox("old", "ns", "web-0", "sb-old", nil),
+		readySandbox("new", "ns", "web-0", "sb-new", nil),
+	}, nil, false)
 	if r, ok := s.Live(pod); ok {
 		t.Fatalf("two running sandboxes of one name: Live returned %s; the kubelet must decide", r.UID)
 	}

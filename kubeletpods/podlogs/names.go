@@ -54,6 +54,14 @@ func (n *Names) Err() error { return n.err }
 // that name, and doubt when it cannot tell: two UIDs whose entries changed
 // at the same time, or a read that failed and is not older than since.
 func (n *Names) Newest(key model.PodKey, since Stamp) (uid string, doubt bool) {
+	return n.NewestAfter(key, since, time.Time{})
+}
+
+// NewestAfter is Newest among the entries that changed at or after after
+// too (all of them when it is zero): what the directory says beyond the
+// moment a source last said which UID the name is (a watch event, a
+// sandbox beginning), which is newer than a read's stamp.
+func (n *Names) NewestAfter(key model.PodKey, since Stamp, after time.Time) (uid string, doubt bool) {
 	comparable := since.ok && n.stamp.ok && since.dev == n.stamp.dev && since.ino == n.stamp.ino
 	if n.err != nil {
 		// The read's error is overtaken by a /pods read stamped after
@@ -65,6 +73,8 @@ func (n *Names) Newest(key model.PodKey, since Stamp) (uid string, doubt bool) {
 		switch {
 		case comparable && e.ctime < since.ctime:
 			continue // the /pods read saw its pod
+		case !after.IsZero() && e.ctime < after.UnixNano():
+			continue // older than what a source said since
 		case uid == "" || e.ctime > newest:
 			uid, newest, doubt = e.uid, e.ctime, false
 		case e.ctime == newest && e.uid != uid:

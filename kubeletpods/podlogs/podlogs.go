@@ -109,7 +109,9 @@ func (d *Dir) Stamp() (Stamp, error) {
 // Check returns s when the directory of every running pod of pods is in d
 // (the kubelet made each before its sandbox), and otherwise a stamp that
 // says nothing, with the reason: d is not where this kubelet keeps pod
-// logs, or no pod runs to show that it is. Every one, not a few: the
+// logs, or no pod runs to show that it is. A pod whose directory is
+// missing from a directory that changed since s says neither: it may have
+// been deleted since the read (under churn, often). Every one, not a few: the
 // oldest pods' directories are also in a directory the kubelet stopped
 // writing to, and the newest show that it did (one lstat each, beside a
 // read of every pod).
@@ -126,6 +128,11 @@ func (d *Dir) Check(s Stamp, pods []model.KubeletPod) (Stamp, error) {
 		dir := filepath.Join(d.path, p.Namespace+"_"+p.Name+"_"+p.UID)
 		var st unix.Stat_t
 		if err := unix.Lstat(dir, &st); err != nil {
+			if d.changedSince(s) {
+				// The pod may have been deleted since the read, and
+				// its directory removed: that says nothing.
+				continue
+			}
 			return Stamp{}, fmt.Errorf("pod logs directory %s does not hold running pod %s/%s's logs (%s): not the kubelet's podLogsDir?: %w",
 				d.path, p.Namespace, p.Name, dir, err)
 		}
@@ -135,6 +142,13 @@ func (d *Dir) Check(s Stamp, pods []model.KubeletPod) (Stamp, error) {
 		return Stamp{}, nil // nothing shows it is the kubelet's: next read
 	}
 	return s, nil
+}
+
+// changedSince reports whether an entry was added to or removed from the
+// directory since s was taken, or it cannot be told.
+func (d *Dir) changedSince(s Stamp) bool {
+	now, err := d.Stamp()
+	return err != nil || now.dev != s.dev || now.ino != s.ino || now.ctime != s.ctime
 }
 
 // Known reports whether s says something: a directory was stat'ed and,

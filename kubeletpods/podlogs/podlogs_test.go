@@ -118,3 +118,33 @@ func TestCheckRefusesADirectoryWithoutTheRunningPodsLogs(t *testing.T) {
 		t.Errorf("without the newest running pod's directory: %v, stamp trusted %v; want an error naming ml/web-1", err, s.Unchanged(s))
 	}
 }
+
+func TestCheckTakesAPodDeletedSinceTheReadForNoSignOfAWrongDirectory(t *testing.T) {
+	root := t.TempDir()
+	d := New(root, later())
+	kept := model.KubeletPod{UID: "uid-1", Namespace: "ml", Name: "web-0", Phase: "Running"}
+	deleted := model.KubeletPod{UID: "uid-2", Namespace: "ml", Name: "web-1", Phase: "Running"}
+	for _, p := range []model.KubeletPod{kept, deleted} {
+		if err := os.Mkdir(filepath.Join(root, p.Namespace+"_"+p.Name+"_"+p.UID), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := stamp(t, d)
+	// The read listed both; the kubelet then deleted web-1 and its logs.
+	if err := os.Remove(filepath.Join(root, "ml_web-1_uid-2")); err != nil {
+		t.Fatal(err)
+	}
+	// A coarse clock may stamp the removal as the last change before:
+	// change the directory until its ctime moves, as time makes it.
+	for stamp(t, d).ctime == before.ctime {
+		if err := os.Mkdir(filepath.Join(root, "tick"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(root, "tick")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := d.Check(before, []model.KubeletPod{kept, deleted}); err != nil || !s.Known() {
+		t.Errorf("a pod deleted since the read: %v, stamp known %v; want no alarm, the stamp kept", err, s.Known())
+	}
+}

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"time"
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -23,7 +24,10 @@ import (
 // than its running record's is not answered from that record: it is a pod
 // being created, which a /pods read answers. On a node where no sandbox
 // began since the read, the stat shows the directory unchanged, and
-// nothing is read.
+// nothing is read. With a watch too: the kubelet sends a pod's event
+// before it makes the pod's directory, but the event may still be on its
+// way; an entry older than what a source last said of the name (a watch
+// event, a sandbox beginning) says nothing new (contradict).
 type Query struct {
 	r    *Resolver
 	t    *plans.Table
@@ -55,8 +59,8 @@ func (q *Query) Fresh() bool { return q.logs.names == nil }
 // knows the pod without its spec, or the directory says the name is
 // another pod than the table's running one.
 func (q *Query) Lookup(key model.PodKey) (*plans.Plan, bool) {
-	rec, live, ok := q.r.lookup(q.t, key)
-	if !ok || (live && q.logs.contradict(q.t, key, rec)) {
+	rec, _, ok := q.r.lookup(q.t, key)
+	if !ok || q.logs.contradict(q.t, key, rec) {
 		return nil, false
 	}
 	return q.t.Plan(rec.UID), true
@@ -84,6 +88,12 @@ func (q *Query) Find(key model.PodKey) (*plans.Plan, bool) {
 	return q.t.Plan(rec.UID), true
 }
 
+// clockSlack is how far behind the clock a directory's ctime may be (the
+// kernel stamps it from a coarse clock, a tick or so behind): an entry
+// made that much before a source said which pod a name is still counts, on
+// the safe side (a read).
+const clockSlack = 20 * time.Millisecond
+
 // logs is the pod logs directory as one query found it.
 type logs struct {
 	now   podlogs.Stamp  // its stamp; zero: not looked at (a watch, none, or no stat)
@@ -91,10 +101,11 @@ type logs struct {
 }
 
 // logsNow stats the pod logs directory, and reads its entries (shared)
-// when it changed since t's /pods read. With a watch, which says which UID
-// each name is as the kubelet admits the pod, it looks at nothing.
+// when it changed since t's /pods read. With a watch too: the kubelet
+// makes a pod's entry after its watch event is sent, but the event may
+// still be on its way when the CNI ADD asks.
 func (r *Resolver) logsNow(ctx context.Context, t *plans.Table) logs {
-	if r.o.PodLogs == nil || r.Watched() {
+	if r.o.PodLogs == nil {
 		return logs{}
 	}
 	now, err := r.o.PodLogs.Stamp()
@@ -108,11 +119,12 @@ func (r *Resolver) logsNow(ctx context.Context, t *plans.Table) logs {
 }
 
 // contradict reports whether the directory says key is another pod than
-// rec, beyond t's /pods read, or cannot say (podlogs.Names.Newest).
+// rec, beyond t's /pods read and what a source said of the name since
+// (less clockSlack), or cannot say (podlogs.Names.NewestAfter).
 func (l logs) contradict(t *plans.Table, key model.PodKey, rec *record.Record) bool {
 	if l.names == nil {
 		return false
 	}
-	uid, doubt := l.names.Newest(key, t.Pods().NamesLogs())
+	uid, doubt := l.names.NewestAfter(key, t.Pods().NamesLogs(), t.Pods().NamedAt(key).Add(-clockSlack))
 	return doubt || (uid != "" && uid != rec.UID)
 }

@@ -31,25 +31,11 @@ func TestMain(m *testing.M) {
 }
 
 func TestUnderChurnAndAKillEveryAnswerReadingPodsIsWhatTheNodeHeld(t *testing.T) {
-	skipWhileKnownWrong(t, "a running pod recreated under its name is answered, now and then, with its predecessor's "+
-		"device by Lists made wholly after the kubelet forgot the predecessor and began the successor's sandbox "+
-		"(150-350 ms after the recreation, with and without the kill)")
 	churn(t, false)
 }
 
 func TestUnderChurnAndAKillEveryAnswerWatchingThePodsAPIIsWhatTheNodeHeld(t *testing.T) {
-	skipWhileKnownWrong(t, "a pod recreated under its name is answered with its predecessor's device by calls made "+
-		"after the kubelet listed the successor, before serve's watch has its events (most runs; once 650 ms after)")
 	churn(t, true)
-}
-
-// skipWhileKnownWrong skips a configuration that still finds wrong answers
-// on the current code, unless the run asks for churn (PODRES_CHURN): it
-// lands the test for those who fix them. Remove the call with the fix.
-func skipWhileKnownWrong(t *testing.T, why string) {
-	if os.Getenv("PODRES_CHURN") == "" {
-		t.Skipf("wrong answers on the current code: %s; PODRES_CHURN=15s runs it", why)
-	}
 }
 
 // churn runs the node's churn for PODRES_CHURN (default 15 s) under 8

@@ -1,0 +1,57 @@
+package state
+
+import (
+	"time"
+
+	"github.com/podres-proxy/podres-proxy/model"
+)
+
+// Which pod a name is: PodResources names pods without UIDs, and every
+// source that says which UID a name is counts, the newest winning: a
+// complete kubelet list (/pods, ListPods) as of when it was taken, a watch
+// event, and the runtime reporting a pod's new sandbox (NRI
+// RunPodSandbox), which the kubelet asks for only for the pod it has under
+// that name now. A list taken before a later event says less than the
+// event, so it does not undo it (setNames); a name that the newest
+// evidence gives no pod is answered from no record, however many
+// sandboxes of it still run (a force-deleted pod's, torn down later).
+
+// maxNamedAge bounds how long the time of a name's evidence is kept: far
+// longer than a kubelet list can take (its reads time out in seconds), so
+// no list still in flight began before an evidence it forgot.
+const maxNamedAge = time.Minute
+
+// noteName records that a source said at now that key is uid ("": no
+// pod), newer than any list begun before now. Called with mu held.
+func (s *Store) noteName(key model.PodKey, uid string, now time.Time) {
+	if s.namedAt == nil {
+		s.namedAt = map[model.PodKey]time.Time{}
+	}
+	if cur, ok := s.names[key]; !ok || cur != uid {
+		s.names[key] = uid
+		s.bump()
+	}
+	s.namedAt[key] = now
+	if len(s.namedAt) > 2*len(s.names)+64 {
+		for k, at := range s.namedAt {
+			if now.Sub(at) > maxNamedAge {
+				delete(s.namedAt, k)
+			}
+		}
+	}
+}
+
+// newerNames keeps in names, a complete list's taken at asOf, what the
+// sources said of a name after asOf, and forgets what the list covers.
+// Called with mu held.
+func (s *Store) newerNames(asOf time.Time, names map[model.PodKey]string) {
+	for k, at := range s.namedAt {
+		if !at.After(asOf) {
+			delete(s.namedAt, k)
+			continue
+		}
+		if uid, ok := s.names[k]; ok {
+			names[k] = uid
+		}
+	}
+}
