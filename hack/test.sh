@@ -171,7 +171,10 @@ if [[ "$e2e" == "1" ]]; then
 			-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/matrix-containerd"
 	fi
 	step "the versions each node run ran on, and serve's reads of every pod in it"
-	grep -h -e '^e2e: kubelet' -e '^e2e: pod source reads' -e '^\(ok\|FAIL\)[[:space:]]' "$e2e_logs"/* || echo "(none: serve did not run)"
+	for run in default pods matrix-kubelet matrix-containerd; do
+		[[ -f "$e2e_logs/$run" ]] || continue
+		grep -h -e '^e2e: kubelet' -e '^e2e: pod source reads' -e '^\(ok\|FAIL\)[[:space:]]' "$e2e_logs/$run" || echo "(none: serve did not run)"
+	done
 	rm -rf "$e2e_logs"
 	if [[ "${PODRES_CLUSTER_E2E:-1}" != "0" && -d test/cluster ]]; then
 		# A step of its own, so the build's time is not the suite's: cached by
