@@ -32,12 +32,40 @@ func (s *Store) noteName(key model.PodKey, uid string, now time.Time) {
 		s.bump()
 	}
 	s.namedAt[key] = now
-	if len(s.namedAt) > 2*len(s.names)+64 {
-		for k, at := range s.namedAt {
-			if now.Sub(at) > maxNamedAge {
-				delete(s.namedAt, k)
-			}
+	s.pruneNames(now)
+}
+
+// forgetName drops what the sources said of key once it no longer matters:
+// the name is no pod (""), no live record of it remains to be kept from
+// answering, and no list still in flight can have begun before the word
+// (maxNamedAge). Without it a watch that is never followed by a complete
+// list keeps every deleted pod's name for good (a Job's, a generated
+// name's). Dropping it answers the same: a name of no pod and no live
+// record answers nothing either way. Called with mu held.
+func (s *Store) forgetName(key model.PodKey, now time.Time) bool {
+	at, noted := s.namedAt[key]
+	if uid, ok := s.names[key]; !ok || uid != "" || !noted || now.Sub(at) <= maxNamedAge {
+		return false
+	}
+	for _, uid := range s.byKey[key] {
+		if r := s.byUID[uid]; r != nil && r.Live() {
+			return false
 		}
+	}
+	delete(s.names, key)
+	delete(s.namedAt, key)
+	return true
+}
+
+// pruneNames forgets the names forgetName may, at most once per
+// maxNamedAge (a walk of namedAt under the lock). Called with mu held.
+func (s *Store) pruneNames(now time.Time) {
+	if now.Sub(s.namesPruned) < maxNamedAge {
+		return
+	}
+	s.namesPruned = now
+	for k := range s.namedAt {
+		s.forgetName(k, now)
 	}
 }
 

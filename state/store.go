@@ -66,6 +66,8 @@ type Store struct {
 	mu sync.RWMutex
 	index
 	bySandbox map[string]string // sandbox id -> uid
+	// namesPruned is when pruneNames last walked namedAt (names.go).
+	namesPruned time.Time
 
 	// version counts changes to the records: it moves whenever a record is
 	// installed or deleted, so that readers can tell, without comparing
