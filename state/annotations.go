@@ -122,7 +122,8 @@ func (s *Store) setNames(asOf time.Time, logs podlogs.Stamp, pods []model.Kubele
 // ObserveWatchedPod records one pod the kubelet's Pods API watch reported
 // added or modified: its spec and allocator annotations, as a /pods read
 // would, and that its name is now this UID (a pod recreated under the same
-// name is known by its new UID before its sandbox exists).
+// name is known by its new UID before its sandbox exists), unless the
+// name is a newer pod's.
 func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 	if p.UID == "" {
 		return
@@ -134,9 +135,14 @@ func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 	s.lock(pre)
 	defer s.unlock()
 	now := s.now()
+	_, known := s.byUID[p.UID]
 	s.observeKubeletPod(&p, now)
 	key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
-	if cur, ok := s.names[key]; cur == p.UID || (!ok || !p.Terminal()) {
+	// A pod takes a name another UID has only when it is new to the
+	// store: one already known lost the name to that UID since (the
+	// kubelet went on reporting a force-deleted pod's teardown after its
+	// successor was created), and is the older.
+	if cur, ok := s.names[key]; !ok || (cur != p.UID && !p.Terminal() && (cur == "" || !known)) {
 		s.noteName(key, p.UID, now)
 	}
 }

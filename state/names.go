@@ -22,16 +22,20 @@ import (
 const maxNamedAge = time.Minute
 
 // noteName records that a source said at now that key is uid ("": no
-// pod), newer than any list begun before now. Called with mu held.
+// pod), newer than any list begun before now. The time changes only with
+// the UID: a later word that the name is still the same pod (a watch
+// event of its status) says nothing new, and must not hide what happened
+// to the name in between (a successor's log directory, merge.contradict).
+// Called with mu held.
 func (s *Store) noteName(key model.PodKey, uid string, now time.Time) {
 	if s.namedAt == nil {
 		s.namedAt = map[model.PodKey]time.Time{}
 	}
 	if cur, ok := s.names[key]; !ok || cur != uid {
 		s.names[key] = uid
+		s.namedAt[key] = now
 		s.bump()
 	}
-	s.namedAt[key] = now
 	s.pruneNames(now)
 }
 

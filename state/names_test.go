@@ -95,3 +95,36 @@ func TestPodsTheWatchAddsAndDeletesLeaveNoNamesBehind(t *testing.T) {
 		t.Fatalf("after 1000 pods added and deleted: %d names, %d times kept, want at most %d", names, namedAt, limit)
 	}
 }
+
+// A force-deleted pod's teardown goes on being reported by the watch after
+// its successor of the same name was created.
+
+func TestALateEventOfAPodDoesNotMoveWhenItsNameWasSaid(t *testing.T) {
+	clk := newFakeClock()
+	s := New(Options{Clock: clk})
+	s.ObserveWatchedPod(running("old"))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
+	said := s.Snapshot().NamedAt(pod)
+	clk.Advance(time.Second) // new is created, its log directory made
+	s.ObserveWatchedPod(model.KubeletPod{UID: "old", Namespace: pod.Namespace, Name: pod.Name, Phase: "Running", Annotations: map[string]string{"terminating": "yes"}})
+	if got := s.Snapshot().NamedAt(pod); !got.Equal(said) {
+		t.Fatalf("a status event of the name's pod moved when the name was said: %v, want %v (it would hide its successor's log directory)", got, said)
+	}
+}
+
+func TestALateEventOfAForceDeletedPodDoesNotTakeItsSuccessorsName(t *testing.T) {
+	clk := newFakeClock()
+	s := New(Options{Clock: clk})
+	s.ObserveWatchedPod(running("old"))
+	s.ObserveSandbox(record.OriginNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
+	clk.Advance(time.Second)
+	s.ObserveWatchedPod(running("new"))
+	clk.Advance(time.Second)
+	s.ObserveWatchedPod(model.KubeletPod{UID: "old", Namespace: pod.Namespace, Name: pod.Name, Phase: "Running", Annotations: map[string]string{"terminating": "yes"}})
+	if got := liveUID(s); got != "" {
+		t.Fatalf("the name is new's, which has no sandbox yet: Live = %q, want none", got)
+	}
+	if r, ok := s.Named(pod); !ok || r.UID != "new" {
+		t.Fatalf("Named = %v, %v; want new", r, ok)
+	}
+}
