@@ -125,6 +125,10 @@ func (l logs) contradict(t *plans.Table, key model.PodKey, rec *record.Record) b
 	if l.names == nil {
 		return false
 	}
-	uid, doubt := l.names.NewestAfter(key, t.Pods().NamesLogs(), t.Pods().NamedAt(key).Add(-clockSlack))
+	after := t.Pods().NamedAt(key)
+	if !after.IsZero() {
+		after = after.Add(-clockSlack) // zero: no source said; not a time to move
+	}
+	uid, doubt := l.names.NewestAfter(key, t.Pods().NamesLogs(), after)
 	return doubt || (uid != "" && uid != rec.UID)
 }
