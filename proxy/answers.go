@@ -123,7 +123,7 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.E
 		for j, i := range need {
 			keys[j] = parts[i].Key
 		}
-		found, err := q.Plans(ctx, keys, arrived)
+		found, err := q.Plans(ctx, keys, arrived, v.name)
 		if err != nil {
 			return nil, err
 		}

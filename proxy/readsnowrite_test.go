@@ -98,6 +98,38 @@ func TestAStalledDeviceInfoWriteHoldsUpOnlyTheAnswerWithItsVF(t *testing.T) {
 	}
 }
 
+// A device-info write that never ends (a hung filesystem) costs the
+// answers with its VF a bounded wait, never the answer: Multus treats the
+// file as optional, and failing every List with that pod would fail every
+// consumer's.
+func TestAStalledDeviceInfoWriteFailsNoAnswer(t *testing.T) {
+	w := &stalledDeviceInfo{
+		Writer: devinfo.New(devinfo.Options{Dir: shortDir(t), SysfsRoot: shortDir(t)}),
+		uid:    "uid-vf", holding: make(chan struct{}), release: make(chan struct{}),
+	}
+	h := newHarness(t, withViews(merge.Plain), withProviders(func(d *proxy.Providers) { d.DeviceInfo = w }))
+	t.Cleanup(w.free) // registered after the harness's stop: runs first
+	vf := fk.NewPod("team", "rdma-pod", "uid-vf", byKoord, koordApp, fk.WithAnnotation(koordKey, gpuAndVF))
+	h.k.SetPods(vf)
+	h.markLive(vf, "sb-vf")
+	<-w.holding
+
+	for _, sock := range []string{h.socket, h.views[merge.Plain]} {
+		c := v1.NewPodResourcesListerClient(h.connTo(sock))
+		resp, err := c.Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "team", PodName: "rdma-pod"})
+		if got := devicesOf(resp.GetPodResources(), "app")["koordinator.sh/rdma"]; err != nil || !slices.Equal(got, []string{vfAddr}) {
+			t.Errorf("Get on %s while the VF's device-info write stalled: VFs %v, %v; want %s", sock, got, err, vfAddr)
+		}
+		list, err := c.List(ctx(t), &v1.ListPodResourcesRequest{})
+		if err != nil || len(list.GetPodResources()) != 1 {
+			t.Fatalf("List on %s while the VF's device-info write stalled: %v, %v; want the VF's pod", sock, list, err)
+		}
+		if got := devicesOf(list.GetPodResources()[0], "app")["koordinator.sh/rdma"]; !slices.Equal(got, []string{vfAddr}) {
+			t.Errorf("List on %s while the VF's device-info write stalled: VFs %v, want %s", sock, got, vfAddr)
+		}
+	}
+}
+
 // withStateDir persists the harness's store in dir, as serve's is.
 func withStateDir(dir string) option {
 	return func(h *harness) {

@@ -174,6 +174,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 			Pods:     pods,
 			PodLogs:  p.PodLogs,
 			Watching: p.Watching,
+			Log:      log,
 		}),
 		listV1:       lister{api: upstream.V1},
 		listV1alpha1: lister{api: upstream.V1alpha1, index: 1, alpha: true},
@@ -324,7 +325,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	q, ownErr := v.s.resolver.Query(ctx)
 	var found []*plans.Plan
 	if ownErr == nil && v.readFirst(ctx, q, key) {
-		found, ownErr = q.Plans(ctx, []model.PodKey{key}, arrived)
+		found, ownErr = q.Plans(ctx, []model.PodKey{key}, arrived, v.v.name)
 	}
 	pods, err := v.s.getV1.Do(ctx)
 	if err != nil {
@@ -345,7 +346,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 		return nil, reuse.ErrNotAPod(err)
 	}
 	if found == nil {
-		if found, err = q.Plans(ctx, []model.PodKey{key}, arrived); err != nil {
+		if found, err = q.Plans(ctx, []model.PodKey{key}, arrived, v.v.name); err != nil {
 			v.s.log.WithError(err).Warn("Get answered with an error")
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -45,10 +46,16 @@ type Options struct {
 	// store's names current, so that the pod the kubelet has under a name
 	// is known without a read; nil: never.
 	Watching func() bool
+	// Log gets a warning per answer that did not wait for a device-info
+	// file to be written; nil: logrus's standard logger.
+	Log logrus.FieldLogger
 }
 
 // NewResolver returns the resolver of o.
 func NewResolver(o Options) *Resolver {
+	if o.Log == nil {
+		o.Log = logrus.StandardLogger()
+	}
 	return &Resolver{o: o, names: podlogs.NewNameReader(o.PodLogs)}
 }
 
@@ -104,20 +111,49 @@ var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 // error, since Multus would configure the pod's network without its VF and
 // Antrea caches empty answers.
 //
-// It returns once the device-info files of the devices the plans hand out
-// are written (plans.Plan.Written): Multus reads a VF's right after the
-// answer, and only the first answer with a device waits for it.
-func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, error) {
+// For a view whose consumers read device-info files (ReadsDeviceInfo), it
+// returns once the files of the devices the plans hand out are written
+// (plans.Plan.Written), or after DeviceInfoWait: Multus reads a VF's file
+// right after the answer, and only the first answer with a device waits.
+func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time, v View) ([]*plans.Plan, error) {
 	out, err := q.plans(ctx, keys, arrived)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range out {
-		if err := p.Written(ctx); err != nil {
-			return nil, fmt.Errorf("waiting for device-info files: %w", err)
-		}
+	if v.ReadsDeviceInfo() {
+		q.r.waitWritten(ctx, out)
 	}
 	return out, nil
+}
+
+// DeviceInfoWait bounds how long an answer waits for device-info files.
+// Writing one takes a millisecond; a write that takes longer is stalled (a
+// slow or hung filesystem, a lock held), and Multus treats the file as
+// optional: a CNI ADD without device-info in the network-status beats one
+// that fails, and a stalled path must not fail every answer with the pod.
+const DeviceInfoWait = time.Second
+
+// ReadsDeviceInfo reports whether Multus, the one consumer that reads the
+// device-info files of the devices an answer hands out, may read the view:
+// the plain view, which docs/views.md gives it, and the default view,
+// which is all a node serves unless views are enabled (the chart enables
+// none by default), so it is where such a node's Multus reads. The other
+// views' consumers (DCGM exporter, Kata, the legacy view's NFD, RTE and
+// nri-plugins) never read the files, so their answers never wait for them.
+func (v View) ReadsDeviceInfo() bool { return v == Plain || v == Topology }
+
+// waitWritten waits, at most DeviceInfoWait in all, for the device-info
+// files of the plans' devices. It never fails the answer: what is not
+// written by then is logged, and the answer goes without it.
+func (r *Resolver) waitWritten(ctx context.Context, ps []*plans.Plan) {
+	ctx, cancel := context.WithTimeout(ctx, DeviceInfoWait)
+	defer cancel()
+	for _, p := range ps {
+		if err := p.Written(ctx); err != nil {
+			r.o.Log.WithError(err).Warn("answered before the device-info files of its devices were written; Multus may show no device-info for them")
+			return
+		}
+	}
 }
 
 func (q *Query) plans(ctx context.Context, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, error) {

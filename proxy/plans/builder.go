@@ -18,8 +18,8 @@ import (
 )
 
 // DeviceInfoWriter writes the NPWG device-info files of the devices a pod
-// is answered with (devinfo.Writer). The builder tells it in the background
-// once the table with the pod's plan is published, and an answer that hands
+// is answered with (devinfo.Writer). The builder tells it in the background,
+// one goroutine per pod at most (holds), and an answer that hands
 // out such a device waits for its file (Plan.Written), because Multus reads
 // it right after its List, during the same CNI ADD.
 type DeviceInfoWriter interface {
@@ -57,6 +57,7 @@ type Builder struct {
 	// writing counts the device-info writes in flight, which Run waits
 	// for before it returns.
 	writing sync.WaitGroup
+	holds   holds // the device-info writes, one goroutine per pod at most
 
 	mu      sync.Mutex
 	cur     *Table
@@ -71,7 +72,7 @@ func New(o Options) *Builder {
 	if o.Log == nil {
 		o.Log = logrus.StandardLogger()
 	}
-	return &Builder{o: o, wake: make(chan struct{}, 1), built: make(chan struct{})}
+	return &Builder{o: o, wake: make(chan struct{}, 1), built: make(chan struct{}), holds: holds{w: o.DeviceInfo}}
 }
 
 // ErrStopped is At's error once Run has returned.
@@ -140,10 +141,11 @@ func (b *Builder) inventory() *inventory.Snapshot {
 }
 
 // build computes the table of the store's and the inventory's current
-// snapshots, keeping every plan none of whose inputs changed, publishes it
-// and then records what the new plans decided (device-info files,
-// refusals, slots): a query waits for a table, never for those writes,
-// but for the device-info files of the devices its answer hands out.
+// snapshots, keeping every plan none of whose inputs changed, starts the
+// device-info writes of the new plans, publishes the table and then
+// records what the new plans decided (refusals, slots): a query waits for
+// a table, never for those writes, but for the device-info files of the
+// devices its answer hands out.
 func (b *Builder) build() {
 	pods := b.o.Store.Snapshot()
 	inv := b.inventory()
@@ -176,6 +178,10 @@ func (b *Builder) build() {
 			plans[rec.UID] = e.plan
 		}
 	}
+
+	// Before the plans are published: a plan whose pod's write is still
+	// queued takes over its written channel (holds.hold).
+	b.hold(fresh, entries)
 
 	b.mu.Lock()
 	b.cur = &Table{pods: pods, inv: inv, shared: shared, plans: plans}
@@ -274,29 +280,28 @@ func (b *Builder) wantsDeviceInfo(rec *record.Record, a allocator.Assignment) bo
 	return false
 }
 
-// record writes what the plans of fresh records decided, after the table
-// with them is published: the device-info files of their devices, each
-// pod's in a goroutine of its own, so that a slow file holds up only the
-// answers that hand its device out (Plan.Written), and, in the store, the
-// refusals (`inspect` shows them; a change is logged and counted once) and
-// the shared-GPU slots (a restarted daemon gives them again), which the
-// store persists in the background. Recording changes the store, which
-// builds again; that build keeps every plan.
-func (b *Builder) record(fresh []*record.Record, entries map[string]entry) {
+// hold has the device-info files of the fresh plans' devices written in
+// the background, each pod's in a goroutine of its own (holds), so that a
+// slow file holds up only the answers that hand its device out
+// (Plan.Written).
+func (b *Builder) hold(fresh []*record.Record, entries map[string]entry) {
 	for _, rec := range fresh {
 		e := entries[rec.UID]
 		if e.plan == nil || e.plan.written == nil {
 			continue
 		}
 		ref := model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
-		plan := e.plan
-		b.writing.Go(func() {
-			defer close(plan.written)
-			for _, name := range slices.Sorted(maps.Keys(plan.Containers)) {
-				b.o.DeviceInfo.Hold(ref, plan.Containers[name])
-			}
-		})
+		b.holds.hold(ref, e.plan, b.writing.Go)
 	}
+}
+
+// record records, in the store, what the plans of fresh records decided,
+// after the table with them is published: the refusals (`inspect` shows
+// them; a change is logged and counted once) and the shared-GPU slots (a
+// restarted daemon gives them again), which the store persists in the
+// background. Recording changes the store, which builds again; that build
+// keeps every plan.
+func (b *Builder) record(fresh []*record.Record, entries map[string]entry) {
 	for _, rec := range fresh {
 		e := entries[rec.UID]
 		if b.o.Store.SetRefused(rec.UID, e.refused) {

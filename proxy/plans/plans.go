@@ -47,7 +47,8 @@ type Plan struct {
 // Written returns once the device-info files of the plan's devices are
 // written (at once when it has none, or they were), or with ctx's cause:
 // Multus reads a VF's file right after the answer that hands the VF out,
-// in the same CNI ADD, so that answer waits for it; no other does.
+// in the same CNI ADD, so that answer waits for it, briefly
+// (merge.DeviceInfoWait); no other does.
 func (p *Plan) Written(ctx context.Context) error {
 	if p == nil || p.written == nil {
 		return nil

@@ -2,6 +2,7 @@ package plans_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ const (
 	koordKey = "scheduling.koordinator.sh/device-allocated"
 	gpuA     = "GPU-0a1b2c3d-0000-4000-8000-000000000001"
 	gpuB     = "GPU-0a1b2c3d-0000-4000-8000-000000000002"
+	gpuC     = "GPU-0a1b2c3d-0000-4000-8000-000000000003"
 )
 
 func koordPod(uid, name, gpu string) model.KubeletPod {
@@ -34,6 +36,12 @@ func koordPod(uid, name, gpu string) model.KubeletPod {
 
 func start(t *testing.T) (*state.Store, *plans.Builder) {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith starts a builder that writes device-info with w; nil: none.
+func startWith(t *testing.T, w plans.DeviceInfoWriter) (*state.Store, *plans.Builder) {
+	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.PanicLevel)
 	decoders, err := registry.NewFormats(registry.Names(), registry.Options{})
@@ -42,7 +50,7 @@ func start(t *testing.T) (*state.Store, *plans.Builder) {
 	}
 	set := allocator.NewSet(log, nil, decoders...)
 	store := state.New(state.Options{Decoder: set})
-	b := plans.New(plans.Options{Store: store, Allocators: set, Gate: trust.NewGate(set, trust.GateOptions{Log: log}), Log: log})
+	b := plans.New(plans.Options{Store: store, Allocators: set, Gate: trust.NewGate(set, trust.GateOptions{Log: log}), DeviceInfo: w, Log: log})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); b.Run(ctx) }()
@@ -110,5 +118,87 @@ func TestAtEndsWithItsContextOrTheBuilder(t *testing.T) {
 	cancel()
 	if _, err := b.At(ctx, tab.Pods().Version()+1000); err == nil {
 		t.Error("At of a version the store never reaches returned without error on a cancelled context")
+	}
+}
+
+// stallingWriter wants a device-info file for every device; its writes for
+// one pod hang until released, as on a disk that stalls. It records how
+// many of each pod's writes were in flight at once.
+type stallingWriter struct {
+	uid     string
+	holding chan struct{} // closed when the stalled pod's first write began
+	release chan struct{}
+
+	mu       sync.Mutex
+	inFlight map[string]int
+	most     map[string]int
+}
+
+func (w *stallingWriter) Wants(model.Device) bool { return true }
+
+func (w *stallingWriter) Hold(pod model.PodRef, _ []model.Device) {
+	w.mu.Lock()
+	w.inFlight[pod.UID]++
+	w.most[pod.UID] = max(w.most[pod.UID], w.inFlight[pod.UID])
+	first := pod.UID == w.uid && w.most[pod.UID] == 1 && w.holding != nil
+	if first {
+		close(w.holding)
+		w.holding = nil
+	}
+	w.mu.Unlock()
+	if pod.UID == w.uid {
+		<-w.release
+	}
+	w.mu.Lock()
+	w.inFlight[pod.UID]--
+	w.mu.Unlock()
+}
+
+// While one pod's device-info write is stalled, deciding every plan again
+// (another pod's GPU moves) writes that pod's files in one goroutine at a
+// time, not one more per decision, and every plan decided meanwhile is
+// written once the write ends.
+func TestReDecisionsWhileADeviceInfoWriteStallsAddNoWriters(t *testing.T) {
+	holding := make(chan struct{})
+	w := &stallingWriter{uid: "uid-a", holding: holding, release: make(chan struct{}),
+		inFlight: map[string]int{}, most: map[string]int{}}
+	store, b := startWith(t, w)
+	released := false
+	free := func() {
+		if !released {
+			released = true
+			close(w.release)
+		}
+	}
+	t.Cleanup(free) // runs before the builder's stop, which waits for writes
+	a := koordPod("uid-a", "a", gpuA)
+	store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{a, koordPod("uid-b", "b", gpuB)})
+	decided := []*plans.Plan{tableAt(t, store, b).Plan("uid-a")}
+	<-holding
+
+	for i := range 50 {
+		gpu := gpuB
+		if i%2 == 0 {
+			gpu = gpuC
+		}
+		store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{a, koordPod("uid-b", "b", gpu)})
+		p := tableAt(t, store, b).Plan("uid-a")
+		if p == nil || p == decided[len(decided)-1] {
+			t.Fatalf("after b's GPU moved, a's plan is %p, want a new one", p)
+		}
+		decided = append(decided, p)
+	}
+	free()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, p := range decided {
+		if err := p.Written(ctx); err != nil {
+			t.Fatalf("plan %d of a: its device-info files were never written: %v", i, err)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := w.most["uid-a"]; n > 1 {
+		t.Errorf("%d device-info writes of pod a were in flight at once, want 1", n)
 	}
 }
