@@ -23,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 
 # The kubelet of the /pods run, and the matrix's oldest versions (PODRES_E2E_MATRIX=1).
 PODS_KUBELET_VERSION=v1.36.3
