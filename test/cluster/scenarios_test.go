@@ -332,15 +332,33 @@ func checkOwnVFsAfterFailures(t *testing.T, pod *corev1.Pod, container string, f
 	}
 }
 
-// daemonPod returns the running podres-proxy pod in namespace.
+// daemonPod returns the running podres-proxy pod in namespace: the one pod
+// of the DaemonSet not being deleted. Right after a rollout the old pod may
+// still terminate, and a 1.37 DaemonSet controller acting on a cache behind
+// its own writes ("read version ... is not as new as written version") can
+// create a surplus pod that it deletes moments later: wait for one.
 func daemonPod(t *testing.T, namespace string) *corev1.Pod {
 	t.Helper()
-	list, err := h.client.CoreV1().Pods(namespace).List(context.Background(),
-		metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=podres-proxy"})
-	if err != nil || len(list.Items) != 1 {
-		t.Fatalf("the podres-proxy pod in %s: %v (%d pods)", namespace, err, len(list.Items))
-	}
-	return &list.Items[0]
+	var pod *corev1.Pod
+	poll(t, time.Minute, "one podres-proxy pod in "+namespace, func() error {
+		list, err := h.client.CoreV1().Pods(namespace).List(context.Background(),
+			metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=podres-proxy"})
+		if err != nil {
+			return err
+		}
+		var live []*corev1.Pod
+		for i := range list.Items {
+			if list.Items[i].DeletionTimestamp == nil {
+				live = append(live, &list.Items[i])
+			}
+		}
+		if len(live) != 1 {
+			return fmt.Errorf("%d pods not being deleted, of %d", len(live), len(list.Items))
+		}
+		pod = live[0]
+		return nil
+	})
+	return pod
 }
 
 func restarts(p *corev1.Pod) int32 {
