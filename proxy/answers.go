@@ -91,6 +91,9 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.E
 		if pods > 0 {
 			s.p.Metrics.ListPods(pods, 0)
 		}
+		if t == nil {
+			q.Checked() // every pod was looked up with the directory's names
+		}
 		return out, nil
 	}
 

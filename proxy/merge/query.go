@@ -49,9 +49,35 @@ func (r *Resolver) Query(ctx context.Context) (*Query, error) {
 func (q *Query) Table() *plans.Table { return q.t }
 
 // Fresh reports whether what the pod logs directory says is no newer than
-// q's table, so that an answer checked against the table alone (the
-// answers' caches) is still q's.
-func (q *Query) Fresh() bool { return q.logs.names == nil }
+// q's table, or was already checked against every pod of it (Checked), so
+// that an answer checked against the table alone (the answers' caches) is
+// still q's.
+func (q *Query) Fresh() bool {
+	if q.logs.names == nil {
+		return true
+	}
+	c := q.r.checked.Load()
+	return c != nil && c.t == q.t && c.stamp.Unchanged(q.logs.now)
+}
+
+// checkedLogs is a table and the pod logs directory as a List found them
+// when it resolved every pod of the table with the directory's entries.
+type checkedLogs struct {
+	t     *plans.Table
+	stamp podlogs.Stamp
+}
+
+// Checked records that an answer looked every one of its pods up in q's
+// table with what the directory said (Lookup) and needed no read. Until the
+// table or the directory changes, the same lookups give the same plans, so
+// later queries let the answers' caches skip them (Fresh): a node whose
+// directory changed since the last /pods read (or that never read /pods:
+// NRI told it every pod) would otherwise look every pod up at every List.
+func (q *Query) Checked() {
+	if q.logs.names != nil {
+		q.r.checked.Store(&checkedLogs{t: q.t, stamp: q.logs.now})
+	}
+}
 
 // Lookup returns the plan a pod is answered with without a read, from
 // q's table and what the pod logs directory says beyond it, and false when

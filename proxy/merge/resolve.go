@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -30,6 +31,9 @@ import (
 type Resolver struct {
 	o     Options
 	names *podlogs.NameReader // reads of o.PodLogs's entries, shared
+	// checked is the table and directory a List last resolved every pod
+	// of against the directory's entries, without a read (Query.Checked).
+	checked atomic.Pointer[checkedLogs]
 }
 
 // Options are what a Resolver answers from.
