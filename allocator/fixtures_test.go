@@ -9,8 +9,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
-	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/test/allocfixture"
 )
 
 // TestSchedulersOwnAnnotations runs every fixture written by a scheduler's

@@ -10,7 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
+	"github.com/podres-proxy/podres-proxy/test/inventorytest"
 )
 
 func TestRunReloadsSourcesAtTheirIntervalAndStopsWhenCancelled(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
+	"github.com/podres-proxy/podres-proxy/test/inventorytest"
 )
 
 func TestCanonicalPCIAddressAcceptsTheFormsToolsPrint(t *testing.T) {

@@ -10,11 +10,11 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
-	"github.com/podres-proxy/podres-proxy/state/statetest"
+	"github.com/podres-proxy/podres-proxy/test/poll"
+	"github.com/podres-proxy/podres-proxy/test/statetest"
 )
 
 func TestEventsReachDiskWithoutHandlersWaitingForIt(t *testing.T) {

@@ -8,10 +8,10 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
-	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/state"
-	"github.com/podres-proxy/podres-proxy/state/statetest"
+	"github.com/podres-proxy/podres-proxy/test/allocfixture"
+	"github.com/podres-proxy/podres-proxy/test/poll"
+	"github.com/podres-proxy/podres-proxy/test/statetest"
 )
 
 // The allocation fixtures whose containers carry annotations (TensorFusion's

@@ -9,13 +9,13 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/plugin/cri"
-	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
-	"github.com/podres-proxy/podres-proxy/state/statetest"
+	"github.com/podres-proxy/podres-proxy/test/critest"
+	"github.com/podres-proxy/podres-proxy/test/poll"
+	"github.com/podres-proxy/podres-proxy/test/statetest"
 )
 
 // containerd does not send StopPodSandbox and RemovePodSandbox for pods

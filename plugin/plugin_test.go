@@ -10,12 +10,12 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
-	"github.com/podres-proxy/podres-proxy/state/statetest"
+	"github.com/podres-proxy/podres-proxy/test/poll"
+	"github.com/podres-proxy/podres-proxy/test/statetest"
 )
 
 func TestConfigureSubscribesOnlyToEventsOldRuntimesKnow(t *testing.T) {

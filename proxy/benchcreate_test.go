@@ -20,10 +20,10 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/podsapitest"
 )
 
 // The Get of a pod being created (Multus's, during CNI ADD: the pod is

@@ -15,7 +15,7 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
+	"github.com/podres-proxy/podres-proxy/test/critest"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/dra"
 	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/poll"
 )
 
 const draGPU2 = "GPU-5d7a0b1c-dra1-4c4c-9d9d-0123456789ab"

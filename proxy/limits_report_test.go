@@ -24,8 +24,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/podstest"
 )
 
 // TestLimitsReport prints, side by side in one run, the figures of the

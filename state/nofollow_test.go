@@ -9,10 +9,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/internal/fulldisk"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/persist"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/test/fulldisk"
 )
 
 // plantSymlink makes name in dir a symbolic link to a file outside dir

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/internal/fulldisk"
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/persist"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/test/fulldisk"
+	"github.com/podres-proxy/podres-proxy/test/poll"
 )
 
 // openTest opens a store on dir with fast retries and closes it when the

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
-	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/test/allocfixture"
 )
 
 // hamiSeeds are real-shaped HAMi-format values, well-formed and not.

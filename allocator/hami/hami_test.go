@@ -8,8 +8,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
-	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/test/allocfixture"
 )
 
 // The reference's example: one vGPU (500 MiB, 5% of the cores) for the only

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
-	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
+	"github.com/podres-proxy/podres-proxy/test/allocfixture"
 )
 
 // FuzzKoordinatorDecode feeds arbitrary annotation values to the decoder: it

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
-	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
+	"github.com/podres-proxy/podres-proxy/test/allocfixture"
 )
 
 // FuzzVolcanoGPUShareDecode feeds arbitrary values to the gpushare decoder:

@@ -18,7 +18,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
-	"github.com/podres-proxy/podres-proxy/internal/allocfixture"
+	"github.com/podres-proxy/podres-proxy/test/allocfixture"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 

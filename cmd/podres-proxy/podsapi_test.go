@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
 	"github.com/podres-proxy/podres-proxy/test/clients"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/podsapitest"
+	"github.com/podres-proxy/podres-proxy/test/poll"
 )
 
 // metricsText returns serve's /metrics.

@@ -20,10 +20,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
-	"github.com/podres-proxy/podres-proxy/internal/tabletest"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/poll"
+	"github.com/podres-proxy/podres-proxy/test/tabletest"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
 

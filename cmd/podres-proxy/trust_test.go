@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
-	"github.com/podres-proxy/podres-proxy/internal/tabletest"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/poll"
+	"github.com/podres-proxy/podres-proxy/test/tabletest"
 )
 
 // TestServeShowsWhyAnAllocationIsRefused is what an operator sees when a

@@ -3,7 +3,7 @@ package devicecr
 import (
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
+	"github.com/podres-proxy/podres-proxy/test/inventorytest"
 )
 
 func FuzzDeviceCR(f *testing.F) {

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/inventory/inventorytest"
+	"github.com/podres-proxy/podres-proxy/test/inventorytest"
 )
 
 func FuzzInventoryFile(f *testing.F) {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/test/podstest"
 )
 
 func keepExample(k string) bool { return strings.HasPrefix(k, "example.com/") }

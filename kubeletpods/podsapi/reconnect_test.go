@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/test/podsapitest"
 )
 
 // fallback is a /pods that counts its reads.

@@ -25,8 +25,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/test/podsapitest"
 )
 
 // waitTimeout bounds every wait for an event. It only turns a hang into a

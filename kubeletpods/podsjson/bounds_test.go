@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/test/podstest"
 )
 
 const (

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
+	"github.com/podres-proxy/podres-proxy/test/podstest"
 )
 
 func TestLivePodsKeepingMoreThanTheLimitFailTheReadClearly(t *testing.T) {

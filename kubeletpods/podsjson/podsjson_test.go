@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podstest"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/test/podstest"
 )
 
 func TestDecodeKeepsIdentityPhaseAndAnnotations(t *testing.T) {

@@ -11,12 +11,12 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/plugin/cri/critest"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
-	"github.com/podres-proxy/podres-proxy/state/statetest"
+	"github.com/podres-proxy/podres-proxy/test/critest"
+	"github.com/podres-proxy/podres-proxy/test/poll"
+	"github.com/podres-proxy/podres-proxy/test/statetest"
 )
 
 func TestNewReconcilerAcceptsUnixURLsAndAbsolutePaths(t *testing.T) {

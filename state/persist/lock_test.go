@@ -11,8 +11,8 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/podres-proxy/podres-proxy/internal/fulldisk"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/test/fulldisk"
 )
 
 func TestStartsOnAFullDiskWithoutThePIDInTheLockFile(t *testing.T) {

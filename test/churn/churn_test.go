@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/podsapitest"
+	"github.com/podres-proxy/podres-proxy/test/poll"
 )
 
 const clients = 8

@@ -14,8 +14,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi/podsapitest"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/podsapitest"
 )
 
 // The node: the fake kubelet (PodResources, /pods, its pod logs directory

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/test/e2eutil"
+	"github.com/podres-proxy/podres-proxy/test/poll"
 )
 
 // serve is `podres-proxy serve` as a process of its own, so that the test

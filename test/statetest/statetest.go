@@ -10,10 +10,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/internal/poll"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/test/poll"
 )
 
 // Wait waits until cond holds; on timeout it fails t and prints the store.
