@@ -33,6 +33,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -205,7 +206,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 func (s *Server) Serve(ctx context.Context) error {
 	defer s.up.Close()
 	for i, sock := range s.sockets {
-		l, err := listenSocket(sock.path, s.cfg.KubeletSocket)
+		l, err := unixsock.Listen(sock.path, s.cfg.KubeletSocket)
 		if err != nil {
 			for _, done := range s.sockets[:i] {
 				done.l.Close()
