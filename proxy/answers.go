@@ -12,6 +12,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
+	"github.com/podres-proxy/podres-proxy/proxy/resolve"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 )
@@ -76,7 +77,7 @@ func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet reuse.En
 
 // splice builds the answer from q, whose table becomes a newer one when a
 // pod needed a kubelet read.
-func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time, q *merge.Query) ([]byte, error) {
+func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time, q *resolve.Query) ([]byte, error) {
 	cache := &v.caches[l.index]
 	resolve := q.Lookup
 	// The caches skip looking a pod up again in the table they last checked

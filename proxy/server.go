@@ -11,7 +11,8 @@
 // and containers exist; what each pod adds is its plan (package plans),
 // computed in the background whenever the store or the inventory changes;
 // a query looks plans up, reading /pods first for a pod the plans do not
-// know yet (package merge), and adds them to the kubelet's answer. List
+// know yet (package resolve), and adds them to the kubelet's answer
+// (package merge). List
 // answers are reused pod by pod (package reuse tells how, in one place); a
 // call a moment after another shares its kubelet call (upstream.Shared).
 // Every input is bounded (package limits; the socket's permissions,
@@ -40,6 +41,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
+	"github.com/podres-proxy/podres-proxy/proxy/resolve"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 )
@@ -92,7 +94,7 @@ type Server struct {
 	log      logrus.FieldLogger
 	up       *upstream.Client
 	plans    *plans.Builder
-	resolver *merge.Resolver
+	resolver *resolve.Resolver
 	// pods is the shared /pods reader: the resolver's, and the background
 	// spec reader's (specs.go). Nil without a /pods source.
 	pods  *kubeletpods.Reader
@@ -150,7 +152,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 	if p.ResourceNames == nil {
 		p.ResourceNames = inventory.DefaultResourceNames()
 	}
-	pods := newReader(p, cfg.PodsTimeout, log)
+	pods := resolve.NewPodsReader(p.Store, p.Pods, p.PodLogs, cfg.PodsTimeout, p.Metrics, log)
 	builder := plans.New(plans.Options{
 		Store:            p.Store,
 		Inventory:        p.Inventory,
@@ -169,7 +171,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 		pods:   pods,
 		plans:  builder,
 		unread: limits.NewUnread(0, p.Metrics),
-		resolver: merge.NewResolver(merge.Options{
+		resolver: resolve.NewResolver(resolve.Options{
 			Store:    p.Store,
 			Plans:    builder,
 			Pods:     pods,
@@ -233,7 +235,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
 	bg.Go(func() { s.plans.Run(bgCtx) })
-	bg.Go(func() { s.readSpecs(bgCtx) })
+	bg.Go(func() { s.resolver.ReadSpecs(bgCtx) })
 	defer func() { stopBackground(); bg.Wait() }()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
@@ -368,7 +370,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 // kubelet (see Get): for a pod q does not know, without a watch, and not for
 // a call beyond the rate limit, which may only share what others pay for
 // (limits.RateLimit) and so must not cost a read either.
-func (v *v1Server) readFirst(ctx context.Context, q *merge.Query, key model.PodKey) bool {
+func (v *v1Server) readFirst(ctx context.Context, q *resolve.Query, key model.PodKey) bool {
 	if v.s.resolver.Watched() || limits.OverdraftOf(ctx) != nil {
 		return false
 	}

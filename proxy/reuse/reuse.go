@@ -78,7 +78,7 @@ type Part struct {
 }
 
 // Resolve returns the plan a pod is answered with from a table alone, and
-// false when the table cannot say (merge.Resolver.Lookup).
+// false when the table cannot say (resolve.Query.Lookup).
 type Resolve func(model.PodKey) (*plans.Plan, bool)
 
 // Store caches the rebuilt pods. Each is checked against the table at its
@@ -358,7 +358,7 @@ func (c *Cache) lookup(seg []byte) (e *segment, canon []byte) {
 // current reports whether e's output can be spliced in as it is: built
 // with the plan resolve gives the pod, without a kubelet read (checked
 // again only when the table t changed since; a nil t: every time, as when
-// resolve answers from more than the table, see merge.Query). Plans are
+// resolve answers from more than the table, see resolve.Query). Plans are
 // replaced, never modified, so the same plan means the same output.
 func (e *segment) current(t *plans.Table, resolve Resolve) bool {
 	if t != nil && e.checked == t {
