@@ -188,7 +188,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 	// can hold is bounded (package limits).
 	// Every method answers from kubelet calls that concurrent callers
 	// share, so a burst beyond the limit can join them (limits.RateLimit).
-	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil, func(string) bool { return true })
+	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil)
 	// One limit for every socket: they share the kubelet calls it guards.
 	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, s.unread, limit),
 		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced

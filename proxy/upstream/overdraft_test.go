@@ -19,7 +19,7 @@ import (
 // gives a call it refused, and which may join a shared call.
 func refused(t *testing.T, clk *testingclock.FakeClock) context.Context {
 	t.Helper()
-	limit := limits.RateLimit(100, 1, nil, clk, func(string) bool { return true })
+	limit := limits.RateLimit(100, 1, nil, clk)
 	var got context.Context
 	h := func(ctx context.Context, _ any) (any, error) { got = ctx; return nil, nil }
 	for range 2 { // the first takes the only token
