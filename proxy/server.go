@@ -34,6 +34,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/internal/coalesce"
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
@@ -288,7 +289,7 @@ type v1Server struct {
 
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
-	answers, err := v.s.listV1.shared.Do(ctx)
+	answers, err := shared(ctx, v.s.listV1.shared)
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +331,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	if ownErr == nil && v.readFirst(ctx, q, key) {
 		found, ownErr = q.Plans(ctx, []model.PodKey{key}, arrived, v.v.name)
 	}
-	pods, err := v.s.getV1.Do(ctx)
+	pods, err := shared(ctx, v.s.getV1)
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
 	}
@@ -414,7 +415,7 @@ func (s *Server) getV1Answer(ctx context.Context, _ time.Time) (kubeletPods, err
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "GetAllocatableResources", err != nil) }()
 	// The answer is shared by every caller of the call: gRPC only reads it.
-	resp, err = v.s.allocatable.Do(ctx)
+	resp, err = shared(ctx, v.s.allocatable)
 	if err != nil || v.v.name != merge.Legacy {
 		return resp, err
 	}
@@ -448,7 +449,7 @@ type v1alpha1Server struct {
 
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
-	answers, err := v.s.listV1alpha1.shared.Do(ctx)
+	answers, err := shared(ctx, v.s.listV1alpha1.shared)
 	if err != nil {
 		return nil, err
 	}
@@ -468,4 +469,20 @@ func (s *Server) shareCalls() {
 	}
 	s.getV1 = upstream.NewShared("Get", s.getV1Answer, s.p.Metrics)
 	s.allocatable = upstream.NewShared("GetAllocatableResources", s.allocatableAnswer, s.p.Metrics)
+}
+
+// shared returns the result of sh's shared call for the call of ctx: one
+// that started after the call arrived (limits.Arrived), joined only when
+// the rate limit refused it (limits.Overdraft), and then refused with the
+// kubelet's rate-limit error when no call made for others answers it.
+func shared[T any](ctx context.Context, sh *upstream.Shared[T]) (T, error) {
+	var ticket coalesce.Ticket
+	if over := limits.OverdraftOf(ctx); over != nil {
+		ticket = over
+	}
+	v, err := sh.Do(ctx, limits.Arrived(ctx), ticket)
+	if errors.Is(err, coalesce.ErrNotMade) {
+		return v, limits.ErrRateLimited()
+	}
+	return v, err
 }

@@ -43,7 +43,7 @@ func TestACallBeyondTheLimitOnlyJoinsACallOthersMake(t *testing.T) {
 		k := &kubelet{}
 		s, _ := newTestShared(k)
 
-		if _, err := s.Do(over); status.Code(err) != codes.ResourceExhausted {
+		if _, err := do(over, s); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("a refused call with nothing to join = %v, want ResourceExhausted", err)
 		}
 		if k.count() != 0 {
