@@ -12,6 +12,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
+	"github.com/podres-proxy/podres-proxy/proxy/resolve"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 )
@@ -29,7 +30,7 @@ type lister struct {
 	// last is the last kubelet answer, whose storage the next one reuses:
 	// the shared calls run one at a time (upstream.Shared), and nothing
 	// of an answer is kept once the proxy's are built.
-	last   reuse.Encoded
+	last   upstream.Encoded
 	shared *upstream.Shared[viewAnswers]
 }
 
@@ -56,7 +57,7 @@ func (s *Server) answer(l *lister) func(ctx context.Context, started time.Time) 
 // as the kubelet sent it, or rebuilt with its plan, reusing what it can per
 // pod (package reuse). arrived is when the query arrived: pods the plans
 // cannot answer wait for a /pods read started after it.
-func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time) ([]byte, error) {
+func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet upstream.Encoded, arrived time.Time) ([]byte, error) {
 	q, err := s.resolver.Query(ctx)
 	if err != nil {
 		return nil, err
@@ -76,7 +77,7 @@ func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet reuse.En
 
 // splice builds the answer from q, whose table becomes a newer one when a
 // pod needed a kubelet read.
-func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet reuse.Encoded, arrived time.Time, q *merge.Query) ([]byte, error) {
+func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet upstream.Encoded, arrived time.Time, q *resolve.Query) ([]byte, error) {
 	cache := &v.caches[l.index]
 	resolve := q.Lookup
 	// The caches skip looking a pod up again in the table they last checked

@@ -1,19 +1,11 @@
 package proxy
 
 import (
-	"context"
-	"fmt"
-	"sync"
-	"time"
-
-	"github.com/sirupsen/logrus"
-
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/metrics"
-	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -37,7 +29,7 @@ type Providers struct {
 	// podlogs). Nil: such a pod is read again for every query.
 	PodLogs *podlogs.Dir
 	// Watching reports whether a kubelet watch (the Pods API) keeps the
-	// store's names current (merge.Options.Watching); nil: never.
+	// store's names current (resolve.Options.Watching); nil: never.
 	Watching func() bool
 	// Allocators attribute a pod's devices to its containers.
 	Allocators *allocator.Set
@@ -67,40 +59,4 @@ type Providers struct {
 	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
 	// devices pods are answered with; nil writes none.
 	DeviceInfo plans.DeviceInfoWriter
-}
-
-// newReader returns the shared /pods reader of p.Pods, which records every
-// read in the store once, however many queries share it: pods seen there
-// become pending records with their spec and decoded allocations, which is
-// what lets a pod first learned from NRI cost one /pods read, once. Each
-// read is recorded with the pod logs directory as it was before the read
-// began (p.PodLogs). Nil without p.Pods.
-func newReader(p Providers, timeout time.Duration, log logrus.FieldLogger) *kubeletpods.Reader {
-	if p.Pods == nil {
-		return nil
-	}
-	var mu sync.Mutex
-	var lastErr string // the pod logs directory's, logged when it changes
-	record := func(ctx context.Context) ([]model.KubeletPod, error) {
-		logs, logsErr := p.PodLogs.Stamp()
-		started := time.Now()
-		pods, err := p.Pods(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if logsErr == nil {
-			logs, logsErr = p.PodLogs.Check(logs, pods)
-		}
-		mu.Lock()
-		if msg := fmt.Sprint(logsErr); logsErr != nil && msg != lastErr {
-			log.WithError(logsErr).Warn("Pods not running are read from /pods again for every query")
-			lastErr = msg
-		} else if logsErr == nil {
-			lastErr = ""
-		}
-		mu.Unlock()
-		p.Store.ObserveKubeletPods(started, logs, pods)
-		return pods, nil
-	}
-	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, Metrics: p.Metrics})
 }

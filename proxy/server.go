@@ -11,7 +11,8 @@
 // and containers exist; what each pod adds is its plan (package plans),
 // computed in the background whenever the store or the inventory changes;
 // a query looks plans up, reading /pods first for a pod the plans do not
-// know yet (package merge), and adds them to the kubelet's answer. List
+// know yet (package resolve), and adds them to the kubelet's answer
+// (package merge). List
 // answers are reused pod by pod (package reuse tells how, in one place); a
 // call a moment after another shares its kubelet call (upstream.Shared).
 // Every input is bounded (package limits; the socket's permissions,
@@ -33,12 +34,15 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
+	"github.com/podres-proxy/podres-proxy/internal/coalesce"
+	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
+	"github.com/podres-proxy/podres-proxy/proxy/resolve"
 	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 )
@@ -91,7 +95,7 @@ type Server struct {
 	log      logrus.FieldLogger
 	up       *upstream.Client
 	plans    *plans.Builder
-	resolver *merge.Resolver
+	resolver *resolve.Resolver
 	// pods is the shared /pods reader: the resolver's, and the background
 	// spec reader's (specs.go). Nil without a /pods source.
 	pods  *kubeletpods.Reader
@@ -149,7 +153,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 	if p.ResourceNames == nil {
 		p.ResourceNames = inventory.DefaultResourceNames()
 	}
-	pods := newReader(p, cfg.PodsTimeout, log)
+	pods := resolve.NewPodsReader(p.Store, p.Pods, p.PodLogs, cfg.PodsTimeout, p.Metrics, log)
 	builder := plans.New(plans.Options{
 		Store:            p.Store,
 		Inventory:        p.Inventory,
@@ -168,7 +172,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 		pods:   pods,
 		plans:  builder,
 		unread: limits.NewUnread(0, p.Metrics),
-		resolver: merge.NewResolver(merge.Options{
+		resolver: resolve.NewResolver(resolve.Options{
 			Store:    p.Store,
 			Plans:    builder,
 			Pods:     pods,
@@ -185,7 +189,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 	// can hold is bounded (package limits).
 	// Every method answers from kubelet calls that concurrent callers
 	// share, so a burst beyond the limit can join them (limits.RateLimit).
-	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil, func(string) bool { return true })
+	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil)
 	// One limit for every socket: they share the kubelet calls it guards.
 	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, s.unread, limit),
 		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced
@@ -205,7 +209,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 func (s *Server) Serve(ctx context.Context) error {
 	defer s.up.Close()
 	for i, sock := range s.sockets {
-		l, err := listenSocket(sock.path, s.cfg.KubeletSocket)
+		l, err := unixsock.Listen(sock.path, s.cfg.KubeletSocket)
 		if err != nil {
 			for _, done := range s.sockets[:i] {
 				done.l.Close()
@@ -232,7 +236,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
 	bg.Go(func() { s.plans.Run(bgCtx) })
-	bg.Go(func() { s.readSpecs(bgCtx) })
+	bg.Go(func() { s.resolver.ReadSpecs(bgCtx) })
 	defer func() { stopBackground(); bg.Wait() }()
 	s.ready.Store(true)
 	defer s.ready.Store(false)
@@ -285,7 +289,7 @@ type v1Server struct {
 
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
-	answers, err := v.s.listV1.shared.Do(ctx)
+	answers, err := shared(ctx, v.s.listV1.shared)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +331,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	if ownErr == nil && v.readFirst(ctx, q, key) {
 		found, ownErr = q.Plans(ctx, []model.PodKey{key}, arrived, v.v.name)
 	}
-	pods, err := v.s.getV1.Do(ctx)
+	pods, err := shared(ctx, v.s.getV1)
 	if err != nil {
 		return nil, err // the kubelet's codes and messages pass through
 	}
@@ -367,7 +371,7 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 // kubelet (see Get): for a pod q does not know, without a watch, and not for
 // a call beyond the rate limit, which may only share what others pay for
 // (limits.RateLimit) and so must not cost a read either.
-func (v *v1Server) readFirst(ctx context.Context, q *merge.Query, key model.PodKey) bool {
+func (v *v1Server) readFirst(ctx context.Context, q *resolve.Query, key model.PodKey) bool {
 	if v.s.resolver.Watched() || limits.OverdraftOf(ctx) != nil {
 		return false
 	}
@@ -411,7 +415,7 @@ func (s *Server) getV1Answer(ctx context.Context, _ time.Time) (kubeletPods, err
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "GetAllocatableResources", err != nil) }()
 	// The answer is shared by every caller of the call: gRPC only reads it.
-	resp, err = v.s.allocatable.Do(ctx)
+	resp, err = shared(ctx, v.s.allocatable)
 	if err != nil || v.v.name != merge.Legacy {
 		return resp, err
 	}
@@ -445,7 +449,7 @@ type v1alpha1Server struct {
 
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
-	answers, err := v.s.listV1alpha1.shared.Do(ctx)
+	answers, err := shared(ctx, v.s.listV1alpha1.shared)
 	if err != nil {
 		return nil, err
 	}
@@ -465,4 +469,20 @@ func (s *Server) shareCalls() {
 	}
 	s.getV1 = upstream.NewShared("Get", s.getV1Answer, s.p.Metrics)
 	s.allocatable = upstream.NewShared("GetAllocatableResources", s.allocatableAnswer, s.p.Metrics)
+}
+
+// shared returns the result of sh's shared call for the call of ctx: one
+// that started after the call arrived (limits.Arrived), joined only when
+// the rate limit refused it (limits.Overdraft), and then refused with the
+// kubelet's rate-limit error when no call made for others answers it.
+func shared[T any](ctx context.Context, sh *upstream.Shared[T]) (T, error) {
+	var ticket coalesce.Ticket
+	if over := limits.OverdraftOf(ctx); over != nil {
+		ticket = over
+	}
+	v, err := sh.Do(ctx, limits.Arrived(ctx), ticket)
+	if errors.Is(err, coalesce.ErrNotMade) {
+		return v, limits.ErrRateLimited()
+	}
+	return v, err
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
@@ -25,7 +26,7 @@ type socket struct {
 	path string
 	view *view
 	grpc *grpc.Server
-	l    *socketListener
+	l    *unixsock.Listener
 }
 
 // view is one view served, with its List caches.

@@ -1,6 +1,7 @@
 // Package unixsock reads the unix socket flags (--socket, --kubelet-socket,
 // --cri-socket) one way: a path, or a unix:// URL as the kubelet and CRI
-// clients write them.
+// clients write them; and listens on a socket the way the kubelet makes
+// its own (Listen): atomically, privately, never over another file.
 package unixsock
 
 import (

@@ -225,33 +225,29 @@ func OverdraftOf(ctx context.Context) *Overdraft {
 func ErrRateLimited() error { return errRateLimited }
 
 // RateLimit returns an interceptor that rejects calls beyond a client's
-// fair share of qps (with burst) before they reach a handler or the
-// kubelet. qps <= 0 disables it. clk is the clock; nil means the real one.
+// fair share of qps (with burst) before they cost the kubelet anything.
+// qps <= 0 disables it. clk is the clock; nil means the real one.
 //
-// joinable names the methods (gRPC full method names) whose handlers answer
-// only from kubelet calls that concurrent callers share (upstream.Shared):
-// a call of one of them that the limit refuses still reaches its handler,
-// with an Overdraft in its context, and is refused there unless a kubelet
-// call that others made it wait for can answer it. A burst of calls (a Kata
-// shim or Multus per pod being created, asking at once) then costs one or
-// two kubelet calls and none is refused, while a client that floods one call
-// after another is refused as before. nil joins nothing.
-func RateLimit(qps float64, burst int, m *metrics.Metrics, clk clock.PassiveClock, joinable func(method string) bool) grpc.UnaryServerInterceptor {
+// Every method's handler answers only from kubelet calls that concurrent
+// callers share (package upstream), so a call the limit refuses still
+// reaches its handler, with an Overdraft in its context, and is refused
+// there (ErrRateLimited) unless a kubelet call that others made it wait for
+// can answer it. A burst of calls (a Kata shim or Multus per pod being
+// created, asking at once) then costs one or two kubelet calls and none is
+// refused, while a client that floods one call after another is refused as
+// by the kubelet.
+func RateLimit(qps float64, burst int, m *metrics.Metrics, clk clock.PassiveClock) grpc.UnaryServerInterceptor {
 	if qps <= 0 {
 		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(ctx, req)
 		}
 	}
 	l := newFairLimiter(qps, burst, clk)
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		client := clientKey(ctx)
 		ok, wait := l.allow(client)
 		if !ok {
-			if joinable != nil && joinable(info.FullMethod) {
-				return h(context.WithValue(ctx, overdraftKey{}, &Overdraft{l: l, client: client}), req)
-			}
-			m.RateLimited()
-			return nil, errRateLimited
+			return h(context.WithValue(ctx, overdraftKey{}, &Overdraft{l: l, client: client}), req)
 		}
 		if wait > 0 {
 			t := time.NewTimer(wait)

@@ -21,6 +21,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// sharedOnly is a handler that, as the proxy's do, refuses a call with an
+// Overdraft when no kubelet call made for others can answer it (here:
+// never).
+func sharedOnly(ctx context.Context, _ any) (any, error) {
+	if OverdraftOf(ctx) != nil {
+		return nil, ErrRateLimited()
+	}
+	return nil, nil
+}
+
 func fromProcess(pid int32) context.Context {
 	return peer.NewContext(context.Background(), &peer.Peer{
 		Addr:     &net.UnixAddr{Net: "unix"},
@@ -30,8 +40,8 @@ func fromProcess(pid int32) context.Context {
 
 func TestOneClientsFloodDoesNotStarveAnother(t *testing.T) {
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock, nil)
-	ok := func(context.Context, any) (any, error) { return nil, nil }
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
+	ok := sharedOnly
 	call := func(ctx context.Context) bool {
 		_, err := limit(ctx, nil, &grpc.UnaryServerInfo{}, ok)
 		if err != nil && status.Code(err) != codes.ResourceExhausted {
@@ -73,8 +83,8 @@ func TestALoneClientGetsTheKubeletsRateAfterShortLivedClientsCameBy(t *testing.T
 	// kubelet's 100/s. The kubelet would refuse none of its calls, and with
 	// nobody else calling, the proxy must not either.
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock, nil)
-	ok := func(context.Context, any) (any, error) { return nil, nil }
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
+	ok := sharedOnly
 	for pid := range int32(20) {
 		if _, err := limit(fromProcess(1000+pid), nil, &grpc.UnaryServerInfo{}, ok); err != nil {
 			t.Fatalf("a one-call client was refused: %v", err)
@@ -100,9 +110,9 @@ func TestALoneClientInBurstsIsNeverRefusedWhereTheKubeletWouldAllow(t *testing.T
 	// v1alpha1 List) while other clients came by seconds ago. Calling alone,
 	// it must never be refused where the kubelet's own limiter allows.
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock, nil)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, nil, clock)
 	kubelet := rate.NewLimiter(DefaultRateLimitQPS, DefaultRateLimitBurst)
-	ok := func(context.Context, any) (any, error) { return nil, nil }
+	ok := sharedOnly
 	for pid := range int32(5) { // short-lived clients, a few seconds ago
 		if _, err := limit(fromProcess(1000+pid), nil, &grpc.UnaryServerInfo{}, ok); err != nil {
 			t.Fatal(err)
@@ -159,22 +169,18 @@ func TestPeerCredentialsNameTheCallingProcess(t *testing.T) {
 	}
 }
 
-// A call the limit refuses reaches a joinable method's handler with an
-// Overdraft, to be answered only from a kubelet call others make; any other
-// method's is refused before its handler, as the kubelet does.
-func TestARefusedCallReachesOnlyAJoinableHandlerWithAnOverdraft(t *testing.T) {
+// A call the limit refuses reaches its handler with an Overdraft, to be
+// answered only from a kubelet call others make (or refused there).
+func TestARefusedCallReachesItsHandlerWithAnOverdraft(t *testing.T) {
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, 1, nil, clock, func(m string) bool { return m == "/shared" })
+	limit := RateLimit(DefaultRateLimitQPS, 1, nil, clock)
 	var over *Overdraft
 	h := func(ctx context.Context, _ any) (any, error) { over = OverdraftOf(ctx); return nil, nil }
-	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{FullMethod: "/shared"}, h); err != nil || over != nil {
+	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{}, h); err != nil || over != nil {
 		t.Fatalf("a call within the limit: err %v, overdraft %v", err, over)
 	}
-	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{FullMethod: "/other"}, h); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("a refused call of a method that joins nothing = %v, want ResourceExhausted", err)
-	}
-	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{FullMethod: "/shared"}, h); err != nil || over == nil {
-		t.Fatalf("a refused call of a joinable method: err %v, overdraft %v, want its handler with an Overdraft", err, over)
+	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{}, h); err != nil || over == nil {
+		t.Fatalf("a refused call: err %v, overdraft %v, want its handler with an Overdraft", err, over)
 	}
 	// The tokens it may take come back every 10 ms at 100/s; it waits
 	// for no more than 50 ms.

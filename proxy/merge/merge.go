@@ -1,9 +1,9 @@
-// Package merge is how the pods' plans (package plans) join the kubelet's
-// answer: which plan a pod of an answer gets (Resolver: looked up in a
-// plans.Table, after a /pods read for a pod the table cannot answer), how
-// a view spells it (view.go) and how it is added to the kubelet's decoded
-// pod (Pod) and to GetAllocatableResources (Allocatable). List and Get both
-// go through it, which is what keeps their answers in agreement.
+// Package merge renders the pods' plans (package plans) into the kubelet's
+// answer, and does nothing else (no I/O: which plan a pod gets is package
+// resolve's): how a view spells a device (view.go) and how it is added to
+// the kubelet's decoded pod (Pod) and to GetAllocatableResources
+// (Allocatable). List and Get both go through it, which is what keeps
+// their answers in agreement.
 //
 // The merge edits the kubelet's decoded answer in place instead of building
 // a new one: fields this build does not know (a newer kubelet's) survive in

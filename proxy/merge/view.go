@@ -132,3 +132,12 @@ func Refusal(p *plans.Plan, v View, pod model.PodKey) error {
 		"podres-proxy: pod %s in namespace %s shares GPU %s with other pods: Kata's cold plug passes whole devices through to the pod's VM and cannot share one; give the pod whole GPUs or run it without Kata",
 		pod.Name, pod.Namespace, strings.Join(gpus, ", "))
 }
+
+// ReadsDeviceInfo reports whether Multus, the one consumer that reads the
+// device-info files of the devices an answer hands out, may read the view:
+// the plain view, which docs/views.md gives it, and the default view,
+// which is all a node serves unless views are enabled (the chart enables
+// none by default), so it is where such a node's Multus reads. The other
+// views' consumers (DCGM exporter, Kata, the legacy view's NFD, RTE and
+// nri-plugins) never read the files, so their answers never wait for them.
+func (v View) ReadsDeviceInfo() bool { return v == Plain || v == Topology }

@@ -48,7 +48,7 @@ type Plan struct {
 // written (at once when it has none, or they were), or with ctx's cause:
 // Multus reads a VF's file right after the answer that hands the VF out,
 // in the same CNI ADD, so that answer waits for it, briefly
-// (merge.DeviceInfoWait); no other does.
+// (resolve.DeviceInfoWait); no other does.
 func (p *Plan) Written(ctx context.Context) error {
 	if p == nil || p.written == nil {
 		return nil

@@ -78,7 +78,7 @@ type Part struct {
 }
 
 // Resolve returns the plan a pod is answered with from a table alone, and
-// false when the table cannot say (merge.Resolver.Lookup).
+// false when the table cannot say (resolve.Query.Lookup).
 type Resolve func(model.PodKey) (*plans.Plan, bool)
 
 // Store caches the rebuilt pods. Each is checked against the table at its
@@ -214,42 +214,6 @@ func Malformed(err error) error {
 	return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 }
 
-// Encoded is a message still in its wire form: the kubelet's answer as
-// received, before it is decoded (see Codec).
-type Encoded []byte
-
-// Codec is the codec of the upstream List calls. Requests are marshalled
-// by gRPC's own protobuf codec; responses are kept Encoded, so that the
-// proxy can split them into pods without decoding them.
-// Its name is "proto": the calls go out as application/grpc+proto, which
-// gRPC servers (the kubelet's among them) read with their protobuf codec.
-type Codec struct{}
-
-var protoCodec = encoding.GetCodecV2(proto.Name)
-
-func (Codec) Name() string { return proto.Name }
-
-func (Codec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
-
-// Unmarshal copies the answer into the Encoded it is given, reusing its
-// storage when it fits (and is not more than twice too large): the proxy
-// makes one kubelet List call at a time per method (upstream.Shared) and
-// keeps nothing of an answer once its own is built, so each method reuses
-// one buffer rather than allocating an answer's size on every call.
-func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
-	e, ok := v.(*Encoded)
-	if !ok {
-		return protoCodec.Unmarshal(data, v)
-	}
-	n := data.Len()
-	if cap(*e) < n || cap(*e) > 2*n+4096 {
-		*e = make(Encoded, n)
-	}
-	*e = (*e)[:n]
-	data.CopyTo(*e)
-	return nil
-}
-
 // PreEncoded turns an empty response message into one that gRPC sends as
 // the given wire bytes: protobuf writes a message's unknown fields out
 // verbatim, and a message with no known fields set is nothing else. This is
@@ -268,6 +232,8 @@ func PreEncoded[M interface{ ProtoReflect() protoreflect.Message }](m M, wire []
 // whose sizes jump from 32 KiB to 1 MiB: a List answer of a busy node
 // would take a 1 MiB buffer per call in flight.
 type ServerCodec struct{}
+
+var protoCodec = encoding.GetCodecV2(proto.Name)
 
 func (ServerCodec) Name() string { return proto.Name }
 
@@ -358,7 +324,7 @@ func (c *Cache) lookup(seg []byte) (e *segment, canon []byte) {
 // current reports whether e's output can be spliced in as it is: built
 // with the plan resolve gives the pod, without a kubelet read (checked
 // again only when the table t changed since; a nil t: every time, as when
-// resolve answers from more than the table, see merge.Query). Plans are
+// resolve answers from more than the table, see resolve.Query). Plans are
 // replaced, never modified, so the same plan means the same output.
 func (e *segment) current(t *plans.Table, resolve Resolve) bool {
 	if t != nil && e.checked == t {

@@ -19,7 +19,7 @@ import (
 // gives a call it refused, and which may join a shared call.
 func refused(t *testing.T, clk *testingclock.FakeClock) context.Context {
 	t.Helper()
-	limit := limits.RateLimit(100, 1, nil, clk, func(string) bool { return true })
+	limit := limits.RateLimit(100, 1, nil, clk)
 	var got context.Context
 	h := func(ctx context.Context, _ any) (any, error) { got = ctx; return nil, nil }
 	for range 2 { // the first takes the only token
@@ -43,7 +43,7 @@ func TestACallBeyondTheLimitOnlyJoinsACallOthersMake(t *testing.T) {
 		k := &kubelet{}
 		s, _ := newTestShared(k)
 
-		if _, err := s.Do(over); status.Code(err) != codes.ResourceExhausted {
+		if _, err := do(over, s); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("a refused call with nothing to join = %v, want ResourceExhausted", err)
 		}
 		if k.count() != 0 {

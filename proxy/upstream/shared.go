@@ -10,7 +10,6 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/internal/coalesce"
 	"github.com/podres-proxy/podres-proxy/metrics"
-	"github.com/podres-proxy/podres-proxy/proxy/limits"
 )
 
 // sharedTimeout bounds a call that callers wait for: a List's kubelet call
@@ -39,11 +38,12 @@ const callInterval = 10 * time.Millisecond
 // share one; its limit of 100 calls a second is shared with every other
 // agent on the node.
 //
-// A call the rate limit refused (its context has a limits.Overdraft) never
+// A call the rate limit refused (it has a Ticket: limits.Overdraft) never
 // makes a kubelet call of its own: it rides (coalesce.Group.Join) a call
 // others make, or one it gathers with other refused calls once its client's
-// next token is there (at most 50 ms); alone, it is refused as by the
-// kubelet. So the kubelet never sees more calls than the limit lets through.
+// next token is there (at most 50 ms); alone, it fails with
+// coalesce.ErrNotMade, which the server answers as the kubelet's rate-limit
+// error. So the kubelet never sees more calls than the limit lets through.
 //
 // A shared call's error, the kubelet's code and message included, goes to
 // every caller that shared it; a caller whose deadline passes or who is
@@ -71,14 +71,14 @@ func NewShared[T any](method string, fn func(ctx context.Context, started time.T
 	}
 }
 
-// Do returns the result of a call that started after the caller's call
-// reached the server (limits.Arrived; Do's own call for others).
-func (c *Shared[T]) Do(ctx context.Context) (T, error) {
-	arrived := limits.Arrived(ctx)
+// Do returns the result of a call that started after arrived (when the
+// caller's call reached the server). A caller the rate limit refused gives
+// its ticket, and only joins calls (see Shared); others give nil.
+func (c *Shared[T]) Do(ctx context.Context, arrived time.Time, ticket coalesce.Ticket) (T, error) {
 	var v T
 	var err error
-	if over := limits.OverdraftOf(ctx); over != nil {
-		v, err = c.group.Join(ctx, arrived, over)
+	if ticket != nil {
+		v, err = c.group.Join(ctx, arrived, ticket)
 	} else {
 		v, err = c.group.Do(ctx, arrived)
 	}
@@ -87,7 +87,7 @@ func (c *Shared[T]) Do(ctx context.Context) (T, error) {
 		return v, nil
 	case errors.Is(err, coalesce.ErrNotMade):
 		c.metrics.RateLimited()
-		return v, limits.ErrRateLimited()
+		return v, err
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return v, status.FromContextError(err).Err() // this caller gave up
 	default:

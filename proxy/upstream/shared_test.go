@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -11,12 +12,29 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/podres-proxy/podres-proxy/internal/coalesce"
 	"github.com/podres-proxy/podres-proxy/metrics"
+	"github.com/podres-proxy/podres-proxy/proxy/limits"
 )
 
 // These tests run in synctest bubbles: synctest.Wait lets every caller reach
 // the point where it waits for a call, so each step happens in a known
 // order without sleeps or hooks in Shared.
+
+// do is Do as the server calls it for the call of ctx: arrived then, with
+// the Overdraft the rate limit gave it, if any, and refused as by the
+// kubelet when it joined nothing.
+func do[T any](ctx context.Context, s *Shared[T]) (T, error) {
+	var ticket coalesce.Ticket
+	if o := limits.OverdraftOf(ctx); o != nil {
+		ticket = o
+	}
+	v, err := s.Do(ctx, limits.Arrived(ctx), ticket)
+	if errors.Is(err, coalesce.ErrNotMade) {
+		err = limits.ErrRateLimited()
+	}
+	return v, err
+}
 
 // kubelet is a fake call whose every call waits for the test to answer it.
 type kubelet struct {
@@ -67,7 +85,7 @@ type result struct {
 func doAsync(ctx context.Context, s *Shared[time.Time]) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
-		started, err := s.Do(ctx)
+		started, err := do(ctx, s)
 		ch <- result{started, err}
 	}()
 	return ch
@@ -281,7 +299,7 @@ func sharedUnderLoad(t *testing.T, slots, rounds int, callTime, write time.Durat
 			time.Sleep(time.Duration(slot) * write / time.Duration(slots))
 			for range rounds {
 				arrived := time.Now()
-				started, err := s.Do(t.Context())
+				started, err := do(t.Context(), s)
 				if err != nil {
 					t.Error(err)
 					return

@@ -21,7 +21,6 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/metrics"
-	"github.com/podres-proxy/podres-proxy/proxy/reuse"
 )
 
 // DefaultMaxMessageSize bounds the kubelet answers the proxy accepts. Busy
@@ -107,14 +106,14 @@ var (
 	V1alpha1 = API{method: v1alpha1.PodResourcesLister_List_FullMethodName, Name: "v1alpha1.List"}
 )
 
-// List returns the kubelet's List answer of api still reuse.Encoded (see
-// reuse.Codec), in buf's storage when it fits: buf must not be in use.
-func (u *Client) List(ctx context.Context, api API, buf reuse.Encoded) (reuse.Encoded, error) {
+// List returns the kubelet's List answer of api still Encoded (see
+// Codec), in buf's storage when it fits: buf must not be in use.
+func (u *Client) List(ctx context.Context, api API, buf Encoded) (Encoded, error) {
 	ctx, cancel := u.bound(ctx)
 	defer cancel()
 	start := time.Now()
 	resp := buf
-	err := u.conn.Invoke(ctx, api.method, &v1.ListPodResourcesRequest{}, &resp, grpc.ForceCodecV2(reuse.Codec{}))
+	err := u.conn.Invoke(ctx, api.method, &v1.ListPodResourcesRequest{}, &resp, grpc.ForceCodecV2(Codec{}))
 	return resp, u.observe(api.Name, start, err)
 }
 

@@ -1,4 +1,11 @@
-package merge
+// Package resolve says which plan answers each pod a query names: from
+// the current plans table when it knows which pod the name is, otherwise
+// after a /pods read that started after the query arrived (shared), with
+// the kubelet's pod logs directory as evidence of a pod recreated under a
+// name. It is the query path's one place of I/O: the shared reads, the
+// directory's stat, and the wait for device-info files; it computes and
+// writes nothing.
+package resolve
 
 import (
 	"context"
@@ -14,6 +21,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -119,7 +127,7 @@ var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 // returns once the files of the devices the plans hand out are written
 // (plans.Plan.Written), or after DeviceInfoWait: Multus reads a VF's file
 // right after the answer, and only the first answer with a device waits.
-func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time, v View) ([]*plans.Plan, error) {
+func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time, v merge.View) ([]*plans.Plan, error) {
 	out, err := q.plans(ctx, keys, arrived)
 	if err != nil {
 		return nil, err
@@ -136,15 +144,6 @@ func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Tim
 // optional: a CNI ADD without device-info in the network-status beats one
 // that fails, and a stalled path must not fail every answer with the pod.
 const DeviceInfoWait = time.Second
-
-// ReadsDeviceInfo reports whether Multus, the one consumer that reads the
-// device-info files of the devices an answer hands out, may read the view:
-// the plain view, which docs/views.md gives it, and the default view,
-// which is all a node serves unless views are enabled (the chart enables
-// none by default), so it is where such a node's Multus reads. The other
-// views' consumers (DCGM exporter, Kata, the legacy view's NFD, RTE and
-// nri-plugins) never read the files, so their answers never wait for them.
-func (v View) ReadsDeviceInfo() bool { return v == Plain || v == Topology }
 
 // waitWritten waits, at most DeviceInfoWait in all, for the device-info
 // files of the plans' devices. It never fails the answer: what is not

@@ -1,4 +1,4 @@
-package proxy
+package unixsock
 
 import (
 	"net"
@@ -20,7 +20,7 @@ func tempDir(t *testing.T) string {
 func TestSocketIsPrivateAndInItsOwnDirectory(t *testing.T) {
 	dir := tempDir(t)
 	path := filepath.Join(dir, "pod-resources", "kubelet.sock")
-	l, err := listenSocket(path, filepath.Join(dir, "kubelet", "kubelet.sock"))
+	l, err := Listen(path, filepath.Join(dir, "kubelet", "kubelet.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestStaleSocketIsReplaced(t *testing.T) {
 	}
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close() // a crashed instance leaves its socket file behind
-	l, err := listenSocket(path, "")
+	l, err := Listen(path, "")
 	if err != nil {
 		t.Fatalf("a stale socket must be replaced: %v", err)
 	}
@@ -82,9 +82,9 @@ func TestSocketNeverReplacesTheKubeletsSocket(t *testing.T) {
 	}
 	defer kl.Close()
 	for _, path := range []string{kubelet, filepath.Join(dir, "pod-resources", ".", "kubelet.sock")} {
-		if l, err := listenSocket(path, kubelet); err == nil {
+		if l, err := Listen(path, kubelet); err == nil {
 			l.Close()
-			t.Fatalf("listenSocket(%s) replaced the kubelet's socket", path)
+			t.Fatalf("Listen(%s) replaced the kubelet's socket", path)
 		} else if !strings.Contains(err.Error(), "kubelet's own socket") {
 			t.Errorf("unclear error: %v", err)
 		}
@@ -102,7 +102,7 @@ func TestSocketRefusesToReplaceAFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("not a socket"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := listenSocket(path, ""); err == nil {
+	if l, err := Listen(path, ""); err == nil {
 		l.Close()
 		t.Fatal("replaced a regular file")
 	}
@@ -114,12 +114,12 @@ func TestSocketRefusesToReplaceAFile(t *testing.T) {
 func TestCloseRemovesOnlyOurSocket(t *testing.T) {
 	dir := tempDir(t)
 	path := filepath.Join(dir, "kubelet.sock")
-	first, err := listenSocket(path, "")
+	first, err := Listen(path, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A new instance takes over before the old one shuts down (rolling update).
-	second, err := listenSocket(path, "")
+	second, err := Listen(path, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestSocketLeavesAnExistingDirectorysModeAlone(t *testing.T) {
 		if err := os.Chmod(dir, mode); err != nil {
 			t.Fatal(err)
 		}
-		l, err := listenSocket(filepath.Join(dir, "podres-proxy.sock"), "")
+		l, err := Listen(filepath.Join(dir, "podres-proxy.sock"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +176,7 @@ func TestSocketNeverChmodsThroughASymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(link, "kubelet.sock")
-	l, err := listenSocket(path, "")
+	l, err := Listen(path, "")
 	if err != nil {
 		t.Fatal(err)
 	}

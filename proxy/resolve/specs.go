@@ -1,4 +1,4 @@
-package proxy
+package resolve
 
 import (
 	"context"
@@ -24,13 +24,13 @@ const (
 	specRetryMax = 30 * time.Second
 )
 
-// readSpecs reads /pods whenever a running pod has devices that cannot be
+// ReadSpecs reads /pods whenever a running pod has devices that cannot be
 // vetted for want of its spec, until ctx is done. A read that started after
 // such a pod last changed and still did not show it (the API no longer has
 // the pod) is not repeated until the pod changes again; a failed read is
 // retried with backoff.
-func (s *Server) readSpecs(ctx context.Context) {
-	if s.pods == nil {
+func (r *Resolver) ReadSpecs(ctx context.Context) {
+	if r.o.Pods == nil {
 		return
 	}
 	var (
@@ -39,14 +39,14 @@ func (s *Server) readSpecs(ctx context.Context) {
 		backoff   = specRetryMin
 	)
 	for {
-		changed := s.p.Store.Changed()
-		if retry == nil && s.specNeeded(readSince) {
+		changed := r.o.Store.Changed()
+		if retry == nil && r.specNeeded(readSince) {
 			started := time.Now()
-			if _, err := s.pods.ReadAfter(ctx, started); err != nil {
+			if _, err := r.o.Pods.ReadAfter(ctx, started); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
-				s.log.WithError(err).Debugf("reading the specs of running pods; again in %v", backoff)
+				r.o.Log.WithError(err).Debugf("reading the specs of running pods; again in %v", backoff)
 				retry = time.After(backoff)
 				backoff = min(2*backoff, specRetryMax)
 			} else {
@@ -65,9 +65,9 @@ func (s *Server) readSpecs(ctx context.Context) {
 
 // specNeeded reports whether a running pod that changed at or after since
 // has devices that cannot be vetted without its spec.
-func (s *Server) specNeeded(since time.Time) bool {
-	for _, r := range s.p.Store.Records() {
-		if needsSpec(r) && !r.UpdatedAt.Before(since) {
+func (r *Resolver) specNeeded(since time.Time) bool {
+	for _, rec := range r.o.Store.Records() {
+		if needsSpec(rec) && !rec.UpdatedAt.Before(since) {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package proxy
+package unixsock
 
 import (
 	"errors"
@@ -18,9 +18,9 @@ const (
 	socketFileMode = 0o660
 )
 
-// socketListener is a unix listener whose socket file appeared atomically
+// Listener is a unix listener whose socket file appeared atomically
 // under its final name and is removed on Close only while it is still ours.
-type socketListener struct {
+type Listener struct {
 	net.Listener
 	path string
 	info os.FileInfo // the socket file we created, to recognise it later
@@ -28,15 +28,15 @@ type socketListener struct {
 	once sync.Once
 }
 
-// listenSocket creates path the way the kubelet creates its own socket, so
+// Listen creates path the way the kubelet creates its own socket, so
 // that clients watching the directory never see a half-made socket: listen on
 // a temporary name in the same directory, restrict its permissions, then
 // rename it over any stale socket. The socket gets 0660, and the directory
-// 0750 when listenSocket creates it (makeSocketDir): the API exposes every
+// 0750 when Listen creates it (makeSocketDir): the API exposes every
 // pod's devices and clients must be privileged.
 // It refuses to replace anything that is not a socket, and refuses the
 // kubelet's own socket path, which would break the kubelet's API.
-func listenSocket(path, kubeletSocket string) (*socketListener, error) {
+func Listen(path, kubeletSocket string) (*Listener, error) {
 	path = filepath.Clean(path)
 	if kubeletSocket != "" && sameSocket(path, kubeletSocket) {
 		return nil, fmt.Errorf("socket %s is the kubelet's own socket: give podres-proxy a directory of its own (default /var/run/podres-proxy/pod-resources)", path)
@@ -58,7 +58,7 @@ func listenSocket(path, kubeletSocket string) (*socketListener, error) {
 	// The socket file now belongs to us; closing must not unlink tmp after
 	// the rename (it would unlink nothing, or worse, a successor's file).
 	ul.SetUnlinkOnClose(false)
-	fail := func(err error) (*socketListener, error) {
+	fail := func(err error) (*Listener, error) {
 		l.Close()
 		os.Remove(tmp)
 		return nil, err
@@ -73,7 +73,7 @@ func listenSocket(path, kubeletSocket string) (*socketListener, error) {
 	if err != nil {
 		return fail(fmt.Errorf("stat socket %s: %w", path, err))
 	}
-	return &socketListener{Listener: l, path: path, info: info}, nil
+	return &Listener{Listener: l, path: path, info: info}, nil
 }
 
 // makeSocketDir creates dir with mode 0750 (and its missing parents, as
@@ -129,7 +129,7 @@ func chmodNoFollow(path string, mode fs.FileMode, ifmt uint32) error {
 
 // Close stops listening and removes the socket file if it is still the one
 // we created; a newer instance may already have replaced it.
-func (l *socketListener) Close() error {
+func (l *Listener) Close() error {
 	err := l.Listener.Close()
 	l.once.Do(func() {
 		if fi, statErr := os.Lstat(l.path); statErr == nil && os.SameFile(fi, l.info) {
