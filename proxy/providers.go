@@ -14,6 +14,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -99,7 +100,7 @@ func newReader(p Providers, timeout time.Duration, log logrus.FieldLogger) *kube
 			lastErr = ""
 		}
 		mu.Unlock()
-		p.Store.ObserveKubeletPods(started, logs, pods)
+		p.Store.ObserveKubeletPods(started, merge.LogsEvidence{Stamp: logs}, pods)
 		return pods, nil
 	}
 	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, Metrics: p.Metrics})

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/decode"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -16,13 +15,32 @@ import (
 // and annotations become devices: an allocation is fixed when the sandbox
 // starts, edits in the API are recorded, not taken.
 
+// Evidence is what the caller of ObserveKubeletPods knew, just before the
+// list was taken, of whether a pod name can have become another pod since
+// (the proxy's is the kubelet's pod logs directory, package podlogs). The
+// store does not read it: it keeps it with the list's names, hands it back
+// with them (Snapshot.NamesEvidence), and counts one that says otherwise
+// than the last (Same) as a change, so that nothing derived from the old
+// one is reused. nil says nothing.
+type Evidence interface {
+	Same(other Evidence) bool
+}
+
+// sameEvidence is Evidence.Same, with nil the same only as nil.
+func sameEvidence(a, b Evidence) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Same(b)
+}
+
 // ObserveKubeletPods records a complete kubelet pod list taken at asOf
-// (when the read started), logs being the kubelet's pod logs directory
-// just before (package podlogs; zero: none): each pod's spec and allocator
-// annotations, and which UID each name is now (Live, Current, Named). Pods new to the store are
-// recorded as pending; pending pods that the list no longer has are
-// removed. Sandbox state is left to the runtime sources.
-func (s *Store) ObserveKubeletPods(asOf time.Time, logs podlogs.Stamp, pods []model.KubeletPod) {
+// (when the read started), with the caller's evidence (nil: none): each
+// pod's spec and allocator annotations, and which UID each name is now
+// (Live, Current, Named). Pods new to the store are recorded as pending;
+// pending pods that the list no longer has are removed. Sandbox state is
+// left to the runtime sources.
+func (s *Store) ObserveKubeletPods(asOf time.Time, evidence Evidence, pods []model.KubeletPod) {
 	pre := decode.Batch{}
 	for i := range pods {
 		if p := &pods[i]; p.UID != "" && !p.Terminal() {
@@ -46,7 +64,7 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, logs podlogs.Stamp, pods []mo
 			s.setPhase(record.OriginKubelet, uid, record.PhaseRemoved)
 		}
 	}
-	s.setNames(asOf, logs, pods)
+	s.setNames(asOf, evidence, pods)
 }
 
 // observeKubeletPod records what a kubelet source reported of one pod at
@@ -90,9 +108,9 @@ func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
 // pods of one name (the old one terminating), the one still running is the
 // name's. It counts as a change (Version, Changed) when a name's UID
 // changed, or when the list confirms a live record whose containers were
-// stopping (Current), or when logs says otherwise than before (Named
-// answers by it). Called with mu held.
-func (s *Store) setNames(asOf time.Time, logs podlogs.Stamp, pods []model.KubeletPod) {
+// stopping (Current), or when evidence says otherwise than before. Called
+// with mu held.
+func (s *Store) setNames(asOf time.Time, evidence Evidence, pods []model.KubeletPod) {
 	if asOf.Before(s.namesAt) {
 		return
 	}
@@ -106,14 +124,14 @@ func (s *Store) setNames(asOf time.Time, logs podlogs.Stamp, pods []model.Kubele
 		names[key] = p.UID
 	}
 	s.newerNames(asOf, names)
-	changed := !maps.Equal(names, s.names) || !logs.Same(s.namesLogs) || !s.namesComplete
+	changed := !maps.Equal(names, s.names) || !sameEvidence(evidence, s.namesEvidence) || !s.namesComplete
 	for _, r := range s.byUID {
 		if changed {
 			break
 		}
 		changed = r.Live() && stopping(r)
 	}
-	s.names, s.namesAt, s.namesLogs, s.namesComplete = names, asOf, logs, true
+	s.names, s.namesAt, s.namesEvidence, s.namesComplete = names, asOf, evidence, true
 	if changed {
 		s.bump()
 	}

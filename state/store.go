@@ -154,11 +154,12 @@ func (s *Store) Snapshot() *Snapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	x := index{
-		byUID:     maps.Clone(s.byUID),
-		byKey:     make(map[model.PodKey][]string, len(s.byKey)),
-		names:     maps.Clone(s.names),
-		namesAt:   s.namesAt,
-		namesLogs: s.namesLogs,
+		byUID:   maps.Clone(s.byUID),
+		byKey:   make(map[model.PodKey][]string, len(s.byKey)),
+		names:   maps.Clone(s.names),
+		namesAt: s.namesAt,
+
+		namesEvidence: s.namesEvidence,
 
 		namesComplete: s.namesComplete,
 		namedAt:       maps.Clone(s.namedAt),

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
@@ -18,7 +17,7 @@ var pod = model.PodKey{Namespace: "ns", Name: "web-0"}
 func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
 	dec := &fakeDecoder{}
 	s := New(Options{Decoder: dec, Clock: newFakeClock()})
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{
 		UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1", "other": "x"},
 		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}},
@@ -172,7 +171,7 @@ func TestReconcileRemovesSandboxesItDoesNotList(t *testing.T) {
 	s := New(Options{Clock: clock})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
 	asOf := clock.Advance(time.Second)
 	s.Reconcile(record.OriginNRI, asOf, []model.Sandbox{readySandbox("u2", "ns", "b", "sb2", nil)}, nil, false)
 
@@ -270,13 +269,13 @@ func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
 func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{
 		{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"},
 		{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"},
 	})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("running", "ns", "c", "sb", nil))
 	clock.Advance(time.Second)
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"}})
 
 	if r := mustGet(t, s, "gone"); r.State != record.PhaseRemoved || r.RemovedAt == nil {
 		t.Errorf("pending pod missing from /pods: state %q removedAt %v, want removed", r.State, r.RemovedAt)
@@ -290,7 +289,7 @@ func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 
 	// A read that started before the pod appeared left it out; the next one
 	// lists it again: it is pending again, not left to be pruned.
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"}})
 	if r := mustGet(t, s, "gone"); r.State != record.PhasePending || r.RemovedAt != nil {
 		t.Errorf("pod listed again: state %q removedAt %v, want pending", r.State, r.RemovedAt)
 	}
@@ -341,7 +340,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 	// The same allocator annotations from every source, and a change to an
 	// irrelevant one, cost no decode and no change.
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1", "unrelated": "2"}))
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running", Annotations: ann}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running", Annotations: ann}})
 	if dec.Calls() != 1 {
 		t.Errorf("decoder called %d times for unchanged annotations, want 1", dec.Calls())
 	}
@@ -366,7 +365,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 
 	// A pod first learned from /pods: the runtime's copy replaces it, and a
 	// change there is decoded once.
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "b", Phase: "Pending", Annotations: map[string]string{"alloc/gpu": "GPU-3"}}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "b", Phase: "Pending", Annotations: map[string]string{"alloc/gpu": "GPU-3"}}})
 	calls := dec.Calls()
 	s.ObserveSandbox(record.OriginCRI, readySandbox("u2", "ns", "b", "sb3", map[string]string{"alloc/gpu": "GPU-4", "alloc/fpga": "bad"}))
 	if dec.Calls() != calls+1 {
@@ -389,11 +388,11 @@ func TestSpecReadBackFromDiskIsNotAChange(t *testing.T) {
 	var writes int
 	s.dirty = func(string) { writes++ }
 	// What a file gives back: no empty maps.
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
 		Spec: model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}}})
 	writes = 0
 	// What a /pods decoder may build: an empty requests map.
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
 		Spec: model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{}}}}}})
 	if writes != 0 {
 		t.Errorf("an equal spec was recorded as a change (%d writes)", writes)
@@ -484,7 +483,7 @@ func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
 func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.T) {
 	spec := model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}
 	apiSays := func(s *Store, uid, name string, ann map[string]string) {
-		s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: uid, Namespace: "ns", Name: name, Phase: "Running", Annotations: ann, Spec: spec}})
+		s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: uid, Namespace: "ns", Name: name, Phase: "Running", Annotations: ann, Spec: spec}})
 	}
 	ids := func(r *record.Record) map[string]string {
 		out := map[string]string{}
@@ -548,7 +547,7 @@ func TestTheRuntimesAnnotationsAreBoundedAsThePodSourcesBoundThem(t *testing.T) 
 
 	// What a pod source (/pods, the Pods API) keeps of the same pod.
 	kept := annotationbound.Allocators(dec.MaxAnnotationBytes).Apply(runtime)
-	s.ObserveKubeletPods(clock.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending", Annotations: kept}})
+	s.ObserveKubeletPods(clock.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending", Annotations: kept}})
 	firstSeen := mustGet(t, s, "u1").Provenance.Annotations.At
 	clock.Advance(time.Second)
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", runtime))
