@@ -269,12 +269,6 @@ func (p *handlers) disconnected() bool {
 	return was
 }
 
-func (p *handlers) isSynced() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.synced
-}
-
 // onClose is called by the stub when the connection to the runtime drops;
 // Run takes care of reconnecting.
 func (p *handlers) onClose() {

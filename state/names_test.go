@@ -19,7 +19,7 @@ func running(uid string) model.KubeletPod {
 }
 
 func liveUID(s *Store) string {
-	if r, ok := s.Live(pod); ok {
+	if r, ok := s.Snapshot().Live(pod); ok {
 		return r.UID
 	}
 	return ""
@@ -123,7 +123,7 @@ func TestALateEventOfAForceDeletedPodDoesNotTakeItsSuccessorsName(t *testing.T) 
 	if got := liveUID(s); got != "" {
 		t.Fatalf("the name is new's, which has no sandbox yet: Live = %q, want none", got)
 	}
-	if r, ok := s.Named(pod); !ok || r.UID != "new" {
+	if r, ok := s.Snapshot().Named(pod); !ok || r.UID != "new" {
 		t.Fatalf("Named = %v, %v; want new", r, ok)
 	}
 }

@@ -135,7 +135,7 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	if got := encodedRecords(t, s2.Records()); got != want {
 		t.Errorf("records loaded back differ:\n got %s\nwant %s", got, want)
 	}
-	if r, ok := s2.Live(pod); !ok || r.UID != "u1" {
+	if r, ok := s2.Snapshot().Live(pod); !ok || r.UID != "u1" {
 		t.Errorf("a reopened store does not answer the running pod: %v, %v", r, ok)
 	}
 	if dec.Calls() != calls+1 {

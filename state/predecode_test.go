@@ -28,7 +28,7 @@ const hangGuard = 30 * time.Second
 func (d *readingDecoder) Decode(ref model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	read := make(chan bool, 1)
 	go func() {
-		_, ok := d.s.Live(model.PodKey{Namespace: "ns", Name: "other"})
+		_, ok := d.s.Snapshot().Live(model.PodKey{Namespace: "ns", Name: "other"})
 		read <- ok
 	}()
 	select {

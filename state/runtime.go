@@ -168,11 +168,6 @@ func (s *Store) observeContainer(src record.Origin, c model.RuntimeContainer) {
 	})
 }
 
-// ContainerRemoved records that a container is gone.
-func (s *Store) ContainerRemoved(src record.Origin, sandboxID, containerID string) {
-	s.ObserveContainer(src, model.RuntimeContainer{ID: containerID, SandboxID: sandboxID, State: model.ContainerRemoved})
-}
-
 // Reconcile applies a full snapshot of the runtime (NRI Synchronize, CRI
 // list) taken at asOf: listed sandboxes and containers are recorded,
 // sandboxes recorded earlier and not listed are removed. Containers of listed

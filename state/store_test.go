@@ -32,12 +32,12 @@ func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
 	if len(r.Devices) != 1 || r.Devices[0].IDs[0] != "GPU-1" {
 		t.Errorf("devices %+v, want GPU-1", r.Devices)
 	}
-	if _, ok := s.Live(pod); ok {
+	if _, ok := s.Snapshot().Live(pod); ok {
 		t.Fatal("a pod known only from /pods is Live; it must be read again")
 	}
 
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
-	live, ok := s.Live(pod)
+	live, ok := s.Snapshot().Live(pod)
 	if !ok || live.UID != "u1" || live.SandboxID != "sb1" || live.State != record.PhaseReady {
 		t.Fatalf("after NRI RunPodSandbox: Live = %+v, %v; want u1 ready in sb1", live, ok)
 	}
@@ -65,12 +65,12 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 	s := New(Options{Clock: clock})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
 	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
-	if _, ok := s.Live(pod); !ok {
+	if _, ok := s.Snapshot().Live(pod); !ok {
 		t.Fatal("a running sandbox is not Live")
 	}
 
 	s.SandboxStopped(record.OriginNRI, "sb1", "")
-	if _, ok := s.Live(pod); ok {
+	if _, ok := s.Snapshot().Live(pod); ok {
 		t.Error("a stopped sandbox is Live")
 	}
 	if r := mustGet(t, s, "u1"); r.State != record.PhaseStopped {
@@ -80,7 +80,7 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 	removedAt := clock.Advance(time.Second)
 	s.SandboxRemoved(record.OriginNRI, "sb1", "u1")
 	r := mustGet(t, s, "u1")
-	if _, ok := s.Live(pod); ok || r.State != record.PhaseRemoved {
+	if _, ok := s.Snapshot().Live(pod); ok || r.State != record.PhaseRemoved {
 		t.Errorf("after RemovePodSandbox: state %q, Live %v; want removed, not live", r.State, ok)
 	}
 	if r.RemovedAt == nil || !r.RemovedAt.Equal(removedAt) {
@@ -98,15 +98,12 @@ func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
 		readySandbox("old", "ns", "web-0", "sb-old", nil),
 		readySandbox("new", "ns", "web-0", "sb-new", nil),
 	}, nil, false)
-	if r, ok := s.Live(pod); ok {
+	if r, ok := s.Snapshot().Live(pod); ok {
 		t.Fatalf("two running sandboxes of one name: Live returned %s; the kubelet must decide", r.UID)
-	}
-	if got := len(s.ByName(pod)); got != 2 {
-		t.Errorf("ByName returned %d records, want 2", got)
 	}
 
 	s.SandboxStopped(record.OriginNRI, "sb-old", "")
-	r, ok := s.Live(pod)
+	r, ok := s.Snapshot().Live(pod)
 	if !ok || r.UID != "new" {
 		t.Fatalf("old stopped, new ready: Live = %v, %v; want the new pod", r, ok)
 	}
@@ -125,7 +122,7 @@ func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
 	s.SandboxStopped(record.OriginNRI, "sb1", "u1")
 	s.SandboxRemoved(record.OriginNRI, "sb1", "u1")
 	s.ObserveSandbox(record.OriginCRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "web-0", Ready: false})
-	if r, ok := s.Live(pod); !ok || r.SandboxID != "sb2" {
+	if r, ok := s.Snapshot().Live(pod); !ok || r.SandboxID != "sb2" {
 		t.Fatalf("events about the old sandbox changed the current one: Live = %+v, %v", r, ok)
 	}
 }
@@ -134,7 +131,7 @@ func TestRemovalOfAnUnknownContainerRecordsNothing(t *testing.T) {
 	s := New(Options{Clock: newFakeClock()})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
 	before := mustGet(t, s, "u1")
-	s.ContainerRemoved(record.OriginNRI, "sb1", "never-seen")
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "never-seen", SandboxID: "sb1", State: model.ContainerRemoved})
 	if after := mustGet(t, s, "u1"); after != before {
 		t.Errorf("removing an unknown container changed the record: containers %+v", after.Containers)
 	}
@@ -194,7 +191,7 @@ func TestReconcileLearnsSandboxesAndContainersItDidNotKnow(t *testing.T) {
 	s.Reconcile(record.OriginCRI, asOf,
 		[]model.Sandbox{readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"})},
 		[]model.RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning}}, true)
-	r, ok := s.Live(pod)
+	r, ok := s.Snapshot().Live(pod)
 	if !ok || r.Provenance.Sandbox.Origin != record.OriginCRI || containerStates(r)["c1"] != model.ContainerRunning || len(r.Devices) != 1 {
 		t.Fatalf("after a CRI reconcile of an unknown pod: Live = %+v, %v", r, ok)
 	}
@@ -259,7 +256,7 @@ func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
 	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != model.ContainerStopped {
 		t.Errorf("stopped container became %q on an unknown report", got)
 	}
-	s.ContainerRemoved(record.OriginNRI, "sb1", "c1")
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerRemoved})
 	s.ObserveContainer(record.OriginCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerRunning})
 	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != model.ContainerRemoved {
 		t.Errorf("removed container came back as %q", got)
@@ -319,7 +316,7 @@ func TestPruneDeletesRemovedRecordsOnlyAfterTheGracePeriod(t *testing.T) {
 	if _, ok := s.Get("u2"); !ok {
 		t.Error("a ready record was pruned")
 	}
-	if len(s.ByName(model.PodKey{Namespace: "ns", Name: "a"})) != 0 {
+	if len(s.byKey[model.PodKey{Namespace: "ns", Name: "a"}]) != 0 {
 		t.Error("pruned record still indexed by name")
 	}
 	if !slices.Equal(dirty, []string{"u1"}) {
@@ -399,7 +396,7 @@ func TestSpecReadBackFromDiskIsNotAChange(t *testing.T) {
 	}
 }
 
-func TestRecordsAndByNameAreSorted(t *testing.T) {
+func TestRecordsAreSorted(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
@@ -412,9 +409,6 @@ func TestRecordsAndByNameAreSorted(t *testing.T) {
 	}
 	if want := []string{"u3", "u1", "u2"}; !slices.Equal(uids, want) {
 		t.Errorf("Records order %v, want %v", uids, want)
-	}
-	if got := s.ByName(model.PodKey{Namespace: "ns", Name: "b"}); len(got) != 2 || got[0].UID != "u1" {
-		t.Errorf("ByName not newest first: %v", got)
 	}
 }
 
