@@ -47,8 +47,8 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, evidence Evidence, pods []mod
 			s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
 		}
 	}
-	s.lock(pre)
-	defer s.unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.now()
 	seen := make(map[string]bool, len(pods))
 	for i := range pods {
@@ -57,7 +57,7 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, evidence Evidence, pods []mod
 			continue
 		}
 		seen[p.UID] = true
-		s.observeKubeletPod(p, now)
+		s.observeKubeletPod(pre, p, now)
 	}
 	for uid, r := range s.byUID {
 		if r.State == record.PhasePending && !seen[uid] {
@@ -69,7 +69,7 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, evidence Evidence, pods []mod
 
 // observeKubeletPod records what a kubelet source reported of one pod at
 // now, all but the name's UID: see ObserveKubeletPods. Called with mu held.
-func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
+func (s *Store) observeKubeletPod(pre decode.Batch, p *model.KubeletPod, now time.Time) {
 	s.update(p.UID, func(r *record.Record) bool {
 		changed := r.ObserveKubeletPod(p, now)
 		if p.Terminal() {
@@ -87,7 +87,7 @@ func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
 			// time, which say since when the pod holds its devices; a pod
 			// that started with none gets none later.
 			fixed, edited := decode.Fixed(r.Annotations, s.relevant(p.Annotations))
-			if s.setAnnotations(r, fixed, seen.Origin, seen.At, false) {
+			if s.setAnnotations(pre, r, fixed, seen.Origin, seen.At, false) {
 				changed = true
 			}
 			if !slices.Equal(r.Edited, edited) {
@@ -96,7 +96,7 @@ func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
 			}
 			return changed
 		}
-		if s.setAnnotations(r, p.Annotations, record.OriginKubelet, now, false) {
+		if s.setAnnotations(pre, r, p.Annotations, record.OriginKubelet, now, false) {
 			changed = true
 		}
 		return changed
@@ -150,11 +150,11 @@ func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 	if !p.Terminal() {
 		s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
 	}
-	s.lock(pre)
-	defer s.unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.now()
 	_, known := s.byUID[p.UID]
-	s.observeKubeletPod(&p, now)
+	s.observeKubeletPod(pre, &p, now)
 	key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
 	// A pod takes a name another UID has only when it is new to the
 	// store: one already known lost the name to that UID since (the
@@ -196,7 +196,7 @@ func (s *Store) WatchedPodDeleted(p model.PodRef) {
 // they changed, or always when force is set (a record read back from disk is
 // decoded again because the allocator configuration may have changed). It
 // reports whether it decoded.
-func (s *Store) setAnnotations(r *record.Record, all map[string]string, src record.Origin, now time.Time, force bool) bool {
+func (s *Store) setAnnotations(pre decode.Batch, r *record.Record, all map[string]string, src record.Origin, now time.Time, force bool) bool {
 	if s.opts.Decoder == nil {
 		return false
 	}
@@ -212,16 +212,16 @@ func (s *Store) setAnnotations(r *record.Record, all map[string]string, src reco
 		return false
 	}
 	r.Annotations = rel
-	s.decodeDevices(r)
+	s.decodeDevices(pre, r)
 	r.Provenance.Annotations = &record.Seen{Origin: src, At: now}
 	return true
 }
 
 // decodeDevices sets r's Devices and DecodeErrors from its Annotations, and
 // then its containers' annotations. Called with mu held.
-func (s *Store) decodeDevices(r *record.Record) {
+func (s *Store) decodeDevices(pre decode.Batch, r *record.Record) {
 	ref := model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}
-	if d, ok := s.pre.Lookup(r.Annotations); ok {
+	if d, ok := pre.Lookup(r.Annotations); ok {
 		r.Devices, r.DecodeErrors = d.Devices, d.Errors
 	} else if len(r.Annotations) == 0 {
 		r.Devices, r.DecodeErrors = nil, nil
@@ -273,7 +273,7 @@ func (s *Store) adopt(r *record.Record) bool {
 	changed := false
 	if seen := r.Provenance.Annotations; seen != nil {
 		ann, devs, errs := r.Annotations, r.Devices, r.DecodeErrors
-		if s.setAnnotations(r, r.Annotations, seen.Origin, seen.At, true) {
+		if s.setAnnotations(nil, r, r.Annotations, seen.Origin, seen.At, true) {
 			changed = !maps.Equal(ann, r.Annotations) || !sameOrEmpty(devs, r.Devices) || !sameOrEmpty(errs, r.DecodeErrors)
 		}
 		if changed {

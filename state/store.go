@@ -86,10 +86,6 @@ type Store struct {
 	// closes pruneDone when it has stopped.
 	pruneStop, pruneDone chan struct{}
 	closeOnce            sync.Once
-
-	// pre holds the annotations decoded for the call that holds mu; nil
-	// otherwise. Set and read with mu held.
-	pre decode.Batch
 }
 
 // New returns an in-memory store.
