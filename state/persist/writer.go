@@ -362,4 +362,3 @@ func (p *Writer) ensurePodsDir() error {
 	}
 	return nil
 }
-
