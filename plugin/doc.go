@@ -52,9 +52,6 @@
 //	...
 //	go r.Run(ctx)
 //
-// [Plugin.Synced] tells /readyz whether the store reflects the runtime. It
-// stays false on a runtime whose NRI is disabled (containerd 1.7's default),
-// so readiness that waits for it must have a way out (a timeout, or a flag
-// that disables the plugin). Counters go through [Metrics], for which the
-// daemon passes its one metrics.Metrics.
+// Counters go through [Metrics], for which the daemon passes its one
+// metrics.Metrics.
 package plugin

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -89,16 +90,9 @@ func (p *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs
 
 	containers := make([]model.RuntimeContainer, 0, len(ctrs))
 	for _, ctr := range ctrs {
-		if ctr.GetId() == "" {
-			continue
+		if ctr.GetId() != "" {
+			containers = append(containers, container(nil, ctr, containerState(ctr.GetState())))
 		}
-		containers = append(containers, model.RuntimeContainer{
-			ID:          ctr.GetId(),
-			SandboxID:   ctr.GetPodSandboxId(),
-			Name:        ctr.GetName(),
-			State:       containerState(ctr.GetState()),
-			Annotations: ctr.GetAnnotations(),
-		})
 	}
 	p.update(ctx, "Synchronize", func() {
 		sandboxes := make([]model.Sandbox, 0, len(pods))
@@ -204,18 +198,7 @@ func (p *handlers) RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr
 // store (containerd sends Stop and Remove for containers whose creation
 // failed) are ignored by the store.
 func (p *handlers) observeContainer(ctx context.Context, event string, pod *api.PodSandbox, ctr *api.Container, st model.ContainerState) {
-	c := model.RuntimeContainer{
-		ID:        ctr.GetId(),
-		SandboxID: ctr.GetPodSandboxId(),
-		Name:      ctr.GetName(),
-		State:     st,
-		// The annotations the container was created with: a device
-		// plugin's (TensorFusion's MIG partitions) are only there.
-		Annotations: ctr.GetAnnotations(),
-	}
-	if c.SandboxID == "" {
-		c.SandboxID = pod.GetId()
-	}
+	c := container(pod, ctr, st)
 	if c.ID == "" || c.SandboxID == "" {
 		p.log.WithField("event", event).Debug("Ignoring a container event without container or sandbox id")
 		return
@@ -269,12 +252,6 @@ func (p *handlers) disconnected() bool {
 	return was
 }
 
-func (p *handlers) isSynced() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.synced
-}
-
 // onClose is called by the stub when the connection to the runtime drops;
 // Run takes care of reconnecting.
 func (p *handlers) onClose() {
@@ -291,6 +268,20 @@ func sandbox(pod *api.PodSandbox, ready bool) model.Sandbox {
 		Name:        pod.GetName(),
 		Annotations: pod.GetAnnotations(),
 		Ready:       ready,
+	}
+}
+
+// container maps an NRI container in state st, of pod when the container
+// does not name its sandbox. pod may be nil.
+func container(pod *api.PodSandbox, ctr *api.Container, st model.ContainerState) model.RuntimeContainer {
+	return model.RuntimeContainer{
+		ID:        ctr.GetId(),
+		SandboxID: cmp.Or(ctr.GetPodSandboxId(), pod.GetId()),
+		Name:      ctr.GetName(),
+		State:     st,
+		// The annotations the container was created with: a device
+		// plugin's (TensorFusion's MIG partitions) are only there.
+		Annotations: ctr.GetAnnotations(),
 	}
 }
 

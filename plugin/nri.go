@@ -131,10 +131,6 @@ func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*P
 	return p, nil
 }
 
-// Synced reports whether the runtime's Synchronize has been applied to the
-// store on the current connection: the store then reflects the runtime.
-func (p *Plugin) Synced() bool { return p.handlers.isSynced() }
-
 // Run connects to the runtime and records its events until ctx is done, then
 // returns nil. When the connection drops (the runtime restarted) or cannot
 // be made, it tries again with exponential backoff; every new connection

@@ -10,7 +10,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -339,7 +338,7 @@ func TestHandlersApplyEventsWhileAnotherPodsAnnotationIsDecoded(t *testing.T) {
 	observed := make(chan struct{})
 	go func() {
 		defer close(observed)
-		store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{
+		store.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{
 			UID: "uid-holder", Namespace: "default", Name: "holder", Phase: "Running",
 			Annotations: map[string]string{"example.com/hold": "1"},
 		}})

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/decode"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -16,21 +15,40 @@ import (
 // and annotations become devices: an allocation is fixed when the sandbox
 // starts, edits in the API are recorded, not taken.
 
+// Evidence is what the caller of ObserveKubeletPods knew, just before the
+// list was taken, of whether a pod name can have become another pod since
+// (the proxy's is the kubelet's pod logs directory, package podlogs). The
+// store does not read it: it keeps it with the list's names, hands it back
+// with them (Snapshot.NamesEvidence), and counts one that says otherwise
+// than the last (Same) as a change, so that nothing derived from the old
+// one is reused. nil says nothing.
+type Evidence interface {
+	Same(other Evidence) bool
+}
+
+// sameEvidence is Evidence.Same, with nil the same only as nil.
+func sameEvidence(a, b Evidence) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Same(b)
+}
+
 // ObserveKubeletPods records a complete kubelet pod list taken at asOf
-// (when the read started), logs being the kubelet's pod logs directory
-// just before (package podlogs; zero: none): each pod's spec and allocator
-// annotations, and which UID each name is now (Live, Current, Named). Pods new to the store are
-// recorded as pending; pending pods that the list no longer has are
-// removed. Sandbox state is left to the runtime sources.
-func (s *Store) ObserveKubeletPods(asOf time.Time, logs podlogs.Stamp, pods []model.KubeletPod) {
+// (when the read started), with the caller's evidence (nil: none): each
+// pod's spec and allocator annotations, and which UID each name is now
+// (Live, Current, Named). Pods new to the store are recorded as pending;
+// pending pods that the list no longer has are removed. Sandbox state is
+// left to the runtime sources.
+func (s *Store) ObserveKubeletPods(asOf time.Time, evidence Evidence, pods []model.KubeletPod) {
 	pre := decode.Batch{}
 	for i := range pods {
 		if p := &pods[i]; p.UID != "" && !p.Terminal() {
 			s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
 		}
 	}
-	s.lock(pre)
-	defer s.unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.now()
 	seen := make(map[string]bool, len(pods))
 	for i := range pods {
@@ -39,19 +57,19 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, logs podlogs.Stamp, pods []mo
 			continue
 		}
 		seen[p.UID] = true
-		s.observeKubeletPod(p, now)
+		s.observeKubeletPod(pre, p, now)
 	}
 	for uid, r := range s.byUID {
 		if r.State == record.PhasePending && !seen[uid] {
 			s.setPhase(record.OriginKubelet, uid, record.PhaseRemoved)
 		}
 	}
-	s.setNames(asOf, logs, pods)
+	s.setNames(asOf, evidence, pods)
 }
 
 // observeKubeletPod records what a kubelet source reported of one pod at
 // now, all but the name's UID: see ObserveKubeletPods. Called with mu held.
-func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
+func (s *Store) observeKubeletPod(pre decode.Batch, p *model.KubeletPod, now time.Time) {
 	s.update(p.UID, func(r *record.Record) bool {
 		changed := r.ObserveKubeletPod(p, now)
 		if p.Terminal() {
@@ -69,7 +87,7 @@ func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
 			// time, which say since when the pod holds its devices; a pod
 			// that started with none gets none later.
 			fixed, edited := decode.Fixed(r.Annotations, s.relevant(p.Annotations))
-			if s.setAnnotations(r, fixed, seen.Origin, seen.At, false) {
+			if s.setAnnotations(pre, r, fixed, seen.Origin, seen.At, false) {
 				changed = true
 			}
 			if !slices.Equal(r.Edited, edited) {
@@ -78,7 +96,7 @@ func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
 			}
 			return changed
 		}
-		if s.setAnnotations(r, p.Annotations, record.OriginKubelet, now, false) {
+		if s.setAnnotations(pre, r, p.Annotations, record.OriginKubelet, now, false) {
 			changed = true
 		}
 		return changed
@@ -90,9 +108,9 @@ func (s *Store) observeKubeletPod(p *model.KubeletPod, now time.Time) {
 // pods of one name (the old one terminating), the one still running is the
 // name's. It counts as a change (Version, Changed) when a name's UID
 // changed, or when the list confirms a live record whose containers were
-// stopping (Current), or when logs says otherwise than before (Named
-// answers by it). Called with mu held.
-func (s *Store) setNames(asOf time.Time, logs podlogs.Stamp, pods []model.KubeletPod) {
+// stopping (Current), or when evidence says otherwise than before. Called
+// with mu held.
+func (s *Store) setNames(asOf time.Time, evidence Evidence, pods []model.KubeletPod) {
 	if asOf.Before(s.namesAt) {
 		return
 	}
@@ -106,14 +124,14 @@ func (s *Store) setNames(asOf time.Time, logs podlogs.Stamp, pods []model.Kubele
 		names[key] = p.UID
 	}
 	s.newerNames(asOf, names)
-	changed := !maps.Equal(names, s.names) || !logs.Same(s.namesLogs) || !s.namesComplete
+	changed := !maps.Equal(names, s.names) || !sameEvidence(evidence, s.namesEvidence) || !s.namesComplete
 	for _, r := range s.byUID {
 		if changed {
 			break
 		}
 		changed = r.Live() && stopping(r)
 	}
-	s.names, s.namesAt, s.namesLogs, s.namesComplete = names, asOf, logs, true
+	s.names, s.namesAt, s.namesEvidence, s.namesComplete = names, asOf, evidence, true
 	if changed {
 		s.bump()
 	}
@@ -132,11 +150,11 @@ func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 	if !p.Terminal() {
 		s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
 	}
-	s.lock(pre)
-	defer s.unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.now()
 	_, known := s.byUID[p.UID]
-	s.observeKubeletPod(&p, now)
+	s.observeKubeletPod(pre, &p, now)
 	key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
 	// A pod takes a name another UID has only when it is new to the
 	// store: one already known lost the name to that UID since (the
@@ -178,7 +196,7 @@ func (s *Store) WatchedPodDeleted(p model.PodRef) {
 // they changed, or always when force is set (a record read back from disk is
 // decoded again because the allocator configuration may have changed). It
 // reports whether it decoded.
-func (s *Store) setAnnotations(r *record.Record, all map[string]string, src record.Origin, now time.Time, force bool) bool {
+func (s *Store) setAnnotations(pre decode.Batch, r *record.Record, all map[string]string, src record.Origin, now time.Time, force bool) bool {
 	if s.opts.Decoder == nil {
 		return false
 	}
@@ -194,16 +212,16 @@ func (s *Store) setAnnotations(r *record.Record, all map[string]string, src reco
 		return false
 	}
 	r.Annotations = rel
-	s.decodeDevices(r)
+	s.decodeDevices(pre, r)
 	r.Provenance.Annotations = &record.Seen{Origin: src, At: now}
 	return true
 }
 
 // decodeDevices sets r's Devices and DecodeErrors from its Annotations, and
 // then its containers' annotations. Called with mu held.
-func (s *Store) decodeDevices(r *record.Record) {
+func (s *Store) decodeDevices(pre decode.Batch, r *record.Record) {
 	ref := model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}
-	if d, ok := s.pre.Lookup(r.Annotations); ok {
+	if d, ok := pre.Lookup(r.Annotations); ok {
 		r.Devices, r.DecodeErrors = d.Devices, d.Errors
 	} else if len(r.Annotations) == 0 {
 		r.Devices, r.DecodeErrors = nil, nil
@@ -255,7 +273,7 @@ func (s *Store) adopt(r *record.Record) bool {
 	changed := false
 	if seen := r.Provenance.Annotations; seen != nil {
 		ann, devs, errs := r.Annotations, r.Devices, r.DecodeErrors
-		if s.setAnnotations(r, r.Annotations, seen.Origin, seen.At, true) {
+		if s.setAnnotations(nil, r, r.Annotations, seen.Origin, seen.At, true) {
 			changed = !maps.Equal(ann, r.Annotations) || !sameOrEmpty(devs, r.Devices) || !sameOrEmpty(errs, r.DecodeErrors)
 		}
 		if changed {

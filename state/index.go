@@ -3,7 +3,6 @@ package state
 import (
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
@@ -28,11 +27,9 @@ type index struct {
 	// namedAt is when a source other than a complete list last said
 	// which UID a name is (names.go).
 	namedAt map[model.PodKey]time.Time
-	// namesLogs is the kubelet's pod logs directory as it was before the
-	// /pods read that gave names began: while it is unchanged, no sandbox
-	// began since, so names still say which pod a name not running is
-	// (package podlogs).
-	namesLogs podlogs.Stamp
+	// namesEvidence is what the caller of the complete list that gave
+	// names knew of whether a name can have moved since (Evidence).
+	namesEvidence Evidence
 }
 
 func (x *index) get(uid string) (*record.Record, bool) {
@@ -132,10 +129,9 @@ func (v *Snapshot) Live(key model.PodKey) (*record.Record, bool) { return v.live
 // Named is Store.Named at the snapshot's version.
 func (v *Snapshot) Named(key model.PodKey) (*record.Record, bool) { return v.named(key) }
 
-// NamesLogs is the kubelet's pod logs directory as it was before the /pods
-// read that gave the snapshot's names began (package podlogs); a stamp that
-// says nothing when they come from elsewhere.
-func (v *Snapshot) NamesLogs() podlogs.Stamp { return v.namesLogs }
+// NamesEvidence is the Evidence given with the complete kubelet list the
+// snapshot's names come from; nil when none was.
+func (v *Snapshot) NamesEvidence() Evidence { return v.namesEvidence }
 
 // NamedAt is when the snapshot's word on which UID a name is was said:
 // when the complete list it comes from was taken, or the watch event or

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
@@ -20,7 +19,7 @@ func running(uid string) model.KubeletPod {
 }
 
 func liveUID(s *Store) string {
-	if r, ok := s.Live(pod); ok {
+	if r, ok := s.Snapshot().Live(pod); ok {
 		return r.UID
 	}
 	return ""
@@ -31,19 +30,19 @@ func TestTheSandboxOfAPodRecreatedSinceTheLastListAnswersItsName(t *testing.T) {
 	s := New(Options{Clock: clk})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
 	listed := clk.Advance(time.Second)
-	s.ObserveKubeletPods(listed, podlogs.Stamp{}, []model.KubeletPod{running("old")})
+	s.ObserveKubeletPods(listed, nil, []model.KubeletPod{running("old")})
 	clk.Advance(time.Second)
 	s.ObserveSandbox(record.OriginNRI, readySandbox("new", "ns", "web-0", "sb-new", nil))
 	if got := liveUID(s); got != "new" {
 		t.Fatalf("the kubelet began the sandbox of new after listing old: Live = %q, want new", got)
 	}
 	// A list begun before the sandbox, arriving after it, says less.
-	s.ObserveKubeletPods(listed.Add(time.Millisecond), podlogs.Stamp{}, []model.KubeletPod{running("old")})
+	s.ObserveKubeletPods(listed.Add(time.Millisecond), nil, []model.KubeletPod{running("old")})
 	if got := liveUID(s); got != "new" {
 		t.Fatalf("after a list begun before new's sandbox: Live = %q, want new", got)
 	}
 	// A list begun after it says what the name is now.
-	s.ObserveKubeletPods(clk.Advance(time.Second), podlogs.Stamp{}, []model.KubeletPod{running("old")})
+	s.ObserveKubeletPods(clk.Advance(time.Second), nil, []model.KubeletPod{running("old")})
 	if got := liveUID(s); got != "old" {
 		t.Fatalf("after a list begun since: Live = %q, want old", got)
 	}
@@ -53,9 +52,9 @@ func TestASandboxOfANameTheKubeletNoLongerHasAnswersNothing(t *testing.T) {
 	clk := newFakeClock()
 	s := New(Options{Clock: clk})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("old", "ns", "web-0", "sb-old", nil))
-	s.ObserveKubeletPods(clk.Advance(time.Second), podlogs.Stamp{}, []model.KubeletPod{running("old")})
+	s.ObserveKubeletPods(clk.Advance(time.Second), nil, []model.KubeletPod{running("old")})
 	// Force-deleted: gone from the kubelet, its sandbox torn down later.
-	s.ObserveKubeletPods(clk.Advance(time.Second), podlogs.Stamp{}, nil)
+	s.ObserveKubeletPods(clk.Advance(time.Second), nil, nil)
 	if got := liveUID(s); got != "" {
 		t.Fatalf("the kubelet lists no pod of the name: Live = %q, want none", got)
 	}
@@ -124,7 +123,7 @@ func TestALateEventOfAForceDeletedPodDoesNotTakeItsSuccessorsName(t *testing.T) 
 	if got := liveUID(s); got != "" {
 		t.Fatalf("the name is new's, which has no sandbox yet: Live = %q, want none", got)
 	}
-	if r, ok := s.Named(pod); !ok || r.UID != "new" {
+	if r, ok := s.Snapshot().Named(pod); !ok || r.UID != "new" {
 		t.Fatalf("Named = %v, %v; want new", r, ok)
 	}
 }

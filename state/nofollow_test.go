@@ -127,7 +127,7 @@ func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t
 	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
 		t.Fatalf("Flush on a full disk: %v, want ENOSPC", err)
 	}
-	if _, ok := s.Live(model.PodKey{Namespace: "ns", Name: "a"}); !ok {
+	if _, ok := s.Snapshot().Live(model.PodKey{Namespace: "ns", Name: "a"}); !ok {
 		t.Fatal("the pod learned on a full disk is not known")
 	}
 	free()

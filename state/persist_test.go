@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/persist"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -95,7 +94,7 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	dec := &fakeDecoder{}
 	clock := newFakeClock()
 	s := openTest(t, dir, Options{Decoder: dec, Clock: clock}, nil)
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1"},
 		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{"example.com/gpu": "1"}}}}}})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
@@ -136,7 +135,7 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	if got := encodedRecords(t, s2.Records()); got != want {
 		t.Errorf("records loaded back differ:\n got %s\nwant %s", got, want)
 	}
-	if r, ok := s2.Live(pod); !ok || r.UID != "u1" {
+	if r, ok := s2.Snapshot().Live(pod); !ok || r.UID != "u1" {
 		t.Errorf("a reopened store does not answer the running pod: %v, %v", r, ok)
 	}
 	if dec.Calls() != calls+1 {

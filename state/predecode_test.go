@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
@@ -29,7 +28,7 @@ const hangGuard = 30 * time.Second
 func (d *readingDecoder) Decode(ref model.PodRef, ann map[string]string) ([]model.Device, []error) {
 	read := make(chan bool, 1)
 	go func() {
-		_, ok := d.s.Live(model.PodKey{Namespace: "ns", Name: "other"})
+		_, ok := d.s.Snapshot().Live(model.PodKey{Namespace: "ns", Name: "other"})
 		read <- ok
 	}()
 	select {
@@ -55,7 +54,7 @@ func TestDecodingDoesNotHoldTheStoresLock(t *testing.T) {
 	dec.s = s
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u-other", "ns", "other", "sb0", nil))
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "big", "sb1", map[string]string{"alloc/gpu": "G1"}))
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "new", Phase: "Pending",
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "new", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "G2"}}, {UID: "u-other", Namespace: "ns", Name: "other", Phase: "Running"}})
 	s.Reconcile(record.OriginCRI, time.Now(), []model.Sandbox{
 		readySandbox("u3", "ns", "cri", "sb3", map[string]string{"alloc/gpu": "G3"}),

@@ -21,9 +21,9 @@ func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
 	sb.Annotations = decode.Bounded(s.opts.Decoder, sb.Annotations)
 	pre := decode.Batch{}
 	s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
-	s.lock(pre)
-	defer s.unlock()
-	s.observeSandbox(src, sb)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observeSandbox(pre, src, sb)
 	// A sandbox beginning is the kubelet's word that the name is this
 	// pod now (names.go): it asks for one only for the pod it has under
 	// that name, after its predecessor is gone from its pods.
@@ -32,18 +32,7 @@ func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
 	}
 }
 
-// lock takes the write lock with pre, the annotations decoded for this call.
-func (s *Store) lock(pre decode.Batch) {
-	s.mu.Lock()
-	s.pre = pre
-}
-
-func (s *Store) unlock() {
-	s.pre = nil
-	s.mu.Unlock()
-}
-
-func (s *Store) observeSandbox(src record.Origin, sb model.Sandbox) {
+func (s *Store) observeSandbox(pre decode.Batch, src record.Origin, sb model.Sandbox) {
 	uid := sb.UID
 	if uid == "" {
 		uid = s.bySandbox[sb.ID]
@@ -58,9 +47,9 @@ func (s *Store) observeSandbox(src record.Origin, sb model.Sandbox) {
 		if !current {
 			return false
 		}
-		took := s.sandboxAnnotations(r, sb.Annotations, src, now)
+		took := s.sandboxAnnotations(pre, r, sb.Annotations, src, now)
 		if !sameContainerAnnotations(before, containerAnnotations(r)) {
-			s.decodeDevices(r) // a new sandbox: the old one's containers are gone
+			s.decodeDevices(pre, r) // a new sandbox: the old one's containers are gone
 			return true
 		}
 		return took || changed
@@ -75,13 +64,13 @@ func (s *Store) observeSandbox(src record.Origin, sb model.Sandbox) {
 // from the fixed one is recorded in Edited (and refused), never taken; the
 // next /pods read says again which keys the API still has edited. Called
 // with mu held.
-func (s *Store) sandboxAnnotations(r *record.Record, all map[string]string, src record.Origin, now time.Time) bool {
+func (s *Store) sandboxAnnotations(pre decode.Batch, r *record.Record, all map[string]string, src record.Origin, now time.Time) bool {
 	seen := r.Provenance.Annotations
 	if seen == nil || seen.Origin == record.OriginKubelet || s.opts.Decoder == nil {
-		return s.setAnnotations(r, all, src, now, false)
+		return s.setAnnotations(pre, r, all, src, now, false)
 	}
 	fixed, edited := decode.Fixed(r.Annotations, s.relevant(all))
-	changed := s.setAnnotations(r, fixed, seen.Origin, seen.At, false)
+	changed := s.setAnnotations(pre, r, fixed, seen.Origin, seen.At, false)
 	if merged := union(r.Edited, edited); !slices.Equal(merged, r.Edited) {
 		r.Edited = merged
 		changed = true
@@ -144,12 +133,12 @@ func (s *Store) ObserveContainer(src record.Origin, c model.RuntimeContainer) {
 			pre.Add(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, r.Annotations)
 		}
 	}
-	s.lock(pre)
-	defer s.unlock()
-	s.observeContainer(src, c)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observeContainer(pre, src, c)
 }
 
-func (s *Store) observeContainer(src record.Origin, c model.RuntimeContainer) {
+func (s *Store) observeContainer(pre decode.Batch, src record.Origin, c model.RuntimeContainer) {
 	uid, ok := s.bySandbox[c.SandboxID]
 	if !ok || c.ID == "" {
 		return
@@ -162,15 +151,10 @@ func (s *Store) observeContainer(src record.Origin, c model.RuntimeContainer) {
 			return false
 		}
 		if !sameContainerAnnotations(before, containerAnnotations(r)) {
-			s.decodeDevices(r)
+			s.decodeDevices(pre, r)
 		}
 		return true
 	})
-}
-
-// ContainerRemoved records that a container is gone.
-func (s *Store) ContainerRemoved(src record.Origin, sandboxID, containerID string) {
-	s.ObserveContainer(src, model.RuntimeContainer{ID: containerID, SandboxID: sandboxID, State: model.ContainerRemoved})
 }
 
 // Reconcile applies a full snapshot of the runtime (NRI Synchronize, CRI
@@ -189,8 +173,8 @@ func (s *Store) Reconcile(src record.Origin, asOf time.Time, sandboxes []model.S
 		sb.Annotations = decode.Bounded(s.opts.Decoder, sb.Annotations)
 		s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	}
-	s.lock(pre)
-	defer s.unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	// Decide which records are newer than the snapshot before applying any
 	// of it: what the snapshot itself changes below is stamped now, which is
 	// after asOf too, and must not make the rest of the snapshot skip them.
@@ -215,7 +199,7 @@ func (s *Store) Reconcile(src record.Origin, asOf time.Time, sandboxes []model.S
 		if sandboxNewer[uid] {
 			continue
 		}
-		s.observeSandbox(src, sb)
+		s.observeSandbox(pre, src, sb)
 	}
 	ctrs := make(map[string]bool, len(containers))
 	for _, c := range containers {
@@ -223,7 +207,7 @@ func (s *Store) Reconcile(src record.Origin, asOf time.Time, sandboxes []model.S
 		if uid, ok := s.bySandbox[c.SandboxID]; ok && containersNewer[uid] {
 			continue
 		}
-		s.observeContainer(src, c)
+		s.observeContainer(pre, src, c)
 	}
 	now := s.now()
 	gone := model.ContainerStopped

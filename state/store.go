@@ -20,7 +20,6 @@ package state
 import (
 	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,10 +86,6 @@ type Store struct {
 	// closes pruneDone when it has stopped.
 	pruneStop, pruneDone chan struct{}
 	closeOnce            sync.Once
-
-	// pre holds the annotations decoded for the call that holds mu; nil
-	// otherwise. Set and read with mu held.
-	pre decode.Batch
 }
 
 // New returns an in-memory store.
@@ -124,28 +119,6 @@ func (s *Store) Get(uid string) (*record.Record, bool) {
 	return s.get(uid)
 }
 
-// Live returns the live record of a pod name (index.live).
-func (s *Store) Live(key model.PodKey) (*record.Record, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.live(key)
-}
-
-// Named returns the record of the UID the kubelet gives a name (index.named).
-func (s *Store) Named(key model.PodKey) (*record.Record, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.named(key)
-}
-
-// Current returns the live record of a name that needs no confirmation from
-// the kubelet (index.current).
-func (s *Store) Current(key model.PodKey) (*record.Record, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.current(key)
-}
-
 // Snapshot returns the records and the kubelet's names as they are now, at
 // Version: an immutable copy that answers every lookup as the store did at
 // that moment, however it changes afterwards. Whatever is derived from one
@@ -154,11 +127,12 @@ func (s *Store) Snapshot() *Snapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	x := index{
-		byUID:     maps.Clone(s.byUID),
-		byKey:     make(map[model.PodKey][]string, len(s.byKey)),
-		names:     maps.Clone(s.names),
-		namesAt:   s.namesAt,
-		namesLogs: s.namesLogs,
+		byUID:   maps.Clone(s.byUID),
+		byKey:   make(map[model.PodKey][]string, len(s.byKey)),
+		names:   maps.Clone(s.names),
+		namesAt: s.namesAt,
+
+		namesEvidence: s.namesEvidence,
 
 		namesComplete: s.namesComplete,
 		namedAt:       maps.Clone(s.namedAt),
@@ -169,21 +143,9 @@ func (s *Store) Snapshot() *Snapshot {
 	return &Snapshot{index: x, version: s.version.Load()}
 }
 
-// ByName returns every record of a pod name, newest update first.
-func (s *Store) ByName(key model.PodKey) []*record.Record {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*record.Record, 0, len(s.byKey[key]))
-	for _, uid := range s.byKey[key] {
-		out = append(out, s.byUID[uid])
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].UpdatedAt.After(out[j].UpdatedAt) })
-	return out
-}
-
 // Version returns a number that changes whenever any record is added,
-// replaced or deleted. Two equal versions mean every lookup (Get, Live,
-// ByName, Records) answers the same in between.
+// replaced or deleted. Two equal versions mean every lookup (Get, Records,
+// a Snapshot's) answers the same in between.
 func (s *Store) Version() uint64 { return s.version.Load() }
 
 // Changed returns a channel that is closed at the next change of any
@@ -201,13 +163,6 @@ func (s *Store) bump() {
 	s.version.Add(1)
 	close(s.changed)
 	s.changed = make(chan struct{})
-}
-
-// Len returns how many records the store holds.
-func (s *Store) Len() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.byUID)
 }
 
 // Records returns every record, sorted by namespace, name and UID.

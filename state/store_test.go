@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
@@ -18,7 +17,7 @@ var pod = model.PodKey{Namespace: "ns", Name: "web-0"}
 func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
 	dec := &fakeDecoder{}
 	s := New(Options{Decoder: dec, Clock: newFakeClock()})
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{
 		UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1", "other": "x"},
 		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}},
@@ -33,12 +32,12 @@ func TestPendingPodFromPodsBecomesLiveWhenNRIReportsItsSandbox(t *testing.T) {
 	if len(r.Devices) != 1 || r.Devices[0].IDs[0] != "GPU-1" {
 		t.Errorf("devices %+v, want GPU-1", r.Devices)
 	}
-	if _, ok := s.Live(pod); ok {
+	if _, ok := s.Snapshot().Live(pod); ok {
 		t.Fatal("a pod known only from /pods is Live; it must be read again")
 	}
 
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
-	live, ok := s.Live(pod)
+	live, ok := s.Snapshot().Live(pod)
 	if !ok || live.UID != "u1" || live.SandboxID != "sb1" || live.State != record.PhaseReady {
 		t.Fatalf("after NRI RunPodSandbox: Live = %+v, %v; want u1 ready in sb1", live, ok)
 	}
@@ -66,12 +65,12 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 	s := New(Options{Clock: clock})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
 	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning})
-	if _, ok := s.Live(pod); !ok {
+	if _, ok := s.Snapshot().Live(pod); !ok {
 		t.Fatal("a running sandbox is not Live")
 	}
 
 	s.SandboxStopped(record.OriginNRI, "sb1", "")
-	if _, ok := s.Live(pod); ok {
+	if _, ok := s.Snapshot().Live(pod); ok {
 		t.Error("a stopped sandbox is Live")
 	}
 	if r := mustGet(t, s, "u1"); r.State != record.PhaseStopped {
@@ -81,7 +80,7 @@ func TestStoppedOrRemovedSandboxIsNotLive(t *testing.T) {
 	removedAt := clock.Advance(time.Second)
 	s.SandboxRemoved(record.OriginNRI, "sb1", "u1")
 	r := mustGet(t, s, "u1")
-	if _, ok := s.Live(pod); ok || r.State != record.PhaseRemoved {
+	if _, ok := s.Snapshot().Live(pod); ok || r.State != record.PhaseRemoved {
 		t.Errorf("after RemovePodSandbox: state %q, Live %v; want removed, not live", r.State, ok)
 	}
 	if r.RemovedAt == nil || !r.RemovedAt.Equal(removedAt) {
@@ -99,15 +98,12 @@ func TestRecreatedPodWithTwoLiveSandboxesIsAmbiguous(t *testing.T) {
 		readySandbox("old", "ns", "web-0", "sb-old", nil),
 		readySandbox("new", "ns", "web-0", "sb-new", nil),
 	}, nil, false)
-	if r, ok := s.Live(pod); ok {
+	if r, ok := s.Snapshot().Live(pod); ok {
 		t.Fatalf("two running sandboxes of one name: Live returned %s; the kubelet must decide", r.UID)
-	}
-	if got := len(s.ByName(pod)); got != 2 {
-		t.Errorf("ByName returned %d records, want 2", got)
 	}
 
 	s.SandboxStopped(record.OriginNRI, "sb-old", "")
-	r, ok := s.Live(pod)
+	r, ok := s.Snapshot().Live(pod)
 	if !ok || r.UID != "new" {
 		t.Fatalf("old stopped, new ready: Live = %v, %v; want the new pod", r, ok)
 	}
@@ -126,7 +122,7 @@ func TestEventsOfAnOlderSandboxDoNotTouchTheCurrentOne(t *testing.T) {
 	s.SandboxStopped(record.OriginNRI, "sb1", "u1")
 	s.SandboxRemoved(record.OriginNRI, "sb1", "u1")
 	s.ObserveSandbox(record.OriginCRI, model.Sandbox{ID: "sb1", UID: "u1", Namespace: "ns", Name: "web-0", Ready: false})
-	if r, ok := s.Live(pod); !ok || r.SandboxID != "sb2" {
+	if r, ok := s.Snapshot().Live(pod); !ok || r.SandboxID != "sb2" {
 		t.Fatalf("events about the old sandbox changed the current one: Live = %+v, %v", r, ok)
 	}
 }
@@ -135,7 +131,7 @@ func TestRemovalOfAnUnknownContainerRecordsNothing(t *testing.T) {
 	s := New(Options{Clock: newFakeClock()})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", nil))
 	before := mustGet(t, s, "u1")
-	s.ContainerRemoved(record.OriginNRI, "sb1", "never-seen")
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "never-seen", SandboxID: "sb1", State: model.ContainerRemoved})
 	if after := mustGet(t, s, "u1"); after != before {
 		t.Errorf("removing an unknown container changed the record: containers %+v", after.Containers)
 	}
@@ -172,7 +168,7 @@ func TestReconcileRemovesSandboxesItDoesNotList(t *testing.T) {
 	s := New(Options{Clock: clock})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u3", Namespace: "ns", Name: "c", Phase: "Pending"}})
 	asOf := clock.Advance(time.Second)
 	s.Reconcile(record.OriginNRI, asOf, []model.Sandbox{readySandbox("u2", "ns", "b", "sb2", nil)}, nil, false)
 
@@ -195,7 +191,7 @@ func TestReconcileLearnsSandboxesAndContainersItDidNotKnow(t *testing.T) {
 	s.Reconcile(record.OriginCRI, asOf,
 		[]model.Sandbox{readySandbox("u1", "ns", "web-0", "sb1", map[string]string{"alloc/gpu": "GPU-1"})},
 		[]model.RuntimeContainer{{ID: "c1", SandboxID: "sb1", Name: "app", State: model.ContainerRunning}}, true)
-	r, ok := s.Live(pod)
+	r, ok := s.Snapshot().Live(pod)
 	if !ok || r.Provenance.Sandbox.Origin != record.OriginCRI || containerStates(r)["c1"] != model.ContainerRunning || len(r.Devices) != 1 {
 		t.Fatalf("after a CRI reconcile of an unknown pod: Live = %+v, %v", r, ok)
 	}
@@ -260,7 +256,7 @@ func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
 	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != model.ContainerStopped {
 		t.Errorf("stopped container became %q on an unknown report", got)
 	}
-	s.ContainerRemoved(record.OriginNRI, "sb1", "c1")
+	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerRemoved})
 	s.ObserveContainer(record.OriginCRI, model.RuntimeContainer{ID: "c1", SandboxID: "sb1", State: model.ContainerRunning})
 	if got := containerStates(mustGet(t, s, "u1"))["c1"]; got != model.ContainerRemoved {
 		t.Errorf("removed container came back as %q", got)
@@ -270,13 +266,13 @@ func TestExitedContainerIsNotUndoneByAnUnknownState(t *testing.T) {
 func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{
 		{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"},
 		{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"},
 	})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("running", "ns", "c", "sb", nil))
 	clock.Advance(time.Second)
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "stays", Namespace: "ns", Name: "b", Phase: "Pending"}})
 
 	if r := mustGet(t, s, "gone"); r.State != record.PhaseRemoved || r.RemovedAt == nil {
 		t.Errorf("pending pod missing from /pods: state %q removedAt %v, want removed", r.State, r.RemovedAt)
@@ -290,7 +286,7 @@ func TestPendingPodsMissingFromTheNextPodsReadAreRemoved(t *testing.T) {
 
 	// A read that started before the pod appeared left it out; the next one
 	// lists it again: it is pending again, not left to be pruned.
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "gone", Namespace: "ns", Name: "a", Phase: "Pending"}})
 	if r := mustGet(t, s, "gone"); r.State != record.PhasePending || r.RemovedAt != nil {
 		t.Errorf("pod listed again: state %q removedAt %v, want pending", r.State, r.RemovedAt)
 	}
@@ -320,7 +316,7 @@ func TestPruneDeletesRemovedRecordsOnlyAfterTheGracePeriod(t *testing.T) {
 	if _, ok := s.Get("u2"); !ok {
 		t.Error("a ready record was pruned")
 	}
-	if len(s.ByName(model.PodKey{Namespace: "ns", Name: "a"})) != 0 {
+	if len(s.byKey[model.PodKey{Namespace: "ns", Name: "a"}]) != 0 {
 		t.Error("pruned record still indexed by name")
 	}
 	if !slices.Equal(dirty, []string{"u1"}) {
@@ -341,7 +337,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 	// The same allocator annotations from every source, and a change to an
 	// irrelevant one, cost no decode and no change.
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1", "unrelated": "2"}))
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running", Annotations: ann}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Running", Annotations: ann}})
 	if dec.Calls() != 1 {
 		t.Errorf("decoder called %d times for unchanged annotations, want 1", dec.Calls())
 	}
@@ -366,7 +362,7 @@ func TestAnnotationsAreDecodedAgainOnlyWhenTheyChange(t *testing.T) {
 
 	// A pod first learned from /pods: the runtime's copy replaces it, and a
 	// change there is decoded once.
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "b", Phase: "Pending", Annotations: map[string]string{"alloc/gpu": "GPU-3"}}})
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u2", Namespace: "ns", Name: "b", Phase: "Pending", Annotations: map[string]string{"alloc/gpu": "GPU-3"}}})
 	calls := dec.Calls()
 	s.ObserveSandbox(record.OriginCRI, readySandbox("u2", "ns", "b", "sb3", map[string]string{"alloc/gpu": "GPU-4", "alloc/fpga": "bad"}))
 	if dec.Calls() != calls+1 {
@@ -389,18 +385,18 @@ func TestSpecReadBackFromDiskIsNotAChange(t *testing.T) {
 	var writes int
 	s.dirty = func(string) { writes++ }
 	// What a file gives back: no empty maps.
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
 		Spec: model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}}})
 	writes = 0
 	// What a /pods decoder may build: an empty requests map.
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "a", Phase: "Pending",
 		Spec: model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{}}}}}})
 	if writes != 0 {
 		t.Errorf("an equal spec was recorded as a change (%d writes)", writes)
 	}
 }
 
-func TestRecordsAndByNameAreSorted(t *testing.T) {
+func TestRecordsAreSorted(t *testing.T) {
 	clock := newFakeClock()
 	s := New(Options{Clock: clock})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u2", "ns", "b", "sb2", nil))
@@ -413,9 +409,6 @@ func TestRecordsAndByNameAreSorted(t *testing.T) {
 	}
 	if want := []string{"u3", "u1", "u2"}; !slices.Equal(uids, want) {
 		t.Errorf("Records order %v, want %v", uids, want)
-	}
-	if got := s.ByName(model.PodKey{Namespace: "ns", Name: "b"}); len(got) != 2 || got[0].UID != "u1" {
-		t.Errorf("ByName not newest first: %v", got)
 	}
 }
 
@@ -484,7 +477,7 @@ func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
 func TestTheRuntimesAnnotationsAreTheAllocationOnceTheSandboxStarted(t *testing.T) {
 	spec := model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}
 	apiSays := func(s *Store, uid, name string, ann map[string]string) {
-		s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: uid, Namespace: "ns", Name: name, Phase: "Running", Annotations: ann, Spec: spec}})
+		s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: uid, Namespace: "ns", Name: name, Phase: "Running", Annotations: ann, Spec: spec}})
 	}
 	ids := func(r *record.Record) map[string]string {
 		out := map[string]string{}
@@ -548,7 +541,7 @@ func TestTheRuntimesAnnotationsAreBoundedAsThePodSourcesBoundThem(t *testing.T) 
 
 	// What a pod source (/pods, the Pods API) keeps of the same pod.
 	kept := annotationbound.Allocators(dec.MaxAnnotationBytes).Apply(runtime)
-	s.ObserveKubeletPods(clock.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending", Annotations: kept}})
+	s.ObserveKubeletPods(clock.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending", Annotations: kept}})
 	firstSeen := mustGet(t, s, "u1").Provenance.Annotations.At
 	clock.Advance(time.Second)
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "web-0", "sb1", runtime))

@@ -19,7 +19,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -256,7 +255,7 @@ func TestTheFirstHolderKeepsAWholeGPUAcrossARestart(t *testing.T) {
 	// "zz-first" sorts last by UID, so that only the time can make it the
 	// holder.
 	for _, p := range []struct{ uid, name string }{{"zz-first", "first"}, {"aa-second", "second"}} {
-		store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
+		store.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: p.uid, Namespace: "ml", Name: p.name, Phase: "Running", Annotations: koordGPU(gpu, "100"), Spec: *koordSpec("100")}})
 		store.ObserveSandbox(record.OriginNRI, model.Sandbox{ID: "sb-" + p.uid, UID: p.uid, Namespace: "ml", Name: p.name, Annotations: koordGPU(gpu, "100"), Ready: true})
 		clock.Step(time.Second)
 	}

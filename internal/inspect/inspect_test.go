@@ -16,7 +16,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -58,7 +57,7 @@ func newStateDir(t *testing.T) string {
 		Annotations: map[string]string{"example.com/gpu": "GPU-aaa,GPU-bbb"}, Ready: true})
 	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c1", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "trainer", State: model.ContainerRunning})
 	s.ObserveContainer(record.OriginNRI, model.RuntimeContainer{ID: "c2", SandboxID: "5f2a9c0e7d1b4a3c8e6f", Name: "sidecar", State: model.ContainerStopped})
-	s.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{{UID: "uid-web", Namespace: "default", Name: "web", Phase: "Pending",
+	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "uid-web", Namespace: "default", Name: "web", Phase: "Pending",
 		Annotations: map[string]string{"example.com/gpu": "bad"}}})
 	s.ObserveSandbox(record.OriginCRI, model.Sandbox{ID: "sb-old", UID: "uid-old", Namespace: "ml", Name: "train-0", Ready: true})
 	s.SandboxRemoved(record.OriginCRI, "sb-old", "")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
-	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -76,7 +75,7 @@ func tableAt(t *testing.T, store *state.Store, b *plans.Builder) *plans.Table {
 func TestPlansChangeOnlyWithWhatTheyDependOn(t *testing.T) {
 	store, b := start(t)
 	a, other := koordPod("uid-a", "a", gpuA), koordPod("uid-b", "b", gpuB)
-	store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{a, other})
+	store.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{a, other})
 
 	first := tableAt(t, store, b)
 	pa := first.Plan("uid-a")
@@ -87,7 +86,7 @@ func TestPlansChangeOnlyWithWhatTheyDependOn(t *testing.T) {
 	// Another pod without devices comes: a's plan is the same plan.
 	idle := model.KubeletPod{UID: "uid-idle", Namespace: "ml", Name: "idle", Phase: "Running",
 		Spec: model.PodSpec{SchedulerName: "default-scheduler", Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}}
-	store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{a, other, idle})
+	store.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{a, other, idle})
 	second := tableAt(t, store, b)
 	if _, ok := second.Pods().Get("uid-idle"); !ok {
 		t.Fatal("the table does not have the pod that came")
@@ -99,7 +98,7 @@ func TestPlansChangeOnlyWithWhatTheyDependOn(t *testing.T) {
 	// a's GPU changes in the API before its sandbox: a new plan.
 	moved := koordPod("uid-a", "a", gpuB)
 	other2 := koordPod("uid-b", "b", gpuA)
-	store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{moved, other2, idle})
+	store.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{moved, other2, idle})
 	third := tableAt(t, store, b)
 	if p := third.Plan("uid-a"); p == pa || p == nil || p.Containers["train"][0].IDs[0] != gpuB {
 		t.Errorf("after a's annotation changed its plan is %+v, want a new plan with %s", p, gpuB)
@@ -172,7 +171,7 @@ func TestReDecisionsWhileADeviceInfoWriteStallsAddNoWriters(t *testing.T) {
 	}
 	t.Cleanup(free) // runs before the builder's stop, which waits for writes
 	a := koordPod("uid-a", "a", gpuA)
-	store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{a, koordPod("uid-b", "b", gpuB)})
+	store.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{a, koordPod("uid-b", "b", gpuB)})
 	decided := []*plans.Plan{tableAt(t, store, b).Plan("uid-a")}
 	<-holding
 
@@ -181,7 +180,7 @@ func TestReDecisionsWhileADeviceInfoWriteStallsAddNoWriters(t *testing.T) {
 		if i%2 == 0 {
 			gpu = gpuC
 		}
-		store.ObserveKubeletPods(time.Now(), podlogs.Stamp{}, []model.KubeletPod{a, koordPod("uid-b", "b", gpu)})
+		store.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{a, koordPod("uid-b", "b", gpu)})
 		p := tableAt(t, store, b).Plan("uid-a")
 		if p == nil || p == decided[len(decided)-1] {
 			t.Fatalf("after b's GPU moved, a's plan is %p, want a new one", p)

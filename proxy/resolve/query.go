@@ -7,8 +7,26 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
+	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
+
+// LogsEvidence is the pod logs directory's stamp taken before a /pods read,
+// as the store keeps it with the read's names (state.Evidence).
+type LogsEvidence struct{ podlogs.Stamp }
+
+// Same implements state.Evidence.
+func (e LogsEvidence) Same(o state.Evidence) bool {
+	x, ok := o.(LogsEvidence)
+	return ok && e.Stamp.Same(x.Stamp)
+}
+
+// namesLogs is the stamp the store keeps with t's names; one that says
+// nothing when their read gave none.
+func namesLogs(t *plans.Table) podlogs.Stamp {
+	e, _ := t.Pods().NamesEvidence().(LogsEvidence)
+	return e.Stamp
+}
 
 // Query is what one query answers from: a plans table, and the kubelet's
 // pod logs directory as the query found it (one stat, and a read of its
@@ -108,7 +126,7 @@ func (q *Query) Find(key model.PodKey) (*plans.Plan, bool) {
 		return nil, false // with a watch, Lookup answered every name it knows
 	}
 	rec, ok := q.t.Pods().Named(key)
-	if !ok || !plans.Vettable(rec) || !q.t.Pods().NamesLogs().Unchanged(q.logs.now) {
+	if !ok || !plans.Vettable(rec) || !namesLogs(q.t).Unchanged(q.logs.now) {
 		return nil, false
 	}
 	return q.t.Plan(rec.UID), true
@@ -138,7 +156,7 @@ func (r *Resolver) logsNow(ctx context.Context, t *plans.Table) logs {
 	if err != nil {
 		return logs{} // as without a directory: the names of the last read
 	}
-	if t.Pods().NamesLogs().Unchanged(now) {
+	if namesLogs(t).Unchanged(now) {
 		return logs{now: now}
 	}
 	return logs{now: now, names: r.names.Read(ctx, now)}
@@ -155,6 +173,6 @@ func (l logs) contradict(t *plans.Table, key model.PodKey, rec *record.Record) b
 	if !after.IsZero() {
 		after = after.Add(-clockSlack) // zero: no source said; not a time to move
 	}
-	uid, doubt := l.names.NewestAfter(key, t.Pods().NamesLogs(), after)
+	uid, doubt := l.names.NewestAfter(key, namesLogs(t), after)
 	return doubt || (uid != "" && uid != rec.UID)
 }

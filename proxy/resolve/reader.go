@@ -45,7 +45,7 @@ func NewPodsReader(store *state.Store, fetch kubeletpods.Fetch, logsDir *podlogs
 			lastErr = ""
 		}
 		mu.Unlock()
-		store.ObserveKubeletPods(started, logs, pods)
+		store.ObserveKubeletPods(started, LogsEvidence{Stamp: logs}, pods)
 		return pods, nil
 	}
 	return kubeletpods.NewReader(record, kubeletpods.ReaderOptions{Timeout: timeout, Metrics: m})

@@ -8,6 +8,7 @@
 package persist
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,10 +37,6 @@ const (
 	corruptDirName = "corrupt"
 	lockFileName   = "lock"
 )
-
-// isTempName reports whether a file name in the pods directory is a
-// writer's temporary file: it starts with a dot, so no uid can produce it.
-func isTempName(name string) bool { return atomicfile.IsTemp(name) }
 
 // Tuning of the background writer.
 const (
@@ -108,9 +105,9 @@ func Open(dir string, opts Options) (*Writer, []*record.Record, error) {
 		corruptDir:  filepath.Join(dir, corruptDirName),
 		lock:        lock,
 		onDurable:   opts.OnDurable,
-		batchWindow: cmpOr(opts.BatchWindow, batchWindow),
-		minBackoff:  cmpOr(opts.MinBackoff, minBackoff),
-		maxBackoff:  cmpOr(opts.MaxBackoff, maxBackoff),
+		batchWindow: cmp.Or(opts.BatchWindow, batchWindow),
+		minBackoff:  cmp.Or(opts.MinBackoff, minBackoff),
+		maxBackoff:  cmp.Or(opts.MaxBackoff, maxBackoff),
 		wake:        make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -134,13 +131,6 @@ func Open(dir string, opts Options) (*Writer, []*record.Record, error) {
 		return nil, nil, err
 	}
 	return p, loaded, nil
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Start starts the writer; get returns a uid's current record, false when
@@ -208,7 +198,7 @@ func (p *Writer) load() ([]*record.Record, error) {
 		name := e.Name()
 		path := filepath.Join(p.podsDir, name)
 		switch {
-		case isTempName(name):
+		case atomicfile.IsTemp(name):
 			if err := os.Remove(path); err != nil {
 				p.log.WithError(err).WithField("file", path).Warn("could not remove the temporary file of an interrupted write")
 			} else {
@@ -290,7 +280,7 @@ func ReadDir(dir string) ([]*record.Record, []error) {
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if isTempName(name) || !strings.HasSuffix(name, record.Ext) || e.IsDir() {
+		if atomicfile.IsTemp(name) || !strings.HasSuffix(name, record.Ext) || e.IsDir() {
 			continue
 		}
 		path := filepath.Join(podsDir, name)

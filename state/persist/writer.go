@@ -237,7 +237,7 @@ func (p *Writer) writeBatch() error {
 		}
 	}
 	if len(written) > 0 {
-		if err := p.syncPodsDir(); err != nil {
+		if err := atomicfile.SyncDir(p.podsDir); err != nil {
 			// Nothing of this batch is known to be durable.
 			for i := range errs {
 				if errs[i] == nil {
@@ -260,12 +260,8 @@ func (p *Writer) writeBatch() error {
 			continue
 		}
 		failed++
-		uid := uids[i]
-		c := batch[uid]
-		if newer, ok := p.pending[uid]; ok {
-			c.since, c.seq = minTime(c.since, newer.since), min(c.seq, newer.seq)
-		}
-		p.pending[uid] = c
+		// Older than any change marked since the batch was taken.
+		p.pending[uids[i]] = batch[uids[i]]
 	}
 	latencies := make([]time.Duration, len(written))
 	for i, uid := range written {
@@ -301,13 +297,6 @@ func (p *Writer) writeBatch() error {
 		}
 	}
 	return firstErr
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // writeAll persists the records of uids, a few at a time, and returns one
@@ -359,13 +348,8 @@ func (p *Writer) persist(uid string) error {
 	if err != nil {
 		return err
 	}
-	return p.writeAtomic(path, data)
-}
-
-// writeAtomic replaces the file at path so that a reader or a crash sees
-// the old content or the new one; the directory fsync that makes the rename
-// durable is the batch's.
-func (p *Writer) writeAtomic(path string, data []byte) error {
+	// A reader or a crash sees the old content or the new; the directory
+	// fsync that makes the rename durable is the batch's.
 	return atomicfile.Write(path, data, 0o640)
 }
 
@@ -377,8 +361,4 @@ func (p *Writer) ensurePodsDir() error {
 		return fmt.Errorf("create %s: %w", p.podsDir, err)
 	}
 	return nil
-}
-
-func (p *Writer) syncPodsDir() error {
-	return atomicfile.SyncDir(p.podsDir)
 }
