@@ -177,6 +177,15 @@ func (d Device) clone() Device {
 	return d
 }
 
+// Known returns a copy of n, or nil when n is nil or negative: sysfs,
+// Koordinator and the inventory file write -1 for "unknown".
+func Known(n *int64) *int64 {
+	if n == nil || *n < 0 {
+		return nil
+	}
+	return clonePtr(n)
+}
+
 func clonePtr(p *int64) *int64 {
 	if p == nil {
 		return nil
