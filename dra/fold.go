@@ -47,7 +47,7 @@ type Facts struct {
 	// Devices are the node's devices, from its ResourceSlices.
 	Devices map[DeviceRef]Device
 	// ClassResources maps a driver to the extended resource a DeviceClass
-	// gives all of its devices (ClassResource): GetAllocatableResources
+	// gives all of its devices (resourceapi reads them): GetAllocatableResources
 	// lists them.
 	ClassResources map[string]string
 	// DriverResources is the operator's mapping of a driver to a resource
