@@ -55,7 +55,7 @@ func (v *View) lookup(ctx context.Context) time.Time {
 		v.mu.Unlock()
 		return time.Time{}
 	}
-	if at := v.lookupAt; time.Now().Before(at) {
+	if at := v.lookupPace.at; time.Now().Before(at) {
 		v.mu.Unlock()
 		return at
 	}
@@ -78,10 +78,9 @@ func (v *View) lookup(ctx context.Context) time.Time {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err != nil {
-		v.lookupFails++
-		v.lookupAt = time.Now().Add(backoff(v.lookupFails))
+		v.lookupPace.failed()
 	} else {
-		v.lookupFails, v.lookupAt = 0, time.Time{}
+		v.lookupPace = pace{}
 	}
 	added := false
 	for key, claims := range want {
@@ -120,8 +119,7 @@ func (v *View) readClaims(ctx context.Context) time.Time {
 		case err == nil:
 			e.facts.Allocation = alloc
 		case ctx.Err() == nil:
-			e.fails++
-			e.readAt = time.Now().Add(backoff(e.fails))
+			e.claimPace.failed()
 			v.log.WithError(err).WithField("pod", key).Warn("DRA: reading the pod's extended resource claim failed; its devices stay under dynamic_resources until it is read")
 		}
 		v.mu.Unlock()
@@ -140,23 +138,30 @@ func (v *View) nextClaim() (model.PodKey, *podEntry, time.Time) {
 		if e.facts.Allocation != nil || !needsAllocation(e.facts.Claim) {
 			continue
 		}
-		if !now.Before(e.readAt) {
+		if !now.Before(e.claimPace.at) {
 			return key, e, time.Time{}
 		}
-		if due.IsZero() || e.readAt.Before(due) {
-			due = e.readAt
+		if due.IsZero() || e.claimPace.at.Before(due) {
+			due = e.claimPace.at
 		}
 	}
 	return model.PodKey{}, nil, due
 }
 
-// backoff is the wait after the fails-th failure in a row.
-func backoff(fails int) time.Duration {
+// pace spaces a read's retries: retryFirst after a failure, then twice as
+// long after each further one, up to retryMax.
+type pace struct {
+	at    time.Time // the next read is not made before
+	fails int       // in a row
+}
+
+func (p *pace) failed() {
+	p.fails++
 	d := retryFirst
-	for i := 1; i < fails && d < retryMax; i++ {
+	for i := 1; i < p.fails && d < retryMax; i++ {
 		d *= 2
 	}
-	return min(d, retryMax)
+	p.at = time.Now().Add(min(d, retryMax))
 }
 
 // signal wakes a loop; a wake already pending covers this one.

@@ -47,8 +47,8 @@ type Facts struct {
 	// Devices are the node's devices, from its ResourceSlices.
 	Devices map[DeviceRef]Device
 	// ClassResources maps a driver to the extended resource a DeviceClass
-	// gives all of its devices (ClassResource): GetAllocatableResources
-	// lists them.
+	// gives all of its devices (read by resourceapi):
+	// GetAllocatableResources lists them.
 	ClassResources map[string]string
 	// DriverResources is the operator's mapping of a driver to a resource
 	// name (--dra-resource): a pod's own claims of that driver are folded

@@ -306,31 +306,3 @@ func TestAllocatableListsTheNodesDevicesOfExtendedResourceClasses(t *testing.T) 
 		t.Errorf("without classes or mappings: allocatable %v, want none", got)
 	}
 }
-
-func TestClassResourceUnderstandsOnlyDriverSelectors(t *testing.T) {
-	for _, tc := range []struct {
-		class  DeviceClass
-		driver string
-	}{
-		{DeviceClass{ExtendedResourceName: gpu, Selectors: []string{`device.driver == "gpu.example.com"`}}, gpuDriver},
-		{DeviceClass{ExtendedResourceName: gpu, Selectors: []string{` device.driver=='gpu.example.com' `, `device.driver == "gpu.example.com"`}}, gpuDriver},
-		{DeviceClass{Selectors: []string{`device.driver == "gpu.example.com"`}}, ""},
-		{DeviceClass{ExtendedResourceName: gpu}, ""},
-		{DeviceClass{ExtendedResourceName: gpu, Selectors: []string{`device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].model == "a100"`}}, ""},
-		{DeviceClass{ExtendedResourceName: gpu, Selectors: []string{`device.driver == "a"`, `device.driver == "b"`}}, ""},
-	} {
-		driver, ok := ClassResource(tc.class)
-		if driver != tc.driver || ok != (tc.driver != "") {
-			t.Errorf("%+v: driver %q %v, want %q", tc.class, driver, ok, tc.driver)
-		}
-	}
-	got, skipped := ClassResources([]DeviceClass{
-		{Name: "gpu", ExtendedResourceName: gpu, Selectors: []string{`device.driver == "gpu.example.com"`}},
-		{Name: "a100", ExtendedResourceName: "example.com/a100", Selectors: []string{`device.attributes["gpu.example.com"].model == "a100"`}},
-		{Name: "nic", ExtendedResourceName: nic, Selectors: []string{`device.driver == "nic.example.com"`}},
-		{Name: "nic-too", ExtendedResourceName: "example.com/other-nic", Selectors: []string{`device.driver == "nic.example.com"`}},
-	})
-	if !reflect.DeepEqual(got, map[string]string{gpuDriver: gpu}) || !reflect.DeepEqual(skipped, []string{"a100"}) {
-		t.Errorf("class resources %v, skipped %v", got, skipped)
-	}
-}

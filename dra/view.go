@@ -84,12 +84,10 @@ type View struct {
 	// lookups are the pods whose facts the answers lacked, with the claim
 	// names the kubelet listed for them, for Run's next call of Pods; next
 	// is closed once that call's facts are kept (a Get waits for it).
-	lookups map[model.PodKey]string
-	next    chan struct{}
-	// lookupAt and lookupFails pace Pods after failures.
-	lookupAt    time.Time
-	lookupFails int
-	stopped     bool // Run has returned: no Get waits for a lookup
+	lookups    map[model.PodKey]string
+	next       chan struct{}
+	lookupPace pace // of Pods, after failures
+	stopped    bool // Run has returned: no Get waits for a lookup
 }
 
 // podEntry is what a View keeps of one pod. Answers read it; only Run's
@@ -100,11 +98,9 @@ type podEntry struct {
 	// claim templates generate them), so its facts are looked up again.
 	claims string
 	facts  PodFacts
-	// readAt and fails pace the reads of the claim's allocation after
-	// failures.
-	readAt   time.Time
-	fails    int
-	reported map[Unfolded]bool
+	// claimPace paces the reads of the claim's allocation after failures.
+	claimPace pace
+	reported  map[Unfolded]bool
 }
 
 // NewView returns a view folding from opts' sources; Run reads them.
@@ -200,7 +196,7 @@ func (v *View) known(pods []*v1.PodResources) (todo []knownPod, wait <-chan stru
 		}
 		v.log.WithField("pod", key).Debug("DRA: the pod's extended resource claim is not known yet; its devices stay under dynamic_resources until it is read")
 		v.lookups[key] = claims
-		if !v.stopped && !time.Now().Before(v.lookupAt) {
+		if !v.stopped && !time.Now().Before(v.lookupPace.at) {
 			wait = v.next
 		}
 	}

@@ -1,7 +1,8 @@
 package inventory
 
 import (
-	"slices"
+	"cmp"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -103,24 +104,7 @@ func CanonicalPCIAddress(s string) (canonical string, ok bool) {
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || v > 0x1f {
 		return "", false
 	}
-	var sb strings.Builder
-	sb.Grow(12)
-	sb.WriteString(padHex(d, 4))
-	sb.WriteByte(':')
-	sb.WriteString(padHex(b, 2))
-	sb.WriteByte(':')
-	sb.WriteString(padHex(v, 2))
-	sb.WriteByte('.')
-	sb.WriteString(strconv.FormatUint(f, 16))
-	return sb.String(), true
-}
-
-func padHex(v uint64, width int) string {
-	s := strconv.FormatUint(v, 16)
-	if len(s) < width {
-		s = strings.Repeat("0", width-len(s)) + s
-	}
-	return s
+	return fmt.Sprintf("%04x:%02x:%02x.%x", d, b, v, f), true
 }
 
 // IDKey is the form ids are compared in: PCI addresses in canonical form,
@@ -136,29 +120,19 @@ func IDKey(id string) string {
 // ComparePCI orders PCI addresses numerically (a five-digit VMD domain
 // sorts after 0000) and before anything else, which is ordered by string.
 func ComparePCI(a, b string) int {
-	pa, oka := pciTuple(a)
-	pb, okb := pciTuple(b)
+	ca, oka := CanonicalPCIAddress(a)
+	cb, okb := CanonicalPCIAddress(b)
 	switch {
 	case oka && okb:
-		return slices.Compare(pa, pb)
+		// Only the domain's width varies, and it is never padded past
+		// four digits: the longer address has the larger domain.
+		return cmp.Or(cmp.Compare(len(ca), len(cb)), strings.Compare(ca, cb))
 	case oka:
 		return -1
 	case okb:
 		return 1
 	}
 	return strings.Compare(a, b)
-}
-
-func pciTuple(s string) ([]uint64, bool) {
-	c, ok := CanonicalPCIAddress(s)
-	if !ok {
-		return nil, false
-	}
-	domain, rest, _ := strings.Cut(c, ":")
-	d, _ := strconv.ParseUint(domain, 16, 32)
-	rest = strings.NewReplacer(":", "", ".", "").Replace(rest)
-	r, _ := strconv.ParseUint(rest, 16, 32)
-	return []uint64{d, r}, true
 }
 
 // clone returns a deep copy so that sources and snapshots never share
@@ -175,6 +149,15 @@ func (d Device) clone() Device {
 		d.VFs = vfs
 	}
 	return d
+}
+
+// Known returns a copy of n, or nil when n is nil or negative: sysfs,
+// Koordinator and the inventory file write -1 for "unknown".
+func Known(n *int64) *int64 {
+	if n == nil || *n < 0 {
+		return nil
+	}
+	return clonePtr(n)
 }
 
 func clonePtr(p *int64) *int64 {

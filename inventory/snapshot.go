@@ -15,20 +15,13 @@ type Snapshot struct {
 	devices []Device
 	// byKey maps every id and PCI address (lookupKey form) to a device, and
 	// VF addresses to their VF.
-	byKey   map[string]ref
-	byMinor map[typeNum]int
-	byIndex map[typeNum]int
+	byKey map[string]ref
 }
 
 // ref points at a device and, for a VF address, at one of its VFs.
 type ref struct {
 	dev int
 	vf  int // -1 for the device itself
-}
-
-type typeNum struct {
-	typ string
-	n   int64
 }
 
 // NewSnapshot returns a snapshot of the given devices, which it copies. It is
@@ -40,8 +33,6 @@ func NewSnapshot(devices []Device) *Snapshot {
 	s := &Snapshot{
 		devices: make([]Device, 0, len(devices)),
 		byKey:   make(map[string]ref),
-		byMinor: make(map[typeNum]int),
-		byIndex: make(map[typeNum]int),
 	}
 	for _, d := range devices {
 		s.devices = append(s.devices, d.clone())
@@ -56,16 +47,6 @@ func NewSnapshot(devices []Device) *Snapshot {
 		s.addKey(d.BusID, ref{dev: i, vf: -1})
 		for j, vf := range d.VFs {
 			s.addKey(vf.BusID, ref{dev: i, vf: j})
-		}
-		if d.Minor != nil {
-			if _, dup := s.byMinor[typeNum{d.Type, *d.Minor}]; !dup {
-				s.byMinor[typeNum{d.Type, *d.Minor}] = i
-			}
-		}
-		if d.Index != nil {
-			if _, dup := s.byIndex[typeNum{d.Type, *d.Index}]; !dup {
-				s.byIndex[typeNum{d.Type, *d.Index}] = i
-			}
 		}
 	}
 	return s
@@ -127,14 +108,25 @@ func (s *Snapshot) Lookup(id string) (Device, bool) {
 // ByMinor finds a device of the given type by its minor: older Koordinator
 // allocations name devices by minor only.
 func (s *Snapshot) ByMinor(typ string, minor int64) (Device, bool) {
-	if s == nil {
-		return Device{}, false
+	return s.find(typ, minor, func(d Device) *int64 { return d.Minor })
+}
+
+// ByIndex finds a device of the given type by its vendor index: Volcano's
+// gpushare annotation names GPUs by nvidia-smi index.
+func (s *Snapshot) ByIndex(typ string, index int64) (Device, bool) {
+	return s.find(typ, index, func(d Device) *int64 { return d.Index })
+}
+
+// find returns the first device of type typ whose number (its minor or
+// index) is n. A scan, since few allocations name devices so and a node
+// has tens of devices.
+func (s *Snapshot) find(typ string, n int64, number func(Device) *int64) (Device, bool) {
+	for _, d := range s.Devices() {
+		if p := number(d); d.Type == typ && p != nil && *p == n {
+			return d, true
+		}
 	}
-	i, ok := s.byMinor[typeNum{typ, minor}]
-	if !ok {
-		return Device{}, false
-	}
-	return s.devices[i], true
+	return Device{}, false
 }
 
 // HasType reports whether the snapshot knows any device of the type, that
@@ -147,19 +139,6 @@ func (s *Snapshot) HasType(typ string) bool {
 	}
 	_, found := slices.BinarySearchFunc(s.devices, typ, func(d Device, t string) int { return cmp.Compare(d.Type, t) })
 	return found
-}
-
-// ByIndex finds a device of the given type by its vendor index: Volcano's
-// gpushare annotation names GPUs by nvidia-smi index.
-func (s *Snapshot) ByIndex(typ string, index int64) (Device, bool) {
-	if s == nil {
-		return Device{}, false
-	}
-	i, ok := s.byIndex[typeNum{typ, index}]
-	if !ok {
-		return Device{}, false
-	}
-	return s.devices[i], true
 }
 
 // Topology returns the NUMA nodes of the device with this id or PCI address
@@ -239,11 +218,7 @@ func (n ResourceNames) Resource(d Device) (string, bool) {
 // already listed under the same resource. Entries are sorted by resource
 // name, then id, so that answers are stable.
 func (s *Snapshot) Allocatable(names ResourceNames) []*podresourcesv1.ContainerDevices {
-	type item struct {
-		resource, id string
-		numa         *int64
-	}
-	var items []item
+	var out []*podresourcesv1.ContainerDevices
 	seen := make(map[[2]string]bool)
 	add := func(resource, id string, numa *int64) {
 		k := [2]string{resource, IDKey(id)}
@@ -251,7 +226,11 @@ func (s *Snapshot) Allocatable(names ResourceNames) []*podresourcesv1.ContainerD
 			return
 		}
 		seen[k] = true
-		items = append(items, item{resource, id, numa})
+		var nodes []int64
+		if numa != nil {
+			nodes = []int64{*numa}
+		}
+		out = append(out, containerDevices(resource, id, nodes)...)
 	}
 	for _, d := range s.Devices() {
 		resource, ok := names.Resource(d)
@@ -263,24 +242,12 @@ func (s *Snapshot) Allocatable(names ResourceNames) []*podresourcesv1.ContainerD
 			continue
 		}
 		for _, vf := range d.VFs {
-			numa := vf.NUMANode
-			if numa == nil {
-				numa = d.NUMANode
-			}
-			add(resource, vf.BusID, numa)
+			add(resource, vf.BusID, cmp.Or(vf.NUMANode, d.NUMANode))
 		}
 	}
-	slices.SortFunc(items, func(a, b item) int {
-		return cmp.Or(cmp.Compare(a.resource, b.resource), ComparePCI(a.id, b.id))
+	slices.SortFunc(out, func(a, b *podresourcesv1.ContainerDevices) int {
+		return cmp.Or(cmp.Compare(a.ResourceName, b.ResourceName), ComparePCI(a.DeviceIds[0], b.DeviceIds[0]))
 	})
-	out := make([]*podresourcesv1.ContainerDevices, 0, len(items))
-	for _, it := range items {
-		var numa []int64
-		if it.numa != nil {
-			numa = []int64{*it.numa}
-		}
-		out = append(out, containerDevices(it.resource, it.id, numa)...)
-	}
 	return out
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
@@ -32,10 +31,9 @@ type legacyView struct {
 }
 
 // newLegacyView builds the legacy view: pods' extended resource claims
-// from the Pods API watch, else from /pods (readPods, see
-// extendedResourceClaims), and the node's ResourceSlices, DeviceClasses and
-// claims from the API server. All of them are read in the background (run),
-// never by a query. Each /pods read is counted in dra_pods_reads_total, not
+// from the Pods API watch, else from /pods (readPods, see dra.PodClaims),
+// and the node's ResourceSlices, DeviceClasses and claims from the API
+// server. All of them are read in the background (run), never by a query. Each /pods read is counted in dra_pods_reads_total, not
 // as the answers' reads of pods (pod_source_reads_total): a node whose
 // kubelet serves the Pods API reads /pods only for this.
 func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
@@ -51,7 +49,7 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 	if err != nil {
 		return nil, err
 	}
-	var watch podWatch
+	var watch dra.PodWatch
 	if podsAPI != nil {
 		watch = podsAPI
 	}
@@ -65,7 +63,7 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 	return &legacyView{
 		source: source,
 		view: dra.NewView(dra.ViewOptions{
-			Pods:            extendedResourceClaims(watch, counted),
+			Pods:            dra.PodClaims(watch, counted),
 			Facts:           source.Facts,
 			Allocation:      source.Allocation,
 			Refresh:         source.Refresh,
@@ -83,57 +81,6 @@ func (l *legacyView) run(ctx context.Context) error {
 	g.Go(func() error { return l.source.Run(ctx) })
 	g.Go(func() error { return l.view.Run(ctx) })
 	return g.Wait()
-}
-
-// podWatch is the Pods API watch as the legacy view reads it.
-type podWatch interface {
-	Synced() bool
-	Lookup(namespace, name string) (model.KubeletPod, bool)
-}
-
-// extendedResourceClaims returns the legacy view's source of pods' extended
-// resource claims (dra.ViewOptions.Pods): the watch's pod when it is synced
-// and has the claim, else a read of /pods (readPods).
-//
-// The kubelet's Pods API sends each pod with the status its status manager
-// keeps, and that status never holds status.extendedResourceClaimStatus:
-// the scheduler writes it, and the kubelet merges it back only into what it
-// patches to the API server (kubelet v1.36.3, pkg/kubelet/status: "not
-// owned and not modified by kubelet"). /pods sends the API server's pod,
-// which has it. The view asks only for pods the kubelet lists DRA claims
-// for and keeps what it was told, so this costs one /pods read per such
-// pod's first answer, shared by the pods the answers met meanwhile, never
-// one per call, and made in the background (dra.View.Run).
-func extendedResourceClaims(watch podWatch, readPods kubeletpods.Fetch) func(context.Context, []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
-	return func(ctx context.Context, keys []model.PodKey) (map[model.PodKey]*model.ExtendedResourceClaim, error) {
-		out := make(map[model.PodKey]*model.ExtendedResourceClaim, len(keys))
-		var missing []model.PodKey
-		synced := watch != nil && watch.Synced()
-		for _, k := range keys {
-			if synced {
-				if p, ok := watch.Lookup(k.Namespace, k.Name); ok && p.ExtendedResourceClaim != nil {
-					out[k] = p.ExtendedResourceClaim
-					continue
-				}
-			}
-			missing = append(missing, k)
-		}
-		if len(missing) == 0 {
-			return out, nil
-		}
-		started := time.Now()
-		all, err := readPods(ctx)
-		if err != nil {
-			return out, err
-		}
-		list := kubeletpods.NewPodList(started, all)
-		for _, k := range missing {
-			if p, ok := list.Lookup(k); ok {
-				out[k] = p.ExtendedResourceClaim
-			}
-		}
-		return out, nil
-	}
 }
 
 // servesLegacy reports whether a --view serves the legacy view.

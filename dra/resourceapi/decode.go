@@ -156,7 +156,7 @@ type class struct {
 }
 
 // decodeClasses appends one page of a DeviceClassList to classes.
-func decodeClasses(body []byte, classes *[]dra.DeviceClass) (next string, err error) {
+func decodeClasses(body []byte, classes *[]deviceClass) (next string, err error) {
 	var page listPage[class]
 	if err := json.Unmarshal(body, &page); err != nil {
 		return "", fmt.Errorf("decode DeviceClassList: %w", err)
@@ -165,7 +165,7 @@ func decodeClasses(body []byte, classes *[]dra.DeviceClass) (next string, err er
 		return "", fmt.Errorf("decode DeviceClassList: got kind %q", page.Kind)
 	}
 	for _, c := range page.Items {
-		dc := dra.DeviceClass{Name: c.Metadata.Name, ExtendedResourceName: c.Spec.ExtendedResourceName}
+		dc := deviceClass{Name: c.Metadata.Name, ExtendedResourceName: c.Spec.ExtendedResourceName}
 		for _, s := range c.Spec.Selectors {
 			if s.CEL == nil {
 				dc.Selectors = append(dc.Selectors, "") // a selector kind this reader does not know: never a driver selector

@@ -3,8 +3,6 @@ package resourceapi
 import (
 	"strings"
 	"testing"
-
-	"github.com/podres-proxy/podres-proxy/dra"
 )
 
 // The decoders read what the API server sends; a strange answer must cost
@@ -34,11 +32,11 @@ func FuzzDecodeSlices(f *testing.F) {
 func FuzzDecodeClasses(f *testing.F) {
 	f.Add([]byte(`{"kind":"DeviceClassList","items":[{"metadata":{"name":"gpu"},"spec":{"extendedResourceName":"example.com/gpu","selectors":[{"cel":{"expression":"device.driver == \"gpu.example.com\""}},{}]}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var classes []dra.DeviceClass
+		var classes []deviceClass
 		if _, err := decodeClasses(data, &classes); err != nil {
 			return
 		}
-		resources, _ := dra.ClassResources(classes)
+		resources, _ := classResources(classes)
 		for driver, r := range resources {
 			if driver == "" || r == "" {
 				t.Errorf("driver %q allocatable as %q", driver, r)

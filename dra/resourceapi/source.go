@@ -170,7 +170,7 @@ func (s *Source) Load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var classes []dra.DeviceClass
+	var classes []deviceClass
 	err = s.list(ctx, "/apis/resource.k8s.io/v1/deviceclasses", url.Values{}, "deviceclasses", func(body []byte) (string, error) {
 		return decodeClasses(body, &classes)
 	})
@@ -186,7 +186,7 @@ func (s *Source) Load(ctx context.Context) error {
 			devices[ref] = d
 		}
 	}
-	resources, skipped := dra.ClassResources(classes)
+	resources, skipped := classResources(classes)
 	if len(skipped) > 0 {
 		s.log.WithField("classes", skipped).Debug("DRA: DeviceClasses with an extended resource name whose selectors are not all device.driver == \"...\": their devices are folded when allocated but not listed as allocatable")
 	}

@@ -6,6 +6,7 @@
 package devicecr
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/internal/bearer"
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/inventory/internal/decode"
 )
 
 // Defaults of the Device object source: the in-cluster service account.
@@ -64,13 +64,8 @@ type Options struct {
 // the GPU vendor label. A missing object means no devices; a 403 names the
 // RBAC rule the service account lacks.
 type Source struct {
-	url       string
-	server    string
-	node      string
-	tokenFile string
-	caFile    string
-	interval  time.Duration
-	timeout   time.Duration
+	opts Options
+	url  string
 
 	// Made at the first Load, so that a missing CA file is a failed read
 	// (logged; the other sources keep serving), not a failed start.
@@ -87,46 +82,30 @@ func New(opts Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device-cr source: %w", err)
 	}
-	s := &Source{
-		server:    strings.TrimSuffix(server, "/"),
-		node:      opts.NodeName,
-		tokenFile: opts.TokenFile,
-		caFile:    opts.CAFile,
-		interval:  opts.Interval,
-		timeout:   opts.Timeout,
-	}
-	s.url = s.server + "/apis/scheduling.koordinator.sh/v1alpha1/devices/" + url.PathEscape(opts.NodeName)
-	if s.tokenFile == "" {
-		s.tokenFile = DefaultTokenFile
-	}
-	if s.caFile == "" {
-		s.caFile = DefaultCAFile
-	}
-	if s.interval == 0 {
-		s.interval = DefaultInterval
-	}
-	if s.timeout == 0 {
-		s.timeout = DefaultTimeout
-	}
-	return s, nil
+	opts.TokenFile = cmp.Or(opts.TokenFile, DefaultTokenFile)
+	opts.CAFile = cmp.Or(opts.CAFile, DefaultCAFile)
+	opts.Interval = cmp.Or(opts.Interval, DefaultInterval)
+	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
+	path := "/apis/scheduling.koordinator.sh/v1alpha1/devices/" + url.PathEscape(opts.NodeName)
+	return &Source{opts: opts, url: strings.TrimSuffix(server, "/") + path}, nil
 }
 
 // Name implements inventory.Source.
 func (s *Source) Name() string { return inventory.SourceDeviceCR }
 
 // Interval implements inventory.Source.
-func (s *Source) Interval() time.Duration { return s.interval }
+func (s *Source) Interval() time.Duration { return s.opts.Interval }
 
 // Load implements inventory.Source: one GET of the Device object.
 func (s *Source) Load(ctx context.Context) ([]inventory.Device, error) {
 	if s.http == nil {
-		client, err := bearer.New(bearer.Config{What: "API server", TokenFile: s.tokenFile, CAFile: s.caFile, Proxy: http.ProxyFromEnvironment})
+		client, err := bearer.New(bearer.Config{What: "API server", TokenFile: s.opts.TokenFile, CAFile: s.opts.CAFile, Proxy: http.ProxyFromEnvironment})
 		if err != nil {
 			return nil, err
 		}
 		s.http = client
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
 	if err != nil {
@@ -136,33 +115,33 @@ func (s *Source) Load(ctx context.Context) ([]inventory.Device, error) {
 	req.Header.Set("User-Agent", "podres-proxy")
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("getting Device %s: %w", s.node, err)
+		return nil, fmt.Errorf("getting Device %s: %w", s.opts.NodeName, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDeviceCRSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading Device %s from %s: %w", s.node, s.url, err)
+		return nil, fmt.Errorf("reading Device %s from %s: %w", s.opts.NodeName, s.url, err)
 	}
 	if len(body) > maxDeviceCRSize {
-		return nil, fmt.Errorf("the Device object %s from %s is larger than %d bytes", s.node, s.url, maxDeviceCRSize)
+		return nil, fmt.Errorf("the Device object %s from %s is larger than %d bytes", s.opts.NodeName, s.url, maxDeviceCRSize)
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-		devices, err := decodeDeviceCR(body, s.node)
+		devices, err := decodeDeviceCR(body, s.opts.NodeName)
 		if err != nil {
-			return nil, fmt.Errorf("decoding Device %s: %w", s.node, err)
+			return nil, fmt.Errorf("decoding Device %s: %w", s.opts.NodeName, err)
 		}
 		return devices, nil
 	case http.StatusNotFound:
 		return nil, fmt.Errorf("the Device object %s (scheduling.koordinator.sh/v1alpha1) was not found: koordlet has not reported this node's devices, or Koordinator is not installed%s: %w",
-			s.node, apiMessage(body), inventory.ErrAbsent)
+			s.opts.NodeName, apiMessage(body), inventory.ErrAbsent)
 	case http.StatusUnauthorized:
-		return nil, fmt.Errorf("getting Device %s: 401 Unauthorized: the API server rejected the token in %s%s", s.node, s.tokenFile, apiMessage(body))
+		return nil, fmt.Errorf("getting Device %s: 401 Unauthorized: the API server rejected the token in %s%s", s.opts.NodeName, s.opts.TokenFile, apiMessage(body))
 	case http.StatusForbidden:
 		return nil, fmt.Errorf("getting Device %s: 403 Forbidden: the service account lacks RBAC permission to get devices.scheduling.koordinator.sh; "+
-			"add to its ClusterRole the rule {apiGroups: [\"scheduling.koordinator.sh\"], resources: [\"devices\"], verbs: [\"get\"]}%s", s.node, apiMessage(body))
+			"add to its ClusterRole the rule {apiGroups: [\"scheduling.koordinator.sh\"], resources: [\"devices\"], verbs: [\"get\"]}%s", s.opts.NodeName, apiMessage(body))
 	default:
-		return nil, fmt.Errorf("getting Device %s from %s: unexpected status %s%s", s.node, s.url, resp.Status, apiMessage(body))
+		return nil, fmt.Errorf("getting Device %s from %s: unexpected status %s%s", s.opts.NodeName, s.url, resp.Status, apiMessage(body))
 	}
 }
 
@@ -216,7 +195,7 @@ type deviceObject struct {
 func decodeDeviceCR(body []byte, node string) ([]inventory.Device, error) {
 	var obj deviceObject
 	if err := json.Unmarshal(body, &obj); err != nil {
-		return nil, decode.JSONError(body, err)
+		return nil, err
 	}
 	if obj.Kind != "" && obj.Kind != "Device" {
 		return nil, fmt.Errorf("got a %s, not a Device", obj.Kind)
@@ -227,12 +206,12 @@ func decodeDeviceCR(body []byte, node string) ([]inventory.Device, error) {
 	vendor := strings.ToLower(obj.Metadata.Labels[gpuVendorLabel])
 	var devices []inventory.Device
 	for _, cd := range obj.Spec.Devices {
-		d := inventory.Device{Type: cd.Type, ID: cd.ID, Minor: decode.NonNegative(cd.Minor), Healthy: cd.Health}
+		d := inventory.Device{Type: cd.Type, ID: cd.ID, Minor: inventory.Known(cd.Minor), Healthy: cd.Health}
 		if c, ok := inventory.CanonicalPCIAddress(cd.ID); ok {
 			d.ID = c
 		}
 		if cd.Topology != nil {
-			d.NUMANode = decode.NonNegative(cd.Topology.NodeID)
+			d.NUMANode = inventory.Known(cd.Topology.NodeID)
 			d.BusID, _ = inventory.CanonicalPCIAddress(cd.Topology.BusID)
 		}
 		if d.BusID == "" {

@@ -236,8 +236,8 @@ func TestNewDeviceCRSourceFindsTheAPIServerInThePodsEnvironment(t *testing.T) {
 	if want := "https://[fd00::1]:443/apis/scheduling.koordinator.sh/v1alpha1/devices/node-1"; src.url != want {
 		t.Errorf("url = %s, want %s", src.url, want)
 	}
-	if src.tokenFile != DefaultTokenFile || src.caFile != DefaultCAFile {
-		t.Errorf("token %s, CA %s: want the service account's", src.tokenFile, src.caFile)
+	if src.opts.TokenFile != DefaultTokenFile || src.opts.CAFile != DefaultCAFile {
+		t.Errorf("token %s, CA %s: want the service account's", src.opts.TokenFile, src.opts.CAFile)
 	}
 }
 

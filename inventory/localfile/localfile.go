@@ -1,8 +1,8 @@
 // Package localfile is the inventory source that reads the device file an
 // operator writes (docs/inventory.md, --inventory-file), for what neither
 // Koordinator's Device object nor sysfs knows: devices of other types, ids
-// a tool assigns, a NUMA node sysfs cannot see. The file is reloaded when
-// its content changes; its parser is strict, so that a typo is an error
+// a tool assigns, a NUMA node sysfs cannot see. The file is read again at
+// every interval; its parser is strict, so that a typo is an error
 // that says where, not a device silently left without its NUMA node.
 package localfile
 
@@ -14,11 +14,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"regexp"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/inventory/internal/decode"
 )
 
 // DefaultInterval is how often a Source looks at its file. Reading a
@@ -30,19 +30,13 @@ const DefaultInterval = 10 * time.Second
 // devices is a few tens of KiB.
 const maxFileSize = 4 << 20
 
-// Source reads the local inventory file (format in docs/inventory.md)
-// and reloads it when its content changes. A file that does not parse is
-// reported and its last good content kept; a file that does not exist means
+// Source reads the local inventory file (format in docs/inventory.md) at
+// every interval. A file that does not parse is reported and, by the
+// Inventory, its last good content kept; a file that does not exist means
 // no devices.
 type Source struct {
 	path     string
 	interval time.Duration
-
-	// Guarded by the Inventory's per-source serialization of Load.
-	loaded  bool
-	content []byte
-	devices []inventory.Device
-	err     error
 }
 
 // New returns a source reading path every interval (0 means
@@ -60,29 +54,23 @@ func (f *Source) Name() string { return inventory.SourceFile }
 // Interval implements inventory.Source.
 func (f *Source) Interval() time.Duration { return f.interval }
 
-// Load implements inventory.Source. It parses the file only when its
-// content differs from the last read.
+// Load implements inventory.Source.
 func (f *Source) Load(ctx context.Context) ([]inventory.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	content, err := decode.ReadLimited(f.path, maxFileSize, 0)
+	content, err := readLimited(f.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		f.loaded, f.content = false, nil
 		return nil, fmt.Errorf("inventory file %s does not exist: %w", f.path, inventory.ErrAbsent)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading inventory file: %w", err)
 	}
-	if f.loaded && bytes.Equal(content, f.content) {
-		return f.devices, f.err
+	devices, err := Parse(content)
+	if err != nil {
+		return nil, fmt.Errorf("inventory file %s: %w", f.path, err)
 	}
-	f.loaded, f.content = true, content
-	f.devices, f.err = Parse(content)
-	if f.err != nil {
-		f.err = fmt.Errorf("inventory file %s: %w", f.path, f.err)
-	}
-	return f.devices, f.err
+	return devices, nil
 }
 
 // Version is the inventory file format version this package reads; a file
@@ -123,7 +111,7 @@ func Parse(data []byte) ([]inventory.Device, error) {
 	dec.DisallowUnknownFields()
 	var file inventoryFile
 	if err := dec.Decode(&file); err != nil {
-		return nil, decode.JSONError(data, err)
+		return nil, jsonError(data, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("unexpected data after the inventory object")
@@ -180,9 +168,9 @@ func (fd fileDevice) device(where string) (inventory.Device, error) {
 		Type:     fd.Type,
 		ID:       fd.ID,
 		Vendor:   fd.Vendor,
-		Minor:    decode.NonNegative(fd.Minor),
-		Index:    decode.NonNegative(fd.Index),
-		NUMANode: decode.NonNegative(fd.NUMANode),
+		Minor:    inventory.Known(fd.Minor),
+		Index:    inventory.Known(fd.Index),
+		NUMANode: inventory.Known(fd.NUMANode),
 		Healthy:  fd.Healthy == nil || *fd.Healthy,
 	}
 	if c, ok := inventory.CanonicalPCIAddress(fd.ID); ok {
@@ -202,7 +190,46 @@ func (fd fileDevice) device(where string) (inventory.Device, error) {
 		if !ok {
 			return inventory.Device{}, fmt.Errorf("%s.vfs[%d].busID %q is not a PCI address (want 0000:3b:02.1)", where, j, vf.BusID)
 		}
-		d.VFs = append(d.VFs, inventory.VF{BusID: c, NUMANode: decode.NonNegative(vf.NUMANode)})
+		d.VFs = append(d.VFs, inventory.VF{BusID: c, NUMANode: inventory.Known(vf.NUMANode)})
 	}
 	return d, nil
+}
+
+// readLimited reads the file at path, following symbolic links (a
+// ConfigMap volume's are), and fails if it holds more than maxFileSize
+// bytes.
+func readLimited(path string) ([]byte, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	content, err := io.ReadAll(io.LimitReader(file, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(content) > maxFileSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
+	}
+	return content, nil
+}
+
+// jsonError adds the line and column to a JSON error, for the operator
+// fixing the file.
+func jsonError(data []byte, err error) error {
+	var offset int64 = -1
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		offset = syntax.Offset
+	case errors.As(err, &typ):
+		offset = typ.Offset
+	}
+	if offset < 0 || offset > int64(len(data)) {
+		return fmt.Errorf("decoding JSON: %w", err)
+	}
+	line := 1 + bytes.Count(data[:offset], []byte("\n"))
+	col := int(offset) - bytes.LastIndexByte(data[:offset], '\n')
+	return fmt.Errorf("decoding JSON at line %d, column %d: %w", line, col, err)
 }

@@ -10,20 +10,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/clock"
 
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
+	"github.com/podres-proxy/podres-proxy/internal/nofollow"
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/inventory/internal/decode"
 )
 
 // FileName is the name of the file, in serve's state directory,
@@ -65,7 +61,7 @@ const maxFileSize = 4 << 20
 // is an error, not a guess. It lives in the state directory, so a symbolic
 // link planted there is not followed (inspect and query run as root).
 func Read(path string) (*File, error) {
-	data, err := decode.ReadLimited(path, maxFileSize, syscall.O_NOFOLLOW|syscall.O_NONBLOCK)
+	data, err := nofollow.ReadFileMax(path, maxFileSize)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +69,7 @@ func Read(path string) (*File, error) {
 		Version *int `json:"version"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, decode.JSONError(data, err))
+		return nil, fmt.Errorf("decoding %s: %w", path, err)
 	}
 	if head.Version == nil || *head.Version != Version {
 		v := "none"
@@ -84,7 +80,7 @@ func Read(path string) (*File, error) {
 	}
 	var p File
 	if err := json.Unmarshal(data, &p); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, decode.JSONError(data, err))
+		return nil, fmt.Errorf("decoding %s: %w", path, err)
 	}
 	return &p, nil
 }
@@ -115,26 +111,21 @@ func Write(path string, p *File) (err error) {
 
 // Retry delays of a Publisher whose write failed.
 const (
-	publishRetryMin = time.Second
-	publishRetryMax = time.Minute
+	retryMin = time.Second
+	retryMax = time.Minute
 )
 
 // Publisher keeps a published file in step with an Inventory: the daemon
 // publishes once before serving, so that readers find the inventory as soon
 // as the daemon is ready, then runs it to publish every change.
 type Publisher struct {
-	inv      *inventory.Inventory
-	path     string
-	log      logrus.FieldLogger
-	clock    clock.PassiveClock
-	retryMin time.Duration
+	inv  *inventory.Inventory
+	path string
+	log  logrus.FieldLogger
 
 	mu      sync.Mutex          // serializes writes and guards the fields below
 	last    *inventory.Snapshot // the snapshot the file holds; nil before the first write
 	lastErr string              // the last write error logged, to log changes only
-
-	// written, when set (by tests), is called after each write attempt.
-	written func(*inventory.Snapshot, error)
 }
 
 // New returns a Publisher writing inv's snapshots to path and logging its
@@ -143,7 +134,7 @@ func New(inv *inventory.Inventory, path string, log logrus.FieldLogger) *Publish
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
-	return &Publisher{inv: inv, path: path, log: log, clock: clock.RealClock{}, retryMin: publishRetryMin}
+	return &Publisher{inv: inv, path: path, log: log}
 }
 
 // Publish writes the current snapshot unless the file already holds it.
@@ -161,7 +152,7 @@ func (p *Publisher) Publish() error {
 	}
 	err := Write(p.path, &File{
 		Version:   Version,
-		WrittenAt: p.clock.Now().UTC(),
+		WrittenAt: time.Now().UTC(),
 		Sources:   p.inv.Sources(),
 		Devices:   snap.Devices(),
 	})
@@ -174,9 +165,6 @@ func (p *Publisher) Publish() error {
 	} else if msg := err.Error(); msg != p.lastErr {
 		p.log.WithError(err).WithField("file", p.path).Error("cannot write the inventory file for inspect and query; retrying")
 		p.lastErr = msg
-	}
-	if p.written != nil {
-		p.written(snap, err)
 	}
 	if err != nil {
 		return fmt.Errorf("publish the inventory: %w", err)
@@ -200,32 +188,23 @@ func (p *Publisher) removeTemporaryFiles() {
 // inventory changes again; it never stops the daemon, since the file only
 // serves operators.
 func (p *Publisher) Run(ctx context.Context) error {
-	newBackoff := func() wait.Backoff {
-		return wait.Backoff{Duration: p.retryMin, Factor: 2, Cap: publishRetryMax, Steps: math.MaxInt32}
-	}
-	backoff := newBackoff()
+	delay := retryMin
 	for {
 		// Take the channel before the snapshot Publish reads, so that a
 		// change between the two is never missed.
 		changed := p.inv.Changed()
-		var retry *time.Timer
-		var retryC <-chan time.Time
+		var retry <-chan time.Time
 		if err := p.Publish(); err != nil {
-			retry = time.NewTimer(backoff.Step())
-			retryC = retry.C
+			retry = time.After(delay) // collected when abandoned (Go 1.23)
+			delay = min(2*delay, retryMax)
 		} else {
-			backoff = newBackoff()
+			delay = retryMin
 		}
 		select {
 		case <-ctx.Done():
+			return ctx.Err()
 		case <-changed:
-		case <-retryC:
-		}
-		if retry != nil {
-			retry.Stop()
-		}
-		if err := ctx.Err(); err != nil {
-			return err
+		case <-retry:
 		}
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/inventory/internal/decode"
 )
 
 // DefaultInterval is how often a Source rescans: PCI devices rarely
@@ -183,7 +182,7 @@ type nvidiaInfo struct {
 // "Key: value". Its UUID reads as question marks until the GPU has been
 // initialised (no persistence mode); it is then unknown.
 func readNVIDIAInfo(path string) (nvidiaInfo, error) {
-	content, err := decode.ReadLimited(path, 64<<10, 0)
+	content, err := os.ReadFile(path)
 	if err != nil {
 		return nvidiaInfo{}, err
 	}

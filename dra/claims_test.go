@@ -1,4 +1,4 @@
-package main
+package dra
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func (w watchOf) Lookup(namespace, name string) (model.KubeletPod, bool) {
 // status.extendedResourceClaimStatus (kubelet v1.36.3): a pod the watch has
 // without a claim is read from /pods, which has it, and a pod the watch has
 // with one is not.
-func TestLegacyViewFindsExtendedResourceClaimsTheWatchLacksInPods(t *testing.T) {
+func TestPodClaimsFindsExtendedResourceClaimsTheWatchLacksInPods(t *testing.T) {
 	claimOf := func(name string) *model.ExtendedResourceClaim {
 		return &model.ExtendedResourceClaim{ClaimName: name, Requests: []model.ExtendedResourceRequest{{Container: "app", Resource: "example.com/gpu", Request: "container-1-request-0"}}}
 	}
@@ -40,7 +40,7 @@ func TestLegacyViewFindsExtendedResourceClaimsTheWatchLacksInPods(t *testing.T) 
 			{Namespace: "ml", Name: "plain", UID: "u3"},
 		}, nil
 	}
-	claims := extendedResourceClaims(watch, fromPods)
+	claims := PodClaims(watch, fromPods)
 
 	got, err := claims(context.Background(), []model.PodKey{gpuPod, watched, plain})
 	if err != nil {
@@ -61,7 +61,7 @@ func TestLegacyViewFindsExtendedResourceClaimsTheWatchLacksInPods(t *testing.T) 
 
 	// /pods down: the pods it should have told are left out (the view
 	// asks again at its next answer), the error says why.
-	down := extendedResourceClaims(watch, func(context.Context) ([]model.KubeletPod, error) { return nil, errors.New("503") })
+	down := PodClaims(watch, func(context.Context) ([]model.KubeletPod, error) { return nil, errors.New("503") })
 	got, err = down(context.Background(), []model.PodKey{gpuPod, watched})
 	if err == nil || !reflect.DeepEqual(got, map[model.PodKey]*model.ExtendedResourceClaim{watched: claimOf("watched-claim")}) {
 		t.Errorf("with /pods down: %v, %v; want the watched pod's claim and an error", got, err)

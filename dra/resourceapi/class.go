@@ -1,10 +1,10 @@
-package dra
+package resourceapi
 
 import "regexp"
 
-// DeviceClass is what the folding reads of a resource.k8s.io/v1
-// DeviceClass: its extended resource name and its CEL selectors.
-type DeviceClass struct {
+// deviceClass is what the folding reads of a resource.k8s.io/v1
+// deviceClass: its extended resource name and its CEL selectors.
+type deviceClass struct {
 	Name                 string
 	ExtendedResourceName string
 	Selectors            []string
@@ -15,13 +15,13 @@ type DeviceClass struct {
 // classes have (device.driver == "gpu.example.com").
 var driverSelector = regexp.MustCompile(`^\s*device\.driver\s*==\s*(?:"([^"\\]+)"|'([^'\\]+)')\s*$`)
 
-// ClassResource returns the driver whose devices class makes allocatable as
+// classResource returns the driver whose devices class makes allocatable as
 // its extended resource: the class names an extended resource and each of
 // its selectors is `device.driver == "<driver>"` for one driver. Any other
 // selector would need DRA's CEL environment to tell which devices it
 // selects, so such a class lists nothing (ok false): its devices are still
 // folded when allocated, since the pod's status names their resource.
-func ClassResource(class DeviceClass) (driver string, ok bool) {
+func classResource(class deviceClass) (driver string, ok bool) {
 	if class.ExtendedResourceName == "" || len(class.Selectors) == 0 {
 		return "", false
 	}
@@ -39,19 +39,19 @@ func ClassResource(class DeviceClass) (driver string, ok bool) {
 	return driver, true
 }
 
-// ClassResources maps each driver to the extended resource its classes
-// give all of its devices (ClassResource). A driver two classes give
+// classResources maps each driver to the extended resource its classes
+// give all of its devices (classResource). A driver two classes give
 // different resources is left out: which one a device is allocatable as is
 // not known. It returns the classes with an extended resource name it
 // could not use, for a log line.
-func ClassResources(classes []DeviceClass) (resources map[string]string, skipped []string) {
+func classResources(classes []deviceClass) (resources map[string]string, skipped []string) {
 	resources = map[string]string{}
 	conflict := map[string]bool{}
 	for _, c := range classes {
 		if c.ExtendedResourceName == "" {
 			continue
 		}
-		driver, ok := ClassResource(c)
+		driver, ok := classResource(c)
 		if !ok {
 			skipped = append(skipped, c.Name)
 			continue
