@@ -9,13 +9,18 @@
 // file is read once at New too, so a wrong path is an error at start-up.
 // The token is sent over https only, and redirects are never followed, so
 // it never travels anywhere but the URL asked.
+//
+// Every read is one bounded GET (Get, GetAll): its deadline is the caller's
+// context, and its body never yields more than the limit it was given.
 package bearer
 
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -84,8 +89,8 @@ func (c *Client) Roots() string {
 	return "the CAs of " + c.cfg.CAFile
 }
 
-// Do sends req with the token (over https only) and returns the response.
-func (c *Client) Do(req *http.Request) (*http.Response, error) {
+// do sends req with the token (over https only) and returns the response.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
 	client, err := c.client()
 	if err != nil {
 		return nil, err
@@ -102,6 +107,65 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	return client.Do(req)
+}
+
+// ErrTooLarge is what reading an answer's body past Get's limit returns.
+var ErrTooLarge = errors.New("answer larger than the limit")
+
+// Get sends one GET of url, asking for JSON, and returns the answer. Its
+// Body yields at most limit bytes and then fails with ErrTooLarge if the
+// answer goes on, so that a cut answer is never taken for a whole one. ctx
+// bounds both the request and the reading of the body.
+func (c *Client) Get(ctx context.Context, url string, limit int64) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building the %s request: %w", c.cfg.What, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "podres-proxy")
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: limit}
+	return resp, nil
+}
+
+// GetAll does Get and reads the whole body, which may be an error's.
+func (c *Client) GetAll(ctx context.Context, url string, limit int64) (*http.Response, []byte, error) {
+	resp, err := c.Get(ctx, url, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp, body, nil
+}
+
+// boundedBody is an answer's body cut at a limit.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells a body of exactly the limit from a longer one.
+		var one [1]byte
+		if _, err := io.ReadFull(b.ReadCloser, one[:]); err != nil {
+			return 0, err
+		}
+		return 0, ErrTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // client returns the HTTP client for the CA file's current content,
