@@ -17,10 +17,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/internal/bearer"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 )
 
 // Defaults for Config.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
