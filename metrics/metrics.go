@@ -20,8 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
-
-	"github.com/podres-proxy/podres-proxy/state"
 )
 
 // Metrics are the daemon's Prometheus metrics.
@@ -197,30 +195,38 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// StoreStats are the state store's counters (state.Stats), as WatchStore
+// reads them.
+type StoreStats struct {
+	Records, Pending                  int
+	Writes, WriteErrors, CorruptFiles uint64
+	LastDurable, MaxDurable           time.Duration
+}
+
 // WatchStore exposes the state store's counters, read from stats at every
 // scrape: they live in the store, which counts them under its own lock.
 // Call it once.
-func (m *Metrics) WatchStore(stats func() state.Stats) {
+func (m *Metrics) WatchStore(stats func() StoreStats) {
 	if m == nil {
 		return
 	}
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: namespace, Subsystem: "state", Name: name, Help: help}
 	}
-	gauge := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
+	gauge := func(name, help string, f func(StoreStats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts(name, help)), func() float64 { return f(stats()) })
 	}
-	counter := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
+	counter := func(name, help string, f func(StoreStats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts(opts(name, help)), func() float64 { return f(stats()) })
 	}
 	m.reg.MustRegister(
-		gauge("records", "Pod records in the state store.", func(s state.Stats) float64 { return float64(s.Records) }),
-		gauge("pending_writes", "Records changed in memory and not yet on disk.", func(s state.Stats) float64 { return float64(s.Pending) }),
-		gauge("last_durable_seconds", "Time from a record's change to its file being durable, for the last write.", func(s state.Stats) float64 { return s.LastDurable.Seconds() }),
-		gauge("max_durable_seconds", "The longest time from a change to its file being durable since start.", func(s state.Stats) float64 { return s.MaxDurable.Seconds() }),
-		counter("writes_total", "Record files written.", func(s state.Stats) float64 { return float64(s.Writes) }),
-		counter("write_errors_total", "Record writes that failed and will be retried; the log says why.", func(s state.Stats) float64 { return float64(s.WriteErrors) }),
-		counter("corrupt_files_total", "Record files set aside into corrupt/ at start.", func(s state.Stats) float64 { return float64(s.CorruptFiles) }),
+		gauge("records", "Pod records in the state store.", func(s StoreStats) float64 { return float64(s.Records) }),
+		gauge("pending_writes", "Records changed in memory and not yet on disk.", func(s StoreStats) float64 { return float64(s.Pending) }),
+		gauge("last_durable_seconds", "Time from a record's change to its file being durable, for the last write.", func(s StoreStats) float64 { return s.LastDurable.Seconds() }),
+		gauge("max_durable_seconds", "The longest time from a change to its file being durable since start.", func(s StoreStats) float64 { return s.MaxDurable.Seconds() }),
+		counter("writes_total", "Record files written.", func(s StoreStats) float64 { return float64(s.Writes) }),
+		counter("write_errors_total", "Record writes that failed and will be retried; the log says why.", func(s StoreStats) float64 { return float64(s.WriteErrors) }),
+		counter("corrupt_files_total", "Record files set aside into corrupt/ at start.", func(s StoreStats) float64 { return float64(s.CorruptFiles) }),
 	)
 }
 

@@ -108,7 +108,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 			log.WithError(err).Error("closing the state store")
 		}
 	}()
-	m.WatchStore(store.Stats)
+	m.WatchStore(func() metrics.StoreStats {
+		s := store.Stats()
+		return metrics.StoreStats{Records: s.Records, Pending: s.Pending, Writes: s.Writes, WriteErrors: s.WriteErrors,
+			CorruptFiles: s.CorruptFiles, LastDurable: s.LastDurable, MaxDurable: s.MaxDurable}
+	})
 
 	pods, err := kubeletpods.NewClient(kubeletpods.Config{
 		URL:         c.podsURL,
