@@ -2,11 +2,12 @@
 // the kubelet's /pods reads and the API server's Device object reads both
 // use it, so both follow one rule for credentials that change under them.
 //
-// The rule: the token file and the CA file are each re-read when the file
-// changes, as fstat sees it (device, inode, size, modification time,
-// following symlinks, so the swap of a projected volume's ..data link is a
-// change); a request in between costs an open and a stat per file. The CA
-// file is read once at New too, so a wrong path is an error at start-up.
+// The rule: the token file and the CA file are read again at every request
+// (each is a few KiB, read through the projected volume's ..data link, so a
+// rotation is seen at the next request), and the HTTP client is rebuilt only
+// when the CA file's content changed, so that connections are kept across
+// requests. The CA file is read once at New too, so a wrong path is an error
+// at start-up.
 // The token is sent over https only, and redirects are never followed, so
 // it never travels anywhere but the URL asked.
 //
@@ -29,7 +30,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -56,25 +56,20 @@ type Config struct {
 // Client does requests with the token and the CA files' current contents.
 // It is safe for concurrent use.
 type Client struct {
-	cfg   Config
-	token *watched // nil: no token
+	cfg Config
 
 	mu    sync.Mutex
-	ca    *watched // nil: the system roots, or InsecureTLS
-	caPEM []byte
+	caPEM []byte // the CA file's content the client was built with
 	http  *http.Client
 }
 
 // New returns a client, loading the CA file now.
 func New(cfg Config) (*Client, error) {
 	cfg.HandshakeTimeout = cmp.Or(cfg.HandshakeTimeout, 10*time.Second)
+	if cfg.InsecureTLS {
+		cfg.CAFile = "" // nothing to verify with
+	}
 	c := &Client{cfg: cfg}
-	if cfg.TokenFile != "" {
-		c.token = &watched{path: cfg.TokenFile}
-	}
-	if cfg.CAFile != "" && !cfg.InsecureTLS {
-		c.ca = &watched{path: cfg.CAFile}
-	}
 	if _, err := c.client(); err != nil {
 		return nil, err
 	}
@@ -83,7 +78,7 @@ func New(cfg Config) (*Client, error) {
 
 // Roots says what verifies the server, for errors.
 func (c *Client) Roots() string {
-	if c.ca == nil {
+	if c.cfg.CAFile == "" {
 		return "the system roots"
 	}
 	return "the CAs of " + c.cfg.CAFile
@@ -95,8 +90,8 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.token != nil && req.URL.Scheme == "https" {
-		b, err := c.token.read()
+	if c.cfg.TokenFile != "" && req.URL.Scheme == "https" {
+		b, err := readSmall(c.cfg.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s token file: %w", c.cfg.What, err)
 		}
@@ -174,8 +169,8 @@ func (c *Client) client() (*http.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var pem []byte
-	if c.ca != nil {
-		b, err := c.ca.read()
+	if c.cfg.CAFile != "" {
+		b, err := readSmall(c.cfg.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("read %s CA file: %w", c.cfg.What, err)
 		}
@@ -185,7 +180,7 @@ func (c *Client) client() (*http.Client, error) {
 		return c.http, nil
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.cfg.InsecureTLS}
-	if c.ca != nil {
+	if c.cfg.CAFile != "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("%s CA file %s: no PEM certificate in it", c.cfg.What, c.cfg.CAFile)
@@ -213,47 +208,19 @@ func (c *Client) client() (*http.Client, error) {
 	return c.http, nil
 }
 
-// watched is a file re-read when a stat says it changed.
-type watched struct {
-	path string
-
-	mu    sync.Mutex
-	stamp stamp
-	data  []byte
-}
-
-type stamp struct {
-	dev, ino uint64
-	size     int64
-	mtime    time.Time
-}
-
-func (w *watched) read() ([]byte, error) {
-	f, err := os.Open(w.path)
+// readSmall reads a token or CA file, refusing one over maxFileSize.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	st := stamp{size: fi.Size(), mtime: fi.ModTime()}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.dev, st.ino = uint64(sys.Dev), sys.Ino
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.data != nil && st == w.stamp {
-		return w.data, nil
-	}
 	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", w.path, maxFileSize)
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
 	}
-	w.stamp, w.data = st, b
 	return b, nil
 }
