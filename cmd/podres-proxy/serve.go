@@ -142,7 +142,13 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		watching func() bool
 	)
 	if c.podsAPISocket != "" {
-		podsAPI, err = newPodsAPI(c.podsAPISocket, store, allocators, m, log)
+		podsAPI, err = podsapi.New(podsapi.Options{
+			Socket:             c.podsAPISocket,
+			MaxAnnotationBytes: allocators.MaxAnnotationBytes,
+			Handler:            func(ev podsapi.Event) { watchedPod(store, ev) },
+			Metrics:            m,
+			Log:                log,
+		})
 		if err != nil {
 			return cmdline.Usage(fmt.Errorf("--kubelet-pods-api-socket: %w", err))
 		}
