@@ -32,7 +32,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,24 +53,6 @@ const DefaultDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"
 
 // DefaultInterval is how often Run looks for devices no live pod holds.
 const DefaultInterval = 5 * time.Second
-
-// SpecVersion is the NPWG device-info spec version written.
-const SpecVersion = "1.1.0"
-
-// Info is a device-info file's content (NPWG device-info spec 1.1.0,
-// type pci; the field names are the spec's).
-type Info struct {
-	Type    string `json:"type"`
-	Version string `json:"version"`
-	PCI     PCI    `json:"pci"`
-}
-
-// PCI is the pci member of Info.
-type PCI struct {
-	PCIAddress   string `json:"pci-address"`
-	RDMADevice   string `json:"rdma-device,omitempty"`
-	PFPCIAddress string `json:"pf-pci-address,omitempty"`
-}
 
 // Options configure a Writer.
 type Options struct {
@@ -187,9 +168,9 @@ func (w *Writer) write(resource, id string) error {
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return fmt.Errorf("create the device-info directory: %w", err)
 	}
-	created, err := createNew(path, data)
+	created, err := atomicfile.Create(path, data, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("create device-info: %w", err)
 	}
 	if created {
 		w.own(path, data)
@@ -266,77 +247,6 @@ func readFile(path string) ([]byte, error) {
 // a regular file, or too large. Such a file is another writer's.
 func othersFile(err error) bool {
 	return errors.Is(err, nofollow.ErrSymlink) || errors.Is(err, nofollow.ErrNotRegular) || errors.Is(err, nofollow.ErrTooLarge)
-}
-
-// createNew creates path with data unless it exists: a complete temporary
-// file is linked to the name, which fails if the name is taken.
-func createNew(path string, data []byte) (created bool, err error) {
-	dir, name := filepath.Split(path)
-	f, err := os.CreateTemp(dir, atomicfile.TempPattern(name))
-	if err != nil {
-		return false, fmt.Errorf("create device-info %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return false, fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return false, fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return false, fmt.Errorf("sync device-info %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return false, fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	if err := os.Link(tmp, path); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return false, nil
-		}
-		return false, fmt.Errorf("create device-info %s: %w", path, err)
-	}
-	return true, nil
-}
-
-// info says what is known of a PCI device: its PF (a VF's physfn link in
-// sysfs, else the PF the inventory lists it under) and its RDMA device (the
-// entry of its infiniband directory in sysfs). Whatever neither says is
-// left out. Without a sysfs root nothing is read from disk: falling back to
-// the host's /sys would describe another machine's devices in a test or a
-// container that was told there is no sysfs.
-func (w *Writer) info(id string) Info {
-	addr, _ := inventory.CanonicalPCIAddress(id)
-	in := Info{Type: "pci", Version: SpecVersion, PCI: PCI{PCIAddress: addr}}
-	if w.sysfs != "" {
-		dev := filepath.Join(w.sysfs, "bus", "pci", "devices", addr)
-		if target, err := os.Readlink(filepath.Join(dev, "physfn")); err == nil {
-			if pf, ok := inventory.CanonicalPCIAddress(filepath.Base(target)); ok {
-				in.PCI.PFPCIAddress = pf
-			}
-		}
-		if entries, err := os.ReadDir(filepath.Join(dev, "infiniband")); err == nil && len(entries) > 0 {
-			names := make([]string, 0, len(entries))
-			for _, e := range entries {
-				names = append(names, e.Name())
-			}
-			slices.Sort(names)
-			in.PCI.RDMADevice = names[0]
-		}
-	}
-	if in.PCI.PFPCIAddress == "" && w.inv != nil {
-		// The inventory knows no VF's RDMA device (only a PF's minor, whose
-		// mlx5_N a VF does not share), so only the PF comes from it.
-		if d, ok := w.inv().Lookup(addr); ok && d.PhysFn != "" {
-			if pf, ok := inventory.CanonicalPCIAddress(d.PhysFn); ok {
-				in.PCI.PFPCIAddress = pf
-			}
-		}
-	}
-	return in
 }
 
 // Adopt takes as its own the files of devices of these resources that an

@@ -17,10 +17,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/internal/bearer"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 )
 
 // Defaults for Config.
@@ -200,13 +200,7 @@ func (c *Client) pods(ctx context.Context) ([]model.KubeletPod, error) {
 		fmt.Errorf("no answer within %v: %w", c.timeout, context.DeadlineExceeded))
 	defer cancel()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "podres-proxy")
-	resp, err := c.http.Do(req)
+	resp, err := c.http.Get(ctx, c.url, c.maxBody)
 	if err != nil {
 		return nil, c.explain(ctx, err)
 	}
@@ -220,54 +214,37 @@ func (c *Client) pods(ctx context.Context) ([]model.KubeletPod, error) {
 		return nil, fmt.Errorf("answer of %d bytes is larger than the limit of %d bytes", resp.ContentLength, c.maxBody)
 	}
 
-	body := &limitedBody{r: resp.Body, left: c.maxBody}
+	body := &readBody{r: resp.Body}
 	pods, err := podsjson.DecodeFrom(body, c.bounds)
-	if body.over {
+	if errors.Is(body.err, bearer.ErrTooLarge) {
 		return nil, fmt.Errorf("answer is larger than the limit of %d bytes", c.maxBody)
 	}
 	if err != nil {
 		if body.err != nil && !errors.Is(body.err, io.EOF) {
 			return nil, fmt.Errorf("read answer: %w", c.explain(ctx, body.err))
 		}
-		return nil, fmt.Errorf("%d bytes of %s: %w", c.maxBody-body.left, cmp.Or(resp.Header.Get("Content-Type"), "no Content-Type"), err)
+		return nil, fmt.Errorf("%d bytes of %s: %w", body.n, cmp.Or(resp.Header.Get("Content-Type"), "no Content-Type"), err)
 	}
 	return pods, nil
 }
 
-// limitedBody reads an answer up to a limit and remembers why it stopped,
-// so that an answer cut by the limit or by the connection is not reported
-// as malformed JSON.
-type limitedBody struct {
-	r    io.Reader
-	left int64
-	over bool  // the answer went past the limit
-	err  error // the first read error, io.EOF at the end
+// readBody remembers how much of an answer was read and why reading
+// stopped, so that an answer cut by the limit or by the connection is not
+// reported as malformed JSON.
+type readBody struct {
+	r   io.Reader
+	n   int64
+	err error // the first read error, io.EOF at the end
 }
 
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		// One byte more tells a body of exactly the limit from a longer one.
-		var one [1]byte
-		if n, _ := b.r.Read(one[:]); n > 0 {
-			b.over = true
-			b.err = errTooLarge
-			return 0, errTooLarge
-		}
-		b.err = io.EOF
-		return 0, io.EOF
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
+func (b *readBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	b.left -= int64(n)
+	b.n += int64(n)
 	if err != nil && b.err == nil {
 		b.err = err
 	}
 	return n, err
 }
-
-var errTooLarge = errors.New("answer larger than the limit")
 
 // explain makes a transport error say what happened in a few words: the
 // request's URL is already in the caller's message, a timeout names the

@@ -19,9 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc/codes"
-
-	"github.com/podres-proxy/podres-proxy/state"
 )
 
 // Metrics are the daemon's Prometheus metrics.
@@ -68,15 +67,23 @@ const namespace = "podres_proxy"
 
 // New creates the metrics and registers them with reg.
 func New(reg prometheus.Registerer) *Metrics {
-	endpoint := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace,
-			Subsystem: "pod_resources_endpoint",
-			Name:      name,
-			Help:      help,
-		}, []string{"server_api_version"})
+	auto := promauto.With(reg)
+	opts := func(subsystem, name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: namespace, Subsystem: subsystem, Name: name, Help: help}
 	}
-	m := &Metrics{
+	counter := func(subsystem, name, help string) prometheus.Counter {
+		return auto.NewCounter(prometheus.CounterOpts(opts(subsystem, name, help)))
+	}
+	counterVec := func(subsystem, name, help string, labels ...string) *prometheus.CounterVec {
+		return auto.NewCounterVec(prometheus.CounterOpts(opts(subsystem, name, help)), labels)
+	}
+	histogram := func(subsystem, name, help string, buckets []float64) prometheus.HistogramOpts {
+		return prometheus.HistogramOpts{Namespace: namespace, Subsystem: subsystem, Name: name, Help: help, Buckets: buckets}
+	}
+	endpoint := func(name, help string) *prometheus.CounterVec {
+		return counterVec("pod_resources_endpoint", name, help, "server_api_version")
+	}
+	return &Metrics{
 		reg:                    reg,
 		requestsTotal:          endpoint("requests_total", "Calls to the PodResources endpoint, all methods."),
 		requestsList:           endpoint("requests_list", "Calls to List."),
@@ -85,142 +92,87 @@ func New(reg prometheus.Registerer) *Metrics {
 		errorsList:             endpoint("errors_list", "List calls answered with an error."),
 		errorsGet:              endpoint("errors_get", "Get calls answered with an error."),
 		errorsGetAllocatable:   endpoint("errors_get_allocatable", "GetAllocatableResources calls answered with an error."),
-		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "rate_limited_total",
-			Help:      "Calls rejected by the rate limit (ResourceExhausted, 'rejected by rate limit').",
-		}),
-		unreadRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "unread_refused_total",
-			Help:      "Calls refused (ResourceExhausted) because their connection, or all connections together, held too many bytes of answers their clients had not read.",
-		}),
-		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace,
-			Name:      "upstream_request_duration_seconds",
-			Help:      "Latency of the kubelet's PodResources API as seen by the proxy, by method and gRPC code.",
-			Buckets:   []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
-		}, []string{"method", "code"}),
-		podsReads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "kubelet_pods_reads_total",
-			Help:      "Reads of the kubelet's /pods endpoint, by result (ok, error).",
-		}, []string{"result"}),
-		podsReadDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace,
-			Name:      "kubelet_pods_read_duration_seconds",
-			Help:      "Latency of reads of the kubelet's /pods endpoint, decoding included.",
-			Buckets:   []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}),
-		annotationErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "annotation_errors_total",
-			Help:      "Allocator annotations that could not be decoded; the pod is answered without those devices.",
-		}, []string{"allocator"}),
-		allocationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "allocations_refused_total",
-			Help:      "Decoded devices not reported because the trust rules refused them, by allocator and reason (wrong-scheduler, no-request, not-on-node, contested: forged; unsafe-id: malformed; spec-unknown: not vetted yet). Counted when a pod's refusals change, not per query.",
-		}, []string{"allocator", "reason"}),
-		connectionsRejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "connections_rejected_total",
-			Help:      "Client connections closed at once because the connection cap was reached.",
-		}),
+		rateLimited:            counter("", "rate_limited_total", "Calls rejected by the rate limit (ResourceExhausted, 'rejected by rate limit')."),
+		unreadRefused: counter("", "unread_refused_total",
+			"Calls refused (ResourceExhausted) because their connection, or all connections together, held too many bytes of answers their clients had not read."),
+		upstreamDuration: auto.NewHistogramVec(histogram("", "upstream_request_duration_seconds",
+			"Latency of the kubelet's PodResources API as seen by the proxy, by method and gRPC code.",
+			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}), []string{"method", "code"}),
+		podsReads: counterVec("", "kubelet_pods_reads_total", "Reads of the kubelet's /pods endpoint, by result (ok, error).", "result"),
+		podsReadDuration: auto.NewHistogram(histogram("", "kubelet_pods_read_duration_seconds",
+			"Latency of reads of the kubelet's /pods endpoint, decoding included.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5})),
+		annotationErrors: counterVec("", "annotation_errors_total",
+			"Allocator annotations that could not be decoded; the pod is answered without those devices.", "allocator"),
+		allocationsRefused: counterVec("", "allocations_refused_total",
+			"Decoded devices not reported because the trust rules refused them, by allocator and reason (wrong-scheduler, no-request, not-on-node, contested: forged; unsafe-id: malformed; spec-unknown: not vetted yet). Counted when a pod's refusals change, not per query.",
+			"allocator", "reason"),
+		connectionsRejected: counter("", "connections_rejected_total", "Client connections closed at once because the connection cap was reached."),
+		listPodsTotal: counterVec("", "list_pods_total",
+			"Pods of List answers, by how their part of the answer was made: reused (the kubelet, the store and the inventory said the same as before) or rebuilt.",
+			"answer"),
+		upstreamShared: counterVec("", "upstream_shared_calls_total",
+			"Calls answered from a kubelet call shared with other clients' calls, by method (Get shares the kubelet's List); each such kubelet call counts once per caller after the first, including calls beyond the rate limit, which joined it at no cost to the kubelet.",
+			"method"),
+
+		nriEvents: auto.NewHistogramVec(histogram("nri", "event_duration_seconds",
+			"NRI requests handled, by event, and how long the handler took (the runtime waits for it).",
+			[]float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .005, .025, .1}), []string{"event"}),
+		nriConnected:  auto.NewGauge(prometheus.GaugeOpts(opts("nri", "connected", "1 while the NRI plugin is registered with the runtime."))),
+		nriReconnects: counter("nri", "reconnects_total", "Connection attempts to the runtime's NRI socket after the first."),
+		criReconciles: counterVec("cri", "reconciles_total", "Reconciles of the state store against CRI, by result (ok, error).", "result"),
+		criReconcileTaken: auto.NewHistogram(histogram("cri", "reconcile_duration_seconds", "How long a CRI reconcile took.",
+			prometheus.DefBuckets)),
+
+		podsAPIEvents: counterVec("pods_api", "events_total",
+			"Events of the kubelet's Pods API watch, by type (ADDED, MODIFIED, DELETED, INITIAL_SYNC_COMPLETE).", "type"),
+		podsAPIRelists: counter("pods_api", "relists_total", "Complete relists of the kubelet's Pods API watch (each connection starts with one)."),
+		podsAPIReconnects: counter("pods_api", "reconnects_total",
+			"Watches of the kubelet's Pods API that ended or could not start, retried (at once after a watch that had synced, with backoff otherwise)."),
+		podsAPIInit: counter("pods_api", "initializing_total",
+			"Watches of the kubelet's Pods API the kubelet refused as initializing (FailedPrecondition, from 1.37 after every kubelet start), retried within seconds; counted in reconnects_total too."),
+		podSourceReads: counterVec("", "pod_source_reads_total",
+			"Reads of every pod made for queries, by the source that answered (pods-api: ListPods; pods: the kubelet's /pods).", "source"),
+		draUnfolded: counterVec("dra", "unfolded_total",
+			"DRA devices of extended resources the legacy view left under dynamic_resources, once per pod and device, by reason (no-resourceslice, no-id-attribute, claim-allocation-unknown).",
+			"reason"),
+		draPodsReads: counter("dra", "pods_reads_total",
+			"Successful /pods reads of the legacy view, in the background, for pods' extended resource claims (status.extendedResourceClaimStatus), which the kubelet's Pods API does not carry."),
 	}
-	m.listPodsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace,
-		Name:      "list_pods_total",
-		Help:      "Pods of List answers, by how their part of the answer was made: reused (the kubelet, the store and the inventory said the same as before) or rebuilt.",
-	}, []string{"answer"})
-	m.upstreamShared = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace,
-		Name:      "upstream_shared_calls_total",
-		Help:      "Calls answered from a kubelet call shared with other clients' calls, by method (Get shares the kubelet's List); each such kubelet call counts once per caller after the first, including calls beyond the rate limit, which joined it at no cost to the kubelet.",
-	}, []string{"method"})
-	m.nriEvents = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Subsystem: "nri", Name: "event_duration_seconds",
-		Help:    "NRI requests handled, by event, and how long the handler took (the runtime waits for it).",
-		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .005, .025, .1},
-	}, []string{"event"})
-	m.nriConnected = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Subsystem: "nri", Name: "connected",
-		Help: "1 while the NRI plugin is registered with the runtime.",
-	})
-	m.nriReconnects = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "nri", Name: "reconnects_total",
-		Help: "Connection attempts to the runtime's NRI socket after the first.",
-	})
-	m.criReconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "cri", Name: "reconciles_total",
-		Help: "Reconciles of the state store against CRI, by result (ok, error).",
-	}, []string{"result"})
-	m.criReconcileTaken = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: namespace, Subsystem: "cri", Name: "reconcile_duration_seconds",
-		Help:    "How long a CRI reconcile took.",
-		Buckets: prometheus.DefBuckets,
-	})
-	m.podsAPIEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "pods_api", Name: "events_total",
-		Help: "Events of the kubelet's Pods API watch, by type (ADDED, MODIFIED, DELETED, INITIAL_SYNC_COMPLETE).",
-	}, []string{"type"})
-	m.podsAPIRelists = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "pods_api", Name: "relists_total",
-		Help: "Complete relists of the kubelet's Pods API watch (each connection starts with one).",
-	})
-	m.podsAPIReconnects = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "pods_api", Name: "reconnects_total",
-		Help: "Watches of the kubelet's Pods API that ended or could not start, retried (at once after a watch that had synced, with backoff otherwise).",
-	})
-	m.podsAPIInit = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "pods_api", Name: "initializing_total",
-		Help: "Watches of the kubelet's Pods API the kubelet refused as initializing (FailedPrecondition, from 1.37 after every kubelet start), retried within seconds; counted in reconnects_total too.",
-	})
-	m.podSourceReads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "pod_source_reads_total",
-		Help: "Reads of every pod made for queries, by the source that answered (pods-api: ListPods; pods: the kubelet's /pods).",
-	}, []string{"source"})
-	m.draUnfolded = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "dra", Name: "unfolded_total",
-		Help: "DRA devices of extended resources the legacy view left under dynamic_resources, once per pod and device, by reason (no-resourceslice, no-id-attribute, claim-allocation-unknown).",
-	}, []string{"reason"})
-	m.draPodsReads = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "dra", Name: "pods_reads_total",
-		Help: "Successful /pods reads of the legacy view, in the background, for pods' extended resource claims (status.extendedResourceClaimStatus), which the kubelet's Pods API does not carry.",
-	})
-	reg.MustRegister(m.draUnfolded, m.draPodsReads, m.connectionsRejected, m.requestsTotal, m.requestsList, m.requestsGet, m.requestsGetAllocatable,
-		m.errorsList, m.errorsGet, m.errorsGetAllocatable, m.rateLimited, m.unreadRefused, m.upstreamDuration,
-		m.podsReads, m.podsReadDuration, m.annotationErrors, m.allocationsRefused,
-		m.listPodsTotal, m.upstreamShared,
-		m.nriEvents, m.nriConnected, m.nriReconnects, m.criReconciles, m.criReconcileTaken,
-		m.podsAPIEvents, m.podsAPIRelists, m.podsAPIReconnects, m.podsAPIInit, m.podSourceReads)
-	return m
+}
+
+// StoreStats are the state store's counters (state.Stats), as WatchStore
+// reads them.
+type StoreStats struct {
+	Records, Pending                  int
+	Writes, WriteErrors, CorruptFiles uint64
+	LastDurable, MaxDurable           time.Duration
 }
 
 // WatchStore exposes the state store's counters, read from stats at every
 // scrape: they live in the store, which counts them under its own lock.
 // Call it once.
-func (m *Metrics) WatchStore(stats func() state.Stats) {
+func (m *Metrics) WatchStore(stats func() StoreStats) {
 	if m == nil {
 		return
 	}
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: namespace, Subsystem: "state", Name: name, Help: help}
 	}
-	gauge := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
+	gauge := func(name, help string, f func(StoreStats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts(name, help)), func() float64 { return f(stats()) })
 	}
-	counter := func(name, help string, f func(state.Stats) float64) prometheus.Collector {
+	counter := func(name, help string, f func(StoreStats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts(opts(name, help)), func() float64 { return f(stats()) })
 	}
 	m.reg.MustRegister(
-		gauge("records", "Pod records in the state store.", func(s state.Stats) float64 { return float64(s.Records) }),
-		gauge("pending_writes", "Records changed in memory and not yet on disk.", func(s state.Stats) float64 { return float64(s.Pending) }),
-		gauge("last_durable_seconds", "Time from a record's change to its file being durable, for the last write.", func(s state.Stats) float64 { return s.LastDurable.Seconds() }),
-		gauge("max_durable_seconds", "The longest time from a change to its file being durable since start.", func(s state.Stats) float64 { return s.MaxDurable.Seconds() }),
-		counter("writes_total", "Record files written.", func(s state.Stats) float64 { return float64(s.Writes) }),
-		counter("write_errors_total", "Record writes that failed and will be retried; the log says why.", func(s state.Stats) float64 { return float64(s.WriteErrors) }),
-		counter("corrupt_files_total", "Record files set aside into corrupt/ at start.", func(s state.Stats) float64 { return float64(s.CorruptFiles) }),
+		gauge("records", "Pod records in the state store.", func(s StoreStats) float64 { return float64(s.Records) }),
+		gauge("pending_writes", "Records changed in memory and not yet on disk.", func(s StoreStats) float64 { return float64(s.Pending) }),
+		gauge("last_durable_seconds", "Time from a record's change to its file being durable, for the last write.", func(s StoreStats) float64 { return s.LastDurable.Seconds() }),
+		gauge("max_durable_seconds", "The longest time from a change to its file being durable since start.", func(s StoreStats) float64 { return s.MaxDurable.Seconds() }),
+		counter("writes_total", "Record files written.", func(s StoreStats) float64 { return float64(s.Writes) }),
+		counter("write_errors_total", "Record writes that failed and will be retried; the log says why.", func(s StoreStats) float64 { return float64(s.WriteErrors) }),
+		counter("corrupt_files_total", "Record files set aside into corrupt/ at start.", func(s StoreStats) float64 { return float64(s.CorruptFiles) }),
 	)
 }
 

@@ -12,9 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
-
-	"github.com/podres-proxy/podres-proxy/state"
-	"github.com/podres-proxy/podres-proxy/state/persist"
 )
 
 // report calls every method of m once, as each part of the daemon would.
@@ -42,8 +39,8 @@ func report(m *Metrics) {
 	m.PodsAPIReconnect(boom)
 	m.PodsAPIInitializing()
 	m.PodSourceRead("pods-api")
-	m.WatchStore(func() state.Stats {
-		return state.Stats{Records: 7, Stats: persist.Stats{Writes: 9, WriteErrors: 1, CorruptFiles: 2}}
+	m.WatchStore(func() StoreStats {
+		return StoreStats{Records: 7, Writes: 9, WriteErrors: 1, CorruptFiles: 2}
 	})
 }
 

@@ -11,9 +11,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/podres-proxy/podres-proxy/cli/inspect"
+	"github.com/podres-proxy/podres-proxy/cli/query"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
-	"github.com/podres-proxy/podres-proxy/internal/inspect"
-	"github.com/podres-proxy/podres-proxy/internal/query"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"github.com/sirupsen/logrus"
-
-	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
-	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -15,17 +11,6 @@ import (
 // UID, before its sandbox exists, so a pod being created needs no read at
 // all, and a name is known to be a new pod's the moment it is. /pods stays
 // the fallback (podsapi.Source.Or) on kubelets without it.
-
-// newPodsAPI returns the Pods API source of socket, feeding store.
-func newPodsAPI(socket string, store *state.Store, allocators *allocator.Set, m *metrics.Metrics, log logrus.FieldLogger) (*podsapi.Source, error) {
-	return podsapi.New(podsapi.Options{
-		Socket:             socket,
-		MaxAnnotationBytes: allocators.MaxAnnotationBytes,
-		Handler:            func(ev podsapi.Event) { watchedPod(store, ev) },
-		Metrics:            m,
-		Log:                log,
-	})
-}
 
 // watchedPod applies one event of the watch to the store.
 func watchedPod(store *state.Store, ev podsapi.Event) {

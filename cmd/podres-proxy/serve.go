@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
@@ -108,7 +105,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 			log.WithError(err).Error("closing the state store")
 		}
 	}()
-	m.WatchStore(store.Stats)
+	m.WatchStore(func() metrics.StoreStats {
+		s := store.Stats()
+		return metrics.StoreStats{Records: s.Records, Pending: s.Pending, Writes: s.Writes, WriteErrors: s.WriteErrors,
+			CorruptFiles: s.CorruptFiles, LastDurable: s.LastDurable, MaxDurable: s.MaxDurable}
+	})
 
 	pods, err := kubeletpods.NewClient(kubeletpods.Config{
 		URL:         c.podsURL,
@@ -141,7 +142,13 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		watching func() bool
 	)
 	if c.podsAPISocket != "" {
-		podsAPI, err = newPodsAPI(c.podsAPISocket, store, allocators, m, log)
+		podsAPI, err = podsapi.New(podsapi.Options{
+			Socket:             c.podsAPISocket,
+			MaxAnnotationBytes: allocators.MaxAnnotationBytes,
+			Handler:            func(ev podsapi.Event) { watchedPod(store, ev) },
+			Metrics:            m,
+			Log:                log,
+		})
 		if err != nil {
 			return cmdline.Usage(fmt.Errorf("--kubelet-pods-api-socket: %w", err))
 		}
@@ -266,7 +273,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	if c.metricsAddr != "" {
 		start("metrics server", func(ctx context.Context) error {
-			return serveMetrics(ctx, c.metricsAddr, reg, srv.Ready, log)
+			return metrics.Serve(ctx, c.metricsAddr, reg, srv.Ready, log)
 		})
 	}
 
@@ -322,36 +329,4 @@ func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, e
 		sources = append(sources, sysfs.New(sysfs.Options{SysfsRoot: c.sysfsRoot, ProcRoot: c.procfsRoot, Logger: log}))
 	}
 	return inventory.New(inventory.Options{Sources: sources, Logger: log}), nil
-}
-
-// serveMetrics serves /metrics, /healthz (the process answers) and /readyz
-// (the PodResources socket is being served) until ctx is done.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, ready func() bool, log logrus.FieldLogger) error {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "the PodResources socket is not served yet", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	log.WithField("addr", l.Addr().String()).Info("serving /metrics, /healthz and /readyz")
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
-	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/internal/provenance"
+	"github.com/podres-proxy/podres-proxy/cli/provenance"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/state/persist"

@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -232,23 +231,12 @@ func (s *Source) Allocation(ctx context.Context, namespace, name string) (dra.Al
 func (s *Source) get(ctx context.Context, path, resource, verb string, limit int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.server+path, nil)
-	if err != nil {
-		return nil, fmt.Errorf("building the %s request: %w", resource, err)
+	resp, body, err := s.http.GetAll(ctx, s.server+path, limit)
+	if errors.Is(err, bearer.ErrTooLarge) {
+		return nil, fmt.Errorf("%s %s: the answer is larger than %d bytes", verb, resource, limit)
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "podres-proxy")
-	resp, err := s.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", verb, resource, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: reading the answer: %w", verb, resource, err)
-	}
-	if int64(len(body)) > limit {
-		return nil, fmt.Errorf("%s %s: the answer is larger than %d bytes", verb, resource, limit)
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:

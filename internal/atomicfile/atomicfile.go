@@ -33,14 +33,47 @@ func IsTemp(name string) bool {
 // removed and path keeps its previous content. Errors name path and the
 // step, not the temporary file's random name, so that the same failure
 // reads the same each time it repeats.
-func Write(path string, data []byte, perm os.FileMode) (err error) {
+func Write(path string, data []byte, perm os.FileMode) error {
+	tmp, err := writeTemp(path, data, perm)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("rename the temporary file over %s: %w", path, plain(err))
+	}
+	return nil
+}
+
+// Create writes path with data, as Write does, unless path exists: the
+// complete temporary file is linked to the name, which fails if the name
+// is taken, so a concurrent writer's file is never replaced. It reports
+// whether it created path.
+func Create(path string, data []byte, perm os.FileMode) (created bool, err error) {
+	tmp, err := writeTemp(path, data, perm)
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("link the temporary file to %s: %w", path, plain(err))
+	}
+	return true, nil
+}
+
+// writeTemp writes data to a new temporary file beside path, fsynced and
+// closed, and returns its name; on error it leaves no file behind.
+func writeTemp(path string, data []byte, perm os.FileMode) (_ string, err error) {
 	dir, name := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
 	f, err := os.CreateTemp(dir, TempPattern(name))
 	if err != nil {
-		return fmt.Errorf("create a temporary file for %s: %w", path, plain(err))
+		return "", fmt.Errorf("create a temporary file for %s: %w", path, plain(err))
 	}
 	tmp, closed := f.Name(), false
 	defer func() {
@@ -56,19 +89,16 @@ func Write(path string, data []byte, perm os.FileMode) (err error) {
 		err = f.Chmod(perm)
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, plain(err))
+		return "", fmt.Errorf("write %s: %w", path, plain(err))
 	}
 	if err = f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", path, plain(err))
+		return "", fmt.Errorf("fsync %s: %w", path, plain(err))
 	}
 	closed = true
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, plain(err))
+		return "", fmt.Errorf("close %s: %w", path, plain(err))
 	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename the temporary file over %s: %w", path, plain(err))
-	}
-	return nil
+	return tmp, nil
 }
 
 // SyncDir makes a directory's entries (creations, renames, removals)

@@ -2,20 +2,26 @@
 // the kubelet's /pods reads and the API server's Device object reads both
 // use it, so both follow one rule for credentials that change under them.
 //
-// The rule: the token file and the CA file are each re-read when the file
-// changes, as fstat sees it (device, inode, size, modification time,
-// following symlinks, so the swap of a projected volume's ..data link is a
-// change); a request in between costs an open and a stat per file. The CA
-// file is read once at New too, so a wrong path is an error at start-up.
+// The rule: the token file and the CA file are read again at every request
+// (each is a few KiB, read through the projected volume's ..data link, so a
+// rotation is seen at the next request), and the HTTP client is rebuilt only
+// when the CA file's content changed, so that connections are kept across
+// requests. The CA file is read once at New too, so a wrong path is an error
+// at start-up.
 // The token is sent over https only, and redirects are never followed, so
 // it never travels anywhere but the URL asked.
+//
+// Every read is one bounded GET (Get, GetAll): its deadline is the caller's
+// context, and its body never yields more than the limit it was given.
 package bearer
 
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,7 +30,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -51,25 +56,20 @@ type Config struct {
 // Client does requests with the token and the CA files' current contents.
 // It is safe for concurrent use.
 type Client struct {
-	cfg   Config
-	token *watched // nil: no token
+	cfg Config
 
 	mu    sync.Mutex
-	ca    *watched // nil: the system roots, or InsecureTLS
-	caPEM []byte
+	caPEM []byte // the CA file's content the client was built with
 	http  *http.Client
 }
 
 // New returns a client, loading the CA file now.
 func New(cfg Config) (*Client, error) {
 	cfg.HandshakeTimeout = cmp.Or(cfg.HandshakeTimeout, 10*time.Second)
+	if cfg.InsecureTLS {
+		cfg.CAFile = "" // nothing to verify with
+	}
 	c := &Client{cfg: cfg}
-	if cfg.TokenFile != "" {
-		c.token = &watched{path: cfg.TokenFile}
-	}
-	if cfg.CAFile != "" && !cfg.InsecureTLS {
-		c.ca = &watched{path: cfg.CAFile}
-	}
 	if _, err := c.client(); err != nil {
 		return nil, err
 	}
@@ -78,20 +78,20 @@ func New(cfg Config) (*Client, error) {
 
 // Roots says what verifies the server, for errors.
 func (c *Client) Roots() string {
-	if c.ca == nil {
+	if c.cfg.CAFile == "" {
 		return "the system roots"
 	}
 	return "the CAs of " + c.cfg.CAFile
 }
 
-// Do sends req with the token (over https only) and returns the response.
-func (c *Client) Do(req *http.Request) (*http.Response, error) {
+// do sends req with the token (over https only) and returns the response.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
 	client, err := c.client()
 	if err != nil {
 		return nil, err
 	}
-	if c.token != nil && req.URL.Scheme == "https" {
-		b, err := c.token.read()
+	if c.cfg.TokenFile != "" && req.URL.Scheme == "https" {
+		b, err := readSmall(c.cfg.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s token file: %w", c.cfg.What, err)
 		}
@@ -104,14 +104,73 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 	return client.Do(req)
 }
 
+// ErrTooLarge is what reading an answer's body past Get's limit returns.
+var ErrTooLarge = errors.New("answer larger than the limit")
+
+// Get sends one GET of url, asking for JSON, and returns the answer. Its
+// Body yields at most limit bytes and then fails with ErrTooLarge if the
+// answer goes on, so that a cut answer is never taken for a whole one. ctx
+// bounds both the request and the reading of the body.
+func (c *Client) Get(ctx context.Context, url string, limit int64) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building the %s request: %w", c.cfg.What, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "podres-proxy")
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: limit}
+	return resp, nil
+}
+
+// GetAll does Get and reads the whole body, which may be an error's.
+func (c *Client) GetAll(ctx context.Context, url string, limit int64) (*http.Response, []byte, error) {
+	resp, err := c.Get(ctx, url, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp, body, nil
+}
+
+// boundedBody is an answer's body cut at a limit.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells a body of exactly the limit from a longer one.
+		var one [1]byte
+		if _, err := io.ReadFull(b.ReadCloser, one[:]); err != nil {
+			return 0, err
+		}
+		return 0, ErrTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
 // client returns the HTTP client for the CA file's current content,
 // rebuilding it when that changed (a rotated CA).
 func (c *Client) client() (*http.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var pem []byte
-	if c.ca != nil {
-		b, err := c.ca.read()
+	if c.cfg.CAFile != "" {
+		b, err := readSmall(c.cfg.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("read %s CA file: %w", c.cfg.What, err)
 		}
@@ -121,7 +180,7 @@ func (c *Client) client() (*http.Client, error) {
 		return c.http, nil
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.cfg.InsecureTLS}
-	if c.ca != nil {
+	if c.cfg.CAFile != "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("%s CA file %s: no PEM certificate in it", c.cfg.What, c.cfg.CAFile)
@@ -149,47 +208,19 @@ func (c *Client) client() (*http.Client, error) {
 	return c.http, nil
 }
 
-// watched is a file re-read when a stat says it changed.
-type watched struct {
-	path string
-
-	mu    sync.Mutex
-	stamp stamp
-	data  []byte
-}
-
-type stamp struct {
-	dev, ino uint64
-	size     int64
-	mtime    time.Time
-}
-
-func (w *watched) read() ([]byte, error) {
-	f, err := os.Open(w.path)
+// readSmall reads a token or CA file, refusing one over maxFileSize.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	st := stamp{size: fi.Size(), mtime: fi.ModTime()}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.dev, st.ino = uint64(sys.Dev), sys.Ino
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.data != nil && st == w.stamp {
-		return w.data, nil
-	}
 	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", w.path, maxFileSize)
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
 	}
-	w.stamp, w.data = st, b
 	return b, nil
 }

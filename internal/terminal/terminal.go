@@ -24,18 +24,6 @@ func NewWriter(w io.Writer) Writer { return Writer{w} }
 
 // Write implements io.Writer.
 func (t Writer) Write(p []byte) (int, error) {
-	clean := true
-	for i := 0; i < len(p); {
-		r, size := utf8.DecodeRune(p[i:])
-		if !printableRune(r, size) {
-			clean = false
-			break
-		}
-		i += size
-	}
-	if clean {
-		return t.w.Write(p)
-	}
 	out := make([]byte, 0, len(p)+16)
 	for i := 0; i < len(p); {
 		r, size := utf8.DecodeRune(p[i:])

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -107,23 +106,12 @@ func (s *Source) Load(ctx context.Context) ([]inventory.Device, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
-	if err != nil {
-		return nil, fmt.Errorf("building the Device request: %w", err)
+	resp, body, err := s.http.GetAll(ctx, s.url, maxDeviceCRSize)
+	if errors.Is(err, bearer.ErrTooLarge) {
+		return nil, fmt.Errorf("the Device object %s from %s is larger than %d bytes", s.opts.NodeName, s.url, maxDeviceCRSize)
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "podres-proxy")
-	resp, err := s.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("getting Device %s: %w", s.opts.NodeName, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDeviceCRSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading Device %s from %s: %w", s.opts.NodeName, s.url, err)
-	}
-	if len(body) > maxDeviceCRSize {
-		return nil, fmt.Errorf("the Device object %s from %s is larger than %d bytes", s.opts.NodeName, s.url, maxDeviceCRSize)
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:

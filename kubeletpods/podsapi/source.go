@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
 
-	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 )
 
 // DefaultSocket is where a kubelet with the default root directory serves

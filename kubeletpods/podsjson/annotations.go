@@ -8,7 +8,7 @@ import (
 
 	json "github.com/goccy/go-json"
 
-	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
+	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 )
 
 // Bounds say which annotations a decode keeps of each live pod and how

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 	"github.com/podres-proxy/podres-proxy/test/podstest"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
+	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 	"github.com/podres-proxy/podres-proxy/test/podstest"
 )
 

@@ -17,8 +17,8 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/podres-proxy/podres-proxy/internal/annotationbound"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 )
 
 // Decoder turns a pod's annotations into devices. The allocator set

@@ -22,11 +22,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/podres-proxy/podres-proxy/cli/provenance"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
-	"github.com/podres-proxy/podres-proxy/internal/provenance"
 	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
-	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 	"github.com/podres-proxy/podres-proxy/state/persist"
 )
 
@@ -125,6 +124,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return printTable(stdout, resp)
 }
 
+// maxMessageSize is the largest answer accepted: the proxy's own bound on
+// the kubelet's answers (64 MiB), so that an answer the proxy passes on is
+// never too large here.
+const maxMessageSize = 64 << 20
+
 // ask makes one call to a PodResources socket.
 func ask(ctx context.Context, socket string, call func(context.Context, v1.PodResourcesListerClient) (proto.Message, error)) (proto.Message, error) {
 	target, err := unixsock.Target(socket)
@@ -133,7 +137,7 @@ func ask(ctx context.Context, socket string, call func(context.Context, v1.PodRe
 	}
 	conn, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(upstream.DefaultMaxMessageSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", socket, err)
 	}

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/cli/provenance"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
-	"github.com/podres-proxy/podres-proxy/internal/provenance"
 	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
