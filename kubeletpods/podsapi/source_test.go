@@ -695,49 +695,6 @@ func TestKnownPodThatBecomesUnreadableIsRefusedUntilDeleted(t *testing.T) {
 	}
 }
 
-// A query about a pod whose sandbox exists can wait for the watch to show
-// that very pod, rather than miss it or get its name's predecessor.
-func TestAwaitWaitsForTheWatchToShowThePod(t *testing.T) {
-	old := pod("ns", "db-0", "uid-old", 0)
-	k := newKubelet(t, old)
-	h := start(t, k, podsapi.Options{MaxPodBytes: 16 << 10})
-	h.expect("added uid-old", "synced")
-
-	type result struct {
-		pod model.KubeletPod
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		p, err := h.src.Await(context.Background(), model.PodRef{UID: "uid-new", Namespace: "ns", Name: "db-0"})
-		got <- result{p, err}
-	}()
-	k.Add(pod("ns", "db-0", "uid-new", 5))
-	select {
-	case r := <-got:
-		if r.err != nil || r.pod.UID != "uid-new" || r.pod.Annotations["example.com/gpu"] != "GPU-uid-new" {
-			t.Fatalf("Await gave %+v, %v; want uid-new", r.pod, r.err)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("Await did not return once the pod arrived")
-	}
-
-	big := pod("ns", "big", "uid-big", 1)
-	big.Annotations["example.com/gpu"] = strings.Repeat("g", 32<<10)
-	k.Add(big)
-	h.until(is(podsapi.PodRefused))
-	if _, err := h.src.Await(context.Background(), model.PodRef{UID: "uid-big", Namespace: "ns", Name: "big"}); !errors.Is(err, podsapi.ErrPodTooLarge) {
-		t.Errorf("Await of a refused pod: %v, want ErrPodTooLarge", err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	_, err := h.src.Await(ctx, model.PodRef{UID: "uid-never", Namespace: "ns", Name: "never"})
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ns/never (uid uid-never)") {
-		t.Errorf("Await of a pod never shown: %v, want the deadline and the pod named", err)
-	}
-}
-
 // Pods is a kubeletpods.Fetch: reads of the Pods API can be shared as
 // /pods reads are.
 func TestPodsServesAKubeletpodsReader(t *testing.T) {
