@@ -11,7 +11,7 @@
 // full list of pods; Source treats it as a relist and reports the pods
 // missing from it as deleted, so nothing missed while disconnected (or
 // dropped by the kubelet as a slow watcher) survives the next sync. A fresh
-// read, for a query the view cannot answer yet, is a ListPods (List), and a
+// read, for a query the view cannot answer yet, is a ListPods (Pods), and a
 // /pods read only when ListPods fails (Or).
 //
 // Each pod arrives as the protobuf encoding of a v1.Pod. It is decoded only

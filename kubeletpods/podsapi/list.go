@@ -48,47 +48,17 @@ func (s *Source) Or(fallback func(context.Context) ([]model.KubeletPod, error)) 
 	}
 }
 
-// Pods reads the kubelet's pods once with ListPods, as List does, and
-// returns ListResult.Pods: a kubeletpods.Fetch, to share reads through a
-// kubeletpods.Reader. A refused pod's name is left out (so it is unknown
-// to the caller, never answered with another pod of that name), and the
-// refusals are logged.
+// Pods reads the kubelet's pods once with ListPods, for a query about a
+// pod the watch has not shown yet: a kubeletpods.Fetch, to share reads
+// through a kubeletpods.Reader. The pods come oldest first (by creation;
+// the kubelet's order, by UID, among pods created in the same second), as
+// kubeletpods.NewPodList wants them. A refused pod is logged and left out,
+// and so is every pod of its name, so that a lookup by that name finds
+// nothing rather than the refused pod's predecessor. The read is bounded
+// by ctx and Options.Timeout. The kubelet rate-limits ListPods (100 per
+// second, burst 10, shared by every client) and answers ResourceExhausted
+// beyond that, so callers should share reads.
 func (s *Source) Pods(ctx context.Context) ([]model.KubeletPod, error) {
-	res, err := s.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range res.Refused {
-		s.log.WithError(r.Err).WithField("pod", r.Pod).Warn("Kubelet Pods API: pod left out of a ListPods read")
-	}
-	return res.Pods, nil
-}
-
-// ListResult is one ListPods read.
-type ListResult struct {
-	// Pods are the kubelet's pods, oldest first (by creation; the
-	// kubelet's order, by UID, among pods created in the same second), as
-	// kubeletpods.NewPodList wants them. A pod whose name is shared with a
-	// refused pod is left out, so that a lookup by that name finds
-	// nothing rather than the refused pod's predecessor.
-	Pods []model.KubeletPod
-	// Refused are the pods that could not be read, each with why, and
-	// the pods left out for sharing their name.
-	Refused []Refusal
-}
-
-// Refusal is a pod a read left out, and why.
-type Refusal struct {
-	Pod model.PodRef
-	Err error
-}
-
-// List reads the kubelet's pods once with ListPods, for a query about a
-// pod the watch has not shown yet. It is bounded by ctx and
-// Options.Timeout. The kubelet rate-limits ListPods (100 per second, burst
-// 10, shared by every client) and answers ResourceExhausted beyond that,
-// so callers should share reads (kubeletpods.Reader does).
-func (s *Source) List(ctx context.Context) (ListResult, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout,
 		fmt.Errorf("no answer within %v: %w", s.timeout, context.DeadlineExceeded))
 	defer cancel()
@@ -97,31 +67,33 @@ func (s *Source) List(ctx context.Context) (ListResult, error) {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
 		}
-		return ListResult{}, fmt.Errorf("list pods from the kubelet Pods API at %s: %w", s.socket, err)
+		return nil, fmt.Errorf("list pods from the kubelet Pods API at %s: %w", s.socket, err)
 	}
-	var res ListResult
+	leftOut := func(p *model.KubeletPod, err error) {
+		s.log.WithError(err).WithField("pod", podRef(p)).Warn("Kubelet Pods API: pod left out of a ListPods read")
+	}
 	all := make([]decoded, 0, len(resp.GetPods()))
 	refusedNames := make(map[model.PodKey]bool)
 	for _, data := range resp.GetPods() {
 		d, err := s.dec.decode(data)
 		if err != nil {
-			res.Refused = append(res.Refused, Refusal{Pod: podRef(&d.pod), Err: err})
+			leftOut(&d.pod, err)
 			refusedNames[key(&d.pod)] = true
 			continue
 		}
 		all = append(all, d)
 	}
 	slices.SortStableFunc(all, func(a, b decoded) int { return a.created.Compare(b.created) })
-	res.Pods = make([]model.KubeletPod, 0, len(all))
+	pods := make([]model.KubeletPod, 0, len(all))
 	for i := range all {
 		p := &all[i].pod
 		if refusedNames[key(p)] {
-			res.Refused = append(res.Refused, Refusal{Pod: podRef(p), Err: errors.New("another pod of its name was refused")})
+			leftOut(p, errors.New("another pod of its name was refused"))
 			continue
 		}
-		res.Pods = append(res.Pods, *p)
+		pods = append(pods, *p)
 	}
-	return res, nil
+	return pods, nil
 }
 
 // Metrics receives what the source measures; the daemon passes its one

@@ -35,12 +35,10 @@ const maxMessageBytes = 64 << 20
 // DefaultTimeout bounds a ListPods call.
 const DefaultTimeout = 5 * time.Second
 
-// DefaultBackoff is the wait between watch attempts that fail to sync:
-// from half a second (a kubelet restart takes seconds) doubling to 30 s,
-// with jitter so that the daemons of many nodes do not retry in step. It
-// starts again from the beginning after each successful sync. A watch
-// that had synced is followed by the next at once, and attempts refused
-// while the kubelet initializes wait no more than 2 s (see Run).
+// DefaultBackoff is the wait between watch attempts that fail to sync
+// (see Run): from half a second (a kubelet restart takes seconds) doubling
+// to 30 s, with jitter so that the daemons of many nodes do not retry in
+// step.
 var DefaultBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 30 * time.Second}
 
 // EventType says what happened to a pod, or to the view.
@@ -135,7 +133,7 @@ type Options struct {
 }
 
 // Source watches the kubelet's Pods API and keeps a view of its pods. Run
-// does the watching; Lookup, Synced, List and Or's reads may be called from
+// does the watching; Lookup, Synced, Pods and Or's reads may be called from
 // any goroutine, before, during or after Run.
 type Source struct {
 	socket  string // for errors and logs
@@ -156,7 +154,7 @@ type Source struct {
 }
 
 // New checks opts and returns a Source. It does no I/O: the socket is
-// dialled by Run and List, and may appear later.
+// dialled by Run and Pods, and may appear later.
 func New(opts Options) (*Source, error) {
 	target, err := unixsock.Target(cmp.Or(opts.Socket, DefaultSocket))
 	if err != nil {
@@ -213,7 +211,7 @@ func New(opts Options) (*Source, error) {
 }
 
 // Close releases the connection to the kubelet. Call it after Run has
-// returned; List fails after it.
+// returned; Pods fails after it.
 func (s *Source) Close() error {
 	if err := s.conn.Close(); err != nil {
 		return fmt.Errorf("close kubelet Pods API connection to %s: %w", s.socket, err)
@@ -240,7 +238,7 @@ func (s *Source) Lookup(namespace, name string) (model.KubeletPod, bool) {
 // complete: then the view holds every pod the kubelet has, up to the
 // events still in flight. While it is false (before the first sync, while
 // reconnecting) Lookup may miss new pods and still answer deleted ones,
-// and a caller that needs freshness should read List (or /pods) instead.
+// and a caller that needs freshness should read Pods (or /pods) instead.
 func (s *Source) Synced() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

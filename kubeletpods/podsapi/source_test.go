@@ -472,12 +472,12 @@ func TestOversizePodIsRefusedAloneAndItsNameIsUnknown(t *testing.T) {
 		t.Errorf("Lookup answers %q once the pod is readable, want uid-big", got)
 	}
 
-	res, err := h.src.List(context.Background())
+	pods, err := h.src.Pods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Refused) != 0 || len(res.Pods) != 3 {
-		t.Errorf("List: %d pods, refused %v; want 3 and none", len(res.Pods), res.Refused)
+	if len(pods) != 3 {
+		t.Errorf("Pods: %d pods, want 3, none refused", len(pods))
 	}
 }
 
@@ -535,54 +535,67 @@ func TestAnOversizedAllocatorAnnotationIsMarkedAndEveryPodAnswered(t *testing.T)
 		check("watch", p)
 	}
 
-	res, err := h.src.List(context.Background())
+	pods, err := h.src.Pods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Refused) != 0 || len(res.Pods) != len(want) {
-		t.Fatalf("ListPods: %d pods, refused %v; want %d and none", len(res.Pods), res.Refused, len(want))
+	if len(pods) != len(want) {
+		t.Fatalf("ListPods: %d pods, want %d, none refused", len(pods), len(want))
 	}
-	for _, p := range res.Pods {
+	for _, p := range pods {
 		check("ListPods", p)
 	}
 }
 
-func TestListReadsPodsOldestFirstAndLeavesOutARefusedPodsName(t *testing.T) {
+func TestPodsReadsPodsOldestFirstAndLeavesOutARefusedPodsName(t *testing.T) {
 	newer, older := pod("ns", "a", "uid-1", 5), pod("ns", "b", "uid-2", 1)
 	big, predecessor := pod("ns", "c", "uid-3", 9), pod("ns", "c", "uid-0", 0)
 	big.Annotations["example.com/gpu"] = strings.Repeat("x", 32<<10)
 	k := newKubelet(t, newer, older, big, predecessor)
-	src, err := podsapi.New(podsapi.Options{Socket: k.Socket(), MaxPodBytes: 16 << 10})
+	log, logs := test.NewNullLogger()
+	src, err := podsapi.New(podsapi.Options{Socket: k.Socket(), MaxPodBytes: 16 << 10, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
 
-	res, err := src.List(context.Background())
+	pods, err := src.Pods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var uids []string
-	for _, p := range res.Pods {
+	for _, p := range pods {
 		uids = append(uids, p.UID)
 	}
 	if strings.Join(uids, " ") != "uid-2 uid-1" {
-		t.Errorf("List gives %v, want uid-2 uid-1 (oldest first, ns/c left out)", uids)
+		t.Errorf("Pods gives %v, want uid-2 uid-1 (oldest first, ns/c left out)", uids)
 	}
-	if len(res.Refused) != 2 || res.Refused[0].Pod.UID != "uid-3" || !errors.Is(res.Refused[0].Err, podsapi.ErrPodTooLarge) ||
-		res.Refused[1].Pod.UID != "uid-0" {
-		t.Errorf("refused %+v, want uid-3 too large, then its predecessor uid-0", res.Refused)
+	// Each pod left out is told, with why.
+	var told []string
+	for _, e := range logs.AllEntries() {
+		if e.Level != logrus.WarnLevel {
+			continue
+		}
+		err, _ := e.Data[logrus.ErrorKey].(error)
+		p, _ := e.Data["pod"].(model.PodRef)
+		told = append(told, p.UID)
+		if p.UID == "uid-3" && !errors.Is(err, podsapi.ErrPodTooLarge) {
+			t.Errorf("uid-3 was left out for %v, want ErrPodTooLarge", err)
+		}
+	}
+	if strings.Join(told, " ") != "uid-3 uid-0" {
+		t.Errorf("pods told left out: %v, want uid-3 too large, then its predecessor uid-0", told)
 	}
 }
 
-func TestListFailsUnavailableWithoutAKubelet(t *testing.T) {
+func TestPodsFailsUnavailableWithoutAKubelet(t *testing.T) {
 	socket := socketPath(t)
 	src, err := podsapi.New(podsapi.Options{Socket: socket, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	_, err = src.List(context.Background())
+	_, err = src.Pods(context.Background())
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("err %v, want Unavailable", err)
 	}

@@ -13,8 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
-
-	"github.com/podres-proxy/podres-proxy/model"
 )
 
 // initializingBound bounds the wait between watch attempts while the
@@ -54,7 +52,12 @@ func (s *Source) Run(ctx context.Context) error {
 	)
 	for {
 		synced, err := s.watch(ctx)
-		s.unsync(synced)
+		s.mu.Lock()
+		s.synced = false
+		s.mu.Unlock()
+		if synced {
+			s.emit(Event{Type: Unsynced})
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -94,17 +97,6 @@ func (s *Source) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-	}
-}
-
-// unsync marks the view out of date after a watch ends, telling the
-// handler if it had been in sync.
-func (s *Source) unsync(wasSynced bool) {
-	s.mu.Lock()
-	s.synced = false
-	s.mu.Unlock()
-	if wasSynced {
-		s.emit(Event{Type: Unsynced})
 	}
 }
 
@@ -153,7 +145,12 @@ func (s *Source) watch(ctx context.Context) (synced bool, err error) {
 				continue
 			}
 			delete(listed, id.UID)
-			s.delete(id.UID)
+			s.mu.Lock()
+			e := s.view.remove(id.UID)
+			s.mu.Unlock()
+			if e != nil {
+				s.emit(Event{Type: PodDeleted, Pod: e.d.pod})
+			}
 		case podsv1alpha1.EventType_INITIAL_SYNC_COMPLETE:
 			if synced {
 				continue // one per stream; a second one is not a relist
@@ -171,7 +168,14 @@ func (s *Source) watch(ctx context.Context) (synced bool, err error) {
 func (s *Source) apply(data []byte) string {
 	d, err := s.dec.decode(data)
 	if err != nil {
-		s.refuse(d.pod, err)
+		err = fmt.Errorf("kubelet Pods API: pod %s refused: %w", podRef(&d.pod), err)
+		s.mu.Lock()
+		news := s.view.refuse(d.pod, err)
+		s.mu.Unlock()
+		if news {
+			s.log.WithError(err).Warn("Kubelet Pods API: pod refused; its name is unknown until it is read again")
+			s.emit(Event{Type: PodRefused, Pod: d.pod, Err: err})
+		}
 		return d.pod.UID
 	}
 	s.mu.Lock()
@@ -181,26 +185,6 @@ func (s *Source) apply(data []byte) string {
 		s.emit(Event{Type: t, Pod: d.pod})
 	}
 	return d.pod.UID
-}
-
-func (s *Source) refuse(id model.KubeletPod, err error) {
-	err = fmt.Errorf("kubelet Pods API: pod %s refused: %w", podRef(&id), err)
-	s.mu.Lock()
-	news := s.view.refuse(id, err)
-	s.mu.Unlock()
-	if news {
-		s.log.WithError(err).Warn("Kubelet Pods API: pod refused; its name is unknown until it is read again")
-		s.emit(Event{Type: PodRefused, Pod: id, Err: err})
-	}
-}
-
-func (s *Source) delete(uid string) {
-	s.mu.Lock()
-	e := s.view.remove(uid)
-	s.mu.Unlock()
-	if e != nil {
-		s.emit(Event{Type: PodDeleted, Pod: e.d.pod})
-	}
 }
 
 // completeRelist removes the pods the relist did not list, marks the view
