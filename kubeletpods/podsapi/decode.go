@@ -176,25 +176,16 @@ func scanIdentity(data []byte) model.KubeletPod {
 // message, in order, and stops at the first malformed field.
 func eachBytesField(data []byte, f func(num protowire.Number, v []byte)) {
 	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
+		num, typ, n := protowire.ConsumeField(data)
 		if n < 0 {
 			return
 		}
-		data = data[n:]
 		if typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(data)
-			if m < 0 {
-				return
-			}
+			_, _, tag := protowire.ConsumeTag(data)
+			v, _ := protowire.ConsumeBytes(data[tag:])
 			f(num, v)
-			data = data[m:]
-			continue
 		}
-		m := protowire.ConsumeFieldValue(num, typ, data)
-		if m < 0 {
-			return
-		}
-		data = data[m:]
+		data = data[n:]
 	}
 }
 
