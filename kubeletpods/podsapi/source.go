@@ -42,46 +42,28 @@ const DefaultTimeout = 5 * time.Second
 var DefaultBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 30 * time.Second}
 
 // EventType says what happened to a pod, or to the view.
-type EventType int
+type EventType string
 
 const (
 	// PodAdded: a pod the view did not have (or had refused) is now known.
-	PodAdded EventType = iota + 1
+	PodAdded EventType = "added"
 	// PodModified: what is kept of a known pod changed.
-	PodModified
+	PodModified EventType = "modified"
 	// PodDeleted: the kubelet no longer has the pod: it said so, or a
 	// relist did not include it. Event.Pod is the last version known.
-	PodDeleted
+	PodDeleted EventType = "deleted"
 	// PodRefused: the pod's event could not be read (too large, not
 	// decodable, no identity). Event.Pod holds what identity could be
 	// read and Event.Err says why. Until the pod is read again or deleted,
 	// Lookup answers nothing for its name.
-	PodRefused
+	PodRefused EventType = "refused"
 	// Synced: a relist is complete. The view holds every pod the kubelet
 	// has; pods missing from the relist have been reported PodDeleted.
-	Synced
+	Synced EventType = "synced"
 	// Unsynced: the watch stream ended after a sync; the view is kept but
 	// misses whatever happens until the next Synced.
-	Unsynced
+	Unsynced EventType = "unsynced"
 )
-
-func (t EventType) String() string {
-	switch t {
-	case PodAdded:
-		return "added"
-	case PodModified:
-		return "modified"
-	case PodDeleted:
-		return "deleted"
-	case PodRefused:
-		return "refused"
-	case Synced:
-		return "synced"
-	case Unsynced:
-		return "unsynced"
-	}
-	return fmt.Sprintf("EventType(%d)", int(t))
-}
 
 // Event is what Source tells its handler.
 type Event struct {

@@ -217,7 +217,7 @@ func (h *harness) expect(want ...string) {
 	h.t.Helper()
 	for i, w := range want {
 		ev := h.next()
-		got := ev.Type.String()
+		got := string(ev.Type)
 		if ev.Pod.UID != "" {
 			got += " " + ev.Pod.UID
 		}

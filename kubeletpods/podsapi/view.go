@@ -34,7 +34,7 @@ func key(p *model.KubeletPod) model.PodKey {
 
 // put records d and returns the event it makes: PodAdded for a UID the view
 // did not have (or had refused), PodModified for a change of what is kept,
-// and 0 when nothing kept changed (the kubelet sends MODIFIED for every
+// and "" when nothing kept changed (the kubelet sends MODIFIED for every
 // status change, and resends every pod at each relist).
 func (v *view) put(d decoded) EventType {
 	e := v.byUID[d.pod.UID]
@@ -45,7 +45,7 @@ func (v *view) put(d decoded) EventType {
 	}
 	wasRefused := e.refused != nil
 	if !wasRefused && reflect.DeepEqual(e.d.pod, d.pod) {
-		return 0
+		return ""
 	}
 	e.d, e.refused = d, nil
 	if wasRefused {

@@ -181,7 +181,7 @@ func (s *Source) apply(data []byte) string {
 	s.mu.Lock()
 	t := s.view.put(d)
 	s.mu.Unlock()
-	if t != 0 {
+	if t != "" {
 		s.emit(Event{Type: t, Pod: d.pod})
 	}
 	return d.pod.UID
