@@ -13,16 +13,13 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// Defaults for the bounds in Options.
-const (
-	// DefaultMaxPodBytes bounds the protobuf encoding of one pod. A pod
-	// from the API server is stored in etcd, whose default request limit
-	// is 1.5 MiB, and the kubelet adds little to it (its own status), so
-	// 4 MiB passes every pod a default cluster can hold with room to
-	// spare, while keeping what one decode allocates (v1.Pod with all its
-	// strings, a few times the encoding) to a bounded, transient amount.
-	DefaultMaxPodBytes = 4 << 20
-)
+// DefaultMaxPodBytes bounds the protobuf encoding of one pod. A pod from
+// the API server is stored in etcd, whose default request limit is
+// 1.5 MiB, and the kubelet adds little to it (its own status), so 4 MiB
+// passes every pod a default cluster can hold with room to spare, while
+// keeping what one decode allocates (v1.Pod with all its strings, a few
+// times the encoding) to a bounded, transient amount.
+const DefaultMaxPodBytes = 4 << 20
 
 // ErrPodTooLarge is the error of a pod refused for its size: its encoding
 // is larger than Options.MaxPodBytes. An annotation over its bound does not

@@ -97,10 +97,9 @@ type Options struct {
 	MaxPodBytes int
 	// Timeout bounds a ListPods call; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// Backoff paces watch attempts that fail to sync: Duration, growing
-	// by Factor up to Cap (0: DefaultBackoff.Cap), with Jitter; Steps is
-	// ignored. While the kubelet says it is initializing, the growth
-	// stops at 4 times Duration. A zero Duration means DefaultBackoff.
+	// Backoff paces watch attempts that fail to sync (see Run): Duration,
+	// growing by Factor up to Cap (0: DefaultBackoff.Cap), with Jitter;
+	// Steps is ignored. A zero Duration means DefaultBackoff.
 	Backoff wait.Backoff
 
 	// Handler, when set, is told every event, in order, from the watch
@@ -209,11 +208,7 @@ func (s *Source) Close() error {
 func (s *Source) Lookup(namespace, name string) (model.KubeletPod, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.view.lookup(model.PodKey{Namespace: namespace, Name: name})
-	if !ok {
-		return model.KubeletPod{}, false
-	}
-	return e.d.pod, true
+	return s.view.lookup(model.PodKey{Namespace: namespace, Name: name})
 }
 
 // Synced reports whether the watch is connected and its last relist

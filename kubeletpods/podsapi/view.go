@@ -91,18 +91,21 @@ func (v *view) remove(uid string) *entry {
 // this view learned last). When any pod of the name was refused there is
 // no answer: the refused pod may well be the newer one, and answering its
 // predecessor instead is the one mistake the daemon must never make.
-func (v *view) lookup(k model.PodKey) (*entry, bool) {
+func (v *view) lookup(k model.PodKey) (model.KubeletPod, bool) {
 	var best *entry
 	for _, e := range v.byUID {
 		switch {
 		case key(&e.d.pod) != k:
 		case e.refused != nil:
-			return nil, false
+			return model.KubeletPod{}, false
 		case best == nil || prefer(e, best):
 			best = e
 		}
 	}
-	return best, best != nil
+	if best == nil {
+		return model.KubeletPod{}, false
+	}
+	return best.d.pod, true
 }
 
 // prefer reports whether lookup should answer a rather than b.

@@ -15,9 +15,8 @@ import (
 	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
 )
 
-// initializingBound bounds the wait between watch attempts while the
-// kubelet says it is initializing, as a multiple of Options.Backoff's
-// Duration (2 s by default).
+// initializingBound caps the backoff while the kubelet initializes, in
+// Options.Backoff Durations (see Run): 2 s by default.
 const initializingBound = 4
 
 // Run watches the kubelet's pods until ctx ends, watching again whenever
@@ -90,12 +89,10 @@ func (s *Source) Run(ctx context.Context) error {
 		default:
 			log.WithField("attempts", attempts).Debug("Kubelet Pods API watch failed again")
 		}
-		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return nil
-		case <-t.C:
+		case <-time.After(delay): // collected when unreferenced (Go 1.23)
 		}
 	}
 }
