@@ -32,38 +32,21 @@ const (
 	// kubelet lists finished pods until they are deleted, so /pods can be
 	// far larger than the pods that matter.
 	DefaultMaxBodyBytes = 256 << 20
-	// defaultMaxKept bounds what the decoder keeps of the live pods when
-	// GOMEMLIMIT is not set: their allocator annotations and container
-	// resources.
-	defaultMaxKeptBytes = 32 << 20
 )
 
-// memoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT, which the
-// DaemonSet sets under the container's limit), or 0 when none is set.
-func memoryLimit() int64 {
-	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
-		return l
+// memoryBounds fits the bounds of a read to the Go runtime's soft memory
+// limit (GOMEMLIMIT, which the DaemonSet sets under the container's
+// limit): the body may be twice it, at least 64 MiB (it streams through a
+// buffer of about one pod), and what the decoder keeps of the live pods
+// (their allocator annotations and container resources) a quarter of it
+// (a reader's list and the store's records of it both live while the next
+// read decodes). Without a limit: DefaultMaxBodyBytes and 32 MiB.
+func memoryBounds() (body, kept int64) {
+	l := debug.SetMemoryLimit(-1)
+	if l <= 0 || l == math.MaxInt64 {
+		return DefaultMaxBodyBytes, 32 << 20
 	}
-	return 0
-}
-
-// defaultMaxBody fits the body limit to the memory limit: twice it (the
-// body streams through a buffer of about one pod), at least 64 MiB.
-func defaultMaxBody(memLimit int64) int64 {
-	if memLimit == 0 {
-		return DefaultMaxBodyBytes
-	}
-	return max(2*memLimit, 64<<20)
-}
-
-// defaultMaxKept lets what one read keeps take a quarter of the memory
-// limit: a reader's list and the store's records of it both live while
-// the next read decodes.
-func defaultMaxKept(memLimit int64) int64 {
-	if memLimit == 0 {
-		return defaultMaxKeptBytes
-	}
-	return memLimit / 4
+	return max(2*l, 64<<20), l / 4
 }
 
 // Config says how to reach the kubelet's /pods endpoint.
@@ -140,15 +123,13 @@ func NewClient(cfg Config) (*Client, error) {
 	if cfg.Timeout < 0 || cfg.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("kubelet pods client: negative timeout (%v) or body limit (%d)", cfg.Timeout, cfg.MaxBodyBytes)
 	}
+	maxBody, maxKept := memoryBounds()
 	c := &Client{
 		url:      u.String(),
 		redacted: u.Redacted(),
 		timeout:  cmp.Or(cfg.Timeout, DefaultTimeout),
-		maxBody:  cmp.Or(cfg.MaxBodyBytes, defaultMaxBody(memoryLimit())),
-		bounds: podsjson.Bounds{
-			Bounds: annotationbound.Allocators(cfg.MaxAnnotationBytes),
-			Kept:   defaultMaxKept(memoryLimit()),
-		},
+		maxBody:  cmp.Or(cfg.MaxBodyBytes, maxBody),
+		bounds:   podsjson.Bounds{Bounds: annotationbound.Allocators(cfg.MaxAnnotationBytes), Kept: maxKept},
 	}
 
 	tokenFile := cfg.TokenFile
@@ -178,9 +159,6 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	return c, nil
 }
-
-// URL returns the endpoint with any password in it redacted.
-func (c *Client) URL() string { return c.redacted }
 
 // Pods reads the kubelet's pods. They come oldest first (by
 // creationTimestamp; pods created in the same second keep the kubelet's

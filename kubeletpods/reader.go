@@ -110,8 +110,8 @@ func (r *Reader) read(ctx context.Context, started time.Time) (*PodList, error) 
 	return snap, nil
 }
 
-// PodList is the result of one /pods read. It is shared by every caller of
-// the read and must not be modified.
+// PodList is the result of one /pods read, made by NewPodList. It is
+// shared by every caller of the read and must not be modified.
 type PodList struct {
 	// Started is when the read started: the list shows every pod the
 	// kubelet had been given by then.
@@ -145,22 +145,11 @@ func NewPodList(started time.Time, pods []model.KubeletPod) *PodList {
 // equals the later one in Pods, which is the newer (Pods is oldest first).
 // This way a query about a pod being created never gets its predecessor.
 func (s *PodList) Lookup(key model.PodKey) (*model.KubeletPod, bool) {
-	if s.byKey != nil {
-		i, ok := s.byKey[key]
-		if !ok {
-			return nil, false
-		}
-		return &s.Pods[i], true
+	i, ok := s.byKey[key]
+	if !ok {
+		return nil, false
 	}
-	// A PodList built as a literal (in tests) has no index.
-	var found *model.KubeletPod
-	for i := range s.Pods {
-		p := &s.Pods[i]
-		if p.Namespace == key.Namespace && p.Name == key.Name && (found == nil || prefer(p, found)) {
-			found = p
-		}
-	}
-	return found, found != nil
+	return &s.Pods[i], true
 }
 
 // prefer reports whether Lookup should answer p rather than q, an earlier

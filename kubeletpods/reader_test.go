@@ -460,7 +460,7 @@ func TestLookupPrefersAPodThatIsNotFinished(t *testing.T) {
 		// A running pod beside a newer one that already finished.
 		{kubeletPod("ns", "db-0", "new", "Running"), kubeletPod("ns", "db-0", "old", "Succeeded")},
 	} {
-		for _, s := range []*PodList{NewPodList(time.Time{}, pods), {Pods: pods}} {
+		for _, s := range []*PodList{NewPodList(time.Time{}, pods)} {
 			got, ok := s.Lookup(key)
 			if !ok || got.UID != "new" {
 				t.Errorf("Lookup in %v = %v, %v; want the pod that is not finished", pods, got, ok)
@@ -475,7 +475,7 @@ func TestLookupPrefersTheNewestOfPodsInTheSameState(t *testing.T) {
 		{kubeletPod("ns", "db-0", "old", "Running"), kubeletPod("ns", "other", "x", "Running"), kubeletPod("ns", "db-0", "new", "Pending")},
 		{kubeletPod("ns", "db-0", "old", "Succeeded"), kubeletPod("ns", "db-0", "new", "Failed")},
 	} {
-		for _, s := range []*PodList{NewPodList(time.Time{}, pods), {Pods: pods}} {
+		for _, s := range []*PodList{NewPodList(time.Time{}, pods)} {
 			got, ok := s.Lookup(key)
 			if !ok || got.UID != "new" {
 				t.Errorf("Lookup in %v = %v, %v; want the newest", pods, got, ok)
@@ -486,7 +486,7 @@ func TestLookupPrefersTheNewestOfPodsInTheSameState(t *testing.T) {
 
 func TestLookupOfAPodNotListedFindsNothing(t *testing.T) {
 	pods := []model.KubeletPod{kubeletPod("ns", "a", "1", "Running"), kubeletPod("other", "b", "2", "Running")}
-	for _, s := range []*PodList{NewPodList(time.Time{}, pods), {Pods: pods}} {
+	for _, s := range []*PodList{NewPodList(time.Time{}, pods)} {
 		for _, key := range []model.PodKey{{Namespace: "ns", Name: "b"}, {Namespace: "other", Name: "a"}} {
 			if got, ok := s.Lookup(key); ok {
 				t.Errorf("Lookup(%v) = %v, want nothing", key, got)

@@ -43,24 +43,16 @@ type entry struct {
 	ctime int64 // nanoseconds since the epoch
 }
 
-// Err is why the read says nothing of any name, nil when it read.
-func (n *Names) Err() error { return n.err }
-
-// Newest returns the UID the newest entry of key gives the name, among
-// the entries that changed at or after since's ctime (all of them when
-// since is not a stamp of the same directory): what the directory says
-// beyond a /pods read taken after since, which saw every pod whose entry
-// is older. It returns "" when the directory says nothing beyond since of
-// that name, and doubt when it cannot tell: two UIDs whose entries changed
-// at the same time, or a read that failed and is not older than since.
-func (n *Names) Newest(key model.PodKey, since Stamp) (uid string, doubt bool) {
-	return n.NewestAfter(key, since, time.Time{})
-}
-
-// NewestAfter is Newest among the entries that changed at or after after
-// too (all of them when it is zero): what the directory says beyond the
-// moment a source last said which UID the name is (a watch event, a
-// sandbox beginning), which is newer than a read's stamp.
+// NewestAfter returns the UID the newest entry of key gives the name,
+// among the entries that changed at or after since's ctime (all of them
+// when since is not a stamp of the same directory): what the directory
+// says beyond a /pods read taken after since, which saw every pod whose
+// entry is older; and at or after after too (all of them when it is zero):
+// what the directory says beyond the moment a source last said which UID
+// the name is (a watch event, a sandbox beginning). It returns "" when the
+// directory says nothing beyond them of that name, and doubt when it
+// cannot tell: two UIDs whose entries changed at the same time, or a read
+// that failed and is not older than since.
 func (n *Names) NewestAfter(key model.PodKey, since Stamp, after time.Time) (uid string, doubt bool) {
 	comparable := since.ok && n.stamp.ok && since.dev == n.stamp.dev && since.ino == n.stamp.ino
 	if n.err != nil {
@@ -181,7 +173,7 @@ func NewNameReader(d *Dir) *NameReader {
 // Read returns a read of the directory's entries that shows it as it was
 // at now (a stamp the caller took) or later: the last one while the
 // directory is unchanged since it, else a shared new one. A read it could
-// not wait for says nothing (Names.Err).
+// not wait for says nothing of any name.
 func (r *NameReader) Read(ctx context.Context, now Stamp) *Names {
 	r.mu.Lock()
 	last := r.last

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -28,17 +29,17 @@ func TestTheNewestEntryOfARecreatedNameIsItsNewPod(t *testing.T) {
 	// directory while the old one's is still there.
 	mkdir(t, filepath.Join(root, "db_db-0_uid-new"))
 	names := NewNameReader(d).Read(context.Background(), stamp(t, d))
-	if err := names.Err(); err != nil {
+	if err := names.err; err != nil {
 		t.Fatal(err)
 	}
 	for _, since := range []Stamp{read, {}} {
 		// Two entries made in one tick of the coarse clock cannot be
 		// told apart: doubt, never the old pod.
-		if uid, doubt := names.Newest(db0, since); uid != "uid-new" && !doubt {
+		if uid, doubt := names.NewestAfter(db0, since, time.Time{}); uid != "uid-new" && !doubt {
 			t.Errorf("since %+v: the name is %q (doubt %v), want uid-new or doubt, never uid-old", since, uid, doubt)
 		}
 	}
-	if uid, doubt := names.Newest(model.PodKey{Namespace: "db", Name: "db-1"}, read); uid != "" || doubt {
+	if uid, doubt := names.NewestAfter(model.PodKey{Namespace: "db", Name: "db-1"}, read, time.Time{}); uid != "" || doubt {
 		t.Errorf("a name with no entry is %q (doubt %v), want nothing", uid, doubt)
 	}
 }
@@ -57,7 +58,7 @@ func TestOnlyThePodDirectoriesOfTheKubeletAreNames(t *testing.T) {
 	mkdir(t, filepath.Join(root, "db_db-0_uid_extra"))
 	mkdir(t, filepath.Join(root, "db_db-0"))
 	names := NewNameReader(d).Read(context.Background(), stamp(t, d))
-	if uid, doubt := names.Newest(db0, Stamp{}); uid != "" || doubt {
+	if uid, doubt := names.NewestAfter(db0, Stamp{}, time.Time{}); uid != "" || doubt {
 		t.Errorf("a link, a file and malformed names give db-0 %q (doubt %v), want nothing", uid, doubt)
 	}
 }
@@ -70,10 +71,10 @@ func TestADirectoryThatCannotBeReadLeavesEveryNameInDoubt(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := NewNameReader(d).Read(context.Background(), now)
-	if names.Err() == nil {
+	if names.err == nil {
 		t.Fatal("a directory that is gone was read")
 	}
-	if _, doubt := names.Newest(db0, now); !doubt {
+	if _, doubt := names.NewestAfter(db0, now, time.Time{}); !doubt {
 		t.Error("a directory that could not be read says something of db-0, want doubt")
 	}
 }

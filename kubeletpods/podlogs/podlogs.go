@@ -77,9 +77,6 @@ func New(path string, clk clock.PassiveClock) *Dir {
 	return &Dir{path: filepath.Clean(path), clock: clk}
 }
 
-// Path is the directory's path.
-func (d *Dir) Path() string { return d.path }
-
 // Stamp is the directory's state at one moment. Its zero value says
 // nothing: Unchanged is false for it.
 type Stamp struct {
@@ -150,10 +147,6 @@ func (d *Dir) changedSince(s Stamp) bool {
 	now, err := d.Stamp()
 	return err != nil || now.dev != s.dev || now.ino != s.ino || now.ctime != s.ctime
 }
-
-// Known reports whether s says something: a directory was stat'ed and,
-// where it was checked, held the running pods' logs.
-func (s Stamp) Known() bool { return s.ok }
 
 // settled reports whether s was taken Settle or more after the change
 // before it.

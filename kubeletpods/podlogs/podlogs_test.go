@@ -144,7 +144,7 @@ func TestCheckTakesAPodDeletedSinceTheReadForNoSignOfAWrongDirectory(t *testing.
 			t.Fatal(err)
 		}
 	}
-	if s, err := d.Check(before, []model.KubeletPod{kept, deleted}); err != nil || !s.Known() {
-		t.Errorf("a pod deleted since the read: %v, stamp known %v; want no alarm, the stamp kept", err, s.Known())
+	if s, err := d.Check(before, []model.KubeletPod{kept, deleted}); err != nil || !s.ok {
+		t.Errorf("a pod deleted since the read: %v, stamp known %v; want no alarm, the stamp kept", err, s.ok)
 	}
 }

@@ -8,20 +8,18 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podres-proxy/podres-proxy/kubeletpods/podsjson"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/model/annotationbound"
 )
 
-// Defaults for the bounds in Options.
-const (
-	// DefaultMaxPodBytes bounds the protobuf encoding of one pod. A pod
-	// from the API server is stored in etcd, whose default request limit
-	// is 1.5 MiB, and the kubelet adds little to it (its own status), so
-	// 4 MiB passes every pod a default cluster can hold with room to
-	// spare, while keeping what one decode allocates (v1.Pod with all its
-	// strings, a few times the encoding) to a bounded, transient amount.
-	DefaultMaxPodBytes = 4 << 20
-)
+// DefaultMaxPodBytes bounds the protobuf encoding of one pod. A pod from
+// the API server is stored in etcd, whose default request limit is
+// 1.5 MiB, and the kubelet adds little to it (its own status), so 4 MiB
+// passes every pod a default cluster can hold with room to spare, while
+// keeping what one decode allocates (v1.Pod with all its strings, a few
+// times the encoding) to a bounded, transient amount.
+const DefaultMaxPodBytes = 4 << 20
 
 // ErrPodTooLarge is the error of a pod refused for its size: its encoding
 // is larger than Options.MaxPodBytes. An annotation over its bound does not
@@ -73,74 +71,58 @@ func (d *decoder) decodeUnsafe(data []byte) (decoded, error) {
 	return d.convert(&p)
 }
 
-// convert keeps what allocators and trust need of p, exactly as package
-// podsjson does from /pods, so that both sources give equal values for the
-// same pod: identity and phase; of a live pod, the annotations d keeps,
-// each within its bound and the pod's (annotationbound: a value over them
-// is kept as model.OversizedAnnotation, and the pod is answered without
-// that allocation, as from /pods), nil when the pod has none, as a JSON
-// pod without "annotations" decodes; and each container's kind and
-// extended resources, and the scheduler's name. A finished (Succeeded or
-// Failed) pod keeps no annotations and no spec, as /pods' decoder
-// (podsjson) keeps none: the kubelet lists finished pods until they are
-// deleted, and PodResources never reports them.
+// convert keeps what allocators and trust need of p, as package podsjson
+// keeps it from /pods (podsjson.Pod.Model), so that both sources give
+// equal values for the same pod: the JSON shape holds what is kept, each
+// quantity as its canonical string (what the kubelet's JSON encoder
+// writes). A live pod's annotations are those d keeps, each within its
+// bound and the pod's (annotationbound: a value over them is kept as
+// model.OversizedAnnotation), nil when the pod has none, as a JSON pod
+// without "annotations" decodes.
 func (d *decoder) convert(p *v1.Pod) (decoded, error) {
-	pod := model.KubeletPod{
-		UID:       string(p.UID),
-		Namespace: p.Namespace,
-		Name:      p.Name,
-		Phase:     string(p.Status.Phase),
-	}
-	out := decoded{pod: pod, created: p.CreationTimestamp.Time}
-	if pod.UID == "" || pod.Namespace == "" || pod.Name == "" {
-		return out, fmt.Errorf("pod has no uid, namespace or name (uid %q, %s/%s)", pod.UID, pod.Namespace, pod.Name)
-	}
-	if pod.Terminal() {
-		return out, nil
-	}
-	out.pod.Annotations = d.annotations.Apply(p.Annotations)
-	specs := make([]model.ContainerSpec, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
-	for i := range p.Spec.InitContainers {
-		c := &p.Spec.InitContainers[i]
-		kind := model.KindInit
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
-			kind = model.KindSidecar
-		}
-		specs = append(specs, containerSpec(c, kind))
-	}
-	for i := range p.Spec.Containers {
-		specs = append(specs, containerSpec(&p.Spec.Containers[i], model.KindApp))
-	}
-	out.pod.Spec = model.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs}
-	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
-		out.pod.ExtendedResourceClaim = &model.ExtendedResourceClaim{ClaimName: e.ResourceClaimName}
+	var j podsjson.Pod
+	j.Metadata.UID, j.Metadata.Namespace, j.Metadata.Name = string(p.UID), p.Namespace, p.Name
+	j.Status.Phase = string(p.Status.Phase)
+	j.Spec.SchedulerName = p.Spec.SchedulerName
+	j.Spec.InitContainers = containers(p.Spec.InitContainers)
+	j.Spec.Containers = containers(p.Spec.Containers)
+	if e := p.Status.ExtendedResourceClaimStatus; e != nil {
+		j.Status.ExtendedResourceClaimStatus = &podsjson.ClaimStatus{ResourceClaimName: e.ResourceClaimName}
 		for _, m := range e.RequestMappings {
-			out.pod.ExtendedResourceClaim.Requests = append(out.pod.ExtendedResourceClaim.Requests,
-				model.ExtendedResourceRequest{Container: m.ContainerName, Resource: m.ResourceName, Request: m.RequestName})
+			j.Status.ExtendedResourceClaimStatus.RequestMappings = append(j.Status.ExtendedResourceClaimStatus.RequestMappings,
+				podsjson.RequestMapping{ContainerName: m.ContainerName, ResourceName: m.ResourceName, RequestName: m.RequestName})
 		}
+	}
+	out := decoded{pod: j.Model(), created: p.CreationTimestamp.Time}
+	if out.pod.UID == "" || out.pod.Namespace == "" || out.pod.Name == "" {
+		return out, fmt.Errorf("pod has no uid, namespace or name (uid %q, %s/%s)", out.pod.UID, out.pod.Namespace, out.pod.Name)
+	}
+	if !out.pod.Terminal() {
+		out.pod.Annotations = d.annotations.Apply(p.Annotations)
 	}
 	return out, nil
 }
 
-// containerSpec keeps c's extended resources, limits where set, else
-// requests, each as its quantity's canonical string: what the kubelet's
-// JSON encoder writes, and so what podsjson keeps.
-func containerSpec(c *v1.Container, kind model.ContainerKind) model.ContainerSpec {
-	var reqs map[string]string
-	add := func(from v1.ResourceList) {
-		for name, q := range from {
-			if !model.ExtendedResource(string(name)) {
-				continue
-			}
-			if reqs == nil {
-				reqs = make(map[string]string, len(from))
-			}
-			reqs[string(name)] = q.String()
+// containers puts cs in podsjson's shape.
+func containers(cs []v1.Container) []podsjson.Container {
+	out := make([]podsjson.Container, len(cs))
+	for i := range cs {
+		c, o := &cs[i], &out[i]
+		o.Name = c.Name
+		if c.RestartPolicy != nil {
+			o.RestartPolicy = string(*c.RestartPolicy)
 		}
+		o.Resources.Requests, o.Resources.Limits = quantities(c.Resources.Requests), quantities(c.Resources.Limits)
 	}
-	add(c.Resources.Requests)
-	add(c.Resources.Limits) // after requests, so that limits win
-	return model.ContainerSpec{Name: c.Name, Kind: kind, Requests: reqs}
+	return out
+}
+
+func quantities(l v1.ResourceList) map[string]string {
+	out := make(map[string]string, len(l))
+	for name, q := range l {
+		out[string(name)] = q.String()
+	}
+	return out
 }
 
 // Field numbers of the v1.Pod protobuf encoding (k8s.io/api/core/v1 and
@@ -191,25 +173,16 @@ func scanIdentity(data []byte) model.KubeletPod {
 // message, in order, and stops at the first malformed field.
 func eachBytesField(data []byte, f func(num protowire.Number, v []byte)) {
 	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
+		num, typ, n := protowire.ConsumeField(data)
 		if n < 0 {
 			return
 		}
-		data = data[n:]
 		if typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(data)
-			if m < 0 {
-				return
-			}
+			_, _, tag := protowire.ConsumeTag(data)
+			v, _ := protowire.ConsumeBytes(data[tag:])
 			f(num, v)
-			data = data[m:]
-			continue
 		}
-		m := protowire.ConsumeFieldValue(num, typ, data)
-		if m < 0 {
-			return
-		}
-		data = data[m:]
+		data = data[n:]
 	}
 }
 

@@ -5,18 +5,14 @@
 // sandbox exists, so a query during CNI ADD finds the pod already known
 // instead of paying for a /pods read.
 //
-// A Source keeps one WatchPods stream open (watching again at once after a
-// stream that had synced ends, with backoff after attempts that fail,
-// bounded while the kubelet says it is initializing) and turns it into a
-// view of the node's pods by namespace/name (Lookup) and a series of
-// events for a handler. Each (re)connection starts with the
-// kubelet's full list of pods; Source treats it as a relist and reports the
-// pods missing from it as deleted, so nothing missed while disconnected (or
-// dropped by the kubelet as a slow watcher) survives the next sync. Await
-// waits for the watch to show a given pod (one whose sandbox the runtime
-// reported), and List and Pods read the pods once with ListPods, for a
-// query the view cannot answer yet. Or makes every such read a ListPods,
-// synced or not, and reads /pods only when ListPods fails.
+// A Source keeps one WatchPods stream open (see Run for when it watches
+// again) and turns it into a view of the node's pods (Lookup) and a series
+// of events for a handler. Each (re)connection starts with the kubelet's
+// full list of pods; Source treats it as a relist and reports the pods
+// missing from it as deleted, so nothing missed while disconnected (or
+// dropped by the kubelet as a slow watcher) survives the next sync. A fresh
+// read, for a query the view cannot answer yet, is a ListPods (Pods), and a
+// /pods read only when ListPods fails (Or).
 //
 // Each pod arrives as the protobuf encoding of a v1.Pod. It is decoded only
 // if it is within a size bound, and only what allocators and trust need is

@@ -217,7 +217,7 @@ func (h *harness) expect(want ...string) {
 	h.t.Helper()
 	for i, w := range want {
 		ev := h.next()
-		got := ev.Type.String()
+		got := string(ev.Type)
 		if ev.Pod.UID != "" {
 			got += " " + ev.Pod.UID
 		}
@@ -472,12 +472,12 @@ func TestOversizePodIsRefusedAloneAndItsNameIsUnknown(t *testing.T) {
 		t.Errorf("Lookup answers %q once the pod is readable, want uid-big", got)
 	}
 
-	res, err := h.src.List(context.Background())
+	pods, err := h.src.Pods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Refused) != 0 || len(res.Pods) != 3 {
-		t.Errorf("List: %d pods, refused %v; want 3 and none", len(res.Pods), res.Refused)
+	if len(pods) != 3 {
+		t.Errorf("Pods: %d pods, want 3, none refused", len(pods))
 	}
 }
 
@@ -535,54 +535,67 @@ func TestAnOversizedAllocatorAnnotationIsMarkedAndEveryPodAnswered(t *testing.T)
 		check("watch", p)
 	}
 
-	res, err := h.src.List(context.Background())
+	pods, err := h.src.Pods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Refused) != 0 || len(res.Pods) != len(want) {
-		t.Fatalf("ListPods: %d pods, refused %v; want %d and none", len(res.Pods), res.Refused, len(want))
+	if len(pods) != len(want) {
+		t.Fatalf("ListPods: %d pods, want %d, none refused", len(pods), len(want))
 	}
-	for _, p := range res.Pods {
+	for _, p := range pods {
 		check("ListPods", p)
 	}
 }
 
-func TestListReadsPodsOldestFirstAndLeavesOutARefusedPodsName(t *testing.T) {
+func TestPodsReadsPodsOldestFirstAndLeavesOutARefusedPodsName(t *testing.T) {
 	newer, older := pod("ns", "a", "uid-1", 5), pod("ns", "b", "uid-2", 1)
 	big, predecessor := pod("ns", "c", "uid-3", 9), pod("ns", "c", "uid-0", 0)
 	big.Annotations["example.com/gpu"] = strings.Repeat("x", 32<<10)
 	k := newKubelet(t, newer, older, big, predecessor)
-	src, err := podsapi.New(podsapi.Options{Socket: k.Socket(), MaxPodBytes: 16 << 10})
+	log, logs := test.NewNullLogger()
+	src, err := podsapi.New(podsapi.Options{Socket: k.Socket(), MaxPodBytes: 16 << 10, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
 
-	res, err := src.List(context.Background())
+	pods, err := src.Pods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var uids []string
-	for _, p := range res.Pods {
+	for _, p := range pods {
 		uids = append(uids, p.UID)
 	}
 	if strings.Join(uids, " ") != "uid-2 uid-1" {
-		t.Errorf("List gives %v, want uid-2 uid-1 (oldest first, ns/c left out)", uids)
+		t.Errorf("Pods gives %v, want uid-2 uid-1 (oldest first, ns/c left out)", uids)
 	}
-	if len(res.Refused) != 2 || res.Refused[0].Pod.UID != "uid-3" || !errors.Is(res.Refused[0].Err, podsapi.ErrPodTooLarge) ||
-		res.Refused[1].Pod.UID != "uid-0" {
-		t.Errorf("refused %+v, want uid-3 too large, then its predecessor uid-0", res.Refused)
+	// Each pod left out is told, with why.
+	var told []string
+	for _, e := range logs.AllEntries() {
+		if e.Level != logrus.WarnLevel {
+			continue
+		}
+		err, _ := e.Data[logrus.ErrorKey].(error)
+		p, _ := e.Data["pod"].(model.PodRef)
+		told = append(told, p.UID)
+		if p.UID == "uid-3" && !errors.Is(err, podsapi.ErrPodTooLarge) {
+			t.Errorf("uid-3 was left out for %v, want ErrPodTooLarge", err)
+		}
+	}
+	if strings.Join(told, " ") != "uid-3 uid-0" {
+		t.Errorf("pods told left out: %v, want uid-3 too large, then its predecessor uid-0", told)
 	}
 }
 
-func TestListFailsUnavailableWithoutAKubelet(t *testing.T) {
+func TestPodsFailsUnavailableWithoutAKubelet(t *testing.T) {
 	socket := socketPath(t)
 	src, err := podsapi.New(podsapi.Options{Socket: socket, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	_, err = src.List(context.Background())
+	_, err = src.Pods(context.Background())
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("err %v, want Unavailable", err)
 	}
@@ -692,49 +705,6 @@ func TestKnownPodThatBecomesUnreadableIsRefusedUntilDeleted(t *testing.T) {
 			t.Errorf("Metrics counted %v, want %v", h.eventTypes, want)
 			break
 		}
-	}
-}
-
-// A query about a pod whose sandbox exists can wait for the watch to show
-// that very pod, rather than miss it or get its name's predecessor.
-func TestAwaitWaitsForTheWatchToShowThePod(t *testing.T) {
-	old := pod("ns", "db-0", "uid-old", 0)
-	k := newKubelet(t, old)
-	h := start(t, k, podsapi.Options{MaxPodBytes: 16 << 10})
-	h.expect("added uid-old", "synced")
-
-	type result struct {
-		pod model.KubeletPod
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		p, err := h.src.Await(context.Background(), model.PodRef{UID: "uid-new", Namespace: "ns", Name: "db-0"})
-		got <- result{p, err}
-	}()
-	k.Add(pod("ns", "db-0", "uid-new", 5))
-	select {
-	case r := <-got:
-		if r.err != nil || r.pod.UID != "uid-new" || r.pod.Annotations["example.com/gpu"] != "GPU-uid-new" {
-			t.Fatalf("Await gave %+v, %v; want uid-new", r.pod, r.err)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("Await did not return once the pod arrived")
-	}
-
-	big := pod("ns", "big", "uid-big", 1)
-	big.Annotations["example.com/gpu"] = strings.Repeat("g", 32<<10)
-	k.Add(big)
-	h.until(is(podsapi.PodRefused))
-	if _, err := h.src.Await(context.Background(), model.PodRef{UID: "uid-big", Namespace: "ns", Name: "big"}); !errors.Is(err, podsapi.ErrPodTooLarge) {
-		t.Errorf("Await of a refused pod: %v, want ErrPodTooLarge", err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	_, err := h.src.Await(ctx, model.PodRef{UID: "uid-never", Namespace: "ns", Name: "never"})
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ns/never (uid uid-never)") {
-		t.Errorf("Await of a pod never shown: %v, want the deadline and the pod named", err)
 	}
 }
 

@@ -2,17 +2,18 @@ package podsapi
 
 import (
 	"reflect"
-	"slices"
 
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// view is Source's picture of the kubelet's pods, by UID and by name. It
-// is changed only by the watch goroutine, under Source.mu.
+// view is Source's picture of the kubelet's pods, by UID. It is changed
+// only by the watch goroutine, under Source.mu. It has no index by name:
+// the store learns pods from the handler's events, and Lookup serves only
+// the legacy view's occasional questions, so a scan of the node's pods is
+// cheap enough.
 type view struct {
-	byUID  map[string]*entry
-	byName map[model.PodKey][]*entry
-	seq    uint64 // counts entries made, to order pods created in the same second
+	byUID map[string]*entry
+	seq   uint64 // counts entries made, to order pods created in the same second
 }
 
 // entry is one pod of the view.
@@ -25,9 +26,7 @@ type entry struct {
 	refused error
 }
 
-func newView() view {
-	return view{byUID: make(map[string]*entry), byName: make(map[model.PodKey][]*entry)}
-}
+func newView() view { return view{byUID: make(map[string]*entry)} }
 
 func key(p *model.KubeletPod) model.PodKey {
 	return model.PodKey{Namespace: p.Namespace, Name: p.Name}
@@ -35,29 +34,18 @@ func key(p *model.KubeletPod) model.PodKey {
 
 // put records d and returns the event it makes: PodAdded for a UID the view
 // did not have (or had refused), PodModified for a change of what is kept,
-// and 0 when nothing kept changed (the kubelet sends MODIFIED for every
+// and "" when nothing kept changed (the kubelet sends MODIFIED for every
 // status change, and resends every pod at each relist).
 func (v *view) put(d decoded) EventType {
 	e := v.byUID[d.pod.UID]
 	if e == nil {
 		v.seq++
-		e = &entry{d: d, seq: v.seq}
-		v.byUID[d.pod.UID] = e
-		k := key(&d.pod)
-		v.byName[k] = append(v.byName[k], e)
+		v.byUID[d.pod.UID] = &entry{d: d, seq: v.seq}
 		return PodAdded
 	}
 	wasRefused := e.refused != nil
 	if !wasRefused && reflect.DeepEqual(e.d.pod, d.pod) {
-		return 0
-	}
-	if key(&e.d.pod) != key(&d.pod) {
-		// A UID never changes its name; a kubelet that says otherwise is
-		// believed, and the entry moves.
-		v.unindex(e)
-		e.d = d
-		k := key(&d.pod)
-		v.byName[k] = append(v.byName[k], e)
+		return ""
 	}
 	e.d, e.refused = d, nil
 	if wasRefused {
@@ -79,10 +67,7 @@ func (v *view) refuse(id model.KubeletPod, err error) bool {
 			return true
 		}
 		v.seq++
-		e = &entry{d: decoded{pod: id}, seq: v.seq, refused: err}
-		v.byUID[id.UID] = e
-		k := key(&id)
-		v.byName[k] = append(v.byName[k], e)
+		v.byUID[id.UID] = &entry{d: decoded{pod: id}, seq: v.seq, refused: err}
 		return true
 	}
 	news := e.refused == nil || e.refused.Error() != err.Error()
@@ -93,22 +78,8 @@ func (v *view) refuse(id model.KubeletPod, err error) bool {
 // remove drops the pod with uid and returns its last entry, or nil.
 func (v *view) remove(uid string) *entry {
 	e := v.byUID[uid]
-	if e == nil {
-		return nil
-	}
 	delete(v.byUID, uid)
-	v.unindex(e)
 	return e
-}
-
-func (v *view) unindex(e *entry) {
-	k := key(&e.d.pod)
-	rest := slices.DeleteFunc(v.byName[k], func(o *entry) bool { return o == e })
-	if len(rest) == 0 {
-		delete(v.byName, k)
-	} else {
-		v.byName[k] = rest
-	}
 }
 
 // lookup returns the pod PodResources means by k, as kubeletpods.PodList
@@ -120,17 +91,21 @@ func (v *view) unindex(e *entry) {
 // this view learned last). When any pod of the name was refused there is
 // no answer: the refused pod may well be the newer one, and answering its
 // predecessor instead is the one mistake the daemon must never make.
-func (v *view) lookup(k model.PodKey) (*entry, bool) {
+func (v *view) lookup(k model.PodKey) (model.KubeletPod, bool) {
 	var best *entry
-	for _, e := range v.byName[k] {
-		if e.refused != nil {
-			return nil, false
-		}
-		if best == nil || prefer(e, best) {
+	for _, e := range v.byUID {
+		switch {
+		case key(&e.d.pod) != k:
+		case e.refused != nil:
+			return model.KubeletPod{}, false
+		case best == nil || prefer(e, best):
 			best = e
 		}
 	}
-	return best, best != nil
+	if best == nil {
+		return model.KubeletPod{}, false
+	}
+	return best.d.pod, true
 }
 
 // prefer reports whether lookup should answer a rather than b.

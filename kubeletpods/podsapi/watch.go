@@ -9,50 +9,91 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
-
-	"github.com/podres-proxy/podres-proxy/model"
 )
 
+// initializingBound caps the backoff while the kubelet initializes, in
+// Options.Backoff Durations (see Run): 2 s by default.
+const initializingBound = 4
+
 // Run watches the kubelet's pods until ctx ends, watching again whenever
-// the watch fails or the kubelet ends it, at the pace pace sets: at once
-// after a watch that had synced, with backoff after attempts that fail to
-// sync. It returns nil when ctx ends, and an error only if the Source is
-// already running.
+// the watch fails or the kubelet ends it. It returns nil when ctx ends,
+// and an error only if the Source is already running.
+//
+//   - A watch that had synced and ended (the kubelet dropped a watcher that
+//     fell 100 events behind, or is shutting down) is followed at once by
+//     the next, as client-go's reflector relists at once: until its relist
+//     the view misses what happens, and every fresh read costs a ListPods.
+//   - Attempts that fail to sync (no socket: a kubelet without the PodsAPI
+//     gate, or one restarting) wait Options.Backoff, growing to its Cap.
+//   - Attempts the kubelet refuses with FailedPrecondition ("Kubelet is
+//     initializing": v1.37, after every start until its pod sources are
+//     ready) wait the backoff growing to initializingBound times its
+//     Duration, no more: the kubelet is up and seconds from serving, and a
+//     grown backoff would leave reads on /pods long after it serves.
+//
+// The backoff starts again whenever attempts stop ending alike, and each
+// run of like attempts is logged at info once, then at debug: a kubelet
+// without the PodsAPI gate never serves the socket, and must cost one line,
+// not one every 30 s forever.
 func (s *Source) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("kubelet Pods API source for %s: already running", s.socket)
 	}
 	defer s.running.Store(false)
-	p := newPace(s)
+	var (
+		bo       wait.Backoff
+		attempts int  // in a row that failed to sync alike
+		wasInit  bool // they were refused as initializing
+	)
 	for {
 		synced, err := s.watch(ctx)
-		s.unsync(synced)
+		s.mu.Lock()
+		s.synced = false
+		s.mu.Unlock()
+		if synced {
+			s.emit(Event{Type: Unsynced})
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		delay := p.next(synced, err)
-		if delay == 0 {
+		s.metrics.PodsAPIReconnect(err)
+		if synced {
+			attempts = 0
+			s.log.WithError(err).Info("Kubelet Pods API watch ended; watching again at once")
 			continue
 		}
-		t := time.NewTimer(delay)
+		init := status.Code(err) == codes.FailedPrecondition
+		if attempts == 0 || init != wasInit {
+			bo, attempts, wasInit = s.backoff, 0, init
+			if init {
+				bo.Cap = min(bo.Cap, initializingBound*bo.Duration)
+			}
+		}
+		attempts++
+		delay := bo.Step()
+		log := s.log.WithError(err).WithField("retryIn", delay.Round(time.Millisecond))
+		if init {
+			s.metrics.PodsAPIInitializing()
+		}
+		switch {
+		case init && attempts == 1:
+			log.Info("Kubelet Pods API: the kubelet is initializing; pods are read from /pods until it serves them")
+		case init:
+			log.Debug("Kubelet Pods API: the kubelet is still initializing")
+		case attempts == 1:
+			log.Info("Kubelet Pods API watch failed; watching again")
+		default:
+			log.WithField("attempts", attempts).Debug("Kubelet Pods API watch failed again")
+		}
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return nil
-		case <-t.C:
+		case <-time.After(delay): // collected when unreferenced (Go 1.23)
 		}
-	}
-}
-
-// unsync marks the view out of date after a watch ends, telling the
-// handler if it had been in sync.
-func (s *Source) unsync(wasSynced bool) {
-	s.mu.Lock()
-	s.synced = false
-	s.mu.Unlock()
-	if wasSynced {
-		s.emit(Event{Type: Unsynced})
 	}
 }
 
@@ -101,7 +142,12 @@ func (s *Source) watch(ctx context.Context) (synced bool, err error) {
 				continue
 			}
 			delete(listed, id.UID)
-			s.delete(id.UID)
+			s.mu.Lock()
+			e := s.view.remove(id.UID)
+			s.mu.Unlock()
+			if e != nil {
+				s.emit(Event{Type: PodDeleted, Pod: e.d.pod})
+			}
 		case podsv1alpha1.EventType_INITIAL_SYNC_COMPLETE:
 			if synced {
 				continue // one per stream; a second one is not a relist
@@ -119,45 +165,23 @@ func (s *Source) watch(ctx context.Context) (synced bool, err error) {
 func (s *Source) apply(data []byte) string {
 	d, err := s.dec.decode(data)
 	if err != nil {
-		s.refuse(d.pod, err)
+		err = fmt.Errorf("kubelet Pods API: pod %s refused: %w", podRef(&d.pod), err)
+		s.mu.Lock()
+		news := s.view.refuse(d.pod, err)
+		s.mu.Unlock()
+		if news {
+			s.log.WithError(err).Warn("Kubelet Pods API: pod refused; its name is unknown until it is read again")
+			s.emit(Event{Type: PodRefused, Pod: d.pod, Err: err})
+		}
 		return d.pod.UID
 	}
 	s.mu.Lock()
 	t := s.view.put(d)
-	if t != 0 {
-		s.notifyLocked()
-	}
 	s.mu.Unlock()
-	if t != 0 {
+	if t != "" {
 		s.emit(Event{Type: t, Pod: d.pod})
 	}
 	return d.pod.UID
-}
-
-func (s *Source) refuse(id model.KubeletPod, err error) {
-	err = fmt.Errorf("kubelet Pods API: pod %s refused: %w", podRef(&id), err)
-	s.mu.Lock()
-	news := s.view.refuse(id, err)
-	if news {
-		s.notifyLocked()
-	}
-	s.mu.Unlock()
-	if news {
-		s.log.WithError(err).Warn("Kubelet Pods API: pod refused; its name is unknown until it is read again")
-		s.emit(Event{Type: PodRefused, Pod: id, Err: err})
-	}
-}
-
-func (s *Source) delete(uid string) {
-	s.mu.Lock()
-	e := s.view.remove(uid)
-	if e != nil {
-		s.notifyLocked()
-	}
-	s.mu.Unlock()
-	if e != nil {
-		s.emit(Event{Type: PodDeleted, Pod: e.d.pod})
-	}
 }
 
 // completeRelist removes the pods the relist did not list, marks the view
@@ -171,7 +195,6 @@ func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
 		}
 	}
 	s.synced = true
-	s.notifyLocked()
 	s.mu.Unlock()
 	s.metrics.PodsAPIRelisted(len(listed), len(gone), time.Since(start))
 	slices.SortFunc(gone, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
@@ -179,12 +202,6 @@ func (s *Source) completeRelist(listed map[string]struct{}, start time.Time) {
 		s.emit(Event{Type: PodDeleted, Pod: e.d.pod, ByRelist: true})
 	}
 	s.emit(Event{Type: Synced})
-}
-
-// notifyLocked wakes Await's waiters. s.mu is held.
-func (s *Source) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
 }
 
 func (s *Source) emit(ev Event) {

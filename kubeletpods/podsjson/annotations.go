@@ -2,6 +2,7 @@ package podsjson
 
 import (
 	"bytes"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -42,47 +43,32 @@ func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 	if len(raw) == 0 {
 		return nil, nil // no annotations field
 	}
-	s := scanner{b: raw}
-	s.space()
-	if s.literal("null") {
-		s.space()
-		if !s.done() {
-			return nil, s.errorf("data after null")
-		}
+	// The object is checked whole, as encoding/json checks it, so that
+	// the walk below need only find where each token ends.
+	if !stdjson.Valid(raw) {
+		return nil, errors.New("annotations: not valid JSON")
+	}
+	w := walker{b: raw}
+	if w.literal("null") {
 		return nil, nil
 	}
-	if !s.consume('{') {
-		return nil, s.errorf("want an object")
+	if !w.consume('{') {
+		return nil, errors.New("annotations: want an object")
 	}
 	kept := map[string]string{}
 	pod := b.NewPod()
-	s.space()
-	if s.consume('}') {
-		return kept, s.end()
-	}
-	for {
-		s.space()
-		rawKey, err := s.str()
+	for !w.consume('}') {
+		key, err := unquote(w.str())
 		if err != nil {
 			return nil, err
 		}
-		key, err := unquote(rawKey)
-		if err != nil {
-			return nil, err
-		}
-		s.space()
-		if !s.consume(':') {
-			return nil, s.errorf("want ':' after annotation %q", key)
-		}
-		s.space()
+		w.consume(':')
 		var rawValue []byte // nil: null
-		if !s.literal("null") {
-			if rawValue, err = s.str(); err != nil {
-				if errors.Is(err, errNotString) {
-					return nil, fmt.Errorf("annotation %q: %w", key, err)
-				}
-				return nil, err
+		if !w.literal("null") {
+			if w.peek() != '"' {
+				return nil, fmt.Errorf("annotation %q: %w", key, errNotString)
 			}
+			rawValue = w.str()
 		}
 		// The value's size as the kubelet's encoder writes it, without
 		// the quotes: its bytes, each byte that is not UTF-8 counted as the
@@ -93,7 +79,7 @@ func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 		// to more bytes than its size (an escape decodes to fewer).
 		size := 0 // null
 		if rawValue != nil {
-			size = len(rawValue) - 2 + 5*s.notUTF8
+			size = len(rawValue) - 2 + 5*w.notUTF8
 		}
 		if keep, marker := pod.Keep(key, size); keep {
 			value := marker
@@ -104,15 +90,9 @@ func (b *Bounds) annotations(raw []byte) (map[string]string, error) {
 			}
 			kept[key] = value
 		}
-		s.space()
-		if s.consume(',') {
-			continue
-		}
-		if s.consume('}') {
-			return kept, s.end()
-		}
-		return nil, s.errorf("want ',' or '}' after annotation %q", key)
+		w.consume(',')
 	}
+	return kept, nil
 }
 
 // unquote decodes a JSON string token exactly as the rest of the answer's
@@ -139,8 +119,9 @@ func printableASCII(tok []byte) bool {
 	return true
 }
 
-// scanner walks a JSON object of strings without building anything.
-type scanner struct {
+// walker walks a valid JSON object of strings without building anything.
+// Each of its steps skips the white space before the token it reads.
+type walker struct {
 	b []byte
 	i int
 	// notUTF8 is how many bytes of the last string str returned are not
@@ -148,103 +129,58 @@ type scanner struct {
 	notUTF8 int
 }
 
-func (s *scanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
+func (w *walker) peek() byte {
+	for w.i < len(w.b) {
+		switch c := w.b[w.i]; c {
 		case ' ', '\t', '\n', '\r':
-			s.i++
+			w.i++
 		default:
-			return
+			return c
 		}
 	}
+	return 0
 }
 
-func (s *scanner) done() bool { return s.i == len(s.b) }
-
-func (s *scanner) consume(c byte) bool {
-	if s.i < len(s.b) && s.b[s.i] == c {
-		s.i++
+func (w *walker) consume(c byte) bool {
+	if w.peek() == c {
+		w.i++
 		return true
 	}
 	return false
 }
 
-func (s *scanner) literal(lit string) bool {
-	if bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
-		s.i += len(lit)
+func (w *walker) literal(lit string) bool {
+	w.peek()
+	if bytes.HasPrefix(w.b[w.i:], []byte(lit)) {
+		w.i += len(lit)
 		return true
 	}
 	return false
 }
 
-// end checks that nothing but space follows the object.
-func (s *scanner) end() error {
-	s.space()
-	if !s.done() {
-		return s.errorf("data after the object")
-	}
-	return nil
-}
-
-// str returns the string token at the scanner, quotes included, and moves
-// past it. It checks what a JSON string may hold (no control characters,
-// only JSON's escapes) without decoding it, and counts its bytes that are
-// not UTF-8 in s.notUTF8.
-func (s *scanner) str() ([]byte, error) {
-	start := s.i
-	s.notUTF8 = 0
-	if !s.consume('"') {
-		if s.i < len(s.b) && s.b[s.i] != '}' && s.b[s.i] != ',' {
-			return nil, errNotString
-		}
-		return nil, s.errorf("want a string")
-	}
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		s.i++
+// str returns the string token at the walker, quotes included, moves past
+// it, and counts its bytes that are not UTF-8 in w.notUTF8.
+func (w *walker) str() []byte {
+	w.peek()
+	start := w.i
+	w.i++ // the opening quote
+	w.notUTF8 = 0
+	for {
+		c := w.b[w.i]
+		w.i++
 		switch {
 		case c == '"':
-			return s.b[start:s.i], nil
-		case c < 0x20:
-			return nil, s.errorf("control character in a string")
-		case c >= utf8.RuneSelf:
-			// A rune's other bytes are never a quote, a backslash or a
-			// control character: skipping them skips nothing to check.
-			if r, n := utf8.DecodeRune(s.b[s.i-1:]); r == utf8.RuneError && n == 1 {
-				s.notUTF8++
-			} else {
-				s.i += n - 1
-			}
+			return w.b[start:w.i]
 		case c == '\\':
-			if s.i >= len(s.b) {
-				return nil, s.errorf("unfinished escape")
-			}
-			e := s.b[s.i]
-			s.i++
-			switch e {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if s.i+4 > len(s.b) || !isHex(s.b[s.i:s.i+4]) {
-					return nil, s.errorf("bad \\u escape")
-				}
-				s.i += 4
-			default:
-				return nil, s.errorf("bad escape \\%c", e)
+			w.i++ // the escaped byte; a \u's hex digits need no care
+		case c >= utf8.RuneSelf:
+			// A rune's other bytes are never a quote or a backslash:
+			// skipping them skips nothing to look at.
+			if r, n := utf8.DecodeRune(w.b[w.i-1:]); r == utf8.RuneError && n == 1 {
+				w.notUTF8++
+			} else {
+				w.i += n - 1
 			}
 		}
 	}
-	return nil, s.errorf("unfinished string")
-}
-
-func isHex(b []byte) bool {
-	for _, c := range b {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return true
-}
-
-func (s *scanner) errorf(format string, args ...any) error {
-	return fmt.Errorf("annotations: offset %d: %s", s.i, fmt.Sprintf(format, args...))
 }

@@ -60,7 +60,7 @@ func TestAnAnnotationOverItsBoundIsRefusedOnItsPodAndTheReadGoesOn(t *testing.T)
 		}
 		return map[string]string{allocatedKey: gpuAlloc}
 	})
-	pods, err := decodePodsFrom(bytes.NewReader(listJSON(t, list.Items...)), allocatorBounds)
+	pods, err := DecodeFrom(bytes.NewReader(listJSON(t, list.Items...)), allocatorBounds)
 	if err != nil {
 		t.Fatalf("one pod's oversized annotations failed the read: %v", err)
 	}
@@ -88,7 +88,7 @@ func TestAPodsAllocatorAnnotationsAreBoundedTogether(t *testing.T) {
 		// Values dressed as refusals count like any other.
 		ann[fmt.Sprintf("hami.io/v%d-devices-allocated", i)] = model.OversizedAnnotation(strings.Repeat("y", 30<<10))
 	}
-	pods, err := decodePodsFrom(bytes.NewReader(podstest.PodListJSON(1, func(int) map[string]string { return ann })), allocatorBounds)
+	pods, err := DecodeFrom(bytes.NewReader(podstest.PodListJSON(1, func(int) map[string]string { return ann })), allocatorBounds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestTenantsLargeHintsAreNotKept(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	pods, err := decodePodsFrom(bytes.NewReader(body), b)
+	pods, err := DecodeFrom(bytes.NewReader(body), b)
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -163,7 +163,7 @@ func TestALegalNodeAtTheAPIsAnnotationLimitReadsWhole(t *testing.T) {
 	body = bytes.ReplaceAll(body, []byte(pad), bytes.Repeat([]byte("z"), 256<<10-len(hint)-len(alloc)-200))
 	b := allocatorBounds
 	b.Kept = 25 << 20
-	pods, err := decodePodsFrom(bytes.NewReader(body), b)
+	pods, err := DecodeFrom(bytes.NewReader(body), b)
 	if err != nil {
 		t.Fatalf("reading %d MiB of /pods: %v", len(body)>>20, err)
 	}

@@ -11,18 +11,18 @@ import (
 
 func TestLivePodsKeepingMoreThanTheLimitFailTheReadClearly(t *testing.T) {
 	body := podstest.FinishedPodsJSON(0, 0, 50)
-	_, err := decodePodsFrom(bytes.NewReader(body), Bounds{Kept: 1000})
+	_, err := DecodeFrom(bytes.NewReader(body), Bounds{Kept: 1000})
 	if err == nil || !strings.Contains(err.Error(), "larger than the limit") {
 		t.Fatalf("50 live pods against a limit of 1000 kept bytes: got %v, want a clear error", err)
 	}
-	pods, err := decodePodsFrom(bytes.NewReader(body), Bounds{Kept: 1 << 20})
+	pods, err := DecodeFrom(bytes.NewReader(body), Bounds{Kept: 1 << 20})
 	if err != nil || len(pods) != 50 {
 		t.Fatalf("within the limit: %d pods, %v", len(pods), err)
 	}
 }
 
 func TestFinishedPodsKeepOnlyTheirIdentityAndPhase(t *testing.T) {
-	pods, err := decodePods(podstest.FinishedPodsJSON(2, 10, 1))
+	pods, err := Decode(podstest.FinishedPodsJSON(2, 10, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestOnlyTheAnnotationsAskedForAreKept(t *testing.T) {
 		}
 		return 0
 	}
-	pods, err := decodePodsFrom(bytes.NewReader(body), Bounds{Bounds: annotationbound.Bounds{Annotation: keep}, Kept: 1024})
+	pods, err := DecodeFrom(bytes.NewReader(body), Bounds{Bounds: annotationbound.Bounds{Annotation: keep}, Kept: 1024})
 	if err != nil {
 		t.Fatalf("a 4 KiB annotation nobody needs counted against a limit of 1 KiB: %v", err)
 	}

@@ -47,10 +47,13 @@ type podList struct {
 	Kind string `json:"kind"`
 	// Items is null, not [], when the node has no pods: the kubelet's
 	// encodePods appends to a nil slice.
-	Items []pod `json:"items"`
+	Items []Pod `json:"items"`
 }
 
-type pod struct {
+// Pod is the part of a pod that podres-proxy keeps, in the shape of its
+// JSON encoding. Package podsapi fills one from the Pods API's protobuf,
+// so that both sources keep the same of the same pod (Model).
+type Pod struct {
 	Metadata struct {
 		UID       string `json:"uid"`
 		Namespace string `json:"namespace"`
@@ -68,25 +71,32 @@ type pod struct {
 		// allocation annotations of a scheduler are believed only on its
 		// own pods.
 		SchedulerName  string      `json:"schedulerName"`
-		InitContainers []container `json:"initContainers"`
-		Containers     []container `json:"containers"`
+		InitContainers []Container `json:"initContainers"`
+		Containers     []Container `json:"containers"`
 	} `json:"spec"`
 	Status struct {
 		Phase string `json:"phase"`
 		// ExtendedResourceClaimStatus says which container's extended
 		// resource a DRA driver's device satisfied (package dra).
-		ExtendedResourceClaimStatus *struct {
-			ResourceClaimName string `json:"resourceClaimName"`
-			RequestMappings   []struct {
-				ContainerName string `json:"containerName"`
-				ResourceName  string `json:"resourceName"`
-				RequestName   string `json:"requestName"`
-			} `json:"requestMappings"`
-		} `json:"extendedResourceClaimStatus"`
+		ExtendedResourceClaimStatus *ClaimStatus `json:"extendedResourceClaimStatus"`
 	} `json:"status"`
 }
 
-type container struct {
+// ClaimStatus is a pod's status.extendedResourceClaimStatus.
+type ClaimStatus struct {
+	ResourceClaimName string           `json:"resourceClaimName"`
+	RequestMappings   []RequestMapping `json:"requestMappings"`
+}
+
+// RequestMapping is one of ClaimStatus's request mappings.
+type RequestMapping struct {
+	ContainerName string `json:"containerName"`
+	ResourceName  string `json:"resourceName"`
+	RequestName   string `json:"requestName"`
+}
+
+// Container is the part of a container that podres-proxy keeps.
+type Container struct {
 	Name string `json:"name"`
 	// RestartPolicy "Always" on an init container makes it a sidecar.
 	RestartPolicy string `json:"restartPolicy"`
@@ -99,38 +109,23 @@ type container struct {
 
 // Decode decodes a /pods answer as kubeletpods.Client.Pods does, keeping
 // every annotation, for tools and benchmarks that have the body already.
-func Decode(data []byte) ([]model.KubeletPod, error) { return decodePods(data) }
-
-// DecodeFrom decodes a /pods answer from a stream, as kubeletpods.Client.Pods
-// does: see decodePodStream. b says what it keeps of each live pod's
-// annotations and bounds what it keeps in all. It never panics.
-func DecodeFrom(r io.Reader, b Bounds) ([]model.KubeletPod, error) {
-	return decodePodsFrom(r, b)
+func Decode(data []byte) ([]model.KubeletPod, error) {
+	return DecodeFrom(bytes.NewReader(data), Bounds{})
 }
 
-// decodePods turns a /pods answer into KubeletPods, oldest first (see
-// kubeletpods.Client.Pods). It never panics: the decoder is third-party code with unsafe
-// fast paths, and a strange answer from the kubelet must cost one failed
-// read, not the node daemon.
-func decodePods(data []byte) (pods []model.KubeletPod, err error) {
-	return decodePodsFrom(bytes.NewReader(data), Bounds{})
-}
-
-// decodePodsFrom is decodePods reading the answer as a stream, within b:
-// see decodePodStream.
-func decodePodsFrom(r io.Reader, b Bounds) (pods []model.KubeletPod, err error) {
+// DecodeFrom decodes a /pods answer from a stream into KubeletPods, oldest
+// first (see kubeletpods.Client.Pods), as decodePodStream does; b says what
+// it keeps of each live pod's annotations and bounds what it keeps in all.
+// It never panics: the decoder is third-party code with unsafe fast paths,
+// and a strange answer from the kubelet must cost one failed read, not the
+// node daemon.
+func DecodeFrom(r io.Reader, b Bounds) (pods []model.KubeletPod, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			pods, err = nil, fmt.Errorf("decode kubelet pods: decoder panicked: %v", p)
 		}
 	}()
 	return decodePodStream(r, b)
-}
-
-// decodePodList is decodePods without the recover, so that fuzzing finds
-// panics instead of hiding them.
-func decodePodList(data []byte) ([]model.KubeletPod, error) {
-	return decodePodStream(bytes.NewReader(data), Bounds{})
 }
 
 // errTooMuchKept is the error of an answer whose live pods keep more than
@@ -210,7 +205,7 @@ func decodeItems(dec *json.Decoder, pods *[]kept, b Bounds, keptBytes *int64) er
 		return fmt.Errorf("want an array, got %v", tok)
 	}
 	for dec.More() {
-		var p pod
+		var p Pod
 		if err := dec.Decode(&p); err != nil {
 			return fmt.Errorf("item %d: %w", len(*pods), err)
 		}
@@ -261,25 +256,28 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-// kubeletPods turns the decoded list into KubeletPods as Decode does: the
-// reference decoder's way in (see the fuzz test).
-func (list *podList) kubeletPods() ([]model.KubeletPod, error) {
-	pods := make([]kept, 0, len(list.Items))
-	for i := range list.Items {
-		p := &list.Items[i]
-		kp, err := p.kubeletPod(&Bounds{})
-		if err != nil {
-			return nil, fmt.Errorf("decode kubelet pods: item %d: %w", i, err)
-		}
-		pods = append(pods, kept{p.Metadata.CreationTimestamp, kp})
+// kubeletPod keeps what podres-proxy needs of p (Model) and, of a live
+// pod, the annotations b keeps.
+func (p *Pod) kubeletPod(b *Bounds) (model.KubeletPod, error) {
+	kp := p.Model()
+	if kp.Terminal() {
+		return kp, nil
 	}
-	return finish(list.Kind, pods)
+	ann, err := b.annotations(p.Metadata.Annotations)
+	if err != nil {
+		return model.KubeletPod{}, err
+	}
+	kp.Annotations = ann
+	return kp, nil
 }
 
-// kubeletPod keeps what podres-proxy needs of p: of a finished pod only
-// its identity and phase, of a live one also the annotations b keeps and
-// its containers' extended resources.
-func (p *pod) kubeletPod(b *Bounds) (model.KubeletPod, error) {
+// Model keeps what podres-proxy needs of p but its annotations, which each
+// source bounds as it reads them: of a finished (Succeeded or Failed) pod
+// only its identity and phase (the kubelet lists finished pods until they
+// are deleted, and PodResources never reports them), of a live one also
+// its scheduler's name, each container's kind and extended resources, and
+// which container's extended resource a DRA claim satisfies.
+func (p *Pod) Model() model.KubeletPod {
 	kp := model.KubeletPod{
 		UID:       p.Metadata.UID,
 		Namespace: p.Metadata.Namespace,
@@ -287,11 +285,7 @@ func (p *pod) kubeletPod(b *Bounds) (model.KubeletPod, error) {
 		Phase:     p.Status.Phase,
 	}
 	if kp.Terminal() {
-		return kp, nil
-	}
-	ann, err := b.annotations(p.Metadata.Annotations)
-	if err != nil {
-		return model.KubeletPod{}, err
+		return kp
 	}
 	specs := make([]model.ContainerSpec, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
 	for j := range p.Spec.InitContainers {
@@ -305,7 +299,6 @@ func (p *pod) kubeletPod(b *Bounds) (model.KubeletPod, error) {
 	for j := range p.Spec.Containers {
 		specs = append(specs, containerSpec(&p.Spec.Containers[j], model.KindApp))
 	}
-	kp.Annotations = ann
 	kp.Spec = model.PodSpec{SchedulerName: p.Spec.SchedulerName, Containers: specs}
 	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
 		kp.ExtendedResourceClaim = &model.ExtendedResourceClaim{ClaimName: e.ResourceClaimName}
@@ -314,7 +307,7 @@ func (p *pod) kubeletPod(b *Bounds) (model.KubeletPod, error) {
 				model.ExtendedResourceRequest{Container: m.ContainerName, Resource: m.ResourceName, Request: m.RequestName})
 		}
 	}
-	return kp, nil
+	return kp
 }
 
 // finish checks the decoded pods and sorts them.
@@ -345,7 +338,7 @@ func finish(kind string, items []kept) ([]model.KubeletPod, error) {
 // containerSpec keeps the extended resources of c: limits where set, else
 // requests (for extended resources the API server makes them equal, or
 // copies limits into requests when only limits were given).
-func containerSpec(c *container, kind model.ContainerKind) model.ContainerSpec {
+func containerSpec(c *Container, kind model.ContainerKind) model.ContainerSpec {
 	var reqs map[string]string
 	add := func(from map[string]string) {
 		for name, q := range from {

@@ -1,6 +1,7 @@
 package podsjson
 
 import (
+	"bytes"
 	stdjson "encoding/json"
 	"fmt"
 	"reflect"
@@ -20,7 +21,7 @@ func TestDecodeKeepsIdentityPhaseAndAnnotations(t *testing.T) {
 	data := podstest.PodListJSON(3, func(i int) map[string]string {
 		return map[string]string{"scheduling.koordinator.sh/device-allocated": fmt.Sprintf(`{"gpu":[{"minor":%d}]}`, i)}
 	})
-	pods, err := decodePods(data)
+	pods, err := Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestDecodeListsInitSidecarThenAppContainersWithExtendedResourcesOnly(t *tes
 	}
 	data := listJSON(t, pod)
 
-	pods, err := decodePods(data)
+	pods, err := Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestDecodeSortsPodsOldestFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := decodePods(data)
+	pods, err := Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestDecodeSortsPodsOldestFirst(t *testing.T) {
 
 // The kubelet encodes a node without pods as "items": null.
 func TestDecodeReadsNullItemsAsNoPods(t *testing.T) {
-	pods, err := decodePods([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":null}`))
+	pods, err := Decode([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":null}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestDecodeRejectsBadAnswersWithAClearError(t *testing.T) {
 			strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}]}`, "decode kubelet pods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pods, err := decodePods([]byte(tc.data))
+			pods, err := Decode([]byte(tc.data))
 			if err == nil {
 				t.Fatalf("decoded %d pods, want an error", len(pods))
 			}
@@ -178,7 +179,7 @@ func FuzzDecodePods(f *testing.F) {
 	f.Add([]byte(`{"kind":"PodList","items":[null]}`))
 	f.Add([]byte(`{"kind":"PodList","items":[{"metadata":{"annotations":{"a":1}}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		pods, err := decodePodList(data) // without the recover: a panic fails the fuzz
+		pods, err := decodePodStream(bytes.NewReader(data), Bounds{}) // without the recover: a panic fails the fuzz
 		if err != nil {
 			if pods != nil {
 				t.Fatalf("pods and an error")
@@ -241,7 +242,7 @@ type benchDecoder struct {
 }
 
 var benchDecoders = []benchDecoder{
-	{"go-json", func(b []byte) (int, error) { p, err := decodePods(b); return len(p), err }},
+	{"go-json", func(b []byte) (int, error) { p, err := Decode(b); return len(p), err }},
 	{"encoding-json", decodeWithEncodingJSON},
 	{"k8s-PodList", func(b []byte) (int, error) {
 		var l corev1.PodList
@@ -268,4 +269,19 @@ func listJSON(t *testing.T, pods ...corev1.Pod) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// kubeletPods turns the decoded list into KubeletPods as Decode does: the
+// reference decoder's way in (see FuzzDecodePods).
+func (list *podList) kubeletPods() ([]model.KubeletPod, error) {
+	pods := make([]kept, 0, len(list.Items))
+	for i := range list.Items {
+		p := &list.Items[i]
+		kp, err := p.kubeletPod(&Bounds{})
+		if err != nil {
+			return nil, fmt.Errorf("decode kubelet pods: item %d: %w", i, err)
+		}
+		pods = append(pods, kept{p.Metadata.CreationTimestamp, kp})
+	}
+	return finish(list.Kind, pods)
 }

@@ -2,9 +2,13 @@ package podsapi
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/kubeletpods"
+	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
+
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -25,7 +29,7 @@ const (
 // the call at once (it redials at its own backoff's pace, not per call),
 // and the failure is logged at debug only. Metrics is told which source
 // gave each successful read.
-func (s *Source) Or(fallback kubeletpods.Fetch) kubeletpods.Fetch {
+func (s *Source) Or(fallback func(context.Context) ([]model.KubeletPod, error)) func(context.Context) ([]model.KubeletPod, error) {
 	return func(ctx context.Context) ([]model.KubeletPod, error) {
 		pods, err := s.Pods(ctx)
 		if err == nil {
@@ -42,6 +46,54 @@ func (s *Source) Or(fallback kubeletpods.Fetch) kubeletpods.Fetch {
 		}
 		return pods, err
 	}
+}
+
+// Pods reads the kubelet's pods once with ListPods, for a query about a
+// pod the watch has not shown yet: a kubeletpods.Fetch, to share reads
+// through a kubeletpods.Reader. The pods come oldest first (by creation;
+// the kubelet's order, by UID, among pods created in the same second), as
+// kubeletpods.NewPodList wants them. A refused pod is logged and left out,
+// and so is every pod of its name, so that a lookup by that name finds
+// nothing rather than the refused pod's predecessor. The read is bounded
+// by ctx and Options.Timeout. The kubelet rate-limits ListPods (100 per
+// second, burst 10, shared by every client) and answers ResourceExhausted
+// beyond that, so callers should share reads.
+func (s *Source) Pods(ctx context.Context) ([]model.KubeletPod, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout,
+		fmt.Errorf("no answer within %v: %w", s.timeout, context.DeadlineExceeded))
+	defer cancel()
+	resp, err := s.client.ListPods(ctx, &podsv1alpha1.ListPodsRequest{})
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+		}
+		return nil, fmt.Errorf("list pods from the kubelet Pods API at %s: %w", s.socket, err)
+	}
+	leftOut := func(p *model.KubeletPod, err error) {
+		s.log.WithError(err).WithField("pod", podRef(p)).Warn("Kubelet Pods API: pod left out of a ListPods read")
+	}
+	all := make([]decoded, 0, len(resp.GetPods()))
+	refusedNames := make(map[model.PodKey]bool)
+	for _, data := range resp.GetPods() {
+		d, err := s.dec.decode(data)
+		if err != nil {
+			leftOut(&d.pod, err)
+			refusedNames[key(&d.pod)] = true
+			continue
+		}
+		all = append(all, d)
+	}
+	slices.SortStableFunc(all, func(a, b decoded) int { return a.created.Compare(b.created) })
+	pods := make([]model.KubeletPod, 0, len(all))
+	for i := range all {
+		p := &all[i].pod
+		if refusedNames[key(p)] {
+			leftOut(p, errors.New("another pod of its name was refused"))
+			continue
+		}
+		pods = append(pods, *p)
+	}
+	return pods, nil
 }
 
 // Metrics receives what the source measures; the daemon passes its one
