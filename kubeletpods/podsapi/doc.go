@@ -17,7 +17,7 @@
 // Each pod arrives as the protobuf encoding of a v1.Pod. It is decoded only
 // if it is within a size bound, and only what allocators and trust need is
 // kept (the same model.KubeletPod package podsjson produces from /pods, its
-// allocator annotations bounded by the same rule, internal/annotationbound),
+// allocator annotations bounded by the same rule, model/annotationbound),
 // so that no tenant's pod can take the daemon's memory or fail the source
 // for everyone: an oversize pod is refused alone, an allocator annotation
 // over its bound is kept as model.OversizedAnnotation on its pod alone.
