@@ -68,7 +68,7 @@ func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet upstream
 	case err != nil:
 		return nil, err
 	case v.name == merge.DCGM:
-		return orderForDCGM(out, t)
+		return merge.OrderForDCGM(out, t)
 	case v.name == merge.Legacy && !l.alpha: // v1alpha1 has no dynamic_resources
 		return s.foldList(ctx, out)
 	}

@@ -38,7 +38,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
-	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
@@ -298,118 +297,6 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 		return nil, err
 	}
 	return reuse.PreEncoded(&v1.ListPodResourcesResponse{}, out), nil
-}
-
-// Get answers from the kubelet's List, whose pods are what the kubelet's Get
-// looks a pod up in (its active pods, since 1.35), so that concurrent Gets
-// share one kubelet call: a burst of pods being created, each asking for
-// its own (Multus, a Kata shim per pod), costs one or two kubelet calls
-// rather than one each, and is not refused by a rate limit that the kubelet
-// would not have to spend (limits.RateLimit). The pod is then answered as
-// the List answers it, from its own segment.
-//
-// A pod the plans do not know yet (one being created, before NRI reports
-// its sandbox) needs a /pods read that started after the Get arrived, and
-// without a watch the Get makes it before its kubelet call, not after: the
-// Gets of a burst then line up behind at most two reads, and each read's
-// Gets share the kubelet call made when it ends. Asked the other way round,
-// the kubelet calls, which are short, chain: a Get that arrived after the
-// second call began waits for a third, and Gets arriving all through a
-// slow read cost a call per wave. The price is that a Get of a pod that
-// does not exist shares a read before the kubelet says so; a Get beyond
-// the rate limit never reads first (readFirst). With the Pods API's watch a
-// pod being created is known without a read, and a name the watch does not
-// know is most likely no pod: the kubelet is asked first.
-func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
-	arrived := limits.Arrived(ctx)
-	defer func() { v.s.p.Metrics.Request("v1", "Get", err != nil) }()
-	key := model.PodKey{Namespace: req.GetPodNamespace(), Name: req.GetPodName()}
-	// The kubelet's codes and its "not found" win over the proxy's own
-	// errors (the table's, a read's), as when it is asked first.
-	q, ownErr := v.s.resolver.Query(ctx)
-	var found []*plans.Plan
-	if ownErr == nil && v.readFirst(ctx, q, key) {
-		found, ownErr = q.Plans(ctx, []model.PodKey{key}, arrived, v.v.name)
-	}
-	pods, err := shared(ctx, v.s.getV1)
-	if err != nil {
-		return nil, err // the kubelet's codes and messages pass through
-	}
-	seg, ok := pods[key]
-	if !ok {
-		// The kubelet's own error, a plain one, which gRPC sends as
-		// Unknown; it wins over a failed read, as the kubelet would say it.
-		return nil, fmt.Errorf("pod %s in namespace %s not found", key.Name, key.Namespace)
-	}
-	if ownErr != nil {
-		v.s.log.WithError(ownErr).Warn("Get answered with an error")
-		return nil, ownErr
-	}
-	pod := &v1.PodResources{}
-	if err := proto.Unmarshal(seg, pod); err != nil {
-		return nil, reuse.ErrNotAPod(err)
-	}
-	if found == nil {
-		if found, err = q.Plans(ctx, []model.PodKey{key}, arrived, v.v.name); err != nil {
-			v.s.log.WithError(err).Warn("Get answered with an error")
-			return nil, err
-		}
-	}
-	if err = merge.Refusal(found[0], v.v.name, key); err != nil {
-		v.s.log.WithError(err).WithFields(logrus.Fields{"pod": key.Namespace + "/" + key.Name, "view": v.v.name}).
-			Warn("Get refused: the view cannot answer this pod's devices")
-		return nil, err
-	}
-	merge.Pod(pod, found[0], q.Table().Inventory(), v.v.name)
-	if v.v.name == merge.Legacy {
-		v.s.p.Fold.FoldPod(ctx, pod)
-	}
-	return &v1.GetPodResourcesResponse{PodResources: pod}, nil
-}
-
-// readFirst reports whether a Get of key reads the pods before asking the
-// kubelet (see Get): for a pod q does not know, without a watch, and not for
-// a call beyond the rate limit, which may only share what others pay for
-// (limits.RateLimit) and so must not cost a read either.
-func (v *v1Server) readFirst(ctx context.Context, q *resolve.Query, key model.PodKey) bool {
-	if v.s.resolver.Watched() || limits.OverdraftOf(ctx) != nil {
-		return false
-	}
-	_, known := q.Find(key)
-	return !known
-}
-
-// kubeletPods are the pods of a kubelet List answer, by namespace and name:
-// each its segment of the answer, which every Get sharing the call reads.
-type kubeletPods map[model.PodKey][]byte
-
-// getV1Answer makes one shared kubelet List for Gets. Its answer is never
-// reused for the next call's storage (unlike List's, s.kubeletV1): the
-// callers that shared it read their pods' segments after it ends, while the
-// next call may already run.
-func (s *Server) getV1Answer(ctx context.Context, _ time.Time) (kubeletPods, error) {
-	kubelet, err := s.up.List(ctx, upstream.V1, nil)
-	if err != nil {
-		return nil, err
-	}
-	parts, err := reuse.Split(nil, kubelet)
-	if err != nil {
-		return nil, err
-	}
-	pods := make(kubeletPods, len(parts))
-	for _, p := range parts {
-		if p.Pod == nil {
-			continue
-		}
-		key, err := reuse.PodKey(p.Pod)
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := pods[key]; !dup { // the kubelet's Get finds the first
-			pods[key] = p.Pod
-		}
-	}
-	return pods, nil
 }
 
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
