@@ -10,7 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state/decode"
 )
 
 // Format decodes one scheduler's annotation format.
@@ -66,8 +65,6 @@ type Set struct {
 // annotation naming more is not an allocation, and every id costs memory in
 // the store and in every List answer.
 const DefaultMaxDevicesPerPod = 256
-
-var _ decode.Decoder = (*Set)(nil)
 
 // Metrics receives what a Set counts; the daemon passes its one
 // metrics.Metrics, so this package imports no Prometheus. The store decodes
@@ -152,11 +149,6 @@ func (s *Set) AllocatorOf(key string) string {
 	}
 	return ""
 }
-
-// Format returns the decoder named name, nil when the set has none: for
-// questions only one allocator's decoder can answer (trust asks HAMi's
-// which of its devices Volcano writes too).
-func (s *Set) Format(name string) Format { return s.byName[name] }
 
 // Decode implements decode.Decoder: it runs every decoder and returns the
 // devices they trust, in decoder order. For each annotation a decoder could

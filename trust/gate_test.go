@@ -387,7 +387,7 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 			}
 			for _, d := range kept {
 				for _, id := range d.IDs {
-					shownOn[strings.ToLower(id)] = append(shownOn[strings.ToLower(id)], shown{r.UID, trust.Exclusive(d)})
+					shownOn[strings.ToLower(id)] = append(shownOn[strings.ToLower(id)], shown{r.UID, set.Exclusive(d)})
 				}
 			}
 		}

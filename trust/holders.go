@@ -8,20 +8,10 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
-	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
-
-// Exclusive reports whether a device can be one pod's only: a Koordinator
-// allocation of a whole device (a whole GPU, a VF, an RDMA PF without VFs,
-// an FPGA). Shared GPUs (a fractional gpu-core, HAMi and Volcano vGPU,
-// Volcano gpushare) are shared by design and never contested.
-func Exclusive(dev model.Device) bool {
-	return dev.Allocator == koordinator.Name && !dev.Shared
-}
 
 // Holders says which pod holds each device of the node, and what each
 // device is part of: a VF of its PF, a MIG instance of its GPU. Build it
@@ -101,7 +91,7 @@ func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holde
 		devs = allocator.NormalizeIDs(devs)
 		kept, _ := g.vetRecord(r, devs, inv)
 		for _, d := range kept {
-			cands = append(cands, candidate{claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}, d})
+			cands = append(cands, candidate{claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: g.set.Exclusive(d)}, d})
 		}
 	}
 	slices.SortStableFunc(cands, func(a, b candidate) int { return a.c.compare(b.c) })
@@ -128,7 +118,7 @@ func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holde
 // instance's GPU.
 func (h *Holders) keys(dev model.Device, id string) (key, parent string) {
 	key = claimKey(id)
-	if parse.IsMIG(id) {
+	if allocator.IsMIG(id) {
 		if p := migParent(dev, id); p != "" {
 			parent = claimKey(p)
 		}
@@ -212,7 +202,7 @@ func (g *Gate) Contest(rec *record.Record, devices []model.Device, h *Holders) (
 	}
 	var drop []bool
 	for i, d := range devices {
-		holder, id, found := h.conflict(rec.UID, Exclusive(d), d)
+		holder, id, found := h.conflict(rec.UID, g.set.Exclusive(d), d)
 		if !found {
 			continue
 		}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -52,7 +52,7 @@ func (g *Gate) vetRecord(r *record.Record, devs []model.Device, inv *inventory.S
 		gpus, confined := g.set.CarvedFrom(dev, r.Annotations)
 		for _, id := range dev.IDs {
 			parent := migParent(dev, id)
-			if !confined || !parse.IsMIG(id) || slices.ContainsFunc(gpus, func(gpu string) bool { return parent != "" && claimKey(gpu) == claimKey(parent) }) {
+			if !confined || !allocator.IsMIG(id) || slices.ContainsFunc(gpus, func(gpu string) bool { return parent != "" && claimKey(gpu) == claimKey(parent) }) {
 				continue
 			}
 			drop = markDropped(drop, len(kept), i)

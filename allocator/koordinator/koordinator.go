@@ -120,6 +120,28 @@ func New(opts Options) *Format {
 // Name implements allocator.Format.
 func (k *Format) Name() string { return Name }
 
+// SchedulerNames implements allocator.Scheduled.
+func (k *Format) SchedulerNames() []string { return []string{"koord-scheduler"} }
+
+// Exclusive implements allocator.Exclusive: Koordinator's allocation of a
+// whole device (a whole GPU, a VF, an RDMA PF without VFs, an FPGA) is the
+// pod's alone; a share (a fractional gpu-core) is shared by design.
+func (k *Format) Exclusive(dev model.Device) bool { return !dev.Shared }
+
+// Cap implements allocator.Capped: Koordinator allocates per pod from the sum
+// of its containers' requests, each whole device or share counted. Its joint
+// allocation (device-joint-allocate, GPU first) gives one RDMA device (or
+// FPGA) per PCIe switch of the pod's GPUs, whatever their own request, so of
+// those the pod may hold up to as many as the GPUs it asks for; the
+// joint-allocate annotation itself is not read.
+func (k *Format) Cap(dev model.Device, asks func(model.Device) int64) int64 {
+	n := asks(dev)
+	if dev.Type == koordRDMA || dev.Type == koordFPGA {
+		n = max(n, asks(model.Device{Allocator: Name, Type: koordGPU}))
+	}
+	return n
+}
+
 // Relevant implements allocator.Format: the allocation, and the pod's hint, which
 // says how the containers' requests count.
 func (k *Format) Relevant(key string) bool {

@@ -90,6 +90,21 @@ func NewFormats(enabled []string, opts Options) ([]allocator.Format, error) {
 	return out, nil
 }
 
+// SchedulerNames returns the spec.schedulerName values of the pods whose
+// annotations the allocator named is believed on by default
+// (allocator.Scheduled), for the flags that override them; nil for a name
+// NewFormats does not know.
+func SchedulerNames(name string) []string {
+	formats, err := NewFormats([]string{name}, Options{})
+	if err != nil {
+		return nil
+	}
+	if s, ok := formats[0].(allocator.Scheduled); ok {
+		return s.SchedulerNames()
+	}
+	return nil
+}
+
 // ParseResourceMap reads a flag value "key=resource,key=resource" into a
 // map, such as HAMi's vendor words to resource names
 // ("vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum"). An empty resource is kept

@@ -49,6 +49,9 @@ func New(opts Options) *Format {
 // Name implements allocator.Format.
 func (t *Format) Name() string { return Name }
 
+// SchedulerNames implements allocator.Scheduled.
+func (t *Format) SchedulerNames() []string { return []string{"tensor-fusion-scheduler"} }
+
 // Relevant implements allocator.Format.
 func (t *Format) Relevant(key string) bool {
 	return key == ContainerGPUsKey || key == GPUIDsKey || key == PartitionUUIDsKey || key == IsolationKey

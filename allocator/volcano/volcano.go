@@ -14,7 +14,7 @@ import (
 const (
 	// VGPUName is the Volcano vGPU decoder's Name and the Allocator
 	// of its devices.
-	VGPUName = "volcano-vgpu"
+	VGPUName = hami.VolcanoVGPUName
 	// VGPUAnnotation is the pod annotation in which Volcano's vGPU
 	// scheduler plugin (derived from HAMi) records the vGPUs it allocated,
 	// in HAMi's format.
@@ -75,6 +75,9 @@ func NewVGPU(opts VGPUOptions) *VGPU {
 
 // Name implements allocator.Format.
 func (v *VGPU) Name() string { return VGPUName }
+
+// SchedulerNames implements allocator.Scheduled.
+func (v *VGPU) SchedulerNames() []string { return []string{"volcano"} }
 
 // ReplacedResources implements allocator.Replacer: Volcano's vGPU device plugin, like
 // HAMi's, gives the kubelet ids that are not GPU UUIDs.
@@ -143,6 +146,9 @@ func NewGPUShare(opts GPUShareOptions) *GPUShare {
 
 // Name implements allocator.Format.
 func (v *GPUShare) Name() string { return GPUShareName }
+
+// SchedulerNames implements allocator.Scheduled.
+func (v *GPUShare) SchedulerNames() []string { return []string{"volcano"} }
 
 // Relevant implements allocator.Format.
 func (v *GPUShare) Relevant(key string) bool { return key == GPUShareAnnotation }

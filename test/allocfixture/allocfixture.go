@@ -27,7 +27,7 @@ const Dir = "../shared/fixtures/allocators"
 // format (testdata/README.md): annotations derived from the writers' own
 // code paths where the shared folder has none (Volcano's vNPU, HAMi's AWS
 // Neuron, TensorFusion's partitions). Load reads both.
-const RepoDir = "internal/allocfixture/testdata"
+const RepoDir = "test/allocfixture/testdata"
 
 // Case is one fixture: one pod, its annotations, and what v1 List must show.
 type Case struct {
