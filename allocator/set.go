@@ -185,20 +185,24 @@ func (s *Set) Decode(pod model.PodRef, annotations map[string]string) ([]model.D
 			total += n
 		}
 		if err != nil {
-			s.log.WithFields(logrus.Fields{
-				"pod":       pod.Namespace + "/" + pod.Name,
-				"uid":       pod.UID,
-				"allocator": d.Name(),
-				"kept":      len(got),
-			}).WithError(err).Warn("allocator annotation not understood; the pod is answered without those devices")
+			s.report(pod, d.Name(), logrus.Fields{"kept": len(got)}, err, "allocator annotation not understood; the pod is answered without those devices")
 			errs = append(errs, fmt.Errorf("%s: %w", d.Name(), err))
-			if s.metrics != nil {
-				s.metrics.AnnotationError(d.Name())
-			}
 		}
 		devices = append(devices, got...)
 	}
 	return devices, errs
+}
+
+// report logs a warning about an annotation of the pod that allocator could
+// not (fully) understand, and counts it in Metrics.
+func (s *Set) report(pod model.PodRef, allocator string, fields logrus.Fields, err error, msg string) {
+	fields["pod"] = pod.Namespace + "/" + pod.Name
+	fields["uid"] = pod.UID
+	fields["allocator"] = allocator
+	s.log.WithFields(fields).WithError(err).Warn(msg)
+	if s.metrics != nil {
+		s.metrics.AnnotationError(allocator)
+	}
 }
 
 // oversizedKey is an annotation withoutOversized took out.
@@ -310,16 +314,8 @@ func (s *Set) DecodeContainers(pod model.PodRef, devices []model.Device, contain
 					pod.Namespace, pod.Name, name, n, s.maxDevices)
 			}
 			if err != nil {
-				s.log.WithFields(logrus.Fields{
-					"pod":       pod.Namespace + "/" + pod.Name,
-					"uid":       pod.UID,
-					"container": name,
-					"allocator": d.Name(),
-				}).WithError(err).Warn("allocator container annotation not understood; the pod is answered without what it says")
+				s.report(pod, d.Name(), logrus.Fields{"container": name}, err, "allocator container annotation not understood; the pod is answered without what it says")
 				errs = append(errs, fmt.Errorf("%s: %w", d.Name(), err))
-				if s.metrics != nil {
-					s.metrics.AnnotationError(d.Name())
-				}
 			}
 			devices = got
 		}

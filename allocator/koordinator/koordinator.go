@@ -1,6 +1,7 @@
 package koordinator
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,20 +81,11 @@ type Format struct {
 
 // New returns the Koordinator decoder.
 func New(opts Options) *Format {
-	if opts.GPUResource == "" {
-		opts.GPUResource = parse.DefaultGPUResource
-	}
-	if opts.RDMAResource == "" {
-		opts.RDMAResource = DefaultRDMAResource
-	}
-	if opts.FPGAResource == "" {
-		opts.FPGAResource = DefaultFPGAResource
-	}
 	k := &Format{
 		resource: map[string]string{
-			koordGPU:  opts.GPUResource,
-			koordRDMA: opts.RDMAResource,
-			koordFPGA: opts.FPGAResource,
+			koordGPU:  cmp.Or(opts.GPUResource, parse.DefaultGPUResource),
+			koordRDMA: cmp.Or(opts.RDMAResource, DefaultRDMAResource),
+			koordFPGA: cmp.Or(opts.FPGAResource, DefaultFPGAResource),
 		},
 		requests: map[string]map[string]requestKind{
 			koordGPU: {

@@ -1,12 +1,12 @@
 package tensorfusion
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"unicode"
 
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -40,10 +40,7 @@ type Format struct {
 
 // New returns the TensorFusion decoder.
 func New(opts Options) *Format {
-	if opts.Resource == "" {
-		opts.Resource = parse.DefaultGPUResource
-	}
-	return &Format{resource: opts.Resource}
+	return &Format{resource: cmp.Or(opts.Resource, parse.DefaultGPUResource)}
 }
 
 // Name implements allocator.Format.
@@ -293,5 +290,5 @@ func claimKey(id string) string { return strings.ToLower(id) }
 // safeName reports whether s is a non-empty name of at most 253 bytes
 // without spaces or control characters.
 func safeName(s string) bool {
-	return s != "" && len(s) <= 253 && strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) < 0
+	return s != "" && len(s) <= 253 && !parse.HasSpaceOrControl(s)
 }
