@@ -87,9 +87,7 @@ func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holde
 		if !claimant(r) {
 			continue
 		}
-		devs, _ := allocator.Translate(r.Devices, inv)
-		devs = allocator.NormalizeIDs(devs)
-		kept, _ := g.vetRecord(r, devs, inv)
+		kept, _, _ := g.vetRecord(r, inv)
 		for _, d := range kept {
 			cands = append(cands, candidate{claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: g.set.Exclusive(d)}, d})
 		}

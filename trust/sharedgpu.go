@@ -73,9 +73,7 @@ func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*record.Record, inv *inven
 		if !claimant(r) {
 			continue
 		}
-		devs, _ := allocator.Translate(r.Devices, inv)
-		devs = allocator.NormalizeIDs(devs)
-		devs, _ = g.vetRecord(r, devs, inv)
+		devs, _, _ := g.vetRecord(r, inv)
 		c := claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live()}
 		for _, d := range devs {
 			if !sharedGPU(d) {
