@@ -37,9 +37,7 @@
 // nothing for pods of one scheduler. A pod carrying two allocators'
 // annotations for one device shows it once per container and resource (the
 // merge never repeats an id there), but may show it on two containers if the
-// allocators attribute it differently. registry.NewFormats puts the replacing
-// decoders (HAMi, Volcano vGPU) first, so that a replacement drops only the
-// kubelet's own entries, never a device another allocator added.
+// allocators attribute it differently.
 //
 // # Attribution
 //

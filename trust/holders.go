@@ -2,6 +2,7 @@ package trust
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -214,4 +215,15 @@ func (g *Gate) Contest(rec *record.Record, devices []model.Device, h *Holders) (
 		refused = append(refused, refusal(d, ReasonContested, detail))
 	}
 	return without(devices, drop), refused
+}
+
+// Equal reports whether two tables grant every claim alike, so that what
+// was decided with one holds with the other. Both are built from the same
+// inventory snapshot or the answer is false.
+func (h *Holders) Equal(o *Holders) bool {
+	if h == nil || o == nil {
+		return h == o
+	}
+	same := func(a, b []claim) bool { return slices.Equal(a, b) }
+	return h.inv == o.inv && maps.EqualFunc(h.on, o.on, same) && maps.EqualFunc(h.under, o.under, same)
 }

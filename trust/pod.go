@@ -2,7 +2,6 @@ package trust
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 
@@ -66,15 +65,4 @@ func (g *Gate) vetRecord(r *record.Record, inv *inventory.Snapshot) (kept []mode
 		}
 	}
 	return without(kept, drop), refused, problems
-}
-
-// Equal reports whether two tables grant every claim alike, so that what
-// was decided with one holds with the other. Both are built from the same
-// inventory snapshot or the answer is false.
-func (h *Holders) Equal(o *Holders) bool {
-	if h == nil || o == nil {
-		return h == o
-	}
-	same := func(a, b []claim) bool { return slices.Equal(a, b) }
-	return h.inv == o.inv && maps.EqualFunc(h.on, o.on, same) && maps.EqualFunc(h.under, o.under, same)
 }
