@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
@@ -47,17 +48,14 @@ func NormalizeID(id string) string {
 // devs itself, so the common case costs no allocation.
 func NormalizeIDs(devs []model.Device) []model.Device {
 	out := model.MapIDs(devs, func(_ model.Device, id string) string { return NormalizeID(id) })
-	for i, d := range out {
-		if d.Parent == "" || NormalizeID(d.Parent) == d.Parent {
-			continue
-		}
-		// Rare (a MIG parent written in another spelling): copy once more
-		// rather than track whether out is already a copy.
-		out = append([]model.Device(nil), out...)
-		for k := i; k < len(out); k++ {
-			out[k].Parent = NormalizeID(out[k].Parent)
-		}
-		break
+	if !slices.ContainsFunc(out, func(d model.Device) bool { return NormalizeID(d.Parent) != d.Parent }) {
+		return out
+	}
+	// Rare (a MIG parent written in another spelling): copy once more
+	// rather than track whether out is already a copy.
+	out = slices.Clone(out)
+	for i := range out {
+		out[i].Parent = NormalizeID(out[i].Parent)
 	}
 	return out
 }

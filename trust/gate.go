@@ -182,10 +182,7 @@ func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv *inventory.S
 		drop = markDropped(drop, len(devices), i)
 		refused = append(refused, refusal(dev, reason, detail))
 	}
-	for _, over := range g.overRequest(spec, devices, drop) {
-		drop = markDropped(drop, len(devices), over.index)
-		refused = append(refused, refusal(devices[over.index], ReasonOverRequest, over.detail))
-	}
+	drop, refused = g.overRequest(spec, devices, drop, refused)
 	return without(devices, drop), refused
 }
 
@@ -225,22 +222,15 @@ func refusal(dev model.Device, reason, detail string) model.Refused {
 	}
 }
 
-// surplus is a device overRequest refuses: its index and why.
-type surplus struct {
-	index  int
-	detail string
-}
-
-// overRequest returns, in the order of devices, the capped pod-level devices
-// (allocator.Set.Cap) not yet dropped that go beyond what the pod's
-// containers ask for, with the refusal's detail: Assign would show them all
-// to the one container asking.
-func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []bool) []surplus {
+// overRequest marks in drop, and adds to refused, in the order of devices,
+// the capped pod-level devices (allocator.Set.Cap) not yet dropped that go
+// beyond what the pod's containers ask for: Assign would show them all to
+// the one container asking.
+func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []bool, refused []model.Refused) ([]bool, []model.Refused) {
 	type kind struct {
 		typ, resource string
 		counts        bool
 	}
-	var out []surplus
 	seen := map[kind]int64{}
 	asks := map[kind]int64{}
 	for i, dev := range devices {
@@ -259,9 +249,11 @@ func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []b
 		if seen[k]++; seen[k] <= n {
 			continue
 		}
-		out = append(out, surplus{i, fmt.Sprintf("the pod's containers ask for %d %s device(s) in all; the annotation names more", n, dev.Resource)})
+		drop = markDropped(drop, len(devices), i)
+		refused = append(refused, refusal(dev, ReasonOverRequest,
+			fmt.Sprintf("the pod's containers ask for %d %s device(s) in all; the annotation names more", n, dev.Resource)))
 	}
-	return out
+	return drop, refused
 }
 
 // check returns why dev is refused, "" when it is believed.
