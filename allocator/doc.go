@@ -10,7 +10,7 @@
 // is the decoder the store calls (state/decode.Decoder) and the attribution
 // policy the proxy calls (Assign). Translate gives ids to devices an
 // allocator named by number only, from the node's inventory, when they are
-// answered.
+// answered; package devids spells the ids as consumers match them.
 //
 // # Limits
 //

@@ -3,7 +3,6 @@ package allocator
 import (
 	"slices"
 
-	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -110,6 +109,3 @@ func (s *Set) CarvedFrom(dev model.Device, annotations map[string]string) (gpus 
 	}
 	return c.CarvedFrom(dev, annotations)
 }
-
-// IsMIG reports whether id names a MIG instance ("MIG-...", any case).
-func IsMIG(id string) bool { return parse.IsMIG(id) }

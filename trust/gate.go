@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -273,9 +274,9 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snaps
 			return ReasonUnsafeID, fmt.Sprintf("id %s is not a valid %s device id", strconv.Quote(id), dev.Resource)
 		}
 	}
-	if typ := allocator.InventoryType(dev); typ != "" && inv.HasType(typ) {
+	if typ := devids.InventoryType(dev); typ != "" && inv.HasType(typ) {
 		for _, id := range dev.IDs {
-			if allocator.IsMIG(id) {
+			if devids.IsMIG(id) {
 				// The inventory lists whole GPUs: the instance is on this
 				// node when its parent is.
 				parent := migParent(dev, id)
@@ -326,9 +327,9 @@ func safeID(dev model.Device, id string) bool {
 	}
 	switch {
 	case strings.HasPrefix(dev.Resource, "nvidia.com/"):
-		return allocator.IsGPUID(id)
+		return devids.IsGPUID(id)
 	case dev.Type == inventory.TypeRDMA:
-		return allocator.IsPCIAddress(id)
+		return devids.IsPCIAddress(id)
 	default:
 		return cdiSafeShape.MatchString(id)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -117,7 +117,7 @@ func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holde
 // instance's GPU.
 func (h *Holders) keys(dev model.Device, id string) (key, parent string) {
 	key = claimKey(id)
-	if allocator.IsMIG(id) {
+	if devids.IsMIG(id) {
 		if p := migParent(dev, id); p != "" {
 			parent = claimKey(p)
 		}

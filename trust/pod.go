@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -39,7 +40,7 @@ func (g *Gate) VetPod(rec *record.Record, inv *inventory.Snapshot, holders *Hold
 }
 
 // vetRecord is Vet for one of the node's records, its devices translated
-// (allocator.Translate, problems) and normalised (allocator.NormalizeIDs)
+// (allocator.Translate, problems) and normalised (devids.NormalizeIDs)
 // first, with the rule that needs the pod's annotations: a MIG instance its
 // allocator confines to the GPUs the scheduler gave the pod
 // (allocator.Carver) counts only on one of them. Believed, one on another
@@ -48,13 +49,13 @@ func (g *Gate) VetPod(rec *record.Record, inv *inventory.Snapshot, holders *Hold
 // holds nothing.
 func (g *Gate) vetRecord(r *record.Record, inv *inventory.Snapshot) (kept []model.Device, refused []model.Refused, problems []error) {
 	devs, problems := allocator.Translate(r.Devices, inv)
-	kept, refused = g.Vet(r.Spec, allocator.NormalizeIDs(devs), inv)
+	kept, refused = g.Vet(r.Spec, devids.NormalizeIDs(devs), inv)
 	var drop []bool
 	for i, dev := range kept {
 		gpus, confined := g.set.CarvedFrom(dev, r.Annotations)
 		for _, id := range dev.IDs {
 			parent := migParent(dev, id)
-			if !confined || !allocator.IsMIG(id) || slices.ContainsFunc(gpus, func(gpu string) bool { return parent != "" && claimKey(gpu) == claimKey(parent) }) {
+			if !confined || !devids.IsMIG(id) || slices.ContainsFunc(gpus, func(gpu string) bool { return parent != "" && claimKey(gpu) == claimKey(parent) }) {
 				continue
 			}
 			drop = markDropped(drop, len(kept), i)

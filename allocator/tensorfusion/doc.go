@@ -25,7 +25,7 @@
 // partition's instance is reported as MIG-<uuid>, with its parent for the
 // NUMA node, and the parent GPU itself is then not reported to the pod: the
 // pod holds a slice of it. TensorFusion writes GPU ids as gpu-<uuid>; the
-// proxy spells them GPU-<uuid> when it answers (allocator.NormalizeID).
+// proxy spells them GPU-<uuid> when it answers (devids.NormalizeID).
 //
 // TensorFusion shares GPUs by design (fractions of TFLOPs and VRAM), so
 // every GPU is Shared and its sharers get shared-GPU ids (trust.SharedGPUs); a

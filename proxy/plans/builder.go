@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -221,7 +222,7 @@ func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *t
 		// decide the container, the name only what consumers see.
 		relabelled := make(allocator.Assignment, len(a))
 		for name, devs := range a {
-			relabelled[name] = allocator.MIGResource(devs, b.o.MIGResource)
+			relabelled[name] = devids.MIGResource(devs, b.o.MIGResource)
 		}
 		a = relabelled
 	}

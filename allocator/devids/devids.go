@@ -1,10 +1,17 @@
-package allocator
+// Package devids says how a decoded device's ids are answered: spelt as
+// consumers match them (NormalizeID, run where a pod's devices are answered,
+// before the trust gate), MIG instances under a configurable resource
+// (MIGResource) and on their parent GPU's NUMA node (TopologyID), and the
+// id shapes the trust gate checks. Decoding itself never changes an id's
+// spelling.
+package devids
 
 import (
 	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -92,3 +99,6 @@ func InventoryType(dev model.Device) string {
 	}
 	return ""
 }
+
+// IsMIG reports whether id names a MIG instance ("MIG-...", any case).
+func IsMIG(id string) bool { return parse.IsMIG(id) }
