@@ -3,6 +3,7 @@ package hami
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -87,14 +88,7 @@ func (h *Format) Name() string { return Name }
 
 // ReplacedResources implements allocator.Replacer: every resource HAMi reports.
 func (h *Format) ReplacedResources() []string {
-	var out []string
-	for _, name := range h.resources {
-		if !slices.Contains(out, name) {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return slices.Compact(slices.Sorted(maps.Values(h.resources)))
 }
 
 // Relevant implements allocator.Format: every vendor's allocated-devices key, not the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -217,16 +218,10 @@ func (k *Format) decode(value string, counted map[string]bool) ([]model.Device, 
 	if byType == nil {
 		return nil, errors.New("want a JSON object of device types, got null")
 	}
-	types := make([]string, 0, len(byType))
-	for typ := range byType {
-		types = append(types, typ)
-	}
-	slices.Sort(types)
-
 	var devices []model.Device
 	var unknown []string
 	owner := map[string]string{} // device id -> where it was first seen
-	for _, typ := range types {
+	for _, typ := range slices.Sorted(maps.Keys(byType)) {
 		if _, known := k.resource[typ]; !known {
 			unknown = append(unknown, typ)
 			continue
