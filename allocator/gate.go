@@ -74,11 +74,10 @@ type Capped interface {
 }
 
 // Cap returns how many pod-level devices of dev's kind the pod of spec may
-// hold; capped is false when dev's allocator does not cap them (Capped) or
-// dev is given to one container.
+// hold; capped is false when dev's allocator does not cap them (Capped).
 func (s *Set) Cap(spec *model.PodSpec, dev model.Device) (n int64, capped bool) {
 	f, ok := s.byName[dev.Allocator].(Capped)
-	if !ok || dev.ContainerIndex != nil || dev.Container != "" {
+	if !ok {
 		return 0, false
 	}
 	return f.Cap(dev, func(d model.Device) int64 { return s.Asks(spec, d) }), true

@@ -83,8 +83,9 @@ func ReasonClass(reason string) string {
 type GateOptions struct {
 	// SchedulerNames overrides, per allocator name, the scheduler names
 	// whose pods the allocator's annotations are believed on; allocators
-	// absent keep their format's (allocator.Set.SchedulerNames). A cluster where Koordinator
-	// replaces the default scheduler sets koordinator: default-scheduler.
+	// absent keep their format's (allocator.Set.SchedulerNames). A cluster
+	// where Koordinator replaces the default scheduler sets koordinator:
+	// default-scheduler.
 	SchedulerNames map[string][]string
 	// Log gets one warning per refused device (nil: logrus's standard
 	// logger).
@@ -229,16 +230,16 @@ func refusal(dev model.Device, reason, detail string) model.Refused {
 // the one container asking.
 func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []bool, refused []model.Refused) ([]bool, []model.Refused) {
 	type kind struct {
-		typ, resource string
-		counts        bool
+		allocator, typ, resource string
+		counts                   bool
 	}
 	seen := map[kind]int64{}
 	asks := map[kind]int64{}
 	for i, dev := range devices {
-		if drop != nil && drop[i] {
-			continue
+		if (drop != nil && drop[i]) || dev.ContainerIndex != nil || dev.Container != "" {
+			continue // dropped, or given to one container by its allocator
 		}
-		k := kind{dev.Type, dev.Resource, dev.CountsRequests}
+		k := kind{dev.Allocator, dev.Type, dev.Resource, dev.CountsRequests}
 		n, counted := asks[k]
 		if !counted {
 			var capped bool
