@@ -50,21 +50,16 @@ func (s *Set) Assign(spec *model.PodSpec, devices []model.Device) (a Assignment,
 		s.assignKind(spec, devices, byKind[k], firstApp, given)
 	}
 
-	a = Assignment{}
 	byName := map[string][]int{}
-	var names []string
 	for pos, idxs := range given {
 		if len(idxs) == 0 {
 			continue
 		}
 		name := spec.Containers[pos].Name
-		if _, seen := byName[name]; !seen {
-			names = append(names, name)
-		}
 		byName[name] = append(byName[name], idxs...)
 	}
-	for _, name := range names {
-		idxs := byName[name]
+	a = Assignment{}
+	for name, idxs := range byName {
 		slices.Sort(idxs)
 		idxs = slices.Compact(idxs) // only if a spec repeats a container name
 		out := make([]model.Device, len(idxs))

@@ -6,20 +6,19 @@
 //
 // One Format per scheduler's annotation format, each in a package of its
 // own (koordinator, hami, volcano, tensorfusion; parse holds what they
-// share), is gathered by registry.NewFormats, which builds them by name from the
-// --allocators flag, in a Set, which is the decode.Decoder the store calls
-// and the attribution policy the proxy calls (Assign). Translate gives ids to devices an allocator named
-// by number only. Whether a decoded device is believed is package trust's
-// question.
+// share), built by name by registry.NewFormats, is gathered in a Set, which
+// is the decoder the store calls (state/decode.Decoder) and the attribution
+// policy the proxy calls (Assign). Translate gives ids to devices an
+// allocator named by number only, from the node's inventory, when they are
+// answered; package devids spells the ids as consumers match them.
 //
 // # Limits
 //
 // Set.Decode refuses, as malformed, the devices of an allocator that would
-// take the pod past the limit on device ids (DefaultMaxDevicesPerPod, 256,
-// or Set.LimitDevicesPerPod; --max-devices-per-pod): one limit for each
-// allocator's annotations and for the pod's total. Every decoder is linear
-// in its annotation's length (duplicate checks are maps), so a 256 KiB
-// annotation naming thousands of VFs is read and refused quickly.
+// take the pod past the limit on device ids (Set.LimitDevicesPerPod). Every
+// decoder is linear in its annotation's length (duplicate checks are maps),
+// so a 256 KiB annotation naming thousands of VFs is read and refused
+// quickly.
 //
 // # Not read
 //
@@ -32,22 +31,13 @@
 // plugin's own and name no card either, so that a container shows the card
 // HAMi chose and its sharers the same one.
 //
-// # Translation
-//
-// Translate, called when devices are answered, fills the ids of devices
-// that have none from the node's inventory: by Index if set, else by Minor,
-// for the device's Type. Untranslatable devices keep no ids and are
-// reported; the merge skips them.
-//
 // # Several allocators
 //
 // Every decoder reads only its own keys, so enabling all of them costs
 // nothing for pods of one scheduler. A pod carrying two allocators'
 // annotations for one device shows it once per container and resource (the
 // merge never repeats an id there), but may show it on two containers if the
-// allocators attribute it differently. registry.NewFormats puts the replacing
-// decoders (HAMi, Volcano vGPU) first, so that a replacement drops only the
-// kubelet's own entries, never a device another allocator added.
+// allocators attribute it differently.
 //
 // # Attribution
 //
@@ -83,27 +73,9 @@
 //
 // Each container's devices keep the order of the input.
 //
-// # Answered ids
-//
-// Where a pod's devices are answered, ids are spelt as consumers match
-// them (NormalizeID, normalize.go), the sharers of a GPU other than its
-// first get "<uuid>::<slot>" (trust.SharedGPUs, trust/sharedgpu.go), and
-// MIG instances sit on their parent GPU's NUMA node (TopologyID) under a
-// configurable resource (MIGResource, mig.go). Decoding itself never
-// changes an id's spelling.
-//
 // # Trust
 //
 // Decoding believes nothing: any tenant can write any annotation on its own
-// pod. Whether a decoded device is reported is decided in package trust alone:
-// Gate.Vet keeps a device only on a pod its allocator's scheduler placed
-// (spec.schedulerName), that requests what the device provides, whose ids
-// have their resource's shape and, where the inventory knows the type, are
-// this node's, and of Koordinator's devices no more than the pod's requests
-// ask for (Set.Asks); Gate.Holders and Gate.Contest show an exclusive device
-// (Koordinator's whole GPU, VF, PF, FPGA) on the pod that claimed it first
-// only, a PF and its VFs, a GPU and its MIG instances contesting each other
-// as one device. Refusals carry a reason and a class (forged, malformed, unvetted)
-// for the log, the metric and the record. The proxy applies the gate where
-// a pod's devices are answered, after Translate and before Assign.
+// pod. Package trust decides which decoded devices are reported, asking a
+// format what only it knows through the interfaces of gate.go.
 package allocator

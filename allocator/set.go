@@ -10,7 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state/decode"
 )
 
 // Format decodes one scheduler's annotation format.
@@ -67,8 +66,6 @@ type Set struct {
 // the store and in every List answer.
 const DefaultMaxDevicesPerPod = 256
 
-var _ decode.Decoder = (*Set)(nil)
-
 // Metrics receives what a Set counts; the daemon passes its one
 // metrics.Metrics, so this package imports no Prometheus. The store decodes
 // with its lock held, so it must be quick and must not call back into the
@@ -110,15 +107,19 @@ func (s *Set) LimitDevicesPerPod(n int) {
 	s.maxDevices = n
 }
 
-// Relevant reports whether some decoder reads the annotation key.
-func (s *Set) Relevant(key string) bool {
+// formatOf returns the first decoder that reads the annotation key, nil when
+// none does.
+func (s *Set) formatOf(key string) Format {
 	for _, d := range s.decoders {
 		if d.Relevant(key) {
-			return true
+			return d
 		}
 	}
-	return false
+	return nil
 }
+
+// Relevant reports whether some decoder reads the annotation key.
+func (s *Set) Relevant(key string) bool { return s.formatOf(key) != nil }
 
 // MaxAnnotationBytes returns how large the annotation key's value may be for
 // a pod source to keep it (kubeletpods.Config.MaxAnnotationBytes for /pods,
@@ -128,35 +129,26 @@ func (s *Set) Relevant(key string) bool {
 // value over its bound reaches Decode as model.OversizedAnnotation and is
 // refused as malformed.
 func (s *Set) MaxAnnotationBytes(key string) int {
-	for _, d := range s.decoders {
-		if !d.Relevant(key) {
-			continue
-		}
-		if b, ok := d.(Bounded); ok {
-			if n := b.MaxAnnotationBytes(key); n > 0 {
-				return n
-			}
-		}
-		return DefaultMaxAnnotationBytes
+	d := s.formatOf(key)
+	if d == nil {
+		return 0
 	}
-	return 0
+	if b, ok := d.(Bounded); ok {
+		if n := b.MaxAnnotationBytes(key); n > 0 {
+			return n
+		}
+	}
+	return DefaultMaxAnnotationBytes
 }
 
 // AllocatorOf returns the name of the first decoder that reads the
 // annotation key, "" when none does.
 func (s *Set) AllocatorOf(key string) string {
-	for _, d := range s.decoders {
-		if d.Relevant(key) {
-			return d.Name()
-		}
+	if d := s.formatOf(key); d != nil {
+		return d.Name()
 	}
 	return ""
 }
-
-// Format returns the decoder named name, nil when the set has none: for
-// questions only one allocator's decoder can answer (trust asks HAMi's
-// which of its devices Volcano writes too).
-func (s *Set) Format(name string) Format { return s.byName[name] }
 
 // Decode implements decode.Decoder: it runs every decoder and returns the
 // devices they trust, in decoder order. For each annotation a decoder could
@@ -179,7 +171,13 @@ func (s *Set) Decode(pod model.PodRef, annotations map[string]string) ([]model.D
 	var errs []error
 	total := 0 // device ids so far
 	for _, d := range s.decoders {
-		got, err := decodeSafely(d, annotations)
+		got, err := decodeSafely(nil, func() ([]model.Device, error) {
+			devs, err := d.Decode(annotations)
+			for i := range devs {
+				devs[i].Allocator = d.Name()
+			}
+			return devs, err
+		})
 		for _, key := range oversized {
 			if d.Relevant(key.name) {
 				err = errors.Join(fmt.Errorf("annotation %s refused as malformed: %s", key.name, key.detail), err)
@@ -193,20 +191,24 @@ func (s *Set) Decode(pod model.PodRef, annotations map[string]string) ([]model.D
 			total += n
 		}
 		if err != nil {
-			s.log.WithFields(logrus.Fields{
-				"pod":       pod.Namespace + "/" + pod.Name,
-				"uid":       pod.UID,
-				"allocator": d.Name(),
-				"kept":      len(got),
-			}).WithError(err).Warn("allocator annotation not understood; the pod is answered without those devices")
+			s.report(pod, d.Name(), logrus.Fields{"kept": len(got)}, err, "allocator annotation not understood; the pod is answered without those devices")
 			errs = append(errs, fmt.Errorf("%s: %w", d.Name(), err))
-			if s.metrics != nil {
-				s.metrics.AnnotationError(d.Name())
-			}
 		}
 		devices = append(devices, got...)
 	}
 	return devices, errs
+}
+
+// report logs a warning about an annotation of the pod that allocator could
+// not (fully) understand, and counts it in Metrics.
+func (s *Set) report(pod model.PodRef, allocator string, fields logrus.Fields, err error, msg string) {
+	fields["pod"] = pod.Namespace + "/" + pod.Name
+	fields["uid"] = pod.UID
+	fields["allocator"] = allocator
+	s.log.WithFields(fields).WithError(err).Warn(msg)
+	if s.metrics != nil {
+		s.metrics.AnnotationError(allocator)
+	}
 }
 
 // oversizedKey is an annotation withoutOversized took out.
@@ -243,29 +245,28 @@ func countIDs(devices []model.Device) int {
 	return n
 }
 
-// decodeSafely runs one decoder on untrusted input. Annotations are written
-// by other programs and decoded inside NRI handlers, where a panic would take
-// the daemon (and every consumer's answer) down, so a decoder's panic becomes
-// an error like any malformed value. It also enforces what every consumer
-// relies on, whatever the decoder: devices carry their allocator's name and a
-// resource name, and no device id is empty.
-func decodeSafely(d Format, annotations map[string]string) (devices []model.Device, err error) {
+// decodeSafely runs one decoder on untrusted input, and returns fallback,
+// with an error, when it panics or returns an invalid device. Annotations are
+// written by other programs and decoded inside NRI handlers, where a panic
+// would take the daemon (and every consumer's answer) down, so a decoder's
+// panic becomes an error like any malformed value. It also enforces what
+// every consumer relies on, whatever the decoder: devices carry their
+// allocator's name and a resource name, and no device id is empty.
+func decodeSafely(fallback []model.Device, decode func() ([]model.Device, error)) (devices []model.Device, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			devices, err = nil, fmt.Errorf("decoder panicked: %v", p)
+			devices, err = fallback, fmt.Errorf("decoder panicked: %v", p)
 		}
 	}()
-	devices, err = d.Decode(annotations)
-	for i := range devices {
-		dev := &devices[i]
-		dev.Allocator = d.Name()
-		if dev.Resource == "" {
-			return nil, errors.Join(err, fmt.Errorf("device %d (%s) has no resource name", i, dev.Type))
-		}
-		for _, id := range dev.IDs {
-			if id == "" {
-				return nil, errors.Join(err, fmt.Errorf("device %d (%s) has an empty id", i, dev.Resource))
-			}
+	devices, err = decode()
+	for i, dev := range devices {
+		switch {
+		case dev.Allocator == "":
+			return fallback, errors.Join(err, fmt.Errorf("device %d (%s) has no allocator", i, dev.Resource))
+		case dev.Resource == "":
+			return fallback, errors.Join(err, fmt.Errorf("device %d (%s) has no resource name", i, dev.Type))
+		case slices.Contains(dev.IDs, ""):
+			return fallback, errors.Join(err, fmt.Errorf("device %d (%s) has an empty id", i, dev.Resource))
 		}
 	}
 	return devices, err
@@ -312,45 +313,21 @@ func (s *Set) DecodeContainers(pod model.PodRef, devices []model.Device, contain
 			continue
 		}
 		for _, name := range names {
-			got, err := decodeContainerSafely(c, d.Name(), devices, name, containers[name])
+			got, err := decodeSafely(devices, func() ([]model.Device, error) {
+				return c.DecodeContainer(slices.Clip(devices), name, containers[name])
+			})
 			if n := countIDs(got); err == nil && n > s.maxDevices {
 				got, err = devices, fmt.Errorf("pod %s/%s container %s: %d devices, %d allowed per pod (--max-devices-per-pod): annotation refused as malformed",
 					pod.Namespace, pod.Name, name, n, s.maxDevices)
 			}
 			if err != nil {
-				s.log.WithFields(logrus.Fields{
-					"pod":       pod.Namespace + "/" + pod.Name,
-					"uid":       pod.UID,
-					"container": name,
-					"allocator": d.Name(),
-				}).WithError(err).Warn("allocator container annotation not understood; the pod is answered without what it says")
+				s.report(pod, d.Name(), logrus.Fields{"container": name}, err, "allocator container annotation not understood; the pod is answered without what it says")
 				errs = append(errs, fmt.Errorf("%s: %w", d.Name(), err))
-				if s.metrics != nil {
-					s.metrics.AnnotationError(d.Name())
-				}
 			}
 			devices = got
 		}
 	}
 	return devices, errs
-}
-
-// decodeContainerSafely is decodeSafely for one container's annotations:
-// a panic, or a device without allocator, resource or id, leaves devices
-// as they were.
-func decodeContainerSafely(c ContainerFormat, allocator string, devices []model.Device, container string, annotations map[string]string) (out []model.Device, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			out, err = devices, fmt.Errorf("decoder panicked: %v", p)
-		}
-	}()
-	out, err = c.DecodeContainer(slices.Clip(devices), container, annotations)
-	for i, dev := range out {
-		if dev.Allocator == "" || dev.Resource == "" || slices.Contains(dev.IDs, "") {
-			return devices, errors.Join(err, fmt.Errorf("container %s: device %d (%s) has no allocator, resource or id", container, i, dev.Resource))
-		}
-	}
-	return out, err
 }
 
 // Replacer is implemented by decoders whose ids replace what the kubelet

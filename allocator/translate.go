@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -42,12 +41,6 @@ func Translate(devs []model.Device, inv *inventory.Snapshot) (out []model.Device
 		out[i].IDs = []string{id}
 	}
 	return out, problems
-}
-
-// NamedByNumber reports whether some device has no ids yet, only an Index
-// or a Minor: Translate needs the inventory for it.
-func NamedByNumber(devs []model.Device) bool {
-	return slices.ContainsFunc(devs, namedByNumber)
 }
 
 func namedByNumber(d model.Device) bool {

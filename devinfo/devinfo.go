@@ -39,6 +39,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/internal/atomicfile"
 	"github.com/podres-proxy/podres-proxy/internal/nofollow"
 	"github.com/podres-proxy/podres-proxy/inventory"
@@ -319,7 +320,7 @@ func (w *Writer) Release(records func() []*record.Record) int {
 			continue
 		}
 		devs, _ := allocator.Translate(r.Devices, inv)
-		for _, d := range allocator.NormalizeIDs(devs) {
+		for _, d := range devids.NormalizeIDs(devs) {
 			if !wanted(d) {
 				continue
 			}

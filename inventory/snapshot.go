@@ -163,7 +163,7 @@ func (s *Snapshot) ContainerDevices(resource, id string) []*podresourcesv1.Conta
 
 // ContainerDevicesAt is ContainerDevices for device id reported on the NUMA
 // nodes of the device at, which the inventory lists: a MIG instance, which
-// it does not, on its parent GPU's (allocator.TopologyID).
+// it does not, on its parent GPU's (devids.TopologyID).
 func (s *Snapshot) ContainerDevicesAt(resource, id, at string) []*podresourcesv1.ContainerDevices {
 	return containerDevices(resource, id, s.Topology(at))
 }

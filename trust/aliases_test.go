@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
@@ -66,7 +66,7 @@ func shownAndRefused(t *testing.T, inv *inventory.Snapshot, records ...*record.R
 	holders := gate.Holders(records, inv)
 	shown, reasons = map[string][]string{}, map[string][]string{}
 	for _, r := range records {
-		kept, refused := gate.Vet(r.Spec, allocator.NormalizeIDs(r.Devices), inv)
+		kept, refused := gate.Vet(r.Spec, devids.NormalizeIDs(r.Devices), inv)
 		kept, contested := gate.Contest(r, kept, holders)
 		for _, d := range kept {
 			shown[r.UID] = append(shown[r.UID], d.IDs...)

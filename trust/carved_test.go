@@ -120,8 +120,7 @@ func TestATensorFusionPartitionCountsOnlyOnTheGPUsItsSchedulerGave(t *testing.T)
 			holders := gate.Holders(records, inv)
 			shown, reasons := map[string][]string{}, map[string][]string{}
 			for _, r := range records {
-				devs, _ := allocator.Translate(r.Devices, inv)
-				kept, refused := gate.VetPod(r, allocator.NormalizeIDs(devs), inv, holders)
+				kept, refused, _ := gate.VetPod(r, inv, holders)
 				for _, d := range kept {
 					shown[r.UID] = append(shown[r.UID], d.IDs...)
 				}

@@ -5,7 +5,10 @@
 // listed devices, DCGM attributes GPUs). So a decoded device is reported only
 // when the Gate lets it through (gate.go: the pod's scheduler, its requests,
 // the ids' shape, the node's inventory), and an exclusive device only on the
-// pod that claimed it first (holders.go). Everything refused is returned
-// with a reason, which the Checker (pod.go) records in the pod's record,
-// logs and counts once per change.
+// pod that claimed it first (holders.go). What only an allocator's format
+// knows (its schedulers, which devices are exclusive, how many a pod may
+// hold) the gate asks through allocator.Set, never naming a format.
+// Everything refused is returned with a reason (Gate.VetPod, pod.go), which
+// the caller records in the pod's record, logs and counts once per change
+// (Gate.Report).
 package trust

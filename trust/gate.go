@@ -10,11 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/allocator/hami"
-	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
-	"github.com/podres-proxy/podres-proxy/allocator/parse"
-	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
-	"github.com/podres-proxy/podres-proxy/allocator/volcano"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -83,27 +79,13 @@ func ReasonClass(reason string) string {
 	}
 }
 
-// DefaultSchedulerNames returns, per allocator, the spec.schedulerName of the
-// pods its scheduler places by default: koord-scheduler, hami-scheduler,
-// volcano (both of Volcano's device plugins) and tensor-fusion-scheduler.
-// HAMi's Ascend keys are believed on Volcano's pods too (Gate.believedOn):
-// Volcano's vNPU support writes them.
-func DefaultSchedulerNames() map[string][]string {
-	return map[string][]string{
-		koordinator.Name:     {"koord-scheduler"},
-		hami.Name:            {"hami-scheduler"},
-		volcano.VGPUName:     {"volcano"},
-		volcano.GPUShareName: {"volcano"},
-		tensorfusion.Name:    {"tensor-fusion-scheduler"},
-	}
-}
-
 // GateOptions configure a Gate.
 type GateOptions struct {
 	// SchedulerNames overrides, per allocator name, the scheduler names
 	// whose pods the allocator's annotations are believed on; allocators
-	// absent keep DefaultSchedulerNames. A cluster where Koordinator
-	// replaces the default scheduler sets koordinator: default-scheduler.
+	// absent keep their format's (allocator.Set.SchedulerNames). A cluster
+	// where Koordinator replaces the default scheduler sets koordinator:
+	// default-scheduler.
 	SchedulerNames map[string][]string
 	// Log gets one warning per refused device (nil: logrus's standard
 	// logger).
@@ -134,7 +116,7 @@ type Gate struct {
 // NewGate returns the gate for the allocators of set. Scheduler names are
 // compared exactly; an allocator given an empty list believes no pod.
 func NewGate(set *allocator.Set, opts GateOptions) *Gate {
-	names := DefaultSchedulerNames()
+	names := map[string][]string{}
 	for alloc, list := range opts.SchedulerNames {
 		names[alloc] = slices.Clone(list)
 	}
@@ -148,7 +130,10 @@ func NewGate(set *allocator.Set, opts GateOptions) *Gate {
 // SchedulerNames returns the scheduler names an allocator's annotations are
 // believed on.
 func (g *Gate) SchedulerNames(allocator string) []string {
-	return slices.Clone(g.schedulers[allocator])
+	if names, ok := g.schedulers[allocator]; ok {
+		return slices.Clone(names)
+	}
+	return g.set.SchedulerNames(allocator)
 }
 
 // Vettable reports whether a spec says enough to vet a pod's devices: it
@@ -162,7 +147,8 @@ func Vettable(spec *model.PodSpec) bool {
 // and those refused. A device counts only when all of these hold:
 //
 //   - the pod's spec.schedulerName is one the device's allocator's
-//     scheduler uses, or, for HAMi's Ascend keys, Volcano's (believedOn);
+//     scheduler uses, or one of another scheduler that writes the same
+//     annotation (believedOn);
 //   - some container of the pod (init, sidecar or app) requests what the
 //     device provides, as its decoder's Wants judges requests;
 //   - every id has the shape its resource needs: an NVIDIA resource's ids
@@ -173,10 +159,11 @@ func Vettable(spec *model.PodSpec) bool {
 //     id is one of them; a MIG instance, which the inventory does not list,
 //     must name its parent GPU (MIG-GPU-<uuid>/<gi>/<ci>, or the device's
 //     Parent) and the parent must be one of them;
-//   - a Koordinator pod-level device is within what the pod's containers
+//   - a pod-level device of an allocator that allocates per pod
+//     (allocator.Capped: Koordinator) is within what the pod's containers
 //     ask for: of each kind (type, resource), no more devices than
-//     allocator.Set.Asks counts in the pod's requests, the first ones in
-//     the annotation's order kept (over-request).
+//     allocator.Set.Cap allows, the first ones in the annotation's order
+//     kept (over-request).
 //
 // A device failing one is refused whole, with all its ids: reporting some of
 // an RDMA allocation's VFs could hand Multus an arbitrary one. With a nil
@@ -197,10 +184,7 @@ func (g *Gate) Vet(spec *model.PodSpec, devices []model.Device, inv *inventory.S
 		drop = markDropped(drop, len(devices), i)
 		refused = append(refused, refusal(dev, reason, detail))
 	}
-	for _, over := range g.overRequest(spec, devices, drop) {
-		drop = markDropped(drop, len(devices), over.index)
-		refused = append(refused, refusal(devices[over.index], ReasonOverRequest, over.detail))
-	}
+	drop, refused = g.overRequest(spec, devices, drop, refused)
 	return without(devices, drop), refused
 }
 
@@ -240,53 +224,38 @@ func refusal(dev model.Device, reason, detail string) model.Refused {
 	}
 }
 
-// surplus is a device overRequest refuses: its index and why.
-type surplus struct {
-	index  int
-	detail string
-}
-
-// overRequest returns, in the order of devices, the Koordinator pod-level
-// devices not yet dropped that go beyond what the pod's containers ask for,
-// with the refusal's detail. Koordinator allocates per pod from the sum of
-// its containers' requests, each whole device or share counted, so an
-// annotation naming more devices of a kind than that sum names devices
-// nobody was given (Assign would show them all to the one container asking).
-// Other allocators are not capped here: HAMi and Volcano vGPU list devices
-// per container, and a TensorFusion share may span several GPUs. RDMA
-// devices and FPGAs of a pod that asks for GPUs may number as many as the
-// GPUs (joint allocation); the joint-allocate annotation itself is not read.
-func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []bool) []surplus {
+// overRequest marks in drop, and adds to refused, in the order of devices,
+// the capped pod-level devices (allocator.Set.Cap) not yet dropped that go
+// beyond what the pod's containers ask for: Assign would show them all to
+// the one container asking.
+func (g *Gate) overRequest(spec *model.PodSpec, devices []model.Device, drop []bool, refused []model.Refused) ([]bool, []model.Refused) {
 	type kind struct {
-		typ, resource string
-		counts        bool
+		allocator, typ, resource string
+		counts                   bool
 	}
-	var out []surplus
 	seen := map[kind]int64{}
 	asks := map[kind]int64{}
 	for i, dev := range devices {
-		if (drop != nil && drop[i]) || dev.Allocator != koordinator.Name || dev.ContainerIndex != nil || dev.Container != "" {
-			continue
+		if (drop != nil && drop[i]) || dev.ContainerIndex != nil || dev.Container != "" {
+			continue // dropped, or given to one container by its allocator
 		}
-		k := kind{dev.Type, dev.Resource, dev.CountsRequests}
+		k := kind{dev.Allocator, dev.Type, dev.Resource, dev.CountsRequests}
 		n, counted := asks[k]
 		if !counted {
-			n = g.set.Asks(spec, dev)
-			if dev.Type == inventory.TypeRDMA || dev.Type == inventory.TypeFPGA {
-				// Koordinator's joint allocation (device-joint-allocate,
-				// GPU first) gives one RDMA device (or FPGA) per PCIe
-				// switch of the pod's GPUs, whatever their own request:
-				// up to as many as the GPUs it asks for.
-				n = max(n, g.set.Asks(spec, model.Device{Allocator: dev.Allocator, Type: inventory.TypeGPU}))
+			var capped bool
+			if n, capped = g.set.Cap(spec, dev); !capped {
+				continue
 			}
 			asks[k] = n
 		}
 		if seen[k]++; seen[k] <= n {
 			continue
 		}
-		out = append(out, surplus{i, fmt.Sprintf("the pod's containers ask for %d %s device(s) in all; the annotation names more", n, dev.Resource)})
+		drop = markDropped(drop, len(devices), i)
+		refused = append(refused, refusal(dev, ReasonOverRequest,
+			fmt.Sprintf("the pod's containers ask for %d %s device(s) in all; the annotation names more", n, dev.Resource)))
 	}
-	return out
+	return drop, refused
 }
 
 // check returns why dev is refused, "" when it is believed.
@@ -306,9 +275,9 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snaps
 			return ReasonUnsafeID, fmt.Sprintf("id %s is not a valid %s device id", strconv.Quote(id), dev.Resource)
 		}
 	}
-	if typ := allocator.InventoryType(dev); typ != "" && inv.HasType(typ) {
+	if typ := devids.InventoryType(dev); typ != "" && inv.HasType(typ) {
 		for _, id := range dev.IDs {
-			if parse.IsMIG(id) {
+			if devids.IsMIG(id) {
 				// The inventory lists whole GPUs: the instance is on this
 				// node when its parent is.
 				parent := migParent(dev, id)
@@ -327,15 +296,12 @@ func (g *Gate) check(spec *model.PodSpec, dev model.Device, inv *inventory.Snaps
 }
 
 // believedOn returns the scheduler names dev's annotation is believed on:
-// those of its allocator, and those of every other scheduler whose own code
-// writes that annotation. Volcano's vNPU support (its HAMi-core Ascend path)
-// writes HAMi's hami.io/Ascend<chip>-devices-allocated on Volcano's pods, and
-// the Ascend device plugin hands those NPUs out; it writes no other HAMi key,
-// so a Volcano pod's HAMi NVIDIA annotation is still refused.
+// those of its allocator, and those of every other allocator whose scheduler
+// writes that annotation (allocator.Set.AlsoWrittenBy).
 func (g *Gate) believedOn(dev model.Device) []string {
-	names := g.schedulers[dev.Allocator]
-	if h, ok := g.set.Format(hami.Name).(*hami.Format); ok && h.Ascend(dev) {
-		return append(slices.Clip(names), g.schedulers[volcano.VGPUName]...)
+	names := g.SchedulerNames(dev.Allocator)
+	for _, other := range g.set.AlsoWrittenBy(dev) {
+		names = append(names, g.SchedulerNames(other)...)
 	}
 	return names
 }
@@ -362,9 +328,9 @@ func safeID(dev model.Device, id string) bool {
 	}
 	switch {
 	case strings.HasPrefix(dev.Resource, "nvidia.com/"):
-		return allocator.IsGPUID(id)
+		return devids.IsGPUID(id)
 	case dev.Type == inventory.TypeRDMA:
-		return allocator.IsPCIAddress(id)
+		return devids.IsPCIAddress(id)
 	default:
 		return cdiSafeShape.MatchString(id)
 	}

@@ -386,7 +386,7 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 			}
 			for _, d := range kept {
 				for _, id := range d.IDs {
-					shownOn[strings.ToLower(id)] = append(shownOn[strings.ToLower(id)], shown{r.UID, trust.Exclusive(d)})
+					shownOn[strings.ToLower(id)] = append(shownOn[strings.ToLower(id)], shown{r.UID, set.Exclusive(d)})
 				}
 			}
 		}
@@ -406,4 +406,20 @@ func FuzzNoExclusiveDeviceTwice(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Only Koordinator's devices are capped at what the pod asks for: a GPU
+// that Volcano's gpushare gave the same pod, of the same type and resource,
+// is not counted against Koordinator's count, and neither is refused.
+func TestTheOverRequestCapCountsEachAllocatorApart(t *testing.T) {
+	gate := trust.NewGate(quietSet(t), trust.GateOptions{SchedulerNames: map[string][]string{volcano.GPUShareName: {"koord-scheduler"}}})
+	spec := &model.PodSpec{SchedulerName: "koord-scheduler", Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp,
+		Requests: map[string]string{"nvidia.com/gpu": "1", volcano.DefaultGPUNumberResource: "1"}}}}
+	devices := []model.Device{
+		{Allocator: koordinator.Name, Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"GPU-989aa251-1dfe-5bbc-7c12-46e817b1de9a"}},
+		{Allocator: volcano.GPUShareName, Type: "gpu", Resource: "nvidia.com/gpu", IDs: []string{"GPU-2c1b5e0f-0000-4a4a-9b9b-123456789abc"}},
+	}
+	if kept, refused := gate.Vet(spec, devices, nil); len(kept) != 2 {
+		t.Errorf("kept %d of 2 devices, refused %+v", len(kept), refused)
+	}
 }

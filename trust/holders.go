@@ -2,26 +2,17 @@ package trust
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
-	"github.com/podres-proxy/podres-proxy/allocator/parse"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
-
-// Exclusive reports whether a device can be one pod's only: a Koordinator
-// allocation of a whole device (a whole GPU, a VF, an RDMA PF without VFs,
-// an FPGA). Shared GPUs (a fractional gpu-core, HAMi and Volcano vGPU,
-// Volcano gpushare) are shared by design and never contested.
-func Exclusive(dev model.Device) bool {
-	return dev.Allocator == koordinator.Name && !dev.Shared
-}
 
 // Holders says which pod holds each device of the node, and what each
 // device is part of: a VF of its PF, a MIG instance of its GPU. Build it
@@ -97,11 +88,9 @@ func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holde
 		if !claimant(r) {
 			continue
 		}
-		devs, _ := allocator.Translate(r.Devices, inv)
-		devs = allocator.NormalizeIDs(devs)
-		kept, _ := g.vetRecord(r, devs, inv)
+		kept, _, _ := g.vetRecord(r, inv)
 		for _, d := range kept {
-			cands = append(cands, candidate{claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: Exclusive(d)}, d})
+			cands = append(cands, candidate{claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live(), exclusive: g.set.Exclusive(d)}, d})
 		}
 	}
 	slices.SortStableFunc(cands, func(a, b candidate) int { return a.c.compare(b.c) })
@@ -128,7 +117,7 @@ func (g *Gate) Holders(records []*record.Record, inv *inventory.Snapshot) *Holde
 // instance's GPU.
 func (h *Holders) keys(dev model.Device, id string) (key, parent string) {
 	key = claimKey(id)
-	if parse.IsMIG(id) {
+	if devids.IsMIG(id) {
 		if p := migParent(dev, id); p != "" {
 			parent = claimKey(p)
 		}
@@ -212,7 +201,7 @@ func (g *Gate) Contest(rec *record.Record, devices []model.Device, h *Holders) (
 	}
 	var drop []bool
 	for i, d := range devices {
-		holder, id, found := h.conflict(rec.UID, Exclusive(d), d)
+		holder, id, found := h.conflict(rec.UID, g.set.Exclusive(d), d)
 		if !found {
 			continue
 		}
@@ -226,4 +215,15 @@ func (g *Gate) Contest(rec *record.Record, devices []model.Device, h *Holders) (
 		refused = append(refused, refusal(d, ReasonContested, detail))
 	}
 	return without(devices, drop), refused
+}
+
+// Equal reports whether two tables grant every claim alike, so that what
+// was decided with one holds with the other. Both are built from the same
+// inventory snapshot or the answer is false.
+func (h *Holders) Equal(o *Holders) bool {
+	if h == nil || o == nil {
+		return h == o
+	}
+	same := func(a, b []claim) bool { return slices.Equal(a, b) }
+	return h.inv == o.inv && maps.EqualFunc(h.on, o.on, same) && maps.EqualFunc(h.under, o.under, same)
 }

@@ -25,7 +25,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/record"
@@ -56,7 +56,7 @@ type sharer struct {
 // ids: a shared device of the gpu inventory type (NVIDIA's UUIDs; a MIG
 // instance is a device of its own and never shared this way).
 func sharedGPU(dev model.Device) bool {
-	return dev.Shared && allocator.InventoryType(dev) == "gpu"
+	return dev.Shared && devids.InventoryType(dev) == "gpu"
 }
 
 // gpuUUID reports whether id names a whole GPU by UUID ("GPU-...").
@@ -73,9 +73,7 @@ func (g *Gate) SharedGPUs(prev *SharedGPUs, records []*record.Record, inv *inven
 		if !claimant(r) {
 			continue
 		}
-		devs, _ := allocator.Translate(r.Devices, inv)
-		devs = allocator.NormalizeIDs(devs)
-		devs, _ = g.vetRecord(r, devs, inv)
+		devs, _, _ := g.vetRecord(r, inv)
 		c := claim{uid: r.UID, since: r.Provenance.Annotations.At, live: r.Live()}
 		for _, d := range devs {
 			if !sharedGPU(d) {

@@ -3,6 +3,7 @@ package hami
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -87,14 +88,7 @@ func (h *Format) Name() string { return Name }
 
 // ReplacedResources implements allocator.Replacer: every resource HAMi reports.
 func (h *Format) ReplacedResources() []string {
-	var out []string
-	for _, name := range h.resources {
-		if !slices.Contains(out, name) {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return slices.Compact(slices.Sorted(maps.Values(h.resources)))
 }
 
 // Relevant implements allocator.Format: every vendor's allocated-devices key, not the
@@ -223,17 +217,28 @@ func neuronCores(requests map[string]string) (whole int64, share bool) {
 	}
 }
 
-// Ascend reports whether dev was decoded from an Ascend chip's key,
-// hami.io/Ascend<chip>-devices-allocated: its type is a vendor word starting
-// with "Ascend" whose key's devices are reported as dev's resource. Volcano's
-// vNPU support (its HAMi-core Ascend path) writes these keys too, on pods of
-// Volcano, with HAMi's encoding. The type is the annotation's, but the
-// resource comes from the key, so a device of another key (NVIDIA's vGPUs,
-// say) that claims an Ascend type is not Ascend.
-func (h *Format) Ascend(dev model.Device) bool {
-	if dev.Allocator != Name || !strings.HasPrefix(dev.Type, hamiAscendPrefix) {
-		return false
+// SchedulerNames implements allocator.Scheduled.
+func (h *Format) SchedulerNames() []string { return []string{"hami-scheduler"} }
+
+// VolcanoVGPUName is the name of Volcano's vGPU decoder (volcano.VGPUName,
+// defined here because package volcano imports this one), whose scheduler
+// writes HAMi's Ascend keys.
+const VolcanoVGPUName = "volcano-vgpu"
+
+// AlsoWrittenBy implements allocator.CoWritten: Volcano's vNPU support (its
+// HAMi-core Ascend path) writes hami.io/Ascend<chip>-devices-allocated on
+// Volcano's pods, with HAMi's encoding, and the Ascend device plugin hands
+// those NPUs out; it writes no other HAMi key. A device is Ascend when its
+// type is a vendor word starting with "Ascend" whose key's devices are
+// reported as dev's resource: the type is the annotation's, but the resource
+// comes from the key, so a device of another key (NVIDIA's vGPUs, say) that
+// claims an Ascend type is not Ascend.
+func (h *Format) AlsoWrittenBy(dev model.Device) []string {
+	if !strings.HasPrefix(dev.Type, hamiAscendPrefix) {
+		return nil
 	}
-	name, ok := h.resource(dev.Type)
-	return ok && name == dev.Resource
+	if name, ok := h.resource(dev.Type); !ok || name != dev.Resource {
+		return nil
+	}
+	return []string{VolcanoVGPUName}
 }

@@ -3,6 +3,7 @@ package hami
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -409,7 +410,7 @@ func FuzzHAMiWantsNeuronCores(f *testing.F) {
 	})
 }
 
-// Ascend tells the devices of HAMi's Ascend keys, which Volcano writes too,
+// AlsoWrittenBy tells the devices of HAMi's Ascend keys, which Volcano writes too,
 // from the others by the key they came from: a device of the NVIDIA key
 // whose entry claims an Ascend type is not one.
 func TestHAMiAscendIsDecidedByTheKey(t *testing.T) {
@@ -426,15 +427,11 @@ func TestHAMiAscendIsDecidedByTheKey(t *testing.T) {
 	}
 	got := map[string]bool{}
 	for _, d := range devs {
-		got[d.IDs[0]] = h.Ascend(d)
+		got[d.IDs[0]] = slices.Equal(h.AlsoWrittenBy(d), []string{VolcanoVGPUName})
 	}
 	want := map[string]bool{npu: true, "Ascend910B2-1": true, uuidA: false, uuidB: false, "DCU-0": false}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Ascend by device id = %v; want %v", got, want)
-	}
-	other := model.Device{Allocator: "volcano-vgpu", Type: "Ascend310P", Resource: "huawei.com/Ascend310P"}
-	if h.Ascend(other) {
-		t.Errorf("another allocator's device is Ascend: %+v", other)
+		t.Errorf("written by Volcano too, by device id = %v; want %v", got, want)
 	}
 }
 

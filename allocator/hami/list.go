@@ -3,10 +3,7 @@ package hami
 import (
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -188,10 +185,10 @@ func parseHAMiDevice(raw string) (hamiDevice, error) {
 	if d.typ == "" {
 		return hamiDevice{}, errors.New("no device type")
 	}
-	if _, err := nonNegative(fields[2], "memory"); err != nil {
+	if _, err := parse.Int32(fields[2], "memory"); err != nil {
 		return hamiDevice{}, err
 	}
-	cores, err := nonNegative(fields[3], "cores")
+	cores, err := parse.Int32(fields[3], "cores")
 	if err != nil {
 		return hamiDevice{}, err
 	}
@@ -203,7 +200,7 @@ func parseHAMiDevice(raw string) (hamiDevice, error) {
 		}
 		d.id, d.shared = parent, true
 	}
-	if strings.IndexFunc(d.id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+	if parse.HasSpaceOrControl(d.id) {
 		return hamiDevice{}, fmt.Errorf("UUID %q contains spaces or control characters", d.id)
 	}
 	return d, nil
@@ -223,19 +220,4 @@ func migParent(id string) (string, bool) {
 		return "", false
 	}
 	return parent, true
-}
-
-// nonNegative reads a field HAMi writes as a decimal int32.
-func nonNegative(s, field string) (int64, error) {
-	if strings.HasPrefix(s, "-") && parse.IsDigits(s[1:]) {
-		return 0, fmt.Errorf("%s %s is negative", field, s)
-	}
-	if !parse.IsDigits(s) {
-		return 0, fmt.Errorf("%s %q is not a number", field, s)
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n > math.MaxInt32 {
-		return 0, fmt.Errorf("%s %s is out of range", field, s)
-	}
-	return n, nil
 }

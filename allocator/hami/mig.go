@@ -2,10 +2,8 @@ package hami
 
 import (
 	"encoding/json"
-
 	"fmt"
 	"strings"
-	"unicode"
 
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
 )
@@ -59,9 +57,7 @@ func parseMIGAllocations(value string) (map[migSlot]string, error) {
 		if e.MIGUUID == "" {
 			continue
 		}
-		if !strings.HasPrefix(e.MIGUUID, "MIG-") || strings.IndexFunc(e.MIGUUID, func(r rune) bool {
-			return unicode.IsSpace(r) || unicode.IsControl(r)
-		}) >= 0 {
+		if !strings.HasPrefix(e.MIGUUID, "MIG-") || parse.HasSpaceOrControl(e.MIGUUID) {
 			return nil, fmt.Errorf("entry %d: migUUID %s is not MIG-<uuid>", i, parse.Quote(e.MIGUUID))
 		}
 		slot := migSlot{*e.ContainerIndex, *e.DeviceIndex, e.GPUUUID}

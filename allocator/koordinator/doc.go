@@ -31,14 +31,8 @@
 // allocations are skipped with an error naming it, and the pod keeps the
 // devices of the known types.
 //
-// scheduling.koordinator.sh/device-allocate-hint, the pod's own input to
-// koord-scheduler, is read for one field only: allocateStrategy
-// "RequestsAsCount" for rdma or fpga makes that type's koordinator.sh/rdma or
-// koordinator.sh/fpga count devices instead of percent (rdma: 1 is one VF).
-// Each VF of such an allocation is then a device of its own, whole, marked
-// CountsRequests, and Wants counts the containers' requests in devices. A
-// hint that cannot be read is reported and ignored (requests in percent):
-// the devices are the pod's either way.
+// Of scheduling.koordinator.sh/device-allocate-hint, the pod's own input to
+// koord-scheduler, only allocateStrategy is read (HintAnnotation).
 //
 // Which pod resources request which device type, and how they count
 // (Koordinator's percentages count 100 per whole device, or 1 per device

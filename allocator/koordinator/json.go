@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -117,13 +118,9 @@ func quantities(raw json.RawMessage) (map[string]resource.Quantity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resources: %w", err)
 	}
-	names := make([]string, 0, len(fields))
-	for name := range fields {
-		names = append(names, name)
-	}
-	slices.Sort(names) // the first bad one reported is always the same
 	out := make(map[string]resource.Quantity, len(fields))
-	for _, name := range names {
+	// Sorted, so that the first bad one reported is always the same.
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
 		v := fields[name]
 		text := string(v)
 		if len(v) > 0 && v[0] == '"' {

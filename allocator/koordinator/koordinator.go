@@ -1,9 +1,11 @@
 package koordinator
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -80,20 +82,11 @@ type Format struct {
 
 // New returns the Koordinator decoder.
 func New(opts Options) *Format {
-	if opts.GPUResource == "" {
-		opts.GPUResource = parse.DefaultGPUResource
-	}
-	if opts.RDMAResource == "" {
-		opts.RDMAResource = DefaultRDMAResource
-	}
-	if opts.FPGAResource == "" {
-		opts.FPGAResource = DefaultFPGAResource
-	}
 	k := &Format{
 		resource: map[string]string{
-			koordGPU:  opts.GPUResource,
-			koordRDMA: opts.RDMAResource,
-			koordFPGA: opts.FPGAResource,
+			koordGPU:  cmp.Or(opts.GPUResource, parse.DefaultGPUResource),
+			koordRDMA: cmp.Or(opts.RDMAResource, DefaultRDMAResource),
+			koordFPGA: cmp.Or(opts.FPGAResource, DefaultFPGAResource),
 		},
 		requests: map[string]map[string]requestKind{
 			koordGPU: {
@@ -119,6 +112,28 @@ func New(opts Options) *Format {
 
 // Name implements allocator.Format.
 func (k *Format) Name() string { return Name }
+
+// SchedulerNames implements allocator.Scheduled.
+func (k *Format) SchedulerNames() []string { return []string{"koord-scheduler"} }
+
+// Exclusive implements allocator.Exclusive: Koordinator's allocation of a
+// whole device (a whole GPU, a VF, an RDMA PF without VFs, an FPGA) is the
+// pod's alone; a share (a fractional gpu-core) is shared by design.
+func (k *Format) Exclusive(dev model.Device) bool { return !dev.Shared }
+
+// Cap implements allocator.Capped: Koordinator allocates per pod from the sum
+// of its containers' requests, each whole device or share counted. Its joint
+// allocation (device-joint-allocate, GPU first) gives one RDMA device (or
+// FPGA) per PCIe switch of the pod's GPUs, whatever their own request, so of
+// those the pod may hold up to as many as the GPUs it asks for; the
+// joint-allocate annotation itself is not read.
+func (k *Format) Cap(dev model.Device, asks func(model.Device) int64) int64 {
+	n := asks(dev)
+	if dev.Type == koordRDMA || dev.Type == koordFPGA {
+		n = max(n, asks(model.Device{Allocator: Name, Type: koordGPU}))
+	}
+	return n
+}
 
 // Relevant implements allocator.Format: the allocation, and the pod's hint, which
 // says how the containers' requests count.
@@ -203,16 +218,10 @@ func (k *Format) decode(value string, counted map[string]bool) ([]model.Device, 
 	if byType == nil {
 		return nil, errors.New("want a JSON object of device types, got null")
 	}
-	types := make([]string, 0, len(byType))
-	for typ := range byType {
-		types = append(types, typ)
-	}
-	slices.Sort(types)
-
 	var devices []model.Device
 	var unknown []string
 	owner := map[string]string{} // device id -> where it was first seen
-	for _, typ := range types {
+	for _, typ := range slices.Sorted(maps.Keys(byType)) {
 		if _, known := k.resource[typ]; !known {
 			unknown = append(unknown, typ)
 			continue

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -88,6 +89,23 @@ func ParseQuantity(v string) (resource.Quantity, error) {
 	return q, nil
 }
 
+// Int32 reads a decimal the schedulers write as a non-negative int32 (HAMi's
+// memory and cores, Volcano's GPU indices); what names it in errors.
+func Int32(s, what string) (int64, error) {
+	if strings.HasPrefix(s, "-") && IsDigits(s[1:]) {
+		return 0, fmt.Errorf("%s %s is negative", what, s)
+	}
+	if !IsDigits(s) {
+		return 0, fmt.Errorf("%s %s is not a number", what, Quote(s))
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%s %s is out of range", what, s)
+	}
+	return n, nil
+}
+
+// IsDigits reports whether s is a non-empty string of ASCII digits.
 func IsDigits(s string) bool {
 	if s == "" {
 		return false
@@ -98,6 +116,13 @@ func IsDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// HasSpaceOrControl reports whether s has a space or a control character,
+// which no id or name the formats read may hold: they end up in logs, CDI
+// names and device-info files.
+func HasSpaceOrControl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0
 }
 
 // IsMIG reports whether id names a MIG instance ("MIG-...", any case).

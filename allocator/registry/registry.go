@@ -17,25 +17,31 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 )
 
-// Every format of the registry is an allocator.Format.
-var (
-	_ allocator.Format = (*koordinator.Format)(nil)
-	_ allocator.Format = (*hami.Format)(nil)
-	_ allocator.Format = (*volcano.VGPU)(nil)
-	_ allocator.Format = (*volcano.GPUShare)(nil)
-	_ allocator.Format = (*tensorfusion.Format)(nil)
-)
-
-// names are the decoders NewFormats knows, in the order it builds them.
+// formats are the decoders NewFormats knows, in the order it builds them.
 // Decoders whose devices replace the kubelet's come first: the merge drops
 // a container's entries of a resource when the first replacing device
 // reaches it, so a device another allocator added before would be dropped
 // with the kubelet's.
-var names = []string{hami.Name, volcano.VGPUName, koordinator.Name, volcano.GPUShareName, tensorfusion.Name}
+var formats = []struct {
+	name  string
+	build func(Options) allocator.Format
+}{
+	{hami.Name, func(o Options) allocator.Format { return hami.New(o.HAMi) }},
+	{volcano.VGPUName, func(o Options) allocator.Format { return volcano.NewVGPU(o.VolcanoVGPU) }},
+	{koordinator.Name, func(o Options) allocator.Format { return koordinator.New(o.Koordinator) }},
+	{volcano.GPUShareName, func(o Options) allocator.Format { return volcano.NewGPUShare(o.VolcanoGPUShare) }},
+	{tensorfusion.Name, func(o Options) allocator.Format { return tensorfusion.New(o.TensorFusion) }},
+}
 
 // Names returns the name of every decoder NewFormats can build, in the
 // order it builds them: the value of a command-line flag enabling them all.
-func Names() []string { return slices.Clone(names) }
+func Names() []string {
+	names := make([]string, len(formats))
+	for i, f := range formats {
+		names[i] = f.name
+	}
+	return names
+}
 
 // Options configure the decoders NewFormats builds; each field is passed to
 // its decoder's constructor.
@@ -53,6 +59,7 @@ type Options struct {
 // Names, whatever the order given. Unknown, repeated and empty names are
 // errors, as is an empty list.
 func NewFormats(enabled []string, opts Options) ([]allocator.Format, error) {
+	names := Names()
 	want := map[string]bool{}
 	for _, n := range enabled {
 		n = strings.TrimSpace(n)
@@ -70,24 +77,27 @@ func NewFormats(enabled []string, opts Options) ([]allocator.Format, error) {
 		return nil, fmt.Errorf("no allocator named (known: %s)", strings.Join(names, ", "))
 	}
 	var out []allocator.Format
-	for _, n := range names {
-		if !want[n] {
-			continue
-		}
-		switch n {
-		case hami.Name:
-			out = append(out, hami.New(opts.HAMi))
-		case volcano.VGPUName:
-			out = append(out, volcano.NewVGPU(opts.VolcanoVGPU))
-		case koordinator.Name:
-			out = append(out, koordinator.New(opts.Koordinator))
-		case volcano.GPUShareName:
-			out = append(out, volcano.NewGPUShare(opts.VolcanoGPUShare))
-		case tensorfusion.Name:
-			out = append(out, tensorfusion.New(opts.TensorFusion))
+	for _, f := range formats {
+		if want[f.name] {
+			out = append(out, f.build(opts))
 		}
 	}
 	return out, nil
+}
+
+// SchedulerNames returns the spec.schedulerName values of the pods whose
+// annotations the allocator named is believed on by default
+// (allocator.Scheduled), for the flags that override them; nil for a name
+// NewFormats does not know.
+func SchedulerNames(name string) []string {
+	built, err := NewFormats([]string{name}, Options{})
+	if err != nil {
+		return nil
+	}
+	if s, ok := built[0].(allocator.Scheduled); ok {
+		return s.SchedulerNames()
+	}
+	return nil
 }
 
 // ParseResourceMap reads a flag value "key=resource,key=resource" into a

@@ -1,5 +1,4 @@
-// Package tensorfusion decodes the allocations of TensorFusion, an
-// allocator.Format.
+// Package tensorfusion decodes the allocations of TensorFusion.
 //
 // TensorFusion (NexusGPU/tensor-fusion) virtualises GPUs: its scheduler
 // (tensor-fusion-scheduler) writes which GPUs a pod got into annotations,
@@ -22,20 +21,11 @@
 //
 // Its device plugin writes partition-uuids in fact per container, in the
 // AllocateResponse, which the runtime creates the container with and the
-// pod's metadata never gets: read from there too (DecodeContainer).
-//
-// GPUs come from container-gpus when it is there (each to its named
-// container), else from gpu-ids (pod level). A partition's instance is
-// reported as MIG-<uuid> (a /<gi>/<ci> suffix dropped: DCGM resolves the
-// bare instance UUID), with its parent for the NUMA node, and the parent
-// GPU itself is then not reported to the pod: the pod holds a slice of it.
-// Partitions in a container's annotations (DecodeContainer) go to that
-// container, or to the pod when several containers list them (TensorFusion
-// allocates per pod, so each container it serves gets the same ones). In
-// partitioned mode no whole GPU is reported at all: until the containers
-// exist, the pod's slices are unknown, and its GPUs are not its own.
-// TensorFusion writes GPU ids in their Kubernetes-name form (gpu-<uuid>);
-// the proxy spells them GPU-<uuid> when it answers (allocator.NormalizeID).
+// pod's metadata never gets: read from there too (DecodeContainer). A
+// partition's instance is reported as MIG-<uuid>, with its parent for the
+// NUMA node, and the parent GPU itself is then not reported to the pod: the
+// pod holds a slice of it. TensorFusion writes GPU ids as gpu-<uuid>; the
+// proxy spells them GPU-<uuid> when it answers (devids.NormalizeID).
 //
 // TensorFusion shares GPUs by design (fractions of TFLOPs and VRAM), so
 // every GPU is Shared and its sharers get shared-GPU ids (trust.SharedGPUs); a

@@ -1,12 +1,12 @@
 package tensorfusion
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"unicode"
 
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -40,14 +40,14 @@ type Format struct {
 
 // New returns the TensorFusion decoder.
 func New(opts Options) *Format {
-	if opts.Resource == "" {
-		opts.Resource = parse.DefaultGPUResource
-	}
-	return &Format{resource: opts.Resource}
+	return &Format{resource: cmp.Or(opts.Resource, parse.DefaultGPUResource)}
 }
 
 // Name implements allocator.Format.
 func (t *Format) Name() string { return Name }
+
+// SchedulerNames implements allocator.Scheduled.
+func (t *Format) SchedulerNames() []string { return []string{"tensor-fusion-scheduler"} }
 
 // Relevant implements allocator.Format.
 func (t *Format) Relevant(key string) bool {
@@ -81,20 +81,9 @@ func (t *Format) Decode(annotations map[string]string) ([]model.Device, error) {
 	for _, m := range migs {
 		sliced[claimKey(m.Parent)] = true
 	}
-	var gpus []model.Device
-	if v, ok := annotations[ContainerGPUsKey]; ok {
-		var err error
-		if gpus, err = t.containerGPUs(v); err != nil {
-			errs = append(errs, fmt.Errorf("decode %s: %w", ContainerGPUsKey, err))
-		}
-	} else if v, ok := annotations[GPUIDsKey]; ok {
-		ids, err := splitIDs(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("decode %s: %w", GPUIDsKey, err))
-		}
-		for _, id := range ids {
-			gpus = append(gpus, t.gpu(id, ""))
-		}
+	gpus, key, err := t.podGPUs(annotations)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("decode %s: %w", key, err))
 	}
 	partitioned := strings.TrimSpace(annotations[IsolationKey]) == isolationPartitioned
 	gpus = slices.DeleteFunc(gpus, func(d model.Device) bool {
@@ -173,21 +162,29 @@ func (t *Format) CarvedFrom(dev model.Device, annotations map[string]string) (gp
 	if dev.Allocator != Name || dev.Parent == "" || len(dev.IDs) == 0 || !parse.IsMIG(dev.IDs[0]) {
 		return nil, false
 	}
-	if v, ok := annotations[ContainerGPUsKey]; ok {
-		devs, err := t.containerGPUs(v)
-		if err != nil {
-			return nil, true
-		}
-		for _, d := range devs {
-			gpus = append(gpus, d.IDs...)
-		}
-		return gpus, true
-	}
-	gpus, err := splitIDs(annotations[GPUIDsKey])
+	devs, _, err := t.podGPUs(annotations)
 	if err != nil {
 		return nil, true
 	}
+	for _, d := range devs {
+		gpus = append(gpus, d.IDs...)
+	}
 	return gpus, true
+}
+
+// podGPUs returns the GPUs the scheduler gave the pod: those of
+// container-gpus when it is there, each for its container, else gpu-ids',
+// for the pod; key is the annotation read.
+func (t *Format) podGPUs(annotations map[string]string) (gpus []model.Device, key string, err error) {
+	if v, ok := annotations[ContainerGPUsKey]; ok {
+		gpus, err = t.containerGPUs(v)
+		return gpus, ContainerGPUsKey, err
+	}
+	ids, err := splitIDs(annotations[GPUIDsKey])
+	for _, id := range ids {
+		gpus = append(gpus, t.gpu(id, ""))
+	}
+	return gpus, GPUIDsKey, err
 }
 
 // gpu is a GPU the pod shares, or a MIG instance named where GPUs are,
@@ -290,5 +287,5 @@ func claimKey(id string) string { return strings.ToLower(id) }
 // safeName reports whether s is a non-empty name of at most 253 bytes
 // without spaces or control characters.
 func safeName(s string) bool {
-	return s != "" && len(s) <= 253 && strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) < 0
+	return s != "" && len(s) <= 253 && !parse.HasSpaceOrControl(s)
 }

@@ -1,9 +1,8 @@
 package volcano
 
 import (
+	"cmp"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
@@ -14,7 +13,7 @@ import (
 const (
 	// VGPUName is the Volcano vGPU decoder's Name and the Allocator
 	// of its devices.
-	VGPUName = "volcano-vgpu"
+	VGPUName = hami.VolcanoVGPUName
 	// VGPUAnnotation is the pod annotation in which Volcano's vGPU
 	// scheduler plugin (derived from HAMi) records the vGPUs it allocated,
 	// in HAMi's format.
@@ -61,20 +60,17 @@ type VGPU struct {
 
 // NewVGPU returns the Volcano vGPU decoder.
 func NewVGPU(opts VGPUOptions) *VGPU {
-	if opts.Resource == "" {
-		opts.Resource = parse.DefaultGPUResource
-	}
-	if opts.CountResource == "" {
-		opts.CountResource = DefaultVGPUCountResource
-	}
-	if opts.MemoryResource == "" {
-		opts.MemoryResource = DefaultVGPUMemoryResource
-	}
+	opts.Resource = cmp.Or(opts.Resource, parse.DefaultGPUResource)
+	opts.CountResource = cmp.Or(opts.CountResource, DefaultVGPUCountResource)
+	opts.MemoryResource = cmp.Or(opts.MemoryResource, DefaultVGPUMemoryResource)
 	return &VGPU{opts: opts}
 }
 
 // Name implements allocator.Format.
 func (v *VGPU) Name() string { return VGPUName }
+
+// SchedulerNames implements allocator.Scheduled.
+func (v *VGPU) SchedulerNames() []string { return []string{"volcano"} }
 
 // ReplacedResources implements allocator.Replacer: Volcano's vGPU device plugin, like
 // HAMi's, gives the kubelet ids that are not GPU UUIDs.
@@ -129,20 +125,17 @@ type GPUShare struct {
 
 // NewGPUShare returns the Volcano gpushare decoder.
 func NewGPUShare(opts GPUShareOptions) *GPUShare {
-	if opts.Resource == "" {
-		opts.Resource = parse.DefaultGPUResource
-	}
-	if opts.NumberResource == "" {
-		opts.NumberResource = DefaultGPUNumberResource
-	}
-	if opts.MemoryResource == "" {
-		opts.MemoryResource = DefaultGPUMemoryResource
-	}
+	opts.Resource = cmp.Or(opts.Resource, parse.DefaultGPUResource)
+	opts.NumberResource = cmp.Or(opts.NumberResource, DefaultGPUNumberResource)
+	opts.MemoryResource = cmp.Or(opts.MemoryResource, DefaultGPUMemoryResource)
 	return &GPUShare{opts: opts}
 }
 
 // Name implements allocator.Format.
 func (v *GPUShare) Name() string { return GPUShareName }
+
+// SchedulerNames implements allocator.Scheduled.
+func (v *GPUShare) SchedulerNames() []string { return []string{"volcano"} }
 
 // Relevant implements allocator.Format.
 func (v *GPUShare) Relevant(key string) bool { return key == GPUShareAnnotation }
@@ -180,15 +173,9 @@ func (v *GPUShare) decode(value string) ([]model.Device, error) {
 		if field == "" {
 			return nil, fmt.Errorf("index %d is empty in %s", i, parse.Quote(value))
 		}
-		if strings.HasPrefix(field, "-") && parse.IsDigits(field[1:]) {
-			return nil, fmt.Errorf("index %d: GPU index %s is negative", i, field)
-		}
-		if !parse.IsDigits(field) {
-			return nil, fmt.Errorf("index %d: GPU index %s is not a number", i, parse.Quote(field))
-		}
-		n, err := strconv.ParseInt(field, 10, 64)
-		if err != nil || n > math.MaxInt32 {
-			return nil, fmt.Errorf("index %d: GPU index %s is out of range", i, field)
+		n, err := parse.Int32(field, "GPU index")
+		if err != nil {
+			return nil, fmt.Errorf("index %d: %w", i, err)
 		}
 		if first, dup := seen[n]; dup {
 			return nil, fmt.Errorf("index %d: GPU %d already listed at index %d", i, n, first)

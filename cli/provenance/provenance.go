@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -87,13 +88,13 @@ func allocatorOf(rec *record.Record, inv *inventory.Snapshot, resource, id strin
 	}
 	// The proxy answers ids as consumers spell them, a shared GPU's other
 	// sharers as <uuid>::<slot>, and MIG instances perhaps under
-	// --mig-resource-name (allocator.NormalizeID, trust/sharedgpu.go,
-	// allocator/mig.go).
+	// --mig-resource-name (devids.NormalizeID, trust/sharedgpu.go,
+	// allocator/devids/mig.go).
 	base, _, _ := strings.Cut(id, "::")
 	devs, _ := allocator.Translate(rec.Devices, inv)
 	for _, d := range devs {
 		for _, x := range d.IDs {
-			if x != id && allocator.NormalizeID(x) != base {
+			if x != id && devids.NormalizeID(x) != base {
 				continue
 			}
 			if d.Resource == resource || strings.HasPrefix(base, "MIG-") {

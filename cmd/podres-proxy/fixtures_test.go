@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/test/allocfixture"
 	"github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -125,12 +125,12 @@ func serveFixtures(t *testing.T, cases []allocfixture.Case) {
 				}
 			}
 			// The daemon spells ids as consumers match them (GPU-<uuid>,
-			// lower-case PCI addresses; allocator.NormalizeID), which
+			// lower-case PCI addresses; devids.NormalizeID), which
 			// h21 and k23, written before it did, do not: the device is
 			// the fixture's, the spelling the consumers'.
 			want := map[string][]string{}
 			for _, e := range c.Expect {
-				want[e.Container] = append(want[e.Container], e.Resource+" "+allocator.NormalizeID(e.ID))
+				want[e.Container] = append(want[e.Container], e.Resource+" "+devids.NormalizeID(e.ID))
 			}
 			for _, ctr := range c.Containers {
 				g, w := got[ctr.Name], want[ctr.Name]

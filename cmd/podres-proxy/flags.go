@@ -28,7 +28,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
-	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // serve's flags: their names are part of the interface (see the design
@@ -105,7 +104,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
 	c.schedulerNames = map[string]*string{}
 	for _, family := range schedulerFamilies {
-		def := trust.DefaultSchedulerNames()[family.allocators[0]]
+		def := registry.SchedulerNames(family.allocators[0])
 		c.schedulerNames[family.flag] = fs.String(family.flag+"-scheduler-names", strings.Join(def, ","),
 			"comma-separated spec.schedulerName values of the pods whose "+family.annotations+" annotations are believed; add default-scheduler where "+family.name+" runs as the default scheduler")
 	}

@@ -17,7 +17,7 @@ import (
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
@@ -98,7 +98,7 @@ func addV1(c *v1.ContainerResources, devs []model.Device, inv *inventory.Snapsho
 				continue
 			}
 			// A MIG instance sits on its parent GPU's NUMA node.
-			c.Devices = append(c.Devices, inv.ContainerDevicesAt(d.Resource, id, allocator.TopologyID(d, id))...)
+			c.Devices = append(c.Devices, inv.ContainerDevicesAt(d.Resource, id, devids.TopologyID(d, id))...)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -197,15 +198,14 @@ func (b *Builder) build() {
 // attributed to its containers, with its share of the GPUs it shares.
 func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *trust.Holders, shared *trust.SharedGPUs) entry {
 	e := entry{rec: rec}
-	devs, problems := allocator.Translate(rec.Devices, inv)
+	// A refused device adds nothing and removes nothing: what the kubelet
+	// itself reported for the pod (a device plugin's GPU) stays as it is.
+	devs, refused, problems := b.o.Gate.VetPod(rec, inv, holders)
+	e.refused = refused
 	if len(problems) > 0 {
 		// Repeats at every build until the inventory knows the device.
 		b.o.Log.WithField("pod", rec.Namespace+"/"+rec.Name).WithError(errors.Join(problems...)).Debug("devices without ids")
 	}
-	devs = allocator.NormalizeIDs(devs)
-	// A refused device adds nothing and removes nothing: what the kubelet
-	// itself reported for the pod (a device plugin's GPU) stays as it is.
-	devs, e.refused = b.o.Gate.VetPod(rec, devs, inv, holders)
 	e.slots = shared.Slots(rec.UID)
 	if len(devs) == 0 {
 		return e
@@ -222,7 +222,7 @@ func (b *Builder) decide(rec *record.Record, inv *inventory.Snapshot, holders *t
 		// decide the container, the name only what consumers see.
 		relabelled := make(allocator.Assignment, len(a))
 		for name, devs := range a {
-			relabelled[name] = allocator.MIGResource(devs, b.o.MIGResource)
+			relabelled[name] = devids.MIGResource(devs, b.o.MIGResource)
 		}
 		a = relabelled
 	}

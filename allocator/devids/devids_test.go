@@ -1,10 +1,10 @@
-package allocator_test
+package devids_test
 
 import (
 	"slices"
 	"testing"
 
-	"github.com/podres-proxy/podres-proxy/allocator"
+	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -22,7 +22,7 @@ func TestNormalizeIDSpellsIDsAsConsumersMatchThem(t *testing.T) {
 		"mlu-3": "mlu-3",
 		"":      "",
 	} {
-		if got := allocator.NormalizeID(in); got != want {
+		if got := devids.NormalizeID(in); got != want {
 			t.Errorf("NormalizeID(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -33,10 +33,10 @@ func TestNormalizeIDsCopiesOnlyWhatChanges(t *testing.T) {
 		{Resource: "nvidia.com/gpu", IDs: []string{"GPU-2c1b5e0f-77aa-4a4a-9b9b-123456789abc"}},
 		{Resource: "koordinator.sh/rdma", IDs: []string{"0000:3B:02.1", "0000:3b:02.2"}},
 	}
-	if got := allocator.NormalizeIDs(devs[:1]); &got[0] != &devs[0] {
+	if got := devids.NormalizeIDs(devs[:1]); &got[0] != &devs[0] {
 		t.Error("nothing to change, yet the devices were copied")
 	}
-	got := allocator.NormalizeIDs(devs)
+	got := devids.NormalizeIDs(devs)
 	if !slices.Equal(got[1].IDs, []string{"0000:3b:02.1", "0000:3b:02.2"}) {
 		t.Errorf("VFs = %q", got[1].IDs)
 	}
@@ -51,10 +51,10 @@ func TestMIGResourceRenamesMIGInstancesOnly(t *testing.T) {
 		{Allocator: "hami", Type: "NVIDIA", Resource: "nvidia.com/gpu", IDs: []string{"MIG-2c1b5e0f-77aa-4a4a-9b9b-123456789abc"}, Replace: true, ContainerIndex: &i},
 		{Allocator: "hami", Type: "NVIDIA", Resource: "nvidia.com/gpu", IDs: []string{"GPU-2c1b5e0f-77aa-4a4a-9b9b-123456789abc"}, Replace: true, ContainerIndex: &i},
 	}
-	if got := allocator.MIGResource(devs, ""); &got[0] != &devs[0] {
+	if got := devids.MIGResource(devs, ""); &got[0] != &devs[0] {
 		t.Error("no MIG resource configured, yet the devices were copied")
 	}
-	got := allocator.MIGResource(devs, "nvidia.com/mig-1g.10gb")
+	got := devids.MIGResource(devs, "nvidia.com/mig-1g.10gb")
 	var summary []string
 	for _, d := range got {
 		summary = append(summary, d.Resource+"="+slices.Concat(d.IDs, []string{""})[0])

@@ -1,9 +1,17 @@
-package allocator
+// Package devids says how a decoded device's ids are answered: spelt as
+// consumers match them (NormalizeID, run where a pod's devices are answered,
+// before the trust gate), MIG instances under a configurable resource
+// (MIGResource) and on their parent GPU's NUMA node (TopologyID), and the
+// id shapes the trust gate checks. Decoding itself never changes an id's
+// spelling.
+package devids
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
+	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -47,17 +55,14 @@ func NormalizeID(id string) string {
 // devs itself, so the common case costs no allocation.
 func NormalizeIDs(devs []model.Device) []model.Device {
 	out := model.MapIDs(devs, func(_ model.Device, id string) string { return NormalizeID(id) })
-	for i, d := range out {
-		if d.Parent == "" || NormalizeID(d.Parent) == d.Parent {
-			continue
-		}
-		// Rare (a MIG parent written in another spelling): copy once more
-		// rather than track whether out is already a copy.
-		out = append([]model.Device(nil), out...)
-		for k := i; k < len(out); k++ {
-			out[k].Parent = NormalizeID(out[k].Parent)
-		}
-		break
+	if !slices.ContainsFunc(out, func(d model.Device) bool { return NormalizeID(d.Parent) != d.Parent }) {
+		return out
+	}
+	// Rare (a MIG parent written in another spelling): copy once more
+	// rather than track whether out is already a copy.
+	out = slices.Clone(out)
+	for i := range out {
+		out[i].Parent = NormalizeID(out[i].Parent)
 	}
 	return out
 }
@@ -94,3 +99,6 @@ func InventoryType(dev model.Device) string {
 	}
 	return ""
 }
+
+// IsMIG reports whether id names a MIG instance ("MIG-...", any case).
+func IsMIG(id string) bool { return parse.IsMIG(id) }

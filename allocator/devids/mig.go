@@ -1,4 +1,4 @@
-package allocator
+package devids
 
 import (
 	"strings"
@@ -70,30 +70,4 @@ func TopologyID(d model.Device, id string) string {
 		return d.Parent
 	}
 	return strings.TrimSpace(id)
-}
-
-// Carver is implemented by formats whose MIG instances a device plugin
-// carves, as the containers are created, out of the GPUs the scheduler gave
-// the pod, and which name them where the scheduler did not write them
-// (TensorFusion's partition-uuids in a container's annotations, which a
-// runtime's pass-through of pod annotations may let the pod's owner write).
-// The instance's parent is then the only link to the scheduler's decision,
-// so the trust gate believes an instance only on one of the pod's GPUs.
-type Carver interface {
-	// CarvedFrom returns the GPUs the pod's annotations say its scheduler
-	// gave it, of which dev (one of the format's devices) must be a slice;
-	// confined is false when the format does not confine dev's parent (a
-	// whole GPU, a MIG instance the scheduler itself named).
-	CarvedFrom(dev model.Device, annotations map[string]string) (gpus []string, confined bool)
-}
-
-// CarvedFrom asks dev's allocator which GPUs dev must be carved from, given
-// the pod's annotations (Carver); confined is false when the allocator does
-// not say.
-func (s *Set) CarvedFrom(dev model.Device, annotations map[string]string) (gpus []string, confined bool) {
-	c, ok := s.byName[dev.Allocator].(Carver)
-	if !ok {
-		return nil, false
-	}
-	return c.CarvedFrom(dev, annotations)
 }
