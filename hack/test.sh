@@ -81,13 +81,12 @@ checks() {
 	# deadcode, pinned as staticcheck is: the functions no test and no command
 	# reaches, exported ones included, which staticcheck's unused check (U1000)
 	# does not report. It exits 0 whatever it finds, so any output fails.
-	# TODO: enabled once the branches of issue 33 merge (the lead enables it).
-	# step "deadcode"
-	# dead=$(go tool deadcode -test ./...)
-	# if [[ -n "$dead" ]]; then
-	# 	printf 'unreachable functions (delete them):\n%s\n' "$dead" >&2
-	# 	exit 1
-	# fi
+	step "deadcode"
+	dead=$(go tool deadcode -test ./...)
+	if [[ -n "$dead" ]]; then
+		printf 'unreachable functions (delete them):\n%s\n' "$dead" >&2
+		exit 1
+	fi
 
 	# Lint every script with shellcheck (Debian's package, installed above).
 	step "shellcheck"
