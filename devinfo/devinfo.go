@@ -27,7 +27,6 @@ package devinfo
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -123,7 +122,7 @@ func (w *Writer) Path(resource, id string) string {
 // Multus treats as optional.
 func (w *Writer) Hold(pod model.PodRef, devices []model.Device) {
 	for _, d := range devices {
-		if !wanted(d) {
+		if !w.Wants(d) {
 			continue
 		}
 		for _, id := range d.IDs {
@@ -141,9 +140,9 @@ func (w *Writer) write(resource, id string) error {
 		return fmt.Errorf("device %s: not a PCI address", id)
 	}
 	path := w.Path(resource, id)
-	data, err := json.Marshal(w.info(id))
+	data, err := w.content(id)
 	if err != nil {
-		return fmt.Errorf("encode the device-info of %s: %w", id, err)
+		return err
 	}
 	defer w.lockPath(path)()
 	w.mu.Lock()
@@ -274,12 +273,7 @@ func (w *Writer) Adopt(resources ...string) int {
 			if _, pci := inventory.CanonicalPCIAddress(id); !pci {
 				continue
 			}
-			path := w.Path(resource, id)
-			want, err := json.Marshal(w.info(id))
-			if err != nil {
-				continue
-			}
-			if w.adopt(path, want) {
+			if want, err := w.content(id); err == nil && w.adopt(w.Path(resource, id), want) {
 				n++
 			}
 		}
@@ -321,7 +315,7 @@ func (w *Writer) Release(records func() []*record.Record) int {
 		}
 		devs, _ := allocator.Translate(r.Devices, inv)
 		for _, d := range devids.NormalizeIDs(devs) {
-			if !wanted(d) {
+			if !w.Wants(d) {
 				continue
 			}
 			for _, id := range d.IDs {

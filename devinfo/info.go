@@ -1,6 +1,8 @@
 package devinfo
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,10 +66,17 @@ func (w *Writer) info(id string) Info {
 	return in
 }
 
-// wanted reports whether a device gets device-info files: an RDMA NIC or
-// VF (a PCI device Multus hands to sriov-cni, rdma-cni or host-device).
-func wanted(d model.Device) bool { return d.Type == inventory.TypeRDMA }
+// Wants reports whether a device gets device-info files: an RDMA NIC or VF
+// (a PCI device Multus hands to sriov-cni, rdma-cni or host-device). Only
+// the answers that hand such a device out wait for Hold (package
+// proxy/plans).
+func (w *Writer) Wants(d model.Device) bool { return d.Type == inventory.TypeRDMA }
 
-// Wants reports whether Hold writes a file for a device, so that only the
-// answers that hand such a device out wait for Hold (package proxy/plans).
-func (w *Writer) Wants(d model.Device) bool { return wanted(d) }
+// content is the device-info file of a device, as this writer writes it.
+func (w *Writer) content(id string) ([]byte, error) {
+	data, err := json.Marshal(w.info(id))
+	if err != nil {
+		return nil, fmt.Errorf("encode the device-info of %s: %w", id, err)
+	}
+	return data, nil
+}

@@ -12,7 +12,6 @@
 // The endpoint counters mirror the kubelet's
 // kubelet_pod_resources_endpoint_* family (same split by method and
 // server_api_version label), so existing dashboards translate one to one.
-// Every method is safe on a nil *Metrics, which counts nothing (tests).
 package metrics
 
 import (
@@ -28,23 +27,19 @@ type Metrics struct {
 	reg prometheus.Registerer
 
 	// The PodResources server.
-	requestsTotal          *prometheus.CounterVec
-	requestsList           *prometheus.CounterVec
-	requestsGet            *prometheus.CounterVec
-	requestsGetAllocatable *prometheus.CounterVec
-	errorsList             *prometheus.CounterVec
-	errorsGet              *prometheus.CounterVec
-	errorsGetAllocatable   *prometheus.CounterVec
-	rateLimited            prometheus.Counter
-	unreadRefused          prometheus.Counter
-	upstreamDuration       *prometheus.HistogramVec
-	podsReads              *prometheus.CounterVec
-	podsReadDuration       prometheus.Histogram
-	annotationErrors       *prometheus.CounterVec
-	allocationsRefused     *prometheus.CounterVec
-	listPodsTotal          *prometheus.CounterVec
-	upstreamShared         *prometheus.CounterVec
-	connectionsRejected    prometheus.Counter
+	requestsTotal *prometheus.CounterVec
+	// byMethod are the requests_<method> and errors_<method> counters.
+	byMethod            map[string][2]*prometheus.CounterVec
+	rateLimited         prometheus.Counter
+	unreadRefused       prometheus.Counter
+	upstreamDuration    *prometheus.HistogramVec
+	podsReads           *prometheus.CounterVec
+	podsReadDuration    prometheus.Histogram
+	annotationErrors    *prometheus.CounterVec
+	allocationsRefused  *prometheus.CounterVec
+	listPodsTotal       *prometheus.CounterVec
+	upstreamShared      *prometheus.CounterVec
+	connectionsRejected prometheus.Counter
 
 	// The NRI plugin and the CRI reconciler.
 	nriEvents         *prometheus.HistogramVec
@@ -83,16 +78,18 @@ func New(reg prometheus.Registerer) *Metrics {
 	endpoint := func(name, help string) *prometheus.CounterVec {
 		return counterVec("pod_resources_endpoint", name, help, "server_api_version")
 	}
+	byMethod := map[string][2]*prometheus.CounterVec{}
+	for method, suffix := range map[string]string{"List": "list", "Get": "get", "GetAllocatableResources": "get_allocatable"} {
+		byMethod[method] = [2]*prometheus.CounterVec{
+			endpoint("requests_"+suffix, "Calls to "+method+"."),
+			endpoint("errors_"+suffix, method+" calls answered with an error."),
+		}
+	}
 	return &Metrics{
-		reg:                    reg,
-		requestsTotal:          endpoint("requests_total", "Calls to the PodResources endpoint, all methods."),
-		requestsList:           endpoint("requests_list", "Calls to List."),
-		requestsGet:            endpoint("requests_get", "Calls to Get."),
-		requestsGetAllocatable: endpoint("requests_get_allocatable", "Calls to GetAllocatableResources."),
-		errorsList:             endpoint("errors_list", "List calls answered with an error."),
-		errorsGet:              endpoint("errors_get", "Get calls answered with an error."),
-		errorsGetAllocatable:   endpoint("errors_get_allocatable", "GetAllocatableResources calls answered with an error."),
-		rateLimited:            counter("", "rate_limited_total", "Calls rejected by the rate limit (ResourceExhausted, 'rejected by rate limit')."),
+		reg:           reg,
+		requestsTotal: endpoint("requests_total", "Calls to the PodResources endpoint, all methods."),
+		byMethod:      byMethod,
+		rateLimited:   counter("", "rate_limited_total", "Calls rejected by the rate limit (ResourceExhausted, 'rejected by rate limit')."),
 		unreadRefused: counter("", "unread_refused_total",
 			"Calls refused (ResourceExhausted) because their connection, or all connections together, held too many bytes of answers their clients had not read."),
 		upstreamDuration: auto.NewHistogramVec(histogram("", "upstream_request_duration_seconds",
@@ -153,9 +150,6 @@ type StoreStats struct {
 // scrape: they live in the store, which counts them under its own lock.
 // Call it once.
 func (m *Metrics) WatchStore(stats func() StoreStats) {
-	if m == nil {
-		return
-	}
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: namespace, Subsystem: "state", Name: name, Help: help}
 	}
@@ -187,18 +181,12 @@ func result(err error) string {
 // NRIEvent counts one NRI request handled, by its NRI name, and how long
 // the handler took (plugin.Metrics).
 func (m *Metrics) NRIEvent(name string, took time.Duration) {
-	if m == nil {
-		return
-	}
 	m.nriEvents.WithLabelValues(name).Observe(took.Seconds())
 }
 
 // NRIConnected sets whether the NRI plugin is registered with the runtime
 // (plugin.Metrics).
 func (m *Metrics) NRIConnected(up bool) {
-	if m == nil {
-		return
-	}
 	if up {
 		m.nriConnected.Set(1)
 	} else {
@@ -209,17 +197,11 @@ func (m *Metrics) NRIConnected(up bool) {
 // NRIReconnect counts a connection attempt to the runtime after the first
 // (plugin.Metrics).
 func (m *Metrics) NRIReconnect() {
-	if m == nil {
-		return
-	}
 	m.nriReconnects.Inc()
 }
 
 // CRIReconciled counts one CRI reconcile and how long it took (cri.Metrics).
 func (m *Metrics) CRIReconciled(took time.Duration, err error) {
-	if m == nil {
-		return
-	}
 	m.criReconciles.WithLabelValues(result(err)).Inc()
 	m.criReconcileTaken.Observe(took.Seconds())
 }
@@ -227,45 +209,30 @@ func (m *Metrics) CRIReconciled(took time.Duration, err error) {
 // DRAUnfolded counts a DRA device the legacy view could not fold, by
 // reason (dra.View).
 func (m *Metrics) DRAUnfolded(reason string) {
-	if m == nil {
-		return
-	}
 	m.draUnfolded.WithLabelValues(reason).Inc()
 }
 
 // PodsAPIEvent counts one event of the Pods API watch, by its type
 // (podsapi.Metrics).
 func (m *Metrics) PodsAPIEvent(kubeletType string) {
-	if m == nil {
-		return
-	}
 	m.podsAPIEvents.WithLabelValues(kubeletType).Inc()
 }
 
 // PodsAPIRelisted counts one complete relist of the Pods API watch
 // (podsapi.Metrics).
 func (m *Metrics) PodsAPIRelisted(_, _ int, _ time.Duration) {
-	if m == nil {
-		return
-	}
 	m.podsAPIRelists.Inc()
 }
 
 // PodsAPIReconnect counts a watch of the Pods API that ended or could not
 // start (podsapi.Metrics).
 func (m *Metrics) PodsAPIReconnect(error) {
-	if m == nil {
-		return
-	}
 	m.podsAPIReconnects.Inc()
 }
 
 // PodsAPIInitializing counts a watch of the Pods API the kubelet refused
 // as initializing (podsapi.Metrics).
 func (m *Metrics) PodsAPIInitializing() {
-	if m == nil {
-		return
-	}
 	m.podsAPIInit.Inc()
 }
 
@@ -273,51 +240,36 @@ func (m *Metrics) PodsAPIInitializing() {
 // a read for the answers' pods (PodSourceRead): those come from the Pods
 // API where the kubelet serves it, which has no extended resource claims.
 func (m *Metrics) DRAPodsRead() {
-	if m == nil {
-		return
-	}
 	m.draPodsReads.Inc()
 }
 
 // PodSourceRead counts one read of every pod made for a query, by the
 // source that answered it (podsapi.Metrics).
 func (m *Metrics) PodSourceRead(source string) {
-	if m == nil {
-		return
-	}
 	m.podSourceReads.WithLabelValues(source).Inc()
 }
 
 // PodsRead records one /pods read, its duration and outcome
 // (kubeletpods.Metrics).
 func (m *Metrics) PodsRead(d time.Duration, err error) {
-	if m == nil {
-		return
-	}
 	m.podsReads.WithLabelValues(result(err)).Inc()
 	m.podsReadDuration.Observe(d.Seconds())
 }
 
 // AnnotationError counts one undecodable annotation (allocator.Metrics).
 func (m *Metrics) AnnotationError(allocator string) {
-	if m == nil {
-		return
-	}
 	m.annotationErrors.WithLabelValues(allocator).Inc()
 }
 
 // ListPods counts the pods of one List answer by how they were made.
 func (m *Metrics) ListPods(reused, rebuilt int) {
-	if m == nil {
-		return
-	}
 	m.listPodsTotal.WithLabelValues("reused").Add(float64(reused))
 	m.listPodsTotal.WithLabelValues("rebuilt").Add(float64(rebuilt))
 }
 
 // Shared counts the callers of one shared kubelet call beyond the first.
 func (m *Metrics) Shared(method string, others int) {
-	if m == nil || others <= 0 {
+	if others <= 0 {
 		return
 	}
 	m.upstreamShared.WithLabelValues(method).Add(float64(others))
@@ -325,69 +277,41 @@ func (m *Metrics) Shared(method string, others int) {
 
 // AllocationRefused counts one refused device (trust.Metrics).
 func (m *Metrics) AllocationRefused(allocator, reason string) {
-	if m == nil {
-		return
-	}
 	m.allocationsRefused.WithLabelValues(allocator, reason).Inc()
 }
 
 // ConnectionRejected counts a connection refused by the connection cap.
 func (m *Metrics) ConnectionRejected() {
-	if m == nil {
-		return
-	}
 	m.connectionsRejected.Inc()
 }
 
 // Upstream records the latency of one kubelet call, by method and code.
 func (m *Metrics) Upstream(method string, code codes.Code, d time.Duration) {
-	if m == nil {
-		return
-	}
 	m.upstreamDuration.WithLabelValues(method, code.String()).Observe(d.Seconds())
 }
 
 // Request counts a call the way the kubelet does: requests_total plus the
 // per-method counter, and the per-method error counter when it failed.
+// The kubelet counts v1alpha1 calls in requests_total only.
 func (m *Metrics) Request(version, method string, failed bool) {
-	if m == nil {
-		return
-	}
 	m.requestsTotal.WithLabelValues(version).Inc()
-	var req, errs *prometheus.CounterVec
-	switch method {
-	case "List":
-		req, errs = m.requestsList, m.errorsList
-	case "Get":
-		req, errs = m.requestsGet, m.errorsGet
-	case "GetAllocatableResources":
-		req, errs = m.requestsGetAllocatable, m.errorsGetAllocatable
-	}
-	if version == "v1alpha1" {
-		// The kubelet counts v1alpha1 calls in requests_total only.
+	counters, ok := m.byMethod[method]
+	if !ok || version == "v1alpha1" {
 		return
 	}
-	if req != nil {
-		req.WithLabelValues(version).Inc()
-		if failed {
-			errs.WithLabelValues(version).Inc()
-		}
+	counters[0].WithLabelValues(version).Inc()
+	if failed {
+		counters[1].WithLabelValues(version).Inc()
 	}
 }
 
 // RateLimited counts a call rejected by the rate limit.
 func (m *Metrics) RateLimited() {
-	if m == nil {
-		return
-	}
 	m.rateLimited.Inc()
 }
 
 // UnreadRefused counts a call refused because answers were not read
 // (limits.Unread).
 func (m *Metrics) UnreadRefused() {
-	if m == nil {
-		return
-	}
 	m.unreadRefused.Inc()
 }

@@ -121,7 +121,3 @@ func TestV1alpha1CallsCountInRequestsTotalOnly(t *testing.T) {
 		t.Errorf("a v1alpha1 call counted beyond requests_total:\n%s", got)
 	}
 }
-
-func TestANilMetricsCountsNothingAndDoesNotPanic(t *testing.T) {
-	report(nil)
-}

@@ -19,10 +19,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator"
 	"github.com/podres-proxy/podres-proxy/cli/provenance"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
-	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/state/persist"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
@@ -46,18 +44,15 @@ func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cmdline.NewFlagSet("inspect", stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
 	dir := fs.String("state-dir", cmdline.DefaultStateDir, "the state directory to read")
-	output := fs.StringP("output", "o", "table", "output format: table or json")
+	output := cmdline.Output(fs)
 	showInventory := fs.Bool("inventory", false, "print the node inventory serve wrote to DIR/inventory.json instead of the pods")
 	if err := cmdline.Parse(fs, args); err != nil {
 		return err
 	}
 	pods := fs.Args()
-	if err := cmdline.CheckOutput(*output); err != nil {
+	stdout, stderr, err := cmdline.Writers(*output, stdout, stderr)
+	if err != nil {
 		return err
-	}
-	stderr = terminal.NewWriter(stderr)
-	if *output != "json" {
-		stdout = terminal.NewWriter(stdout)
 	}
 	if *showInventory {
 		if len(pods) > 0 {
@@ -78,13 +73,9 @@ func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdline.Usage(fmt.Errorf("want at most one NAMESPACE/NAME, got %q", strings.Join(pods, " ")))
 	}
 
-	records, errs := persist.ReadDir(*dir)
-	for _, err := range errs {
-		var fe *persist.FileError
-		if !errors.As(err, &fe) {
-			return err // the directory itself
-		}
-		fmt.Fprintf(stderr, "warning: %v\n", err)
+	records, err := provenance.ReadRecords(*dir, func(err error) { fmt.Fprintf(stderr, "warning: %v\n", err) })
+	if err != nil {
+		return err
 	}
 	if filter != nil {
 		records = slices.DeleteFunc(records, func(r *record.Record) bool { return r.Key() != *filter })
@@ -95,14 +86,9 @@ func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if *output == "json" {
 		if records == nil {
-			records = []*record.Record{}
+			records = []*record.Record{} // [], not null
 		}
-		b, err := json.MarshalIndent(records, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encode records: %w", err)
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		return printJSON(stdout, "records", records)
 	}
 	if len(records) == 0 {
 		fmt.Fprintf(stderr, "no pods in state directory %s\n", *dir)
@@ -118,6 +104,16 @@ func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return printPlacement(stdout, records, inv, invPath, invErr, now)
+}
+
+// printJSON prints v as indented JSON.
+func printJSON(out io.Writer, what string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", what, err)
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
 }
 
 // printPlacement lists each device of the records with its allocator and
@@ -161,19 +157,11 @@ func printPlacement(out io.Writer, records []*record.Record, published *publish.
 // device and VF, or the file itself as json.
 func printInventory(out io.Writer, dir, output string, now time.Time) error {
 	published, path, err := provenance.ReadInventory(dir)
-	if errors.Is(err, provenance.ErrNoInventoryFile) {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	if err != nil {
 		return err
 	}
 	if output == "json" {
-		b, err := json.MarshalIndent(published, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encode the inventory: %w", err)
-		}
-		_, err = fmt.Fprintf(out, "%s\n", b)
-		return err
+		return printJSON(out, "the inventory", published)
 	}
 	fmt.Fprintf(out, "Node inventory, written by serve %s ago to %s (sources: %s):\n",
 		age(now, published.WrittenAt), path, orNone(strings.Join(published.Sources, ", ")))

@@ -45,96 +45,44 @@ type Evidence struct {
 	Inventory *inventory.Snapshot // the inventory serve published
 }
 
-// podDevice identifies a device of one container, as the kubelet's answer
-// is compared with the proxy's.
-type podDevice struct {
-	namespace, pod, container, resource, id string
-}
-
-// kubeletDevices indexes the kubelet's answer; ok is false when there is
-// none to compare with.
-func (p *Evidence) kubeletDevices() (pods map[podDevice]bool, allocatable map[[2]string]bool, ok bool) {
-	pods, allocatable = map[podDevice]bool{}, map[[2]string]bool{}
-	addPod := func(pr *v1.PodResources) {
-		for _, c := range pr.GetContainers() {
-			for _, d := range c.GetDevices() {
-				for _, id := range d.GetDeviceIds() {
-					pods[podDevice{pr.GetNamespace(), pr.GetName(), c.GetName(), d.GetResourceName(), id}] = true
-				}
-			}
-		}
-	}
-	switch r := p.Kubelet.(type) {
-	case *v1.ListPodResourcesResponse:
-		for _, pr := range r.GetPodResources() {
-			addPod(pr)
-		}
-	case *v1.GetPodResourcesResponse:
-		addPod(r.GetPodResources())
-	case *v1.AllocatableResourcesResponse:
-		for _, d := range r.GetDevices() {
-			for _, id := range d.GetDeviceIds() {
-				allocatable[[2]string{d.GetResourceName(), id}] = true
-			}
-		}
-	default:
-		return nil, nil, false
-	}
-	return pods, allocatable, true
-}
-
 // Label returns the devices of an answer with their origins, pods sorted as
 // the table prints them, containers and devices in answer order.
 func (p *Evidence) Label(resp proto.Message) []DeviceOrigin {
-	kubeletPods, kubeletAllocatable, haveKubelet := p.kubeletDevices()
-	var out []DeviceOrigin
-	switch r := resp.(type) {
-	case *v1.ListPodResourcesResponse:
-		for _, pr := range SortedPods(r.GetPodResources()) {
-			out = append(out, p.labelPod(pr, kubeletPods, haveKubelet)...)
-		}
-	case *v1.GetPodResourcesResponse:
-		out = p.labelPod(r.GetPodResources(), kubeletPods, haveKubelet)
-	case *v1.AllocatableResourcesResponse:
-		for _, g := range byDevice(r.GetDevices()) {
-			o := DeviceOrigin{Resource: g.resource, DeviceID: g.id, NUMA: g.numa, Source: Unknown}
-			if haveKubelet && kubeletAllocatable[[2]string{g.resource, g.id}] {
-				o.Source, o.NUMASource = Kubelet, numaSource(g.numa, Kubelet)
-			} else if f := NUMAOf(p.Inventory, g.id); f.known {
-				d, _ := p.Inventory.Lookup(g.id)
-				o.Source, o.NUMASource = d.Source, numaSource(g.numa, f.sourceOf(g.numa))
-			} else {
-				o.NUMASource = numaSource(g.numa, Unknown)
+	kubelet := map[[5]string]bool{}
+	for _, o := range devicesOf(p.Kubelet) {
+		kubelet[o.key()] = true
+	}
+	_, allocatable := resp.(*v1.AllocatableResourcesResponse)
+	out := devicesOf(resp)
+	for i, o := range out {
+		numaSource := Unknown
+		o.Source = Unknown
+		switch f := NUMAOf(p.Inventory, o.DeviceID); {
+		case kubelet[o.key()]:
+			o.Source, numaSource = Kubelet, Kubelet
+		case allocatable && f.known:
+			d, _ := p.Inventory.Lookup(o.DeviceID)
+			o.Source, numaSource = d.Source, f.sourceOf(o.NUMA)
+		case !allocatable:
+			rec := recordOf(p.Records, model.PodKey{Namespace: o.Namespace, Name: o.Pod})
+			if a := allocatorOf(rec, p.Inventory, o.Resource, o.DeviceID); a != "" {
+				// The proxy added it, with the inventory's node.
+				o.Source, numaSource = a, f.sourceOf(o.NUMA)
 			}
-			out = append(out, o)
 		}
+		if len(o.NUMA) > 0 {
+			// Without a node there is no node to explain.
+			o.NUMASource = numaSource
+		}
+		out[i] = o
 	}
 	return out
 }
 
-func (p *Evidence) labelPod(pr *v1.PodResources, kubelet map[podDevice]bool, haveKubelet bool) []DeviceOrigin {
-	rec := recordOf(p.Records, model.PodKey{Namespace: pr.GetNamespace(), Name: pr.GetName()})
-	var out []DeviceOrigin
-	for _, c := range pr.GetContainers() {
-		for _, g := range byDevice(c.GetDevices()) {
-			o := DeviceOrigin{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName(),
-				Resource: g.resource, DeviceID: g.id, NUMA: g.numa, Source: Unknown}
-			switch {
-			case haveKubelet && kubelet[podDevice{pr.GetNamespace(), pr.GetName(), c.GetName(), g.resource, g.id}]:
-				o.Source, o.NUMASource = Kubelet, numaSource(g.numa, Kubelet)
-			default:
-				if a := allocatorOf(rec, p.Inventory, g.resource, g.id); a != "" {
-					// The proxy added it, with the inventory's node.
-					o.Source = a
-					o.NUMASource = numaSource(g.numa, NUMAOf(p.Inventory, g.id).sourceOf(g.numa))
-				} else {
-					o.NUMASource = numaSource(g.numa, Unknown)
-				}
-			}
-			out = append(out, o)
-		}
-	}
-	return out
+// key identifies a device of one container, or an allocatable device, as
+// the kubelet's answer is compared with the proxy's.
+func (o DeviceOrigin) key() [5]string {
+	return [5]string{o.Namespace, o.Pod, o.Container, o.Resource, o.DeviceID}
 }
 
 // sourceOf returns the inventory source of the node an answer gave a
@@ -147,24 +95,26 @@ func (f NUMAFacts) sourceOf(numa []int64) string {
 	return f.source
 }
 
-// numaSource is source when the answer gave the device NUMA nodes, "" when
-// it gave none: there is then no node to explain.
-func numaSource(numa []int64, source string) string {
-	if len(numa) == 0 {
-		return ""
+// devicesOf lists the devices of an answer, one per (pod, container,
+// resource, id), or per (resource, id) of GetAllocatableResources, with
+// the NUMA nodes the answer gives each; nil for no answer.
+func devicesOf(resp proto.Message) []DeviceOrigin {
+	if r, ok := resp.(*v1.AllocatableResourcesResponse); ok {
+		return byDevice(DeviceOrigin{}, r.GetDevices())
 	}
-	return source
-}
-
-type oneDevice struct {
-	resource, id string
-	numa         []int64
+	var out []DeviceOrigin
+	for _, pr := range Pods(resp) {
+		for _, c := range pr.GetContainers() {
+			out = append(out, byDevice(DeviceOrigin{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName()}, c.GetDevices())...)
+		}
+	}
+	return out
 }
 
 // byDevice folds the one-entry-per-device-and-node list of an answer into
-// one item per (resource, id), in answer order.
-func byDevice(devs []*v1.ContainerDevices) []oneDevice {
-	var out []oneDevice
+// one item per (resource, id), in answer order, each a copy of base.
+func byDevice(base DeviceOrigin, devs []*v1.ContainerDevices) []DeviceOrigin {
+	var out []DeviceOrigin
 	index := map[[2]string]int{}
 	for _, d := range devs {
 		for _, id := range d.GetDeviceIds() {
@@ -173,11 +123,13 @@ func byDevice(devs []*v1.ContainerDevices) []oneDevice {
 			if !ok {
 				i = len(out)
 				index[k] = i
-				out = append(out, oneDevice{resource: d.GetResourceName(), id: id})
+				o := base
+				o.Resource, o.DeviceID = d.GetResourceName(), id
+				out = append(out, o)
 			}
 			for _, n := range d.GetTopology().GetNodes() {
-				if !slices.Contains(out[i].numa, n.GetID()) {
-					out[i].numa = append(out[i].numa, n.GetID())
+				if !slices.Contains(out[i].NUMA, n.GetID()) {
+					out[i].NUMA = append(out[i].NUMA, n.GetID())
 				}
 			}
 		}
@@ -185,11 +137,18 @@ func byDevice(devs []*v1.ContainerDevices) []oneDevice {
 	return out
 }
 
-// SortedPods orders pods as the table prints them: by namespace/name.
-func SortedPods(pods []*v1.PodResources) []*v1.PodResources {
-	out := slices.Clone(pods)
-	slices.SortStableFunc(out, func(a, b *v1.PodResources) int {
-		return strings.Compare(a.GetNamespace()+"/"+a.GetName(), b.GetNamespace()+"/"+b.GetName())
-	})
-	return out
+// Pods returns the pods of a List or Get answer as the tables print them:
+// by namespace/name.
+func Pods(resp proto.Message) []*v1.PodResources {
+	switch r := resp.(type) {
+	case *v1.ListPodResourcesResponse:
+		out := slices.Clone(r.GetPodResources())
+		slices.SortStableFunc(out, func(a, b *v1.PodResources) int {
+			return strings.Compare(a.GetNamespace()+"/"+a.GetName(), b.GetNamespace()+"/"+b.GetName())
+		})
+		return out
+	case *v1.GetPodResourcesResponse:
+		return []*v1.PodResources{r.GetPodResources()}
+	}
+	return nil
 }

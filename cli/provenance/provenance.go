@@ -8,6 +8,7 @@ package provenance
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/persist"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
@@ -33,18 +35,35 @@ const (
 	Unknown = "unknown"
 )
 
-// ErrNoInventoryFile is returned by ReadInventory when serve has not
-// written the file (an older serve, or none ever ran on this directory).
+// ErrNoInventoryFile is returned, with the file's path, by ReadInventory
+// when serve has not written the file (an older serve, or none ever ran on
+// this directory).
 var ErrNoInventoryFile = errors.New("no inventory file (podres-proxy serve writes it at start)")
 
-// ReadInventory reads the inventory serve published in a state directory.
+// ReadInventory reads the inventory serve published in a state directory,
+// and returns the file's path.
 func ReadInventory(stateDir string) (*publish.File, string, error) {
 	path := filepath.Join(stateDir, publish.FileName)
 	p, err := publish.Read(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, path, ErrNoInventoryFile
+		return nil, path, fmt.Errorf("%s: %w", path, ErrNoInventoryFile)
 	}
 	return p, path, err
+}
+
+// ReadRecords reads the records of serve's state store in dir, without a
+// lock. A file that cannot be read is passed to warn and left out; the
+// error is the directory's own.
+func ReadRecords(dir string, warn func(error)) ([]*record.Record, error) {
+	records, errs := persist.ReadDir(dir)
+	for _, err := range errs {
+		var fe *persist.FileError
+		if !errors.As(err, &fe) {
+			return nil, err
+		}
+		warn(err)
+	}
+	return records, nil
 }
 
 // recordOf picks the record that stands for a pod known only by namespace

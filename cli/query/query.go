@@ -7,7 +7,6 @@ package query
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -24,9 +23,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/cli/provenance"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
-	"github.com/podres-proxy/podres-proxy/internal/terminal"
 	"github.com/podres-proxy/podres-proxy/internal/unixsock"
-	"github.com/podres-proxy/podres-proxy/state/persist"
 )
 
 const usage = `usage: podres-proxy query list|get NAMESPACE/NAME|allocatable [--socket PATH] [-o table|json]
@@ -48,7 +45,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cmdline.NewFlagSet("query", stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
 	socket := fs.String("socket", cmdline.DefaultSocket, "PodResources socket to ask (path or unix:// URL)")
-	output := fs.StringP("output", "o", "table", "output format: table or json")
+	output := cmdline.Output(fs)
 	timeout := fs.Duration("timeout", 10*time.Second, "time limit for the call (with --sources, for it and the kubelet's together)")
 	sources := fs.Bool("sources", false, "label each device with where it came from (kubelet or the allocator) and where its NUMA node came from")
 	kubeletSocket := fs.String("kubelet-socket", cmdline.DefaultKubeletSocket, "with --sources: the kubelet's own PodResources socket, whose answer tells the kubelet's devices apart")
@@ -57,12 +54,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	ops := fs.Args()
-	if err := cmdline.CheckOutput(*output); err != nil {
+	stdout, stderr, err := cmdline.Writers(*output, stdout, stderr)
+	if err != nil {
 		return err
-	}
-	stderr = terminal.NewWriter(stderr)
-	if *output != "json" {
-		stdout = terminal.NewWriter(stdout)
 	}
 	if len(ops) == 0 {
 		return cmdline.Usage(fmt.Errorf("missing operation: list, get NAMESPACE/NAME or allocatable"))
@@ -160,24 +154,12 @@ func gatherEvidence(ctx context.Context, kubeletSocket, stateDir string,
 	if p.Kubelet, err = ask(ctx, kubeletSocket, call); err != nil {
 		fmt.Fprintf(stderr, "note: --sources: cannot compare with the kubelet's own answer: %v\n", err)
 	}
-	records, errs := persist.ReadDir(stateDir)
-	for _, err := range errs {
-		var fe *persist.FileError
-		if !errors.As(err, &fe) {
-			fmt.Fprintf(stderr, "note: --sources: no allocators: %v\n", err)
-			records = nil
-			break
-		}
-		fmt.Fprintf(stderr, "note: --sources: %v\n", err)
+	if p.Records, err = provenance.ReadRecords(stateDir, func(err error) { fmt.Fprintf(stderr, "note: --sources: %v\n", err) }); err != nil {
+		fmt.Fprintf(stderr, "note: --sources: no allocators: %v\n", err)
 	}
-	p.Records = records
-	published, path, err := provenance.ReadInventory(stateDir)
-	switch {
-	case errors.Is(err, provenance.ErrNoInventoryFile):
-		fmt.Fprintf(stderr, "note: --sources: NUMA sources of added devices unknown: %s: %v\n", path, err)
-	case err != nil:
+	if published, _, err := provenance.ReadInventory(stateDir); err != nil {
 		fmt.Fprintf(stderr, "note: --sources: NUMA sources of added devices unknown: %v\n", err)
-	default:
+	} else {
 		p.Inventory = published.Snapshot()
 	}
 	return p
@@ -187,14 +169,11 @@ func gatherEvidence(ctx context.Context, kubeletSocket, stateDir string,
 func printTable(out io.Writer, resp proto.Message) error {
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
 	switch r := resp.(type) {
-	case *v1.ListPodResourcesResponse:
+	case *v1.ListPodResourcesResponse, *v1.GetPodResourcesResponse:
 		fmt.Fprintln(w, "NAMESPACE\tPOD\tCONTAINER\tRESOURCE\tDEVICES\tNUMA\tCPUS")
-		for _, p := range provenance.SortedPods(r.GetPodResources()) {
+		for _, p := range provenance.Pods(r) {
 			podRows(w, p)
 		}
-	case *v1.GetPodResourcesResponse:
-		fmt.Fprintln(w, "NAMESPACE\tPOD\tCONTAINER\tRESOURCE\tDEVICES\tNUMA\tCPUS")
-		podRows(w, r.GetPodResources())
 	case *v1.AllocatableResourcesResponse:
 		fmt.Fprintln(w, "RESOURCE\tDEVICES\tNUMA")
 		for _, g := range groupDevices(r.GetDevices()) {

@@ -1,6 +1,7 @@
 // Package cmdline holds what podres-proxy's commands share about their
 // command lines: the paths they use by default, usage errors and the exit
-// status each error gives, their flag sets (pflag's), and the -o formats.
+// status each error gives, their flag sets (pflag's), the -o formats, and
+// the escaping of what inspect and query print.
 package cmdline
 
 import (
@@ -66,10 +67,20 @@ func Parse(fs *pflag.FlagSet, args []string) error {
 	return nil
 }
 
-// CheckOutput validates an -o flag.
-func CheckOutput(output string) error {
-	if output != "table" && output != "json" {
-		return UsageError{fmt.Errorf("unknown output format %q (want table or json)", output)}
+// Output adds the -o flag of a command that prints a table or JSON.
+func Output(fs *pflag.FlagSet) *string {
+	return fs.StringP("output", "o", "table", "output format: table or json")
+}
+
+// Writers checks an -o value and returns stdout and stderr as such a
+// command writes to them: through terminal, which escapes what tenants
+// wrote, except a JSON stdout, whose encoder escapes it already.
+func Writers(output string, stdout, stderr io.Writer) (io.Writer, io.Writer, error) {
+	switch output {
+	case "table":
+		return terminal{stdout}, terminal{stderr}, nil
+	case "json":
+		return stdout, terminal{stderr}, nil
 	}
-	return nil
+	return nil, nil, UsageError{fmt.Errorf("unknown output format %q (want table or json)", output)}
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/podres-proxy/podres-proxy/metrics"
 )
 
 // The DATA bytes of what a server writes are counted however its writes
@@ -38,7 +41,7 @@ func TestFrameReaderCountsDataPayloadAcrossAnyWrites(t *testing.T) {
 }
 
 func TestUnreadRefusesTheClientsThatHoldTooMuch(t *testing.T) {
-	u := NewUnread(1000, nil) // 500 per client
+	u := NewUnread(1000, metrics.New(prometheus.NewRegistry())) // 500 per client
 	stuck1, stuck2 := u.track("uid=0,pid=10"), u.track("uid=0,pid=10")
 	other := u.track("uid=0,pid=20")
 	multus := u.track("uid=0,pid=30")

@@ -1,7 +1,4 @@
-// Package terminal keeps what tenants and the kubelet wrote from acting on an
-// operator's terminal: inspect and query print device ids, pod names and
-// annotation errors through its Writer.
-package terminal
+package cmdline
 
 import (
 	"io"
@@ -10,20 +7,17 @@ import (
 	"unicode/utf8"
 )
 
-// Writer escapes what must not reach a terminal raw: every rune that
+// terminal escapes what must not reach a terminal raw: every rune that
 // is not printable (tabs and newlines, which tables and lines need, aside)
 // is written as strconv.Quote writes it (\x1b, \u200b), and so is every
 // byte that is not UTF-8. Device ids, pod names and annotation errors come
 // from tenants' annotations and from the kubelet; printed raw, an ESC in one
 // could rewrite an operator's screen or hide a line. JSON output needs no
 // such care: the encoders escape control characters themselves.
-type Writer struct{ w io.Writer }
-
-// NewWriter returns a Writer writing to w.
-func NewWriter(w io.Writer) Writer { return Writer{w} }
+type terminal struct{ w io.Writer }
 
 // Write implements io.Writer.
-func (t Writer) Write(p []byte) (int, error) {
+func (t terminal) Write(p []byte) (int, error) {
 	out := make([]byte, 0, len(p)+16)
 	for i := 0; i < len(p); {
 		r, size := utf8.DecodeRune(p[i:])
