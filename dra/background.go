@@ -63,21 +63,21 @@ func (q *queue) ask(key model.PodKey, claims string) (due bool) {
 }
 
 // drain hands the pods of q that are due to read, all in one call, when
-// woken or when a retry is due, until ctx is done. The pods read returns
+// woken and every retryFirst, until ctx is done. The pods read returns
 // are queued again, and wait for their pace.
 func (v *View) drain(ctx context.Context, q *queue, read func(context.Context, map[model.PodKey]item) (failed []model.PodKey)) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	retries := time.NewTicker(retryFirst)
+	defer retries.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-q.wake:
-		case <-timer.C:
+		case <-retries.C:
 		}
 		now := time.Now()
-		v.mu.Lock()
 		batch := map[model.PodKey]item{}
+		v.mu.Lock()
 		for k, it := range q.items {
 			if !now.Before(it.pace.at) {
 				batch[k] = it
@@ -101,18 +101,8 @@ func (v *View) drain(ctx context.Context, q *queue, read func(context.Context, m
 			}
 			q.items[k] = it
 		}
-		var next time.Time
-		for _, it := range q.items {
-			if next.IsZero() || it.pace.at.Before(next) {
-				next = it.pace.at
-			}
-		}
 		v.mu.Unlock()
 		close(done)
-		timer.Stop()
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-		}
 	}
 }
 
