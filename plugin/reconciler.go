@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,9 +70,7 @@ func NewReconciler(store *state.Store, opts CRIOptions) (*Reconciler, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultCRITimeout
 	}
-	if opts.Log == nil {
-		opts.Log = logrus.StandardLogger()
-	}
+	opts.Log = cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger())
 	if opts.Metrics == nil {
 		opts.Metrics = noMetrics{}
 	}
