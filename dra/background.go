@@ -2,6 +2,8 @@ package dra
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,141 +13,155 @@ import (
 // Run reads, in the background, what the answers lacked until ctx is done:
 // the pods' extended resource claims (ViewOptions.Pods) and the
 // allocations of claims that serve several containers or resources
-// (ViewOptions.Allocation). The two are read by loops of their own, so a
+// (ViewOptions.Allocation). Each has a queue and a loop of its own, so a
 // hanging API server never holds up a pod's lookup; each loop makes one
 // read at a time, and both have returned when Run does.
 func (v *View) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Go(func() { v.loop(ctx, v.lookupWake, v.lookup) })
-	wg.Go(func() { v.loop(ctx, v.claimWake, v.readClaims) })
+	wg.Go(func() { v.drain(ctx, &v.lookups, v.readPods) })
+	if v.opts.Allocation != nil {
+		wg.Go(func() { v.drain(ctx, &v.allocations, v.readAllocations) })
+	}
 	wg.Wait()
 	v.mu.Lock()
 	v.stopped = true
-	close(v.next) // a Get waiting on it answers with what is known
-	v.next = make(chan struct{})
+	close(v.lookups.done) // a Get waiting on it answers with what is known
+	v.lookups.done = make(chan struct{})
 	v.mu.Unlock()
 	return nil
 }
 
-// loop calls work when woken or when the retry it returned is due (zero:
-// none) until ctx is done.
-func (v *View) loop(ctx context.Context, wake <-chan struct{}, work func(context.Context) time.Time) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+// queue is the pods one of Run's loops is to read, each with the claim
+// names the kubelet listed for it and the pace of its retries.
+type queue struct {
+	wake  chan struct{} // holds one signal
+	items map[model.PodKey]item
+	// done is closed when the next read has ended (one under way has its
+	// own): a Get waits for it.
+	done chan struct{}
+}
+
+type item struct {
+	claims string
+	pace   pace
+}
+
+func newQueue() queue {
+	return queue{wake: make(chan struct{}, 1), items: map[model.PodKey]item{}, done: make(chan struct{})}
+}
+
+// ask queues key unless it is queued already (its pace stays), and
+// reports whether it is due now.
+func (q *queue) ask(key model.PodKey, claims string) (due bool) {
+	it, queued := q.items[key]
+	if !queued || it.claims != claims {
+		it = item{claims: claims}
+		q.items[key] = it
+	}
+	signal(q.wake)
+	return !time.Now().Before(it.pace.at)
+}
+
+// drain hands the pods of q that are due to read, all in one call, when
+// woken and every retryFirst, until ctx is done. The pods read returns
+// are queued again, and wait for their pace.
+func (v *View) drain(ctx context.Context, q *queue, read func(context.Context, map[model.PodKey]item) (failed []model.PodKey)) {
+	retries := time.NewTicker(retryFirst)
+	defer retries.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
-		case <-timer.C:
+		case <-q.wake:
+		case <-retries.C:
 		}
-		timer.Stop()
-		if due := work(ctx); !due.IsZero() {
-			timer.Reset(time.Until(due))
+		now := time.Now()
+		batch := map[model.PodKey]item{}
+		v.mu.Lock()
+		for k, it := range q.items {
+			if !now.Before(it.pace.at) {
+				batch[k] = it
+				delete(q.items, k)
+			}
 		}
+		done := q.done
+		q.done = make(chan struct{})
+		v.mu.Unlock()
+
+		var failed []model.PodKey
+		if len(batch) > 0 {
+			failed = read(ctx, batch)
+		}
+		v.mu.Lock()
+		for _, k := range failed {
+			it := batch[k]
+			it.pace.failed()
+			if asked, ok := q.items[k]; ok {
+				it.claims = asked.claims // asked again meanwhile
+			}
+			q.items[k] = it
+		}
+		v.mu.Unlock()
+		close(done)
 	}
 }
 
-// lookup reads the facts of the pods the answers met without facts, all in
-// one call of Pods, and keeps them; then it wakes the Gets that waited and
-// the claim reads. After a failure it waits (backoff) before the next.
-func (v *View) lookup(ctx context.Context) time.Time {
-	v.mu.Lock()
-	if len(v.lookups) == 0 {
-		v.mu.Unlock()
-		return time.Time{}
-	}
-	if at := v.lookupPace.at; time.Now().Before(at) {
-		v.mu.Unlock()
-		return at
-	}
-	want, done := v.lookups, v.next
-	v.lookups, v.next = map[model.PodKey]string{}, make(chan struct{})
-	v.mu.Unlock()
-	defer close(done)
-
-	keys := make([]model.PodKey, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
-	}
+// readPods reads the facts of the pods the answers met without facts, all
+// in one call of Pods, keeps them and queues the allocations they need.
+// A pod the pod sources do not know yet is dropped (its next answer asks
+// again), unless the read failed.
+func (v *View) readPods(ctx context.Context, batch map[model.PodKey]item) (failed []model.PodKey) {
+	keys := slices.Collect(maps.Keys(batch))
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	found, err := v.opts.Pods(rctx, keys)
 	cancel()
 	if err != nil && ctx.Err() == nil {
 		v.log.WithError(err).WithField("pods", len(keys)).Warn("DRA: reading the pods' extended resource claims failed; their devices stay under dynamic_resources until they are read")
 	}
-
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if err != nil {
-		v.lookupPace.failed()
-	} else {
-		v.lookupPace = pace{}
-	}
-	added := false
-	for key, claims := range want {
+	for key, it := range batch {
 		claim, ok := found[key]
 		if !ok {
-			continue // not in the pod sources yet: its next answer asks again
+			if err != nil {
+				failed = append(failed, key)
+			}
+			continue
 		}
-		if e := v.pods[key]; e == nil || e.claims != claims {
-			v.pods[key] = &podEntry{claims: claims, facts: PodFacts{Claim: claim}, reported: map[Unfolded]bool{}}
-			added = added || needsAllocation(claim)
+		if e := v.pods[key]; e == nil || e.claims != it.claims {
+			v.pods[key] = &podEntry{claims: it.claims, facts: PodFacts{Claim: claim}, reported: map[Unfolded]bool{}}
+			if needsAllocation(claim) && v.opts.Allocation != nil {
+				v.allocations.ask(key, it.claims)
+			}
 		}
 	}
-	if added {
-		signal(v.claimWake)
-	}
-	return time.Time{}
+	return failed
 }
 
-// readClaims reads, one at a time, the allocations that are needed, not
-// known, and not waiting after a failure; it returns when the next retry is
-// due.
-func (v *View) readClaims(ctx context.Context) time.Time {
-	if v.opts.Allocation == nil {
-		return time.Time{}
-	}
-	for ctx.Err() == nil {
-		key, e, due := v.nextClaim()
-		if e == nil {
-			return due
+// readAllocations reads the allocations of the pods' claims, one at a
+// time; a pod forgotten or recreated meanwhile is skipped.
+func (v *View) readAllocations(ctx context.Context, batch map[model.PodKey]item) (failed []model.PodKey) {
+	for key, it := range batch {
+		v.mu.Lock()
+		e := v.pods[key]
+		v.mu.Unlock()
+		if ctx.Err() != nil || e == nil || e.claims != it.claims {
+			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, readTimeout)
 		alloc, err := v.opts.Allocation(rctx, key.Namespace, e.facts.Claim.ClaimName)
 		cancel()
-		v.mu.Lock()
 		switch {
 		case err == nil:
+			v.mu.Lock()
 			e.facts.Allocation = alloc
+			v.mu.Unlock()
 		case ctx.Err() == nil:
-			e.claimPace.failed()
+			failed = append(failed, key)
 			v.log.WithError(err).WithField("pod", key).Warn("DRA: reading the pod's extended resource claim failed; its devices stay under dynamic_resources until it is read")
 		}
-		v.mu.Unlock()
 	}
-	return time.Time{}
-}
-
-// nextClaim returns a pod whose claim's allocation is to be read now, or,
-// when none is, when the next one is due (zero: none).
-func (v *View) nextClaim() (model.PodKey, *podEntry, time.Time) {
-	now := time.Now()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var due time.Time
-	for key, e := range v.pods {
-		if e.facts.Allocation != nil || !needsAllocation(e.facts.Claim) {
-			continue
-		}
-		if !now.Before(e.claimPace.at) {
-			return key, e, time.Time{}
-		}
-		if due.IsZero() || e.claimPace.at.Before(due) {
-			due = e.claimPace.at
-		}
-	}
-	return model.PodKey{}, nil, due
+	return failed
 }
 
 // pace spaces a read's retries: retryFirst after a failure, then twice as

@@ -3,6 +3,7 @@ package dra
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -76,18 +77,13 @@ type View struct {
 	opts ViewOptions
 	log  logrus.FieldLogger
 
-	// lookupWake and claimWake wake Run's loops; each holds one signal.
-	lookupWake, claimWake chan struct{}
-
 	mu   sync.Mutex
 	pods map[model.PodKey]*podEntry
-	// lookups are the pods whose facts the answers lacked, with the claim
-	// names the kubelet listed for them, for Run's next call of Pods; next
-	// is closed once that call's facts are kept (a Get waits for it).
-	lookups    map[model.PodKey]string
-	next       chan struct{}
-	lookupPace pace // of Pods, after failures
-	stopped    bool // Run has returned: no Get waits for a lookup
+	// lookups are the pods whose facts the answers lacked, for Run's next
+	// call of Pods; allocations are the pods whose claim's allocation is
+	// to be read.
+	lookups, allocations queue
+	stopped              bool // Run has returned: no Get waits for a lookup
 }
 
 // podEntry is what a View keeps of one pod. Answers read it; only Run's
@@ -96,23 +92,19 @@ type podEntry struct {
 	// claims are the names of the claims the kubelet lists for the pod:
 	// a pod recreated under its name has other ones (the scheduler and
 	// claim templates generate them), so its facts are looked up again.
-	claims string
-	facts  PodFacts
-	// claimPace paces the reads of the claim's allocation after failures.
-	claimPace pace
-	reported  map[Unfolded]bool
+	claims   string
+	facts    PodFacts
+	reported map[Unfolded]bool
 }
 
 // NewView returns a view folding from opts' sources; Run reads them.
 func NewView(opts ViewOptions) *View {
 	return &View{
-		opts:       opts,
-		log:        cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger()),
-		lookupWake: make(chan struct{}, 1),
-		claimWake:  make(chan struct{}, 1),
-		pods:       map[model.PodKey]*podEntry{},
-		lookups:    map[model.PodKey]string{},
-		next:       make(chan struct{}),
+		opts:        opts,
+		log:         cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger()),
+		pods:        map[model.PodKey]*podEntry{},
+		lookups:     newQueue(),
+		allocations: newQueue(),
 	}
 }
 
@@ -129,18 +121,16 @@ func (v *View) FoldList(_ context.Context, pods []*v1.PodResources) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for key := range v.pods {
-		if !seen[key] {
-			delete(v.pods, key)
-		}
-	}
+	maps.DeleteFunc(v.pods, func(key model.PodKey, _ *podEntry) bool { return !seen[key] })
+	maps.DeleteFunc(v.lookups.items, func(key model.PodKey, _ item) bool { return !seen[key] })
+	maps.DeleteFunc(v.allocations.items, func(key model.PodKey, _ item) bool { return !seen[key] })
 }
 
 // FoldPod folds one pod (a Get answer). A pod the view has no facts of
 // waits, within ctx, for Run's read of the pod sources (the kubelet, not
 // the API server): nri-plugins asks Get once, when the container is
 // created, and takes its topology hint from that one answer. The wait is
-// at most getWait, and none while lookups back off after a failure; a
+// at most getWait, and none while its lookup backs off after a failure; a
 // claim's allocation is never waited for.
 func (v *View) FoldPod(ctx context.Context, pod *v1.PodResources) {
 	pods := []*v1.PodResources{pod}
@@ -195,13 +185,9 @@ func (v *View) known(pods []*v1.PodResources) (todo []knownPod, wait <-chan stru
 			continue
 		}
 		v.log.WithField("pod", key).Debug("DRA: the pod's extended resource claim is not known yet; its devices stay under dynamic_resources until it is read")
-		v.lookups[key] = claims
-		if !v.stopped && !time.Now().Before(v.lookupPace.at) {
-			wait = v.next
+		if v.lookups.ask(key, claims) && !v.stopped {
+			wait = v.lookups.done
 		}
-	}
-	if len(v.lookups) > 0 {
-		signal(v.lookupWake)
 	}
 	return todo, wait
 }

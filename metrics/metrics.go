@@ -200,7 +200,7 @@ func (m *Metrics) NRIReconnect() {
 	m.nriReconnects.Inc()
 }
 
-// CRIReconciled counts one CRI reconcile and how long it took (cri.Metrics).
+// CRIReconciled counts one CRI reconcile and how long it took (plugin.Metrics).
 func (m *Metrics) CRIReconciled(took time.Duration, err error) {
 	m.criReconciles.WithLabelValues(result(err)).Inc()
 	m.criReconcileTaken.Observe(took.Seconds())

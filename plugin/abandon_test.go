@@ -142,7 +142,7 @@ func TestARuntimeThatRegistersButNeverConfiguresIsGivenUpAndRedialled(t *testing
 		t.Run(tc.name, func(t *testing.T) {
 			dir := shortTempDir(t)
 			rt := startBrokenRuntime(t, filepath.Join(dir, "nri.sock"), tc.dies)
-			p, err := newPlugin(state.New(state.Options{}), Options{
+			p, err := New(state.New(state.Options{}), Options{
 				Socket:     filepath.Join(dir, "nri.sock"),
 				Log:        testLog(),
 				MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,

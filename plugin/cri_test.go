@@ -10,7 +10,6 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/plugin/cri"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/test/critest"
@@ -42,7 +41,7 @@ func TestCRIReconcileClosesWhatNRIEventsMissed(t *testing.T) {
 	fake.Set([]*criv1.PodSandbox{criSandbox}, []*criv1.Container{critest.Ctr(criSandbox, "app", criv1.ContainerState_CONTAINER_EXITED)})
 	sock := filepath.Join(dir, "cri.sock")
 	critest.Serve(t, sock, fake)
-	r, err := cri.NewReconciler(store, cri.Options{Endpoint: sock, Log: testLog()})
+	r, err := NewReconciler(store, CRIOptions{Endpoint: sock, Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ func TestResyncTriggersACRIReconcileThatStopsStaleSandboxes(t *testing.T) {
 	sock := filepath.Join(dir, "cri.sock")
 	critest.Serve(t, sock, fake)
 	metrics := newTestMetrics()
-	r, err := cri.NewReconciler(store, cri.Options{Endpoint: sock, Interval: time.Hour, Log: testLog(), Metrics: metrics})
+	r, err := NewReconciler(store, CRIOptions{Endpoint: sock, Interval: time.Hour, Log: testLog(), Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

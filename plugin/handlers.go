@@ -145,26 +145,25 @@ func (p *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error
 // StopPodSandbox records that a pod's sandbox stopped: its devices must no
 // longer be trusted for a pod of the same name.
 func (p *handlers) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	id, uid := pod.GetId(), pod.GetUid()
-	if id == "" && uid == "" {
-		p.log.Debug("Ignoring StopPodSandbox without a pod")
-		return nil
-	}
-	podLog(p.log, pod).Info("Pod sandbox stopped")
-	p.update(ctx, "StopPodSandbox", func() { p.store.SandboxStopped(record.OriginNRI, id, uid) })
+	p.sandboxEnded(ctx, "StopPodSandbox", "Pod sandbox stopped", pod, p.store.SandboxStopped)
 	return nil
 }
 
 // RemovePodSandbox records that a pod's sandbox is gone.
 func (p *handlers) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	p.sandboxEnded(ctx, "RemovePodSandbox", "Pod sandbox removed", pod, p.store.SandboxRemoved)
+	return nil
+}
+
+// sandboxEnded records a sandbox event that needs only the pod's ids.
+func (p *handlers) sandboxEnded(ctx context.Context, event, msg string, pod *api.PodSandbox, apply func(origin record.Origin, id, uid string)) {
 	id, uid := pod.GetId(), pod.GetUid()
 	if id == "" && uid == "" {
-		p.log.Debug("Ignoring RemovePodSandbox without a pod")
-		return nil
+		p.log.Debugf("Ignoring %s without a pod", event)
+		return
 	}
-	podLog(p.log, pod).Info("Pod sandbox removed")
-	p.update(ctx, "RemovePodSandbox", func() { p.store.SandboxRemoved(record.OriginNRI, id, uid) })
-	return nil
+	podLog(p.log, pod).Info(msg)
+	p.update(ctx, event, func() { apply(record.OriginNRI, id, uid) })
 }
 
 // PostCreateContainer records a container the runtime created.
@@ -250,13 +249,6 @@ func (p *handlers) disconnected() bool {
 	p.conn++
 	p.synced = false
 	return was
-}
-
-// onClose is called by the stub when the connection to the runtime drops;
-// Run takes care of reconnecting.
-func (p *handlers) onClose() {
-	p.metrics.NRIConnected(false)
-	p.log.Info("NRI connection closed")
 }
 
 // sandbox maps an NRI pod. pod may be nil.

@@ -271,10 +271,11 @@ func startPlugin(t testing.TB, store *state.Store, dir string, tweaks ...func(*O
 	for _, tweak := range tweaks {
 		tweak(&opts)
 	}
-	p, err := newPlugin(store, opts, stub.WithDialer(rp.dial))
+	p, err := New(store, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.stubOptions = []stub.Option{stub.WithDialer(rp.dial)}
 	rp.Plugin = p
 	runPlugin(t, p)
 	return rp

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,25 +78,13 @@ type Plugin struct {
 
 // New returns a plugin that records into store.
 func New(store *state.Store, opts Options) (*Plugin, error) {
-	return newPlugin(store, opts)
-}
-
-func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*Plugin, error) {
 	if store == nil {
 		return nil, errors.New("creating NRI plugin: nil state store")
 	}
-	if opts.Socket == "" {
-		opts.Socket = DefaultSocket
-	}
-	if opts.Name == "" {
-		opts.Name = DefaultName
-	}
-	if opts.Index == "" {
-		opts.Index = DefaultIndex
-	}
-	if opts.Log == nil {
-		opts.Log = logrus.StandardLogger()
-	}
+	opts.Socket = cmp.Or(opts.Socket, DefaultSocket)
+	opts.Name = cmp.Or(opts.Name, DefaultName)
+	opts.Index = cmp.Or(opts.Index, DefaultIndex)
+	opts.Log = cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger())
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = DefaultMinBackoff
 	}
@@ -121,7 +110,6 @@ func newPlugin(store *state.Store, opts Options, stubOptions ...stub.Option) (*P
 		opts:        opts,
 		handlers:    newHandlers(store, opts.Log, opts.Metrics, opts.OnSynchronized),
 		preLaunched: os.Getenv(api.PluginSocketEnvVar) != "",
-		stubOptions: stubOptions,
 	}
 	// Build one stub now so that whatever it rejects is reported here,
 	// not at the first connection.
@@ -288,7 +276,6 @@ func (p *Plugin) newStub() (stub.Stub, *trackedDial, error) {
 		stub.WithDialer(conn.dial),
 		stub.WithLogger(nriLogger{p.opts.Log.WithField("component", "nri-stub")}),
 		stub.WithSocketPath(p.opts.Socket),
-		stub.WithOnClose(p.handlers.onClose),
 		// Runtimes with nri v0.12.4 or later keep a plugin that missed a
 		// request timeout registered instead of dropping it; older ones
 		// ignore this. Never FailRequest: an observer must not fail pods.

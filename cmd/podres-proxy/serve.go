@@ -34,7 +34,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/plugin"
-	"github.com/podres-proxy/podres-proxy/plugin/cri"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -242,9 +241,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		deviceInfo.Adopt(c.rdmaResource)
 		start("device-info files", func(ctx context.Context) error { return deviceInfo.Run(ctx, store, devinfo.DefaultInterval) })
 	}
-	var reconciler *cri.Reconciler
+	var reconciler *plugin.Reconciler
 	if c.criSocket != "" {
-		reconciler, err = cri.NewReconciler(store, cri.Options{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: m})
+		reconciler, err = plugin.NewReconciler(store, plugin.CRIOptions{Endpoint: c.criSocket, Interval: c.criInterval, Log: log, Metrics: m})
 		if err != nil {
 			cancel()
 			_ = g.Wait()

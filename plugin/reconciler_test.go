@@ -1,4 +1,4 @@
-package cri
+package plugin
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func TestNewReconcilerAcceptsUnixURLsAndAbsolutePaths(t *testing.T) {
 		"unix://relative.sock":                   "",
 		"tcp://127.0.0.1:1234":                   "",
 	} {
-		r, err := NewReconciler(store, Options{Endpoint: endpoint})
+		r, err := NewReconciler(store, CRIOptions{Endpoint: endpoint})
 		switch {
 		case want == "" && err == nil:
 			t.Errorf("NewReconciler(%q) succeeded, want an error", endpoint)
@@ -39,7 +39,7 @@ func TestNewReconcilerAcceptsUnixURLsAndAbsolutePaths(t *testing.T) {
 			t.Errorf("NewReconciler(%q) dials %q, want %q", endpoint, r.target, want)
 		}
 	}
-	if _, err := NewReconciler(nil, Options{Endpoint: "/run/x.sock"}); err == nil {
+	if _, err := NewReconciler(nil, CRIOptions{Endpoint: "/run/x.sock"}); err == nil {
 		t.Error("NewReconciler(nil store) succeeded, want an error")
 	}
 }
@@ -67,7 +67,7 @@ func TestReconcileOnceRecordsWhatTheRuntimeLists(t *testing.T) {
 	dir := shortTempDir(t)
 	sock := filepath.Join(dir, "cri.sock")
 	critest.Serve(t, sock, rt)
-	r, err := NewReconciler(store, Options{Endpoint: "unix://" + sock, Log: testLog()})
+	r, err := NewReconciler(store, CRIOptions{Endpoint: "unix://" + sock, Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestReconcilerRetriesUntilTheCRISocketAppearsAndAfterRestarts(t *testing.T)
 	dir := shortTempDir(t)
 	sock := filepath.Join(dir, "cri.sock")
 	metrics := newTestMetrics()
-	r, err := NewReconciler(store, Options{
+	r, err := NewReconciler(store, CRIOptions{
 		Endpoint: "unix://" + sock, Interval: 10 * time.Millisecond, Timeout: time.Second,
 		Log: testLog(), Metrics: metrics,
 	})
@@ -168,7 +168,7 @@ func TestReconcileBringsTheContainersAnnotations(t *testing.T) {
 	rt.Set([]*criv1.PodSandbox{pod}, []*criv1.Container{ctr})
 	sock := filepath.Join(shortTempDir(t), "cri.sock")
 	critest.Serve(t, sock, rt)
-	r, err := NewReconciler(store, Options{Endpoint: "unix://" + sock, Log: testLog()})
+	r, err := NewReconciler(store, CRIOptions{Endpoint: "unix://" + sock, Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

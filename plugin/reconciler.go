@@ -1,17 +1,7 @@
-// Package cri is the CRI reconciler: it lists the runtime's pod sandboxes
-// and containers over CRI (ListPodSandbox, ListContainers), at start and
-// then periodically, and reconciles the state store with them. It closes
-// the gaps NRI events leave (package plugin): containerd sends no Stop or
-// Remove events for pods created before it restarted, and exited containers
-// are absent from Synchronize and never get RemoveContainer. A runtime
-// socket that is missing or restarting is logged and retried; it is never
-// fatal.
-//
-// It is apart from package plugin because it shares nothing with NRI but
-// the store it writes: another protocol, another connection, its own loop.
-package cri
+package plugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +18,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
-// Defaults for Options.
+// Defaults for CRIOptions.
 const (
 	DefaultReconcileInterval = 30 * time.Second
 	DefaultCRITimeout        = 5 * time.Second
@@ -38,8 +28,8 @@ const (
 // limit: a node with many containers exceeds gRPC's default of 4 MiB.
 const maxCRIMessageSize = 16 << 20
 
-// Options configure a Reconciler. Zero values mean the defaults.
-type Options struct {
+// CRIOptions configure a Reconciler. Zero values mean the defaults.
+type CRIOptions struct {
 	// Endpoint is the runtime's CRI socket, as a unix:// URL or a path,
 	// e.g. unix:///run/containerd/containerd.sock.
 	Endpoint string
@@ -54,31 +44,19 @@ type Options struct {
 	Metrics Metrics
 }
 
-// Metrics receives what the reconciler measures; the daemon passes its one
-// metrics.Metrics, so this package imports no Prometheus.
-type Metrics interface {
-	// CRIReconciled counts one CRI reconcile, how long it took and its
-	// error, nil on success.
-	CRIReconciled(took time.Duration, err error)
-}
-
-type noMetrics struct{}
-
-func (noMetrics) CRIReconciled(time.Duration, error) {}
-
 // Reconciler brings the store in line with what the runtime lists over CRI,
 // which closes the gaps NRI leaves (missed events, containerd's skipped
 // Stop and Remove events after it restarts).
 type Reconciler struct {
 	store   *state.Store
-	opts    Options
+	opts    CRIOptions
 	target  string        // gRPC target, unix:///path
 	trigger chan struct{} // asks Run for a reconcile now
 }
 
 // NewReconciler returns a reconciler of store against the runtime at
 // opts.Endpoint. It does not connect: the runtime may not be up yet.
-func NewReconciler(store *state.Store, opts Options) (*Reconciler, error) {
+func NewReconciler(store *state.Store, opts CRIOptions) (*Reconciler, error) {
 	if store == nil {
 		return nil, errors.New("creating CRI reconciler: nil state store")
 	}
@@ -92,9 +70,7 @@ func NewReconciler(store *state.Store, opts Options) (*Reconciler, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultCRITimeout
 	}
-	if opts.Log == nil {
-		opts.Log = logrus.StandardLogger()
-	}
+	opts.Log = cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger())
 	if opts.Metrics == nil {
 		opts.Metrics = noMetrics{}
 	}
