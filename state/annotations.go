@@ -8,6 +8,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/state/decode"
+	"github.com/podres-proxy/podres-proxy/state/names"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
@@ -15,32 +16,13 @@ import (
 // and annotations become devices: an allocation is fixed when the sandbox
 // starts, edits in the API are recorded, not taken.
 
-// Evidence is what the caller of ObserveKubeletPods knew, just before the
-// list was taken, of whether a pod name can have become another pod since
-// (the proxy's is the kubelet's pod logs directory, package podlogs). The
-// store does not read it: it keeps it with the list's names, hands it back
-// with them (Snapshot.NamesEvidence), and counts one that says otherwise
-// than the last (Same) as a change, so that nothing derived from the old
-// one is reused. nil says nothing.
-type Evidence interface {
-	Same(other Evidence) bool
-}
-
-// sameEvidence is Evidence.Same, with nil the same only as nil.
-func sameEvidence(a, b Evidence) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	return a.Same(b)
-}
-
 // ObserveKubeletPods records a complete kubelet pod list taken at asOf
 // (when the read started), with the caller's evidence (nil: none): each
 // pod's spec and allocator annotations, and which UID each name is now
 // (Live, Current, Named). Pods new to the store are recorded as pending;
 // pending pods that the list no longer has are removed. Sandbox state is
 // left to the runtime sources.
-func (s *Store) ObserveKubeletPods(asOf time.Time, evidence Evidence, pods []model.KubeletPod) {
+func (s *Store) ObserveKubeletPods(asOf time.Time, evidence names.Evidence, pods []model.KubeletPod) {
 	pre := decode.Batch{}
 	for i := range pods {
 		if p := &pods[i]; p.UID != "" && !p.Terminal() {
@@ -104,37 +86,36 @@ func (s *Store) observeKubeletPod(pre decode.Batch, p *model.KubeletPod, now tim
 }
 
 // setNames records which UID each name of a complete kubelet list taken at
-// asOf is. An older list than the one recorded says nothing new. Of two
-// pods of one name (the old one terminating), the one still running is the
-// name's. It counts as a change (Version, Changed) when a name's UID
-// changed, or when the list confirms a live record whose containers were
-// stopping (Current), or when evidence says otherwise than before. Called
-// with mu held.
-func (s *Store) setNames(asOf time.Time, evidence Evidence, pods []model.KubeletPod) {
-	if asOf.Before(s.namesAt) {
+// asOf is (names.Table.List). It counts as a change (Version, Changed) when
+// the table changed, or when the list confirms a live record whose
+// containers were stopping (Current). Called with mu held.
+func (s *Store) setNames(asOf time.Time, evidence names.Evidence, pods []model.KubeletPod) {
+	taken, changed := s.names.List(asOf, evidence, pods)
+	if !taken {
 		return
 	}
-	names := make(map[model.PodKey]string, len(pods))
-	for i := range pods {
-		p := &pods[i]
-		key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
-		if _, dup := names[key]; p.UID == "" || (dup && p.Terminal()) {
-			continue
-		}
-		names[key] = p.UID
-	}
-	s.newerNames(asOf, names)
-	changed := !maps.Equal(names, s.names) || !sameEvidence(evidence, s.namesEvidence) || !s.namesComplete
 	for _, r := range s.byUID {
 		if changed {
 			break
 		}
 		changed = r.Live() && stopping(r)
 	}
-	s.names, s.namesAt, s.namesEvidence, s.namesComplete = names, asOf, evidence, true
 	if changed {
 		s.bump()
 	}
+}
+
+// noteName records that a source said at now which UID key is
+// (names.Table.Note). Called with mu held.
+func (s *Store) noteName(key model.PodKey, uid string, now time.Time) {
+	if s.names.Note(key, uid, now, s.hasLive) {
+		s.bump()
+	}
+}
+
+// hasLive reports whether a live record of key remains. Called with mu held.
+func (s *Store) hasLive(key model.PodKey) bool {
+	return slices.ContainsFunc(s.byKey[key], func(uid string) bool { return s.byUID[uid].Live() })
 }
 
 // ObserveWatchedPod records one pod the kubelet's Pods API watch reported
@@ -160,7 +141,7 @@ func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 	// store: one already known lost the name to that UID since (the
 	// kubelet went on reporting a force-deleted pod's teardown after its
 	// successor was created), and is the older.
-	if cur, ok := s.names[key]; !ok || (cur != p.UID && !p.Terminal() && (cur == "" || !known)) {
+	if cur, ok := s.names.UID(key); !ok || (cur != p.UID && !p.Terminal() && (cur == "" || !known)) {
 		s.noteName(key, p.UID, now)
 	}
 }
@@ -184,7 +165,7 @@ func (s *Store) WatchedPodDeleted(p model.PodRef) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := model.PodKey{Namespace: p.Namespace, Name: p.Name}
-	if s.names[key] == p.UID {
+	if uid, _ := s.names.UID(key); uid == p.UID {
 		s.noteName(key, "", s.now()) // no pod, until a source says which
 	}
 	if r, ok := s.byUID[p.UID]; ok && r.State == record.PhasePending {

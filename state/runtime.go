@@ -25,7 +25,7 @@ func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
 	defer s.mu.Unlock()
 	s.observeSandbox(pre, src, sb)
 	// A sandbox beginning is the kubelet's word that the name is this
-	// pod now (names.go): it asks for one only for the pod it has under
+	// pod now (package state/names): it asks for one only for the pod it has under
 	// that name, after its predecessor is gone from its pods.
 	if r, ok := s.byUID[sb.UID]; ok && sb.UID != "" && sb.Ready && r.SandboxID == sb.ID && r.Live() {
 		s.noteName(r.Key(), sb.UID, s.now())

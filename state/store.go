@@ -65,8 +65,6 @@ type Store struct {
 	mu sync.RWMutex
 	index
 	bySandbox map[string]string // sandbox id -> uid
-	// namesPruned is when pruneNames last walked namedAt (names.go).
-	namesPruned time.Time
 
 	// version counts changes to the records: it moves whenever a record is
 	// installed or deleted, so that readers can tell, without comparing
@@ -104,7 +102,6 @@ func New(opts Options) *Store {
 		index: index{
 			byUID: map[string]*record.Record{},
 			byKey: map[model.PodKey][]string{},
-			names: map[model.PodKey]string{},
 		},
 		bySandbox: map[string]string{},
 		dirty:     func(string) {},
@@ -127,15 +124,9 @@ func (s *Store) Snapshot() *Snapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	x := index{
-		byUID:   maps.Clone(s.byUID),
-		byKey:   make(map[model.PodKey][]string, len(s.byKey)),
-		names:   maps.Clone(s.names),
-		namesAt: s.namesAt,
-
-		namesEvidence: s.namesEvidence,
-
-		namesComplete: s.namesComplete,
-		namedAt:       maps.Clone(s.namedAt),
+		byUID: maps.Clone(s.byUID),
+		byKey: make(map[model.PodKey][]string, len(s.byKey)),
+		names: s.names.Clone(),
 	}
 	for k, uids := range s.byKey {
 		x.byKey[k] = slices.Clone(uids) // unindexKey edits them in place
