@@ -23,7 +23,7 @@ import (
 // pending pods that the list no longer has are removed. Sandbox state is
 // left to the runtime sources.
 func (s *Store) ObserveKubeletPods(asOf time.Time, evidence names.Evidence, pods []model.KubeletPod) {
-	pre := decode.Batch{}
+	pre := decode.NewBatch(s.opts.Decoder)
 	for i := range pods {
 		if p := &pods[i]; p.UID != "" && !p.Terminal() {
 			s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
@@ -51,7 +51,7 @@ func (s *Store) ObserveKubeletPods(asOf time.Time, evidence names.Evidence, pods
 
 // observeKubeletPod records what a kubelet source reported of one pod at
 // now, all but the name's UID: see ObserveKubeletPods. Called with mu held.
-func (s *Store) observeKubeletPod(pre decode.Batch, p *model.KubeletPod, now time.Time) {
+func (s *Store) observeKubeletPod(pre *decode.Batch, p *model.KubeletPod, now time.Time) {
 	s.update(p.UID, func(r *record.Record) bool {
 		changed := r.ObserveKubeletPod(p, now)
 		if p.Terminal() {
@@ -59,29 +59,7 @@ func (s *Store) observeKubeletPod(pre decode.Batch, p *model.KubeletPod, now tim
 			// (see kubeletpods): keep what was seen while it ran.
 			return changed
 		}
-		if seen := r.Provenance.Annotations; seen != nil && seen.Origin != record.OriginKubelet && s.opts.Decoder != nil {
-			// The runtime's copy (NRI, CRI) is the allocation the sandbox
-			// started with, and it stays: an edit in the API changes
-			// nothing, and is recorded. A key the runtime's copy did not
-			// have is taken only when the sandbox started with an
-			// allocation (HAMi's device plugin writes its MIG instances
-			// after the sandbox started), keeping the copy's source and
-			// time, which say since when the pod holds its devices; a pod
-			// that started with none gets none later.
-			fixed, edited := decode.Fixed(r.Annotations, s.relevant(p.Annotations))
-			if s.setAnnotations(pre, r, fixed, seen.Origin, seen.At, false) {
-				changed = true
-			}
-			if !slices.Equal(r.Edited, edited) {
-				r.Edited = edited
-				changed = true
-			}
-			return changed
-		}
-		if s.setAnnotations(pre, r, p.Annotations, record.OriginKubelet, now, false) {
-			changed = true
-		}
-		return changed
+		return pre.FromKubelet(r, p.Annotations, now) || changed
 	})
 }
 
@@ -127,7 +105,7 @@ func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 	if p.UID == "" {
 		return
 	}
-	pre := decode.Batch{}
+	pre := decode.NewBatch(s.opts.Decoder)
 	if !p.Terminal() {
 		s.predecode(pre, model.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name}, p.Annotations)
 	}
@@ -173,101 +151,16 @@ func (s *Store) WatchedPodDeleted(p model.PodRef) {
 	}
 }
 
-// setAnnotations keeps the relevant annotations and re-decodes devices when
-// they changed, or always when force is set (a record read back from disk is
-// decoded again because the allocator configuration may have changed). It
-// reports whether it decoded.
-func (s *Store) setAnnotations(pre decode.Batch, r *record.Record, all map[string]string, src record.Origin, now time.Time, force bool) bool {
-	if s.opts.Decoder == nil {
-		return false
-	}
-	rel := s.relevant(all)
-	if !force && r.Provenance.Annotations != nil && maps.Equal(rel, r.Annotations) {
-		if seen := r.Provenance.Annotations; seen.Origin == record.OriginKubelet && src != record.OriginKubelet {
-			// The runtime started the sandbox with what /pods said: from
-			// now on the runtime's copy is the allocation, fixed (see
-			// ObserveKubeletPods), held since it was first seen.
-			r.Provenance.Annotations = &record.Seen{Origin: src, At: seen.At}
-			return true
-		}
-		return false
-	}
-	r.Annotations = rel
-	s.decodeDevices(pre, r)
-	r.Provenance.Annotations = &record.Seen{Origin: src, At: now}
-	return true
-}
-
-// decodeDevices sets r's Devices and DecodeErrors from its Annotations, and
-// then its containers' annotations. Called with mu held.
-func (s *Store) decodeDevices(pre decode.Batch, r *record.Record) {
-	ref := model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}
-	if d, ok := pre.Lookup(r.Annotations); ok {
-		r.Devices, r.DecodeErrors = d.Devices, d.Errors
-	} else if len(r.Annotations) == 0 {
-		r.Devices, r.DecodeErrors = nil, nil
-	} else {
-		// Not decoded beforehand: adopt at Open, annotations that
-		// changed between predecode's look and the lock, or a CRI or
-		// NRI snapshot that brought a container's annotations.
-		r.Devices, r.DecodeErrors = decode.Decode(s.opts.Decoder, ref, r.Annotations)
-	}
-	cd, ok := s.opts.Decoder.(decode.ContainerDecoder)
-	if !ok {
-		return
-	}
-	if ctrs := containerAnnotations(r); len(ctrs) > 0 {
-		// Bounded and cheap under the lock: only the runtime writes
-		// container annotations, and only an allocator's keys are kept.
-		devs, errs := cd.DecodeContainers(ref, r.Devices, ctrs)
-		r.Devices = devs
-		for _, err := range errs {
-			r.DecodeErrors = append(slices.Clip(r.DecodeErrors), err.Error())
-		}
-	}
-}
-
-// containerAnnotations returns the annotations of r's containers that have
-// some, by container name; a later container of one name (a restart) wins.
-func containerAnnotations(r *record.Record) map[string]map[string]string {
-	var out map[string]map[string]string
-	for _, c := range r.Containers {
-		if len(c.Annotations) == 0 {
-			continue
-		}
-		if out == nil {
-			out = map[string]map[string]string{}
-		}
-		out[c.Name] = c.Annotations
-	}
-	return out
-}
-
-func sameContainerAnnotations(a, b map[string]map[string]string) bool {
-	return maps.EqualFunc(a, b, func(x, y map[string]string) bool { return maps.Equal(x, y) })
-}
-
 // adopt installs a record read back from disk, decoding its annotations
 // again with the current decoder. It reports whether that changed what the
 // record says, so the file must be written again. Called with mu held.
 func (s *Store) adopt(r *record.Record) bool {
-	changed := false
-	if seen := r.Provenance.Annotations; seen != nil {
-		ann, devs, errs := r.Annotations, r.Devices, r.DecodeErrors
-		if s.setAnnotations(nil, r, r.Annotations, seen.Origin, seen.At, true) {
-			changed = !maps.Equal(ann, r.Annotations) || !sameOrEmpty(devs, r.Devices) || !sameOrEmpty(errs, r.DecodeErrors)
-		}
-		if changed {
-			r.UpdatedAt = s.now()
-		}
+	changed := decode.NewBatch(s.opts.Decoder).Redecode(r)
+	if changed {
+		r.UpdatedAt = s.now()
 	}
 	s.install(s.byUID[r.UID], r)
 	return changed
-}
-
-// sameOrEmpty is reflect.DeepEqual that does not tell nil from empty.
-func sameOrEmpty[T any](a, b []T) bool {
-	return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b)
 }
 
 // SetRefused records which of a pod's decoded devices the proxy refused to
@@ -278,7 +171,7 @@ func (s *Store) SetRefused(uid string, refused []model.Refused) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.byUID[uid]
-	if !ok || sameOrEmpty(r.Refused, refused) {
+	if !ok || len(r.Refused) == 0 && len(refused) == 0 || reflect.DeepEqual(r.Refused, refused) {
 		return false
 	}
 	changed := false
@@ -316,7 +209,7 @@ func (s *Store) SetGPUSlots(uid string, slots map[string]int) bool {
 // again; only a record whose annotations changed between this look and the
 // lock (a race of two sources) or one loaded at Open is decoded under the
 // lock.
-func (s *Store) predecode(pre decode.Batch, ref model.PodRef, all map[string]string) {
+func (s *Store) predecode(pre *decode.Batch, ref model.PodRef, all map[string]string) {
 	if s.opts.Decoder == nil {
 		return
 	}
@@ -335,7 +228,7 @@ func (s *Store) predecode(pre decode.Batch, ref model.PodRef, all map[string]str
 			return
 		}
 	}
-	pre.Add(s.opts.Decoder, ref, rel)
+	pre.Add(ref, rel)
 }
 
 // relevant keeps the annotations the decoder reads.
