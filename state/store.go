@@ -168,9 +168,9 @@ func (s *Store) Records() []*record.Record {
 	return out
 }
 
-// Prune deletes removed records whose grace period is over and returns how
+// pruneRemoved deletes removed records whose grace period is over and returns how
 // many it deleted.
-func (s *Store) Prune() int {
+func (s *Store) pruneRemoved() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cutoff := s.now().Add(-s.opts.PruneAfter)
