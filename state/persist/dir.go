@@ -96,17 +96,17 @@ func Open(dir string, opts Options) (*Writer, []*record.Record, error) {
 		}
 	}
 	p := &Writer{
-		log:         log,
-		podsDir:     filepath.Join(dir, podsDirName),
-		corruptDir:  filepath.Join(dir, corruptDirName),
-		lock:        lock,
-		onDurable:   opts.OnDurable,
-		wake:        make(chan struct{}, 1),
-		kick:        make(chan struct{}, 1),
-		stop:        make(chan struct{}),
-		done:        make(chan struct{}),
-		pending:     map[string]change{},
-		progress:    make(chan struct{}),
+		log:        log,
+		podsDir:    filepath.Join(dir, podsDirName),
+		corruptDir: filepath.Join(dir, corruptDirName),
+		lock:       lock,
+		onDurable:  opts.OnDurable,
+		wake:       make(chan struct{}, 1),
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		pending:    map[string]change{},
+		progress:   make(chan struct{}),
 	}
 	var loaded []*record.Record
 	if err := p.ensurePodsDir(); err != nil {
