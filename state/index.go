@@ -1,6 +1,8 @@
 package state
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
@@ -129,10 +131,7 @@ func (v *Snapshot) Current(key model.PodKey) (*record.Record, bool) { return v.c
 
 // Records returns every record, sorted by namespace, name and UID.
 func (v *Snapshot) Records() []*record.Record {
-	out := make([]*record.Record, 0, len(v.byUID))
-	for _, r := range v.byUID {
-		out = append(out, r)
-	}
+	out := slices.Collect(maps.Values(v.byUID))
 	record.Sort(out)
 	return out
 }

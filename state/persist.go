@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/podres-proxy/podres-proxy/state/persist"
 )
 
@@ -36,29 +38,17 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	w.Start(s.Get)
 	s.pruneStop, s.pruneDone = make(chan struct{}), make(chan struct{})
-	go s.prune(pruneInterval(s.opts.PruneAfter), s.pruneStop, s.pruneDone)
-	return s, nil
-}
-
-func pruneInterval(after time.Duration) time.Duration {
-	return min(max(after/10, time.Second), time.Minute)
-}
-
-// prune deletes expired removed records every interval until stop closes.
-func (s *Store) prune(interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
+	// A removed record outlives its grace period by a tenth of it at most.
+	interval := min(max(s.opts.PruneAfter/10, time.Second), time.Minute)
+	go func() {
+		defer close(s.pruneDone)
+		wait.Until(func() {
 			if n := s.pruneRemoved(); n > 0 {
 				s.opts.Log.WithField("records", n).Debug("pruned removed pods")
 			}
-		case <-stop:
-			return
-		}
-	}
+		}, interval, s.pruneStop)
+	}()
+	return s, nil
 }
 
 // Flush returns once every change made before the call is on disk. When a

@@ -13,10 +13,9 @@ import (
 // sandboxes, their phase and their containers.
 
 // ObserveSandbox records a sandbox the runtime reported beginning (NRI
-// RunPodSandbox): its pod is the one its name is now. It creates the
-// record if the UID is new.
-// Of the sandbox's annotations it keeps the allocators', bounded
-// (decode.Bounded).
+// RunPodSandbox): its pod is the one its name is now. It creates the record
+// if the UID is new. Of the sandbox's annotations it keeps the allocators',
+// bounded (decode.Bounded).
 func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
 	sb.Annotations = decode.Bounded(s.opts.Decoder, sb.Annotations)
 	pre := decode.NewBatch(s.opts.Decoder)
@@ -24,9 +23,9 @@ func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.observeSandbox(pre, src, sb)
-	// A sandbox beginning is the kubelet's word that the name is this
-	// pod now (package state/names): it asks for one only for the pod it has under
-	// that name, after its predecessor is gone from its pods.
+	// A sandbox beginning is the kubelet's word that the name is this pod
+	// now (package state/names): it asks for one only for the pod it has
+	// under that name, after its predecessor is gone from its pods.
 	if r, ok := s.byUID[sb.UID]; ok && sb.UID != "" && sb.Ready && r.SandboxID == sb.ID && r.Live() {
 		s.noteName(r.Key(), sb.UID, s.now())
 	}

@@ -4,13 +4,12 @@
 // JSON file per pod so that operators can read them and a restarted daemon
 // keeps answering running pods while the kubelet's /pods is unreachable.
 //
-// Open persists a store in a state directory (docs/state-format.md describes
-// its layout and file format for operators); New keeps it in memory only.
-// The record and its file format are package state/record's, the directory
-// and its background writer state/persist's, and decoding the allocation
-// annotations before the store's lock state/decode's, and what one fact
-// does to one record state/record's: this package is the records in memory,
-// indexed, and each source's reports applied to them under one lock.
+// Open persists a store in a state directory (docs/state-format.md);
+// New keeps it in memory only. A record and its file format are package
+// state/record's, the directory and its background writer state/persist's,
+// what allocation annotations do to a record state/decode's, and which pod
+// a name is state/names': this package is the records in memory, indexed,
+// and each source's reports applied to them under one lock.
 //
 // Records handed out are immutable snapshots: every change builds a new
 // Record, so readers (the proxy's hot path) take a read lock for a map lookup
@@ -159,10 +158,7 @@ func (s *Store) bump() {
 // Records returns every record, sorted by namespace, name and UID.
 func (s *Store) Records() []*record.Record {
 	s.mu.RLock()
-	out := make([]*record.Record, 0, len(s.byUID))
-	for _, r := range s.byUID {
-		out = append(out, r)
-	}
+	out := slices.Collect(maps.Values(s.byUID))
 	s.mu.RUnlock()
 	record.Sort(out)
 	return out
@@ -194,8 +190,9 @@ func (s *Store) pruneRemoved() int {
 // update applies fn to a copy of the record of uid (a new, empty record if
 // there is none) and installs the copy if fn reports a change. fn may modify
 // Containers in place (it is copied) but must replace, not modify, the other
-// slices and maps. Called with mu held.
-func (s *Store) update(uid string, fn func(r *record.Record) bool) {
+// slices and maps. It reports whether fn changed the record. Called with mu
+// held.
+func (s *Store) update(uid string, fn func(r *record.Record) bool) bool {
 	old := s.byUID[uid]
 	var r record.Record
 	if old != nil {
@@ -205,11 +202,12 @@ func (s *Store) update(uid string, fn func(r *record.Record) bool) {
 		r = record.Record{SchemaVersion: record.SchemaVersion, UID: uid}
 	}
 	if !fn(&r) {
-		return
+		return false
 	}
 	r.UpdatedAt = s.now()
 	s.install(old, &r)
 	s.dirty(uid)
+	return true
 }
 
 // install replaces old (may be nil) with r in the indexes. Called with mu held.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/model/annotationbound"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Decoder turns a pod's annotations into devices. The allocator set
@@ -176,6 +177,23 @@ func (b *Batch) Add(ref model.PodRef, rel map[string]string) {
 	devs, errs := Decode(b.d, ref, rel)
 	k := annKey(rel)
 	b.results[k] = append(b.results[k], &result{rel: rel, devices: devs, errors: errs})
+}
+
+// Foresee decodes the relevant annotations of all, of the pod ref whose
+// record is had (nil: none), before the store's lock is taken; ref names
+// the pod in the decoder's errors. Annotations the record already has are
+// not decoded again (CRI reconciles list every sandbox every 30 s); only a
+// record whose annotations changed between this look and the lock (a race
+// of two sources) or one loaded at Open is decoded under the lock.
+func (b *Batch) Foresee(ref model.PodRef, all map[string]string, had *record.Record) {
+	if b.d == nil {
+		return
+	}
+	rel := Relevant(b.d, all)
+	if len(rel) == 0 || had != nil && had.Provenance.Annotations != nil && maps.Equal(rel, had.Annotations) {
+		return
+	}
+	b.Add(ref, rel)
 }
 
 // lookup returns the result for rel, if the batch decoded it.

@@ -12,9 +12,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
-// What /pods reports (specs, allocator annotations) becomes records here,
-// and annotations become devices: an allocation is fixed when the sandbox
-// starts, edits in the API are recorded, not taken.
+// What the kubelet reports (/pods, the Pods API watch) becomes records here.
 
 // ObserveKubeletPods records a complete kubelet pod list taken at asOf
 // (when the read started), with the caller's evidence (nil: none): each
@@ -168,19 +166,13 @@ func (s *Store) adopt(r *record.Record) bool {
 // whether that changed the record, so that a caller logs and counts each
 // refusal once, not once per query. An unknown uid changes nothing.
 func (s *Store) SetRefused(uid string, refused []model.Refused) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.byUID[uid]
-	if !ok || len(r.Refused) == 0 && len(refused) == 0 || reflect.DeepEqual(r.Refused, refused) {
-		return false
-	}
-	changed := false
-	s.update(uid, func(r *record.Record) bool {
+	return s.set(uid, func(r *record.Record) bool {
+		if len(r.Refused) == 0 && len(refused) == 0 || reflect.DeepEqual(r.Refused, refused) {
+			return false
+		}
 		r.Refused = slices.Clone(refused)
-		changed = true
 		return true
 	})
-	return changed
 }
 
 // SetGPUSlots records the slots a pod is reported with on the GPUs it
@@ -188,50 +180,30 @@ func (s *Store) SetRefused(uid string, refused []model.Refused) bool {
 // the same ones. It reports whether that changed the record. An unknown
 // uid changes nothing.
 func (s *Store) SetGPUSlots(uid string, slots map[string]int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.byUID[uid]
-	if !ok || maps.Equal(r.GPUSlots, slots) {
-		return false
-	}
-	changed := false
-	s.update(uid, func(r *record.Record) bool {
+	return s.set(uid, func(r *record.Record) bool {
+		if maps.Equal(r.GPUSlots, slots) {
+			return false
+		}
 		r.GPUSlots = maps.Clone(slots)
-		changed = true
 		return true
 	})
-	return changed
+}
+
+// set is update of a record that exists, with the store's lock taken.
+func (s *Store) set(uid string, fn func(r *record.Record) bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byUID[uid]; !ok {
+		return false
+	}
+	return s.update(uid, fn)
 }
 
 // predecode decodes the relevant annotations of a pod into pre before the
-// store's lock is taken (package decode says why); ref names the pod in the
-// decoder's errors. Annotations the record already has are not decoded
-// again; only a record whose annotations changed between this look and the
-// lock (a race of two sources) or one loaded at Open is decoded under the
-// lock.
+// store's lock is taken (decode.Batch.Foresee).
 func (s *Store) predecode(pre *decode.Batch, ref model.PodRef, all map[string]string) {
-	if s.opts.Decoder == nil {
-		return
-	}
-	rel := s.relevant(all)
-	if len(rel) == 0 {
-		return
-	}
-	if ref.UID != "" {
-		// Unchanged annotations are not decoded again (CRI reconciles list
-		// every sandbox every 30 s): a look under the read lock is cheap.
-		s.mu.RLock()
-		r := s.byUID[ref.UID]
-		same := r != nil && r.Provenance.Annotations != nil && maps.Equal(rel, r.Annotations)
-		s.mu.RUnlock()
-		if same {
-			return
-		}
-	}
-	pre.Add(ref, rel)
-}
-
-// relevant keeps the annotations the decoder reads.
-func (s *Store) relevant(all map[string]string) map[string]string {
-	return decode.Relevant(s.opts.Decoder, all)
+	s.mu.RLock()
+	r := s.byUID[ref.UID]
+	s.mu.RUnlock()
+	pre.Foresee(ref, all, r)
 }
