@@ -62,7 +62,7 @@ func migOf(r *record.Record) []string {
 // record file keeps them, so a restarted daemon decodes the same.
 func TestContainerAnnotationsReachThePodsDevicesAndSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
-	s := openTest(t, dir, Options{Decoder: allocators(t)}, nil)
+	s := openTest(t, dir, Options{Decoder: allocators(t)})
 	s.ObserveSandbox(record.OriginNRI, tfPod("u1", "sb1"))
 	if r := mustGet(t, s, "u1"); len(r.Devices) != 0 {
 		t.Fatalf("a partitioned pod whose slices are unknown shows %v", migOf(r))
@@ -87,7 +87,7 @@ func TestContainerAnnotationsReachThePodsDevicesAndSurviveARestart(t *testing.T)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s2 := openTest(t, dir, Options{Decoder: allocators(t)}, nil)
+	s2 := openTest(t, dir, Options{Decoder: allocators(t)})
 	if got := migOf(mustGet(t, s2, "u1")); len(got) != 1 || got[0] != "main "+tfMIG {
 		t.Errorf("devices after a restart: %q", got)
 	}

@@ -182,7 +182,7 @@ func TestAWriterKilledMidWriteLeavesOnlyCompleteLoadableFiles(t *testing.T) {
 		}
 	}
 
-	s := openTest(t, dir, Options{}, nil)
+	s := openTest(t, dir, Options{})
 	st := s.Stats()
 	if st.CorruptFiles != 0 {
 		t.Errorf("Open set aside %d files after the kills, want none", st.CorruptFiles)
@@ -210,7 +210,7 @@ func TestASecondWriterProcessIsRefusedUntilTheFirstExits(t *testing.T) {
 
 	_, err := Open(dir, Options{Log: quietLog()})
 	want := fmt.Sprintf("state directory %s is in use by another podres-proxy (pid %d)", dir, cmd.Process.Pid)
-	if !errors.Is(err, ErrInUse) || err == nil || err.Error() != want {
+	if !errors.Is(err, persist.ErrInUse) || err == nil || err.Error() != want {
 		t.Fatalf("Open while another process writes: %v\nwant: %s", err, want)
 	}
 

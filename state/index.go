@@ -1,9 +1,12 @@
 package state
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/model"
+	"github.com/podres-proxy/podres-proxy/state/names"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
@@ -14,22 +17,8 @@ type index struct {
 	byUID map[string]*record.Record
 	byKey map[model.PodKey][]string // uids, usually one
 
-	// names is which UID each pod name had in the freshest complete
-	// kubelet pod list or watch, and namesAt when that list was taken:
-	// PodResources names pods without UIDs, and only the kubelet says which
-	// pod a name is now (live, current).
-	names   map[model.PodKey]string
-	namesAt time.Time
-	// namesComplete says that names came from a complete kubelet list,
-	// so a name it lacks is no pod (a "" UID says so of one name, as a
-	// watch's deletion does).
-	namesComplete bool
-	// namedAt is when a source other than a complete list last said
-	// which UID a name is (names.go).
-	namedAt map[model.PodKey]time.Time
-	// namesEvidence is what the caller of the complete list that gave
-	// names knew of whether a name can have moved since (Evidence).
-	namesEvidence Evidence
+	// names is which UID each name is (package state/names).
+	names names.Table
 }
 
 func (x *index) get(uid string) (*record.Record, bool) {
@@ -38,15 +27,15 @@ func (x *index) get(uid string) (*record.Record, bool) {
 }
 
 // live returns the live record (a running sandbox reported by NRI or CRI)
-// of a pod name, unless the newest evidence (names.go) gives that name
+// of a pod name, unless the newest evidence (package state/names) gives that name
 // another UID, or no pod: the pod was deleted and recreated under the same name
 // (StatefulSets, a force deletion while the old sandbox is still torn
 // down), and the new pod must never be answered with its predecessor's
 // devices. Of two live sandboxes of one name, the kubelet's names the one;
 // without it, it returns false and the caller must ask the kubelet.
 func (x *index) live(key model.PodKey) (*record.Record, bool) {
-	current, named := x.names[key]
-	if !named && x.namesComplete {
+	current, named := x.names.UID(key)
+	if !named && x.names.Complete() {
 		return nil, false // the kubelet has no pod of that name
 	}
 	var live *record.Record
@@ -66,7 +55,7 @@ func (x *index) live(key model.PodKey) (*record.Record, bool) {
 // named returns the record of the UID the freshest kubelet pod list or
 // watch gives a name, whatever its phase (pending, running, finished).
 func (x *index) named(key model.PodKey) (*record.Record, bool) {
-	uid, ok := x.names[key]
+	uid, ok := x.names.UID(key)
 	if !ok {
 		return nil, false
 	}
@@ -89,7 +78,7 @@ func (x *index) current(key model.PodKey) (*record.Record, bool) {
 	if !ok || !stopping(r) {
 		return r, ok
 	}
-	if x.names[key] == r.UID && !x.namesAt.Before(r.Provenance.Containers.At) {
+	if uid, _ := x.names.UID(key); uid == r.UID && !x.names.ListedAt().Before(r.Provenance.Containers.At) {
 		return r, true
 	}
 	return nil, false
@@ -131,27 +120,18 @@ func (v *Snapshot) Named(key model.PodKey) (*record.Record, bool) { return v.nam
 
 // NamesEvidence is the Evidence given with the complete kubelet list the
 // snapshot's names come from; nil when none was.
-func (v *Snapshot) NamesEvidence() Evidence { return v.namesEvidence }
+func (v *Snapshot) NamesEvidence() names.Evidence { return v.names.Evidence() }
 
-// NamedAt is when the snapshot's word on which UID a name is was said:
-// when the complete list it comes from was taken, or the watch event or
-// sandbox since (names.go).
-func (v *Snapshot) NamedAt(key model.PodKey) time.Time {
-	if at, ok := v.namedAt[key]; ok && at.After(v.namesAt) {
-		return at
-	}
-	return v.namesAt
-}
+// NamedAt is when the snapshot's word on which UID a name is was said
+// (names.Table.NamedAt).
+func (v *Snapshot) NamedAt(key model.PodKey) time.Time { return v.names.NamedAt(key) }
 
 // Current is Store.Current at the snapshot's version.
 func (v *Snapshot) Current(key model.PodKey) (*record.Record, bool) { return v.current(key) }
 
 // Records returns every record, sorted by namespace, name and UID.
 func (v *Snapshot) Records() []*record.Record {
-	out := make([]*record.Record, 0, len(v.byUID))
-	for _, r := range v.byUID {
-		out = append(out, r)
-	}
+	out := slices.Collect(maps.Values(v.byUID))
 	record.Sort(out)
 	return out
 }

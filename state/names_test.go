@@ -1,7 +1,6 @@
 package state
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -74,24 +73,6 @@ func TestASandboxOfANameTheWatchDeletedAnswersNothing(t *testing.T) {
 	s.ObserveSandbox(record.OriginNRI, readySandbox("new", "ns", "web-0", "sb-new", nil))
 	if got := liveUID(s); got != "new" {
 		t.Fatalf("the watch added new: Live = %q, want new", got)
-	}
-}
-
-func TestPodsTheWatchAddsAndDeletesLeaveNoNamesBehind(t *testing.T) {
-	clk := newFakeClock()
-	s := New(Options{Clock: clk})
-	for i := range 1000 {
-		ref := model.PodRef{UID: fmt.Sprintf("uid-%d", i), Namespace: "ns", Name: fmt.Sprintf("job-%d", i)}
-		s.ObserveWatchedPod(model.KubeletPod{UID: ref.UID, Namespace: ref.Namespace, Name: ref.Name, Phase: "Running"})
-		clk.Advance(time.Second)
-		s.WatchedPodDeleted(ref)
-	}
-	s.mu.RLock()
-	names, namedAt := len(s.names), len(s.namedAt)
-	s.mu.RUnlock()
-	// What the last maxNamedAge's deletions left, and no more.
-	if limit := 2 * int(maxNamedAge/time.Second); names > limit || namedAt > limit {
-		t.Fatalf("after 1000 pods added and deleted: %d names, %d times kept, want at most %d", names, namedAt, limit)
 	}
 }
 

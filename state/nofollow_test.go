@@ -95,7 +95,7 @@ func TestARecordPlantedAsASymlinkIsSetAsideUnread(t *testing.T) {
 	if _, errs := persist.ReadDir(dir); len(errs) != 1 || !strings.Contains(errs[0].Error(), "symbolic link") {
 		t.Errorf("ReadDir of a symlinked record: %v, want one error about the link", errs)
 	}
-	s := openTest(t, dir, Options{}, nil)
+	s := openTest(t, dir, Options{})
 	if _, ok := s.Get(rec.UID); ok {
 		t.Error("the store loaded a record through a symlink")
 	}
@@ -122,7 +122,7 @@ func TestANewStateDirectoryOnAFullDiskServesFromMemoryAndWritesOnceThereIsRoom(t
 		t.Fatal(err)
 	}
 	free := fulldisk.Fill(t, disk, true)
-	s := openTest(t, dir, Options{}, nil)
+	s := openTest(t, dir, Options{})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	if err := s.Flush(context.Background()); !errors.Is(err, syscall.ENOSPC) && (err == nil || !strings.Contains(err.Error(), "no space")) {
 		t.Fatalf("Flush on a full disk: %v, want ENOSPC", err)

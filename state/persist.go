@@ -4,45 +4,20 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/podres-proxy/podres-proxy/state/persist"
 )
 
-// ErrInUse is what the error Open returns matches (errors.Is) when another
-// process already writes the state directory.
-var ErrInUse = persist.ErrInUse
-
-// ErrClosed is returned by Flush on a store whose writer was stopped by
-// Close while changes were still not on disk.
-var ErrClosed = persist.ErrClosed
-
 // Open returns a store persisted in dir, one file per pod, and loads what an
 // earlier run left there. It creates dir if needed and takes its writer
-// lock: a second writer process is refused with an error matching ErrInUse.
-// Files that cannot be loaded are set aside into <dir>/corrupt and counted,
-// never fatal. Changes are written in the background (package
+// lock: a second writer process is refused with an error matching
+// persist.ErrInUse. Files that cannot be loaded are set aside into
+// <dir>/corrupt and counted, never fatal. Changes are written in the background (package
 // state/persist); Close stops the writer and releases the lock.
 func Open(dir string, opts Options) (*Store, error) {
-	return open(dir, opts, nil)
-}
-
-// tuning is what tests may change before a store opened on a directory
-// starts: the writer's options and the pruner's interval.
-type tuning struct {
-	persist.Options
-	pruneInterval time.Duration
-}
-
-// open is Open with a hook to tune the writer before it starts (tests).
-func open(dir string, opts Options, tune func(*tuning)) (*Store, error) {
 	s := New(opts)
-	t := tuning{
-		Options:       persist.Options{Log: s.opts.Log, OnDurable: s.opts.OnDurable},
-		pruneInterval: pruneInterval(s.opts.PruneAfter),
-	}
-	if tune != nil {
-		tune(&t)
-	}
-	w, loaded, err := persist.Open(dir, t.Options)
+	w, loaded, err := persist.Open(dir, persist.Options{Log: s.opts.Log, OnDurable: s.opts.OnDurable})
 	if err != nil {
 		return nil, err
 	}
@@ -63,29 +38,17 @@ func open(dir string, opts Options, tune func(*tuning)) (*Store, error) {
 	}
 	w.Start(s.Get)
 	s.pruneStop, s.pruneDone = make(chan struct{}), make(chan struct{})
-	go s.prune(t.pruneInterval, s.pruneStop, s.pruneDone)
-	return s, nil
-}
-
-func pruneInterval(after time.Duration) time.Duration {
-	return min(max(after/10, time.Second), time.Minute)
-}
-
-// prune deletes expired removed records every interval until stop closes.
-func (s *Store) prune(interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			if n := s.Prune(); n > 0 {
+	// A removed record outlives its grace period by a tenth of it at most.
+	interval := min(max(s.opts.PruneAfter/10, time.Second), time.Minute)
+	go func() {
+		defer close(s.pruneDone)
+		wait.Until(func() {
+			if n := s.pruneRemoved(); n > 0 {
 				s.opts.Log.WithField("records", n).Debug("pruned removed pods")
 			}
-		case <-stop:
-			return
-		}
-	}
+		}, interval, s.pruneStop)
+	}()
+	return s, nil
 }
 
 // Flush returns once every change made before the call is on disk. When a

@@ -22,17 +22,12 @@ import (
 
 // openTest opens a store on dir with fast retries and closes it when the
 // test ends.
-func openTest(t *testing.T, dir string, opts Options, tune func(*tuning)) *Store {
+func openTest(t *testing.T, dir string, opts Options) *Store {
 	t.Helper()
 	if opts.Log == nil {
 		opts.Log = quietLog()
 	}
-	s, err := open(dir, opts, func(p *tuning) {
-		p.MinBackoff, p.MaxBackoff = time.Millisecond, 5*time.Millisecond
-		if tune != nil {
-			tune(p)
-		}
-	})
+	s, err := Open(dir, opts)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", dir, err)
 	}
@@ -93,7 +88,7 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	dec := &fakeDecoder{}
 	clock := newFakeClock()
-	s := openTest(t, dir, Options{Decoder: dec, Clock: clock}, nil)
+	s := openTest(t, dir, Options{Decoder: dec, Clock: clock})
 	s.ObserveKubeletPods(time.Now(), nil, []model.KubeletPod{{UID: "u1", Namespace: "ns", Name: "web-0", Phase: "Pending",
 		Annotations: map[string]string{"alloc/gpu": "GPU-1"},
 		Spec:        model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp, Requests: map[string]string{"example.com/gpu": "1"}}}}}})
@@ -131,7 +126,7 @@ func TestOpenedStoreWritesOneReadableFilePerPodAndLoadsThemBack(t *testing.T) {
 	}
 
 	calls := dec.Calls()
-	s2 := openTest(t, dir, Options{Decoder: dec, Clock: clock}, nil)
+	s2 := openTest(t, dir, Options{Decoder: dec, Clock: clock})
 	if got := encodedRecords(t, s2.Records()); got != want {
 		t.Errorf("records loaded back differ:\n got %s\nwant %s", got, want)
 	}
@@ -163,7 +158,7 @@ func readRecordFileGeneric(t *testing.T, dir, uid string) map[string]any {
 func TestOpenDecodesAnnotationsAgainWithTheCurrentDecoder(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
-	s := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "old.example.com"}, Clock: clock}, nil)
+	s := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "old.example.com"}, Clock: clock})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", map[string]string{"alloc/gpu": "GPU-1"}))
 	learned := mustGet(t, s, "u1").Provenance.Annotations
 	if err := s.Close(); err != nil {
@@ -171,7 +166,7 @@ func TestOpenDecodesAnnotationsAgainWithTheCurrentDecoder(t *testing.T) {
 	}
 
 	clock.Advance(time.Hour)
-	s2 := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "new.example.com"}, Clock: clock}, nil)
+	s2 := openTest(t, dir, Options{Decoder: &fakeDecoder{prefix: "new.example.com"}, Clock: clock})
 	r := mustGet(t, s2, "u1")
 	if len(r.Devices) != 1 || r.Devices[0].Resource != "new.example.com/gpu" {
 		t.Fatalf("devices after reopening with a new decoder: %+v", r.Devices)
@@ -187,10 +182,10 @@ func TestOpenDecodesAnnotationsAgainWithTheCurrentDecoder(t *testing.T) {
 
 func TestSecondOpenOfALockedDirectoryIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	s := openTest(t, dir, Options{}, nil)
+	s := openTest(t, dir, Options{})
 	_, err := Open(dir, Options{Log: quietLog()})
 	want := fmt.Sprintf("state directory %s is in use by another podres-proxy (pid %d)", dir, os.Getpid())
-	if !errors.Is(err, ErrInUse) || err.Error() != want {
+	if !errors.Is(err, persist.ErrInUse) || err.Error() != want {
 		t.Fatalf("second Open: %v, want %q", err, want)
 	}
 	if err := s.Close(); err != nil {
@@ -249,7 +244,7 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 	}
 
 	logger, logged := newCapturedLog()
-	s := openTest(t, dir, Options{Log: logger}, nil)
+	s := openTest(t, dir, Options{Log: logger})
 	if recs := s.Records(); len(recs) != 1 || recs[0].UID != "good" {
 		t.Errorf("loaded %v, want only the good record", recs)
 	}
@@ -294,7 +289,7 @@ func TestCorruptFilesAreSetAsideCountedAndTheRestLoads(t *testing.T) {
 func TestWritesFailingWhileThePodsDirectoryIsGoneAreRetriedAndNothingIsLost(t *testing.T) {
 	dir := t.TempDir()
 	durable := make(chan time.Duration, 16)
-	s := openTest(t, dir, Options{OnDurable: func(d time.Duration) { durable <- d }}, nil)
+	s := openTest(t, dir, Options{OnDurable: func(d time.Duration) { durable <- d }})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	flush(t, s)
 
@@ -357,7 +352,7 @@ func TestAWriteFailingOnAFullDiskIsRetriedAndLeavesTheOldFileIntact(t *testing.T
 		t.Run(full.name, func(t *testing.T) {
 			disk := fulldisk.Mount(t)
 			dir := filepath.Join(disk, "state")
-			s := openTest(t, dir, Options{}, nil)
+			s := openTest(t, dir, Options{})
 			s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 			flush(t, s)
 			path := filepath.Join(dir, podsDirName, "u1.json")
@@ -398,16 +393,14 @@ func TestAWriteFailingOnAFullDiskIsRetriedAndLeavesTheOldFileIntact(t *testing.T
 func TestPrunerDeletesRemovedRecordsAndTheirFiles(t *testing.T) {
 	dir := t.TempDir()
 	clock := newFakeClock()
-	s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Minute}, func(p *tuning) {
-		p.pruneInterval = time.Millisecond
-	})
+	s := openTest(t, dir, Options{Clock: clock, PruneAfter: time.Millisecond})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	s.SandboxRemoved(record.OriginNRI, "sb1", "")
 	flush(t, s)
 	if names := podFiles(t, dir); len(names) != 1 {
 		t.Fatalf("files %v, want the removed record kept during the grace period", names)
 	}
-	clock.Advance(time.Minute)
+	clock.Advance(time.Millisecond)
 	// The pruner runs on its own ticker; wait for its effect.
 	poll.Until(t, "the pruner to delete the expired record", func() bool { _, ok := s.Get("u1"); return !ok })
 	flush(t, s)
@@ -462,7 +455,7 @@ func TestCloseWritesPendingChangesAndLaterChangesStayInMemory(t *testing.T) {
 
 func TestReadDirNeverSeesAHalfWrittenFileWhileTheWriterRuns(t *testing.T) {
 	dir := t.TempDir()
-	s := openTest(t, dir, Options{}, nil)
+	s := openTest(t, dir, Options{})
 	for i := range 20 {
 		s.ObserveSandbox(record.OriginNRI, readySandbox(fmt.Sprintf("u%02d", i), "ns", fmt.Sprintf("p%02d", i), fmt.Sprintf("sb%02d", i), nil))
 	}
@@ -515,7 +508,7 @@ func TestReadDirOfADirectoryThatCannotBeReadIsOneError(t *testing.T) {
 }
 
 func TestStatsReportDurableLatency(t *testing.T) {
-	s := openTest(t, t.TempDir(), Options{}, nil)
+	s := openTest(t, t.TempDir(), Options{})
 	s.ObserveSandbox(record.OriginNRI, readySandbox("u1", "ns", "a", "sb1", nil))
 	flush(t, s)
 	st := s.Stats()

@@ -13,26 +13,25 @@ import (
 // sandboxes, their phase and their containers.
 
 // ObserveSandbox records a sandbox the runtime reported beginning (NRI
-// RunPodSandbox): its pod is the one its name is now. It creates the
-// record if the UID is new.
-// Of the sandbox's annotations it keeps the allocators', bounded
-// (decode.Bounded).
+// RunPodSandbox): its pod is the one its name is now. It creates the record
+// if the UID is new. Of the sandbox's annotations it keeps the allocators',
+// bounded (decode.Bounded).
 func (s *Store) ObserveSandbox(src record.Origin, sb model.Sandbox) {
 	sb.Annotations = decode.Bounded(s.opts.Decoder, sb.Annotations)
-	pre := decode.Batch{}
+	pre := decode.NewBatch(s.opts.Decoder)
 	s.predecode(pre, model.PodRef{UID: sb.UID, Namespace: sb.Namespace, Name: sb.Name}, sb.Annotations)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.observeSandbox(pre, src, sb)
-	// A sandbox beginning is the kubelet's word that the name is this
-	// pod now (names.go): it asks for one only for the pod it has under
-	// that name, after its predecessor is gone from its pods.
+	// A sandbox beginning is the kubelet's word that the name is this pod
+	// now (package state/names): it asks for one only for the pod it has
+	// under that name, after its predecessor is gone from its pods.
 	if r, ok := s.byUID[sb.UID]; ok && sb.UID != "" && sb.Ready && r.SandboxID == sb.ID && r.Live() {
 		s.noteName(r.Key(), sb.UID, s.now())
 	}
 }
 
-func (s *Store) observeSandbox(pre decode.Batch, src record.Origin, sb model.Sandbox) {
+func (s *Store) observeSandbox(pre *decode.Batch, src record.Origin, sb model.Sandbox) {
 	uid := sb.UID
 	if uid == "" {
 		uid = s.bySandbox[sb.ID]
@@ -42,50 +41,17 @@ func (s *Store) observeSandbox(pre decode.Batch, src record.Origin, sb model.San
 	}
 	now := s.now()
 	s.update(uid, func(r *record.Record) bool {
-		before := containerAnnotations(r)
+		before := decode.ContainerAnnotations(r)
 		changed, current := r.ObserveSandbox(src, sb, now)
 		if !current {
 			return false
 		}
-		took := s.sandboxAnnotations(pre, r, sb.Annotations, src, now)
-		if !sameContainerAnnotations(before, containerAnnotations(r)) {
-			s.decodeDevices(pre, r) // a new sandbox: the old one's containers are gone
+		took := pre.FromSandbox(r, sb.Annotations, src, now)
+		if pre.Containers(r, before) { // a new sandbox: the old one's containers are gone
 			return true
 		}
 		return took || changed
 	})
-}
-
-// sandboxAnnotations records the allocator annotations a sandbox of the pod
-// was started with. The first sandbox's are the pod's allocation for the
-// life of its UID: a later sandbox (the pause process killed, a node
-// reboot) is started from the pod as the API has it then, edits included,
-// and an edit must not become the allocation that way. A value that differs
-// from the fixed one is recorded in Edited (and refused), never taken; the
-// next /pods read says again which keys the API still has edited. Called
-// with mu held.
-func (s *Store) sandboxAnnotations(pre decode.Batch, r *record.Record, all map[string]string, src record.Origin, now time.Time) bool {
-	seen := r.Provenance.Annotations
-	if seen == nil || seen.Origin == record.OriginKubelet || s.opts.Decoder == nil {
-		return s.setAnnotations(pre, r, all, src, now, false)
-	}
-	fixed, edited := decode.Fixed(r.Annotations, s.relevant(all))
-	changed := s.setAnnotations(pre, r, fixed, seen.Origin, seen.At, false)
-	if merged := union(r.Edited, edited); !slices.Equal(merged, r.Edited) {
-		r.Edited = merged
-		changed = true
-	}
-	return changed
-}
-
-// union returns the sorted union of two sorted sets of keys.
-func union(a, b []string) []string {
-	if len(b) == 0 {
-		return a
-	}
-	out := slices.Concat(a, b)
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // SandboxStopped records that a sandbox stopped (NRI StopPodSandbox). The
@@ -121,7 +87,7 @@ func (s *Store) setPhase(src record.Origin, uid string, phase record.Phase) {
 // its pod's devices decoded again, the pod's annotations before the lock.
 func (s *Store) ObserveContainer(src record.Origin, c model.RuntimeContainer) {
 	c.Annotations = decode.RelevantToContainer(s.opts.Decoder, c.Annotations)
-	pre := decode.Batch{}
+	pre := decode.NewBatch(s.opts.Decoder)
 	if len(c.Annotations) > 0 {
 		s.mu.RLock()
 		r := s.byUID[s.bySandbox[c.SandboxID]]
@@ -130,7 +96,7 @@ func (s *Store) ObserveContainer(src record.Origin, c model.RuntimeContainer) {
 		// with them needs the pod's devices decoded again.
 		known := r != nil && slices.ContainsFunc(r.Containers, func(x record.Container) bool { return x.ID == c.ID && x.Annotations != nil })
 		if r != nil && !known && len(r.Annotations) > 0 {
-			pre.Add(s.opts.Decoder, model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, r.Annotations)
+			pre.Add(model.PodRef{UID: r.UID, Namespace: r.Namespace, Name: r.Name}, r.Annotations)
 		}
 	}
 	s.mu.Lock()
@@ -138,7 +104,7 @@ func (s *Store) ObserveContainer(src record.Origin, c model.RuntimeContainer) {
 	s.observeContainer(pre, src, c)
 }
 
-func (s *Store) observeContainer(pre decode.Batch, src record.Origin, c model.RuntimeContainer) {
+func (s *Store) observeContainer(pre *decode.Batch, src record.Origin, c model.RuntimeContainer) {
 	uid, ok := s.bySandbox[c.SandboxID]
 	if !ok || c.ID == "" {
 		return
@@ -146,13 +112,11 @@ func (s *Store) observeContainer(pre decode.Batch, src record.Origin, c model.Ru
 	c.Annotations = decode.RelevantToContainer(s.opts.Decoder, c.Annotations)
 	now := s.now()
 	s.update(uid, func(r *record.Record) bool {
-		before := containerAnnotations(r)
+		before := decode.ContainerAnnotations(r)
 		if !r.ObserveContainer(src, c, now) {
 			return false
 		}
-		if !sameContainerAnnotations(before, containerAnnotations(r)) {
-			s.decodeDevices(pre, r)
-		}
+		pre.Containers(r, before)
 		return true
 	})
 }
@@ -167,7 +131,7 @@ func (s *Store) observeContainer(pre decode.Batch, src record.Origin, c model.Ru
 // kept as ObserveSandbox keeps them.
 func (s *Store) Reconcile(src record.Origin, asOf time.Time, sandboxes []model.Sandbox, containers []model.RuntimeContainer, exitedListed bool) {
 	sandboxes = slices.Clone(sandboxes) // the caller's stay as they were
-	pre := decode.Batch{}
+	pre := decode.NewBatch(s.opts.Decoder)
 	for i := range sandboxes {
 		sb := &sandboxes[i]
 		sb.Annotations = decode.Bounded(s.opts.Decoder, sb.Annotations)

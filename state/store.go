@@ -4,13 +4,12 @@
 // JSON file per pod so that operators can read them and a restarted daemon
 // keeps answering running pods while the kubelet's /pods is unreachable.
 //
-// Open persists a store in a state directory (docs/state-format.md describes
-// its layout and file format for operators); New keeps it in memory only.
-// The record and its file format are package state/record's, the directory
-// and its background writer state/persist's, and decoding the allocation
-// annotations before the store's lock state/decode's, and what one fact
-// does to one record state/record's: this package is the records in memory,
-// indexed, and each source's reports applied to them under one lock.
+// Open persists a store in a state directory (docs/state-format.md);
+// New keeps it in memory only. A record and its file format are package
+// state/record's, the directory and its background writer state/persist's,
+// what allocation annotations do to a record state/decode's, and which pod
+// a name is state/names': this package is the records in memory, indexed,
+// and each source's reports applied to them under one lock.
 //
 // Records handed out are immutable snapshots: every change builds a new
 // Record, so readers (the proxy's hot path) take a read lock for a map lookup
@@ -65,8 +64,6 @@ type Store struct {
 	mu sync.RWMutex
 	index
 	bySandbox map[string]string // sandbox id -> uid
-	// namesPruned is when pruneNames last walked namedAt (names.go).
-	namesPruned time.Time
 
 	// version counts changes to the records: it moves whenever a record is
 	// installed or deleted, so that readers can tell, without comparing
@@ -104,7 +101,6 @@ func New(opts Options) *Store {
 		index: index{
 			byUID: map[string]*record.Record{},
 			byKey: map[model.PodKey][]string{},
-			names: map[model.PodKey]string{},
 		},
 		bySandbox: map[string]string{},
 		dirty:     func(string) {},
@@ -127,15 +123,9 @@ func (s *Store) Snapshot() *Snapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	x := index{
-		byUID:   maps.Clone(s.byUID),
-		byKey:   make(map[model.PodKey][]string, len(s.byKey)),
-		names:   maps.Clone(s.names),
-		namesAt: s.namesAt,
-
-		namesEvidence: s.namesEvidence,
-
-		namesComplete: s.namesComplete,
-		namedAt:       maps.Clone(s.namedAt),
+		byUID: maps.Clone(s.byUID),
+		byKey: make(map[model.PodKey][]string, len(s.byKey)),
+		names: s.names.Clone(),
 	}
 	for k, uids := range s.byKey {
 		x.byKey[k] = slices.Clone(uids) // unindexKey edits them in place
@@ -168,18 +158,15 @@ func (s *Store) bump() {
 // Records returns every record, sorted by namespace, name and UID.
 func (s *Store) Records() []*record.Record {
 	s.mu.RLock()
-	out := make([]*record.Record, 0, len(s.byUID))
-	for _, r := range s.byUID {
-		out = append(out, r)
-	}
+	out := slices.Collect(maps.Values(s.byUID))
 	s.mu.RUnlock()
 	record.Sort(out)
 	return out
 }
 
-// Prune deletes removed records whose grace period is over and returns how
+// pruneRemoved deletes removed records whose grace period is over and returns how
 // many it deleted.
-func (s *Store) Prune() int {
+func (s *Store) pruneRemoved() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cutoff := s.now().Add(-s.opts.PruneAfter)
@@ -203,8 +190,9 @@ func (s *Store) Prune() int {
 // update applies fn to a copy of the record of uid (a new, empty record if
 // there is none) and installs the copy if fn reports a change. fn may modify
 // Containers in place (it is copied) but must replace, not modify, the other
-// slices and maps. Called with mu held.
-func (s *Store) update(uid string, fn func(r *record.Record) bool) {
+// slices and maps. It reports whether fn changed the record. Called with mu
+// held.
+func (s *Store) update(uid string, fn func(r *record.Record) bool) bool {
 	old := s.byUID[uid]
 	var r record.Record
 	if old != nil {
@@ -214,11 +202,12 @@ func (s *Store) update(uid string, fn func(r *record.Record) bool) {
 		r = record.Record{SchemaVersion: record.SchemaVersion, UID: uid}
 	}
 	if !fn(&r) {
-		return
+		return false
 	}
 	r.UpdatedAt = s.now()
 	s.install(old, &r)
 	s.dirty(uid)
+	return true
 }
 
 // install replaces old (may be nil) with r in the indexes. Called with mu held.

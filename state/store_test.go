@@ -302,12 +302,12 @@ func TestPruneDeletesRemovedRecordsOnlyAfterTheGracePeriod(t *testing.T) {
 	s.SandboxRemoved(record.OriginNRI, "sb1", "")
 
 	clock.Advance(59 * time.Second)
-	if n := s.Prune(); n != 0 {
+	if n := s.pruneRemoved(); n != 0 {
 		t.Fatalf("Prune deleted %d records before the grace period", n)
 	}
 	clock.Advance(time.Second)
 	dirty = nil
-	if n := s.Prune(); n != 1 {
+	if n := s.pruneRemoved(); n != 1 {
 		t.Fatalf("Prune deleted %d records after the grace period, want 1", n)
 	}
 	if _, ok := s.Get("u1"); ok {
@@ -468,7 +468,7 @@ func TestVersionMovesWithEveryChangeAndOnlyThen(t *testing.T) {
 	step("the sandbox removed", true, func() { s.SandboxRemoved(record.OriginNRI, "sb1", "u1") })
 	clock.Advance(2 * DefaultPruneAfter)
 	step("pruned", true, func() {
-		if n := s.Prune(); n != 1 {
+		if n := s.pruneRemoved(); n != 1 {
 			t.Fatalf("pruned %d records, want 1", n)
 		}
 	})

@@ -7,16 +7,16 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
-	"github.com/podres-proxy/podres-proxy/state"
+	"github.com/podres-proxy/podres-proxy/state/names"
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // LogsEvidence is the pod logs directory's stamp taken before a /pods read,
-// as the store keeps it with the read's names (state.Evidence).
+// as the store keeps it with the read's names (names.Evidence).
 type LogsEvidence struct{ podlogs.Stamp }
 
-// Same implements state.Evidence.
-func (e LogsEvidence) Same(o state.Evidence) bool {
+// Same implements names.Evidence.
+func (e LogsEvidence) Same(o names.Evidence) bool {
 	x, ok := o.(LogsEvidence)
 	return ok && e.Stamp.Same(x.Stamp)
 }

@@ -1,15 +1,15 @@
-// Package decode turns a pod's allocation annotations into devices for the
-// state store, without its lock. Decoding can take a while (a hostile pod
-// may list thousands of devices), and the store's write lock is what every
-// query's reads wait on. So the store keeps only the annotations some
-// allocator reads (Relevant), decodes them before it takes the lock (a
-// Batch, one per call) and, under the lock, only looks the results up and
-// swaps records. A Batch is keyed by the relevant annotations' content, so
-// a sandbox that names its pod only by sandbox id finds its result too.
+// Package decode is what a pod's allocation annotations do to its record:
+// which are kept, the devices they decode to, and the rule for a pod whose
+// sandbox started (Fixed): the runtime's copy of the annotations is the
+// allocation, and edits in the API are recorded, not taken.
 //
-// Fixed is the rule for a pod whose sandbox started: the runtime's copy of
-// the annotations is the allocation, and edits in the API are recorded, not
-// taken.
+// Decoding can take a while (a hostile pod may list thousands of devices),
+// and the state store's write lock is what every query's reads wait on. So
+// the store keeps only the annotations some allocator reads (Relevant),
+// decodes them before it takes the lock (a Batch, one per call) and, under
+// the lock, only looks the results up and swaps records. A Batch is keyed
+// by the relevant annotations' content, so a sandbox that names its pod
+// only by sandbox id finds its result too.
 package decode
 
 import (
@@ -19,6 +19,7 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/model/annotationbound"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Decoder turns a pod's annotations into devices. The allocator set
@@ -126,16 +127,26 @@ func Decode(d Decoder, ref model.PodRef, rel map[string]string) ([]model.Device,
 	return devs, msgs
 }
 
-// Result is one decoding's result.
-type Result struct {
+// result is one decoding's result.
+type result struct {
 	rel     map[string]string
-	Devices []model.Device
-	Errors  []string
+	devices []model.Device
+	errors  []string
 }
 
-// Batch holds the results for one call's annotations: make one with
-// Batch{}. A nil Batch finds nothing.
-type Batch map[uint64][]*Result
+// Batch is one store call's decoder and what it decoded before the store's
+// lock was taken (Add). Under the lock, its rules (rules.go) look the
+// results up, and decode only what was not foreseen.
+type Batch struct {
+	d       Decoder
+	results map[uint64][]*result
+}
+
+// NewBatch returns an empty batch that decodes with d; nil keeps no
+// annotations.
+func NewBatch(d Decoder) *Batch {
+	return &Batch{d: d, results: map[uint64][]*result{}}
+}
 
 var annSeed = maphash.MakeSeed()
 
@@ -159,18 +170,35 @@ func annKey(rel map[string]string) uint64 {
 
 // Add decodes rel, the relevant annotations of the pod ref, unless the
 // batch has them already.
-func (b Batch) Add(d Decoder, ref model.PodRef, rel map[string]string) {
-	if _, ok := b.Lookup(rel); ok {
+func (b *Batch) Add(ref model.PodRef, rel map[string]string) {
+	if _, ok := b.lookup(rel); ok {
 		return
 	}
-	devs, errs := Decode(d, ref, rel)
+	devs, errs := Decode(b.d, ref, rel)
 	k := annKey(rel)
-	b[k] = append(b[k], &Result{rel: rel, Devices: devs, Errors: errs})
+	b.results[k] = append(b.results[k], &result{rel: rel, devices: devs, errors: errs})
 }
 
-// Lookup returns the result for rel, if the batch decoded it.
-func (b Batch) Lookup(rel map[string]string) (*Result, bool) {
-	for _, d := range b[annKey(rel)] {
+// Foresee decodes the relevant annotations of all, of the pod ref whose
+// record is had (nil: none), before the store's lock is taken; ref names
+// the pod in the decoder's errors. Annotations the record already has are
+// not decoded again (CRI reconciles list every sandbox every 30 s); only a
+// record whose annotations changed between this look and the lock (a race
+// of two sources) or one loaded at Open is decoded under the lock.
+func (b *Batch) Foresee(ref model.PodRef, all map[string]string, had *record.Record) {
+	if b.d == nil {
+		return
+	}
+	rel := Relevant(b.d, all)
+	if len(rel) == 0 || had != nil && had.Provenance.Annotations != nil && maps.Equal(rel, had.Annotations) {
+		return
+	}
+	b.Add(ref, rel)
+}
+
+// lookup returns the result for rel, if the batch decoded it.
+func (b *Batch) lookup(rel map[string]string) (*result, bool) {
+	for _, d := range b.results[annKey(rel)] {
 		if maps.Equal(d.rel, rel) {
 			return d, true
 		}

@@ -42,21 +42,18 @@ func TestABatchDecodesEachSetOfAnnotationsOnceAndFindsItByContent(t *testing.T) 
 	if want := map[string]string{"alloc/gpu": "G1", "alloc/rdma": "bad"}; !maps.Equal(rel, want) {
 		t.Fatalf("Relevant = %v; want %v", rel, want)
 	}
-	b := Batch{}
-	b.Add(d, model.PodRef{UID: "u1"}, rel)
-	b.Add(d, model.PodRef{UID: "u2"}, maps.Clone(rel)) // the same content: not decoded again
+	b := NewBatch(d)
+	b.Add(model.PodRef{UID: "u1"}, rel)
+	b.Add(model.PodRef{UID: "u2"}, maps.Clone(rel)) // the same content: not decoded again
 	if d.n != 1 {
 		t.Errorf("%d decodings of one set of annotations; want 1", d.n)
 	}
-	got, ok := b.Lookup(map[string]string{"alloc/rdma": "bad", "alloc/gpu": "G1"})
-	if !ok || len(got.Devices) != 1 || !reflect.DeepEqual(got.Errors, []string{"alloc/rdma: bad"}) {
-		t.Errorf("Lookup = %+v, %v; want one device and the error's message", got, ok)
+	got, ok := b.lookup(map[string]string{"alloc/rdma": "bad", "alloc/gpu": "G1"})
+	if !ok || len(got.devices) != 1 || !reflect.DeepEqual(got.errors, []string{"alloc/rdma: bad"}) {
+		t.Errorf("lookup = %+v, %v; want one device and the error's message", got, ok)
 	}
-	if _, ok := b.Lookup(map[string]string{"alloc/gpu": "G2"}); ok {
-		t.Error("Lookup found annotations the batch never decoded")
-	}
-	if _, ok := Batch(nil).Lookup(rel); ok {
-		t.Error("a nil batch found something")
+	if _, ok := b.lookup(map[string]string{"alloc/gpu": "G2"}); ok {
+		t.Error("lookup found annotations the batch never decoded")
 	}
 }
 

@@ -8,7 +8,6 @@
 package persist
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -69,9 +68,6 @@ type Options struct {
 	// was not yet on disk to the moment it became durable. It must return
 	// quickly.
 	OnDurable func(latency time.Duration)
-
-	// For tests: zero means the default.
-	BatchWindow, MinBackoff, MaxBackoff time.Duration
 }
 
 // Open takes the writer lock of the state directory dir, creating dir if
@@ -100,20 +96,17 @@ func Open(dir string, opts Options) (*Writer, []*record.Record, error) {
 		}
 	}
 	p := &Writer{
-		log:         log,
-		podsDir:     filepath.Join(dir, podsDirName),
-		corruptDir:  filepath.Join(dir, corruptDirName),
-		lock:        lock,
-		onDurable:   opts.OnDurable,
-		batchWindow: cmp.Or(opts.BatchWindow, batchWindow),
-		minBackoff:  cmp.Or(opts.MinBackoff, minBackoff),
-		maxBackoff:  cmp.Or(opts.MaxBackoff, maxBackoff),
-		wake:        make(chan struct{}, 1),
-		kick:        make(chan struct{}, 1),
-		stop:        make(chan struct{}),
-		done:        make(chan struct{}),
-		pending:     map[string]change{},
-		progress:    make(chan struct{}),
+		log:        log,
+		podsDir:    filepath.Join(dir, podsDirName),
+		corruptDir: filepath.Join(dir, corruptDirName),
+		lock:       lock,
+		onDurable:  opts.OnDurable,
+		wake:       make(chan struct{}, 1),
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		pending:    map[string]change{},
+		progress:   make(chan struct{}),
 	}
 	var loaded []*record.Record
 	if err := p.ensurePodsDir(); err != nil {

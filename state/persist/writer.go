@@ -42,9 +42,6 @@ type Writer struct {
 	lock       *os.File
 	onDurable  func(time.Duration)
 
-	batchWindow            time.Duration
-	minBackoff, maxBackoff time.Duration
-
 	wake      chan struct{} // cap 1: there are pending changes
 	kick      chan struct{} // cap 1: a Flush waits; skip batch window and backoff
 	stop      chan struct{} // closed by Close to stop the writer
@@ -175,10 +172,10 @@ func (p *Writer) run() {
 		case <-p.stop:
 			return
 		}
-		if !kicked && !p.wait(p.batchWindow) {
+		if !kicked && !p.wait(batchWindow) {
 			return
 		}
-		backoff := wait.Backoff{Duration: p.minBackoff, Factor: 2, Cap: p.maxBackoff, Steps: math.MaxInt32}
+		backoff := wait.Backoff{Duration: minBackoff, Factor: 2, Cap: maxBackoff, Steps: math.MaxInt32}
 		for p.writeBatch() != nil {
 			if !p.wait(backoff.Step()) {
 				return

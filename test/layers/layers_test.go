@@ -23,7 +23,7 @@ var layers = [][]string{
 	{"internal", "inventory/internal"},
 	{"model", "metrics"},
 	{"allocator/parse", "allocator/hami", "allocator/koordinator", "allocator/volcano", "allocator/tensorfusion",
-		"state/record", "state/decode", "state/persist",
+		"state/record", "state/decode", "state/persist", "state/names",
 		"inventory",
 		"kubeletpods/podsjson", "kubeletpods/podlogs"},
 	{"allocator", "state", "kubeletpods"},
