@@ -26,7 +26,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
-	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -132,15 +131,6 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 		c.tokenFileSet = fs.Changed("kubelet-token-file")
 		return c.complete()
 	}
-}
-
-// deviceInfoWriter is w as the proxy's dependency: nil when disabled (a nil
-// *devinfo.Writer in the interface would not be nil).
-func deviceInfoWriter(w *devinfo.Writer) plans.DeviceInfoWriter {
-	if w == nil {
-		return nil
-	}
-	return w
 }
 
 // schedulerFamilies are the --<flag>-scheduler-names flags: which

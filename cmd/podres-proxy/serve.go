@@ -158,30 +158,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	} else {
 		log.Info("the kubelet's Pods API is disabled (--kubelet-pods-api-socket is empty): pods are learned from /pods")
 	}
-	var deviceInfo *devinfo.Writer
-	if c.deviceInfoDir != "" {
-		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log, Inventory: inv.Snapshot})
-	}
-	var legacy *legacyView
-	var fold proxy.Folder
-	if c.servesLegacy() {
-		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, log); err != nil {
-			return err
-		}
-		fold = legacy.view
-	}
-	srv, err := proxy.New(proxy.Config{
-		Socket:                  c.socket,
-		Views:                   c.views,
-		KubeletSocket:           c.kubeletSocket,
-		RateLimitQPS:            c.qps,
-		RateLimitBurst:          c.burst,
-		MaxConnections:          c.maxConns,
-		MaxConnectionsPerClient: c.maxConnsPerClient,
-		RequestTimeout:          c.requestTimeout,
-		PodsTimeout:             c.podsTimeout,
-		Log:                     log,
-	}, proxy.Providers{
+	providers := proxy.Providers{
 		Store:            store,
 		Pods:             fetch,
 		PodLogs:          podlogs.New(c.podLogsDir, nil),
@@ -194,9 +171,32 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Metrics:          m,
 
 		MIGResource: c.migResource,
-		Fold:        fold,
-		DeviceInfo:  deviceInfoWriter(deviceInfo),
-	})
+	}
+	var legacy *legacyView
+	if c.servesLegacy() {
+		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, log); err != nil {
+			return err
+		}
+		providers.Fold = legacy.view
+	}
+	// Set only when on: a nil *devinfo.Writer in the interface would not be nil.
+	var deviceInfo *devinfo.Writer
+	if c.deviceInfoDir != "" {
+		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log, Inventory: inv.Snapshot})
+		providers.DeviceInfo = deviceInfo
+	}
+	srv, err := proxy.New(proxy.Config{
+		Socket:                  c.socket,
+		Views:                   c.views,
+		KubeletSocket:           c.kubeletSocket,
+		RateLimitQPS:            c.qps,
+		RateLimitBurst:          c.burst,
+		MaxConnections:          c.maxConns,
+		MaxConnectionsPerClient: c.maxConnsPerClient,
+		RequestTimeout:          c.requestTimeout,
+		PodsTimeout:             c.podsTimeout,
+		Log:                     log,
+	}, providers)
 	if err != nil {
 		return err
 	}
