@@ -18,7 +18,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/metrics"
-	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 )
@@ -53,17 +52,10 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 	if podsAPI != nil {
 		watch = podsAPI
 	}
-	counted := func(ctx context.Context) ([]model.KubeletPod, error) {
-		pods, err := readPods(ctx)
-		if err == nil {
-			m.DRAPodsRead()
-		}
-		return pods, err
-	}
 	return &legacyView{
 		source: source,
 		view: dra.NewView(dra.ViewOptions{
-			Pods:            dra.PodClaims(watch, counted),
+			Pods:            dra.PodClaims(watch, kubeletpods.Counted(readPods, m.DRAPodsRead)),
 			Facts:           source.Facts,
 			Allocation:      source.Allocation,
 			Refresh:         source.Refresh,

@@ -32,7 +32,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/metrics"
-	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/plugin/cri"
 	"github.com/podres-proxy/podres-proxy/proxy"
@@ -130,13 +129,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	// Every read of /pods made for queries is counted by source, whether or
 	// not the Pods API is configured: the dashboards that watch
 	// pod_source_reads_total{source="pods"} see a node without the gate too.
-	fetch := func(ctx context.Context) ([]model.KubeletPod, error) {
-		got, err := pods.Pods(ctx)
-		if err == nil {
-			m.PodSourceRead(podsapi.SourcePods)
-		}
-		return got, err
-	}
+	fetch := kubeletpods.Counted(pods.Pods, func() { m.PodSourceRead(podsapi.SourcePods) })
 	var (
 		podsAPI  *podsapi.Source
 		watching func() bool
