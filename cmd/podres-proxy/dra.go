@@ -81,7 +81,7 @@ func (c *serveConfig) servesLegacy() bool {
 }
 
 // checkLegacyView checks the legacy view's flags, once the views are read.
-// Its socket is never --socket (parseViews): a consumer that reads both
+// Its socket is never --socket (proxy.ParseViews): a consumer that reads both
 // devices and dynamic_resources there would see DRA devices twice.
 func (c *serveConfig) checkLegacyView() error {
 	if !c.servesLegacy() {

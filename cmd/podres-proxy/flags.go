@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -191,7 +190,7 @@ func (c *serveConfig) complete() error {
 	if c.qps < 0 || c.burst < 0 {
 		return cmdline.Usage(errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative"))
 	}
-	views, err := parseViews(c.viewFlags, c.socket, c.kubeletSocket)
+	views, err := proxy.ParseViews(c.viewFlags, c.socket, c.kubeletSocket)
 	if err != nil {
 		return cmdline.Usage(err)
 	}
@@ -203,34 +202,6 @@ func (c *serveConfig) complete() error {
 		return cmdline.Usage(errors.New("--max-connections, --max-connections-per-client and --request-timeout must be positive"))
 	}
 	return nil
-}
-
-// parseViews reads the --view flags: each NAME=PATH a known view on a
-// socket of its own, never --socket's, another view's or the kubelet's.
-func parseViews(flags []string, socket, kubeletSocket string) ([]proxy.ViewSocket, error) {
-	used := map[string]string{filepath.Clean(socket): "--socket"}
-	kubelet := filepath.Clean(strings.TrimPrefix(kubeletSocket, "unix://"))
-	var out []proxy.ViewSocket
-	for _, f := range flags {
-		name, path, ok := strings.Cut(f, "=")
-		if !ok || path == "" {
-			return nil, fmt.Errorf("--view %q: want NAME=PATH, e.g. dcgm=/var/run/podres-proxy/dcgm/kubelet.sock", f)
-		}
-		v, err := merge.ParseView(name)
-		if err != nil {
-			return nil, fmt.Errorf("--view %q: %w", f, err)
-		}
-		path = filepath.Clean(path)
-		if path == kubelet {
-			return nil, fmt.Errorf("--view %q: %s is the kubelet's own socket: give each view a directory of its own", f, path)
-		}
-		if other, dup := used[path]; dup {
-			return nil, fmt.Errorf("--view %q: %s is already served by %s: each socket serves one view", f, path, other)
-		}
-		used[path] = "--view " + name
-		out = append(out, proxy.ViewSocket{View: v, Socket: path})
-	}
-	return out, nil
 }
 
 // viewNames lists the views, the default first.
