@@ -10,12 +10,9 @@ import (
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
-	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
-	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
@@ -53,7 +50,8 @@ type serveConfig struct {
 	gpuResource, rdmaResource, fpgaResource string
 	allocators, hamiResources               string
 	maxDevicesPerPod                        int
-	schedulerNames                          map[string]*string // flag value per scheduler family
+	schedulerNames                          map[string]*string  // flag value per registry.Family
+	schedulers                              map[string][]string // scheduler names per allocator, from schedulerNames
 	nodeName                                string
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
@@ -101,10 +99,10 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
 	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
 	c.schedulerNames = map[string]*string{}
-	for _, family := range schedulerFamilies {
-		def := registry.SchedulerNames(family.allocators[0])
-		c.schedulerNames[family.flag] = fs.String(family.flag+"-scheduler-names", strings.Join(def, ","),
-			"comma-separated spec.schedulerName values of the pods whose "+family.annotations+" annotations are believed; add default-scheduler where "+family.name+" runs as the default scheduler")
+	for _, family := range registry.Families {
+		def := registry.SchedulerNames(family.Allocators[0])
+		c.schedulerNames[family.Flag] = fs.String(family.Flag+"-scheduler-names", strings.Join(def, ","),
+			"comma-separated spec.schedulerName values of the pods whose "+family.Annotations+" annotations are believed; add default-scheduler where "+family.Name+" runs as the default scheduler")
 	}
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
@@ -132,46 +130,14 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	}
 }
 
-// schedulerFamilies are the --<flag>-scheduler-names flags: which
-// allocators' annotations each scheduler writes (Volcano's two device plugins
-// run in one scheduler).
-var schedulerFamilies = []struct {
-	flag, name, annotations string
-	allocators              []string
-}{
-	{"koordinator", "Koordinator", "Koordinator", []string{koordinator.Name}},
-	{"hami", "HAMi", "HAMi", []string{hami.Name}},
-	{"volcano", "Volcano", "Volcano vGPU, gpushare and vNPU (HAMi's Ascend keys)", []string{volcano.VGPUName, volcano.GPUShareName}},
-	{"tensorfusion", "TensorFusion", "TensorFusion", []string{tensorfusion.Name}},
-}
-
-// trustedSchedulers returns the scheduler names per allocator the flags
-// give, for trust.GateOptions.
-func (c *serveConfig) trustedSchedulers() (map[string][]string, error) {
-	out := map[string][]string{}
-	for _, family := range schedulerFamilies {
-		var names []string
-		for _, n := range strings.Split(*c.schedulerNames[family.flag], ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
-		if len(names) == 0 {
-			return nil, fmt.Errorf("--%s-scheduler-names is empty: name the scheduler(s) whose pods' %s annotations are believed", family.flag, family.annotations)
-		}
-		for _, a := range family.allocators {
-			out[a] = names
-		}
-	}
-	return out, nil
-}
-
 // complete fills defaults that depend on the environment and checks the
 // combination of flags.
 func (c *serveConfig) complete() error {
-	if _, err := c.trustedSchedulers(); err != nil {
+	schedulers, err := registry.TrustedSchedulers(func(flag string) string { return *c.schedulerNames[flag] })
+	if err != nil {
 		return cmdline.Usage(err)
 	}
+	c.schedulers = schedulers
 	if c.maxDevicesPerPod <= 0 {
 		return cmdline.Usage(fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod))
 	}

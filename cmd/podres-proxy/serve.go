@@ -84,11 +84,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	allocators := allocator.NewSet(log, m, decoders...)
 	allocators.LimitDevicesPerPod(c.maxDevicesPerPod)
-	schedulers, err := c.trustedSchedulers()
-	if err != nil {
-		return cmdline.Usage(err)
-	}
-	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: schedulers, Log: log, Metrics: m})
+	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: c.schedulers, Log: log, Metrics: m})
 	inv, err := c.inventory(log)
 	if err != nil {
 		return fmt.Errorf("device inventory: %w", err)
