@@ -134,7 +134,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		podsAPI, err = podsapi.New(podsapi.Options{
 			Socket:             c.podsAPISocket,
 			MaxAnnotationBytes: allocators.MaxAnnotationBytes,
-			Handler:            func(ev podsapi.Event) { watchedPod(store, ev) },
+			Handler:            kubeletpods.Watched(store),
 			Metrics:            m,
 			Log:                log,
 		})
