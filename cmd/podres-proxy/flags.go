@@ -61,6 +61,7 @@ type serveConfig struct {
 	migResource                             string
 	deviceInfoDir                           string
 	draResources                            string
+	draDrivers                              map[string]string // draResources read, when the legacy view is served
 	draIDAttributes, draNUMAAttributes      string
 
 	tokenFileSet bool
