@@ -13,6 +13,18 @@ import (
 // Fetch reads the kubelet's pods once; Client.Pods is one.
 type Fetch func(ctx context.Context) ([]model.KubeletPod, error)
 
+// Counted returns fetch, calling count after each read that succeeds: each
+// user of the one /pods client counts its reads in a metric of its own.
+func Counted(fetch Fetch, count func()) Fetch {
+	return func(ctx context.Context) ([]model.KubeletPod, error) {
+		pods, err := fetch(ctx)
+		if err == nil {
+			count()
+		}
+		return pods, err
+	}
+}
+
 // DefaultReadTimeout bounds a shared read when ReaderOptions.Timeout is 0.
 const DefaultReadTimeout = 10 * time.Second
 

@@ -524,3 +524,22 @@ func TestCallerBehindAHungReadWaitsAtMostOneTimeout(t *testing.T) {
 		<-first
 	})
 }
+
+// Counted counts the reads that succeeded, and no failed one.
+func TestCountedCountsOnlyTheReadsThatSucceeded(t *testing.T) {
+	fail := true
+	var count int
+	fetch := Counted(func(context.Context) ([]model.KubeletPod, error) {
+		if fail {
+			return nil, errors.New("kubelet down")
+		}
+		return []model.KubeletPod{{UID: "uid-a"}}, nil
+	}, func() { count++ })
+	if _, err := fetch(context.Background()); err == nil || count != 0 {
+		t.Fatalf("a failed read: error %v, counted %d, want the error and 0", err, count)
+	}
+	fail = false
+	if pods, err := fetch(context.Background()); err != nil || len(pods) != 1 || count != 1 {
+		t.Fatalf("a read: %v, %v, counted %d, want the pod and 1", pods, err, count)
+	}
+}

@@ -201,7 +201,7 @@ func newCreationEnv(t testing.TB, n int, source creationSource) *creationEnv {
 			t.Cleanup(e.api.Stop)
 			relaySock := filepath.Join(h.dir, "pods-api-relay.sock")
 			e.apiRelay = startRelay(t, "unix", relaySock, e.api.Socket())
-			// As serve's watchedPod applies the watch to the store.
+			// As kubeletpods.Watched applies the watch to the store.
 			store := p.Store
 			src, err := podsapi.New(podsapi.Options{
 				Socket:             relaySock,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 
@@ -63,6 +64,34 @@ func viewsOf(cfg Config) ([]*socket, []*view, error) {
 		sockets = append(sockets, &socket{path: path, view: views[i]})
 	}
 	return sockets, views, nil
+}
+
+// ParseViews reads serve's --view flags: each NAME=PATH a known view on a
+// socket of its own, never --socket's, another view's or the kubelet's.
+func ParseViews(flags []string, socket, kubeletSocket string) ([]ViewSocket, error) {
+	used := map[string]string{filepath.Clean(socket): "--socket"}
+	kubelet := filepath.Clean(strings.TrimPrefix(kubeletSocket, "unix://"))
+	var out []ViewSocket
+	for _, f := range flags {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok || path == "" {
+			return nil, fmt.Errorf("--view %q: want NAME=PATH, e.g. dcgm=/var/run/podres-proxy/dcgm/kubelet.sock", f)
+		}
+		v, err := merge.ParseView(name)
+		if err != nil {
+			return nil, fmt.Errorf("--view %q: %w", f, err)
+		}
+		path = filepath.Clean(path)
+		if path == kubelet {
+			return nil, fmt.Errorf("--view %q: %s is the kubelet's own socket: give each view a directory of its own", f, path)
+		}
+		if other, dup := used[path]; dup {
+			return nil, fmt.Errorf("--view %q: %s is already served by %s: each socket serves one view", f, path, other)
+		}
+		used[path] = "--view " + name
+		out = append(out, ViewSocket{View: v, Socket: path})
+	}
+	return out, nil
 }
 
 // viewAnswers are one List call's answers, one per view.

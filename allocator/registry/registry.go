@@ -1,6 +1,7 @@
 // Package registry builds the allocation decoders by name: the one place
 // that knows every scheduler's format package (koordinator, hami, volcano,
-// tensorfusion), their order, and their options, for the --allocators flag.
+// tensorfusion), their order, and their options, for the --allocators flag,
+// and which scheduler writes which (Families, for the scheduler-names flags).
 // It is apart from package allocator so that the Set and the attribution
 // policy depend only on the Format interface, never on the formats.
 package registry
@@ -98,6 +99,46 @@ func SchedulerNames(name string) []string {
 		return s.SchedulerNames()
 	}
 	return nil
+}
+
+// Family is a scheduler whose pods' annotations are believed by their
+// spec.schedulerName, as its serve flag --<Flag>-scheduler-names lists:
+// the allocators whose annotations it writes (Volcano's two device plugins
+// run in one scheduler), and how the flag's help names it and them.
+type Family struct {
+	Flag, Name, Annotations string
+	Allocators              []string
+}
+
+// Families are the schedulers, one flag each.
+var Families = []Family{
+	{"koordinator", "Koordinator", "Koordinator", []string{koordinator.Name}},
+	{"hami", "HAMi", "HAMi", []string{hami.Name}},
+	{"volcano", "Volcano", "Volcano vGPU, gpushare and vNPU (HAMi's Ascend keys)", []string{volcano.VGPUName, volcano.GPUShareName}},
+	{"tensorfusion", "TensorFusion", "TensorFusion", []string{tensorfusion.Name}},
+}
+
+// TrustedSchedulers returns the scheduler names per allocator, for
+// trust.GateOptions, from each family's comma-separated list (list of its
+// Flag). An empty list is an error: no pod's annotations of the family
+// would be believed, which is never what an operator means.
+func TrustedSchedulers(list func(flag string) string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, family := range Families {
+		var names []string
+		for _, n := range strings.Split(list(family.Flag), ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("--%s-scheduler-names is empty: name the scheduler(s) whose pods' %s annotations are believed", family.Flag, family.Annotations)
+		}
+		for _, a := range family.Allocators {
+			out[a] = names
+		}
+	}
+	return out, nil
 }
 
 // ParseResourceMap reads a flag value "key=resource,key=resource" into a

@@ -14,11 +14,9 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/dra"
 	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
-	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/metrics"
-	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 )
@@ -33,14 +31,11 @@ type legacyView struct {
 // newLegacyView builds the legacy view: pods' extended resource claims
 // from the Pods API watch, else from /pods (readPods, see dra.PodClaims),
 // and the node's ResourceSlices, DeviceClasses and claims from the API
-// server. All of them are read in the background (run), never by a query. Each /pods read is counted in dra_pods_reads_total, not
-// as the answers' reads of pods (pod_source_reads_total): a node whose
-// kubelet serves the Pods API reads /pods only for this.
+// server. All of them are read in the background (run), never by a query.
+// Each /pods read is counted in dra_pods_reads_total, not as the answers'
+// reads of pods (pod_source_reads_total): a node whose kubelet serves the
+// Pods API reads /pods only for this.
 func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
-	drivers, err := registry.ParseResourceMap(c.draResources)
-	if err != nil {
-		return nil, cmdline.Usage(fmt.Errorf("--dra-resources: %w", err))
-	}
 	source, err := resourceapi.New(resourceapi.Options{
 		APIServer: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile, NodeName: c.nodeName,
 		Attributes: resourceapi.Attributes{ID: list(c.draIDAttributes), NUMA: list(c.draNUMAAttributes)},
@@ -53,21 +48,14 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 	if podsAPI != nil {
 		watch = podsAPI
 	}
-	counted := func(ctx context.Context) ([]model.KubeletPod, error) {
-		pods, err := readPods(ctx)
-		if err == nil {
-			m.DRAPodsRead()
-		}
-		return pods, err
-	}
 	return &legacyView{
 		source: source,
 		view: dra.NewView(dra.ViewOptions{
-			Pods:            dra.PodClaims(watch, counted),
+			Pods:            dra.PodClaims(watch, kubeletpods.Counted(readPods, m.DRAPodsRead)),
 			Facts:           source.Facts,
 			Allocation:      source.Allocation,
 			Refresh:         source.Refresh,
-			DriverResources: drivers,
+			DriverResources: c.draDrivers,
 			Metrics:         m,
 			Log:             log,
 		}),
@@ -89,7 +77,7 @@ func (c *serveConfig) servesLegacy() bool {
 }
 
 // checkLegacyView checks the legacy view's flags, once the views are read.
-// Its socket is never --socket (parseViews): a consumer that reads both
+// Its socket is never --socket (proxy.ParseViews): a consumer that reads both
 // devices and dynamic_resources there would see DRA devices twice.
 func (c *serveConfig) checkLegacyView() error {
 	if !c.servesLegacy() {
@@ -101,7 +89,8 @@ func (c *serveConfig) checkLegacyView() error {
 	if c.apiServer == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
 		return errors.New("--view legacy needs the API server: not in a cluster and no --api-server")
 	}
-	if _, err := registry.ParseResourceMap(c.draResources); err != nil {
+	var err error
+	if c.draDrivers, err = registry.ParseResourceMap(c.draResources); err != nil {
 		return fmt.Errorf("--dra-resources: %w", err)
 	}
 	return nil

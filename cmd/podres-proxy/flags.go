@@ -6,17 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/podres-proxy/podres-proxy/allocator"
-	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/allocator/koordinator"
 	"github.com/podres-proxy/podres-proxy/allocator/parse"
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
-	"github.com/podres-proxy/podres-proxy/allocator/tensorfusion"
-	"github.com/podres-proxy/podres-proxy/allocator/volcano"
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
@@ -26,7 +22,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
-	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
 )
 
@@ -55,7 +50,8 @@ type serveConfig struct {
 	gpuResource, rdmaResource, fpgaResource string
 	allocators, hamiResources               string
 	maxDevicesPerPod                        int
-	schedulerNames                          map[string]*string // flag value per scheduler family
+	schedulerNames                          map[string]*string  // flag value per registry.Family
+	schedulers                              map[string][]string // scheduler names per allocator, from schedulerNames
 	nodeName                                string
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
@@ -65,6 +61,7 @@ type serveConfig struct {
 	migResource                             string
 	deviceInfoDir                           string
 	draResources                            string
+	draDrivers                              map[string]string // draResources read, when the legacy view is served
 	draIDAttributes, draNUMAAttributes      string
 
 	tokenFileSet bool
@@ -103,10 +100,10 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.hamiResources, "hami-resources", "", "HAMi vendor to resource name overrides, e.g. vgpu=nvidia.com/gpu,dcu=hygon.com/dcunum (for hami.io/<vendor>-devices-allocated)")
 	fs.IntVar(&c.maxDevicesPerPod, "max-devices-per-pod", allocator.DefaultMaxDevicesPerPod, "device ids one pod's allocator annotations may name; an annotation taking a pod past it is refused as malformed")
 	c.schedulerNames = map[string]*string{}
-	for _, family := range schedulerFamilies {
-		def := registry.SchedulerNames(family.allocators[0])
-		c.schedulerNames[family.flag] = fs.String(family.flag+"-scheduler-names", strings.Join(def, ","),
-			"comma-separated spec.schedulerName values of the pods whose "+family.annotations+" annotations are believed; add default-scheduler where "+family.name+" runs as the default scheduler")
+	for _, family := range registry.Families {
+		def := registry.SchedulerNames(family.Allocators[0])
+		c.schedulerNames[family.Flag] = fs.String(family.Flag+"-scheduler-names", strings.Join(def, ","),
+			"comma-separated spec.schedulerName values of the pods whose "+family.Annotations+" annotations are believed; add default-scheduler where "+family.Name+" runs as the default scheduler")
 	}
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
@@ -134,55 +131,14 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	}
 }
 
-// deviceInfoWriter is w as the proxy's dependency: nil when disabled (a nil
-// *devinfo.Writer in the interface would not be nil).
-func deviceInfoWriter(w *devinfo.Writer) plans.DeviceInfoWriter {
-	if w == nil {
-		return nil
-	}
-	return w
-}
-
-// schedulerFamilies are the --<flag>-scheduler-names flags: which
-// allocators' annotations each scheduler writes (Volcano's two device plugins
-// run in one scheduler).
-var schedulerFamilies = []struct {
-	flag, name, annotations string
-	allocators              []string
-}{
-	{"koordinator", "Koordinator", "Koordinator", []string{koordinator.Name}},
-	{"hami", "HAMi", "HAMi", []string{hami.Name}},
-	{"volcano", "Volcano", "Volcano vGPU, gpushare and vNPU (HAMi's Ascend keys)", []string{volcano.VGPUName, volcano.GPUShareName}},
-	{"tensorfusion", "TensorFusion", "TensorFusion", []string{tensorfusion.Name}},
-}
-
-// trustedSchedulers returns the scheduler names per allocator the flags
-// give, for trust.GateOptions.
-func (c *serveConfig) trustedSchedulers() (map[string][]string, error) {
-	out := map[string][]string{}
-	for _, family := range schedulerFamilies {
-		var names []string
-		for _, n := range strings.Split(*c.schedulerNames[family.flag], ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
-		if len(names) == 0 {
-			return nil, fmt.Errorf("--%s-scheduler-names is empty: name the scheduler(s) whose pods' %s annotations are believed", family.flag, family.annotations)
-		}
-		for _, a := range family.allocators {
-			out[a] = names
-		}
-	}
-	return out, nil
-}
-
 // complete fills defaults that depend on the environment and checks the
 // combination of flags.
 func (c *serveConfig) complete() error {
-	if _, err := c.trustedSchedulers(); err != nil {
+	schedulers, err := registry.TrustedSchedulers(func(flag string) string { return *c.schedulerNames[flag] })
+	if err != nil {
 		return cmdline.Usage(err)
 	}
+	c.schedulers = schedulers
 	if c.maxDevicesPerPod <= 0 {
 		return cmdline.Usage(fmt.Errorf("--max-devices-per-pod %d: want a positive number", c.maxDevicesPerPod))
 	}
@@ -201,7 +157,7 @@ func (c *serveConfig) complete() error {
 	if c.qps < 0 || c.burst < 0 {
 		return cmdline.Usage(errors.New("--rate-limit-qps and --rate-limit-burst cannot be negative"))
 	}
-	views, err := parseViews(c.viewFlags, c.socket, c.kubeletSocket)
+	views, err := proxy.ParseViews(c.viewFlags, c.socket, c.kubeletSocket)
 	if err != nil {
 		return cmdline.Usage(err)
 	}
@@ -213,34 +169,6 @@ func (c *serveConfig) complete() error {
 		return cmdline.Usage(errors.New("--max-connections, --max-connections-per-client and --request-timeout must be positive"))
 	}
 	return nil
-}
-
-// parseViews reads the --view flags: each NAME=PATH a known view on a
-// socket of its own, never --socket's, another view's or the kubelet's.
-func parseViews(flags []string, socket, kubeletSocket string) ([]proxy.ViewSocket, error) {
-	used := map[string]string{filepath.Clean(socket): "--socket"}
-	kubelet := filepath.Clean(strings.TrimPrefix(kubeletSocket, "unix://"))
-	var out []proxy.ViewSocket
-	for _, f := range flags {
-		name, path, ok := strings.Cut(f, "=")
-		if !ok || path == "" {
-			return nil, fmt.Errorf("--view %q: want NAME=PATH, e.g. dcgm=/var/run/podres-proxy/dcgm/kubelet.sock", f)
-		}
-		v, err := merge.ParseView(name)
-		if err != nil {
-			return nil, fmt.Errorf("--view %q: %w", f, err)
-		}
-		path = filepath.Clean(path)
-		if path == kubelet {
-			return nil, fmt.Errorf("--view %q: %s is the kubelet's own socket: give each view a directory of its own", f, path)
-		}
-		if other, dup := used[path]; dup {
-			return nil, fmt.Errorf("--view %q: %s is already served by %s: each socket serves one view", f, path, other)
-		}
-		used[path] = "--view " + name
-		out = append(out, proxy.ViewSocket{View: v, Socket: path})
-	}
-	return out, nil
 }
 
 // viewNames lists the views, the default first.

@@ -32,7 +32,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/metrics"
-	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/plugin"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/state"
@@ -84,11 +83,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	allocators := allocator.NewSet(log, m, decoders...)
 	allocators.LimitDevicesPerPod(c.maxDevicesPerPod)
-	schedulers, err := c.trustedSchedulers()
-	if err != nil {
-		return cmdline.Usage(err)
-	}
-	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: schedulers, Log: log, Metrics: m})
+	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: c.schedulers, Log: log, Metrics: m})
 	inv, err := c.inventory(log)
 	if err != nil {
 		return fmt.Errorf("device inventory: %w", err)
@@ -129,13 +124,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	// Every read of /pods made for queries is counted by source, whether or
 	// not the Pods API is configured: the dashboards that watch
 	// pod_source_reads_total{source="pods"} see a node without the gate too.
-	fetch := func(ctx context.Context) ([]model.KubeletPod, error) {
-		got, err := pods.Pods(ctx)
-		if err == nil {
-			m.PodSourceRead(podsapi.SourcePods)
-		}
-		return got, err
-	}
+	fetch := kubeletpods.Counted(pods.Pods, func() { m.PodSourceRead(podsapi.SourcePods) })
 	var (
 		podsAPI  *podsapi.Source
 		watching func() bool
@@ -144,7 +133,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		podsAPI, err = podsapi.New(podsapi.Options{
 			Socket:             c.podsAPISocket,
 			MaxAnnotationBytes: allocators.MaxAnnotationBytes,
-			Handler:            func(ev podsapi.Event) { watchedPod(store, ev) },
+			Handler:            kubeletpods.Watched(store),
 			Metrics:            m,
 			Log:                log,
 		})
@@ -157,30 +146,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	} else {
 		log.Info("the kubelet's Pods API is disabled (--kubelet-pods-api-socket is empty): pods are learned from /pods")
 	}
-	var deviceInfo *devinfo.Writer
-	if c.deviceInfoDir != "" {
-		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log, Inventory: inv.Snapshot})
-	}
-	var legacy *legacyView
-	var fold proxy.Folder
-	if c.servesLegacy() {
-		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, log); err != nil {
-			return err
-		}
-		fold = legacy.view
-	}
-	srv, err := proxy.New(proxy.Config{
-		Socket:                  c.socket,
-		Views:                   c.views,
-		KubeletSocket:           c.kubeletSocket,
-		RateLimitQPS:            c.qps,
-		RateLimitBurst:          c.burst,
-		MaxConnections:          c.maxConns,
-		MaxConnectionsPerClient: c.maxConnsPerClient,
-		RequestTimeout:          c.requestTimeout,
-		PodsTimeout:             c.podsTimeout,
-		Log:                     log,
-	}, proxy.Providers{
+	providers := proxy.Providers{
 		Store:            store,
 		Pods:             fetch,
 		PodLogs:          podlogs.New(c.podLogsDir, nil),
@@ -193,9 +159,32 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		Metrics:          m,
 
 		MIGResource: c.migResource,
-		Fold:        fold,
-		DeviceInfo:  deviceInfoWriter(deviceInfo),
-	})
+	}
+	var legacy *legacyView
+	if c.servesLegacy() {
+		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, log); err != nil {
+			return err
+		}
+		providers.Fold = legacy.view
+	}
+	// Set only when on: a nil *devinfo.Writer in the interface would not be nil.
+	var deviceInfo *devinfo.Writer
+	if c.deviceInfoDir != "" {
+		deviceInfo = devinfo.New(devinfo.Options{Dir: c.deviceInfoDir, SysfsRoot: c.sysfsRoot, Log: log, Inventory: inv.Snapshot})
+		providers.DeviceInfo = deviceInfo
+	}
+	srv, err := proxy.New(proxy.Config{
+		Socket:                  c.socket,
+		Views:                   c.views,
+		KubeletSocket:           c.kubeletSocket,
+		RateLimitQPS:            c.qps,
+		RateLimitBurst:          c.burst,
+		MaxConnections:          c.maxConns,
+		MaxConnectionsPerClient: c.maxConnsPerClient,
+		RequestTimeout:          c.requestTimeout,
+		PodsTimeout:             c.podsTimeout,
+		Log:                     log,
+	}, providers)
 	if err != nil {
 		return err
 	}
