@@ -140,7 +140,7 @@ checks() {
 		done
 	fi
 
-	# The List benchmark report, once over 10 pods and one round: its figures mean nothing here,
+	# The List benchmark report, once over 10 pods and 20 calls per series: its figures mean nothing here,
 	# but it must still run (it starts each proxy it measures as a process of its own).
 	step "List benchmark report, smoke run (PODRES_BENCH=quick)"
 	PODRES_BENCH=quick go test -count=1 -run '^TestBenchmarkReport$' ./proxy

@@ -19,8 +19,8 @@ import (
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 )
 
-// With PODRES_BENCH_PROXY=serve the report measures the podres-proxy
-// binary itself, started as `serve` in front of the fake kubelet (trust
+// The report measures the podres-proxy binary itself (unless
+// PODRES_BENCH_PROXY=wired), started as `serve` in front of the fake kubelet (trust
 // gate, metrics, /pods over HTTPS with a token, the persisted store, the
 // CRI reconciler against a fake runtime that lists every pod's sandbox and
 // containers), instead of the test binary wired as serve wires it. Its
