@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,10 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podres-proxy/podres-proxy/internal/coalesce"
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 )
@@ -45,8 +45,8 @@ func TestACallBeyondTheLimitOnlyJoinsACallOthersMake(t *testing.T) {
 		k := &kubelet{}
 		s, _ := newTestShared(k)
 
-		if _, err := do(over, s); status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("a refused call with nothing to join = %v, want ResourceExhausted", err)
+		if _, err := do(over, s); !errors.Is(err, coalesce.ErrNotMade) {
+			t.Fatalf("a refused call with nothing to join = %v, want ErrNotMade", err)
 		}
 		if k.count() != 0 {
 			t.Fatalf("a refused call made %d kubelet calls", k.count())
@@ -135,8 +135,8 @@ func TestRefusedCallsThatGatherShareOneCallAndOneAloneIsRefused(t *testing.T) {
 		if r := <-first; r.err != nil {
 			t.Fatal(r.err)
 		}
-		if r := <-rider; status.Code(r.err) != codes.ResourceExhausted {
-			t.Errorf("a refused call alone in the next call = %v, want ResourceExhausted", r.err)
+		if r := <-rider; !errors.Is(r.err, coalesce.ErrNotMade) {
+			t.Errorf("a refused call alone in the next call = %v, want ErrNotMade", r.err)
 		}
 		if k.count() != 4 {
 			t.Errorf("%d kubelet calls, want 4: none for the lone refused call", k.count())

@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -22,18 +21,15 @@ import (
 // order without sleeps or hooks in Shared.
 
 // do is Do as the server calls it for the call of ctx: arrived then, with
-// the Overdraft the rate limit gave it, if any, and refused as by the
-// kubelet when it joined nothing.
+// the Overdraft the rate limit gave it, if any (a refused call that joined
+// nothing gets coalesce.ErrNotMade, which the server answers as the
+// kubelet's rate-limit error).
 func do[T any](ctx context.Context, s *Shared[T]) (T, error) {
 	var ticket coalesce.Ticket
 	if o := limits.OverdraftOf(ctx); o != nil {
 		ticket = o
 	}
-	v, err := s.Do(ctx, limits.Arrived(ctx), ticket)
-	if errors.Is(err, coalesce.ErrNotMade) {
-		err = limits.ErrRateLimited()
-	}
-	return v, err
+	return s.Do(ctx, limits.Arrived(ctx), ticket)
 }
 
 // kubelet is a fake call whose every call waits for the test to answer it.
