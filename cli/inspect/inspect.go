@@ -64,8 +64,8 @@ func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	switch len(pods) {
 	case 0:
 	case 1:
-		ns, name, ok := strings.Cut(pods[0], "/")
-		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		ns, name, ok := cmdline.SplitPod(pods[0])
+		if !ok {
 			return cmdline.Usage(fmt.Errorf("want NAMESPACE/NAME, got %q", pods[0]))
 		}
 		filter = &model.PodKey{Namespace: ns, Name: name}

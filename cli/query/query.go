@@ -68,8 +68,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return c.List(ctx, &v1.ListPodResourcesRequest{})
 		}
 	case op == "get" && len(ops) == 2:
-		ns, name, ok := strings.Cut(ops[1], "/")
-		if !ok || ns == "" || name == "" {
+		ns, name, ok := cmdline.SplitPod(ops[1])
+		if !ok {
 			return cmdline.Usage(fmt.Errorf("get wants NAMESPACE/NAME, got %q", ops[1]))
 		}
 		call = func(ctx context.Context, c v1.PodResourcesListerClient) (proto.Message, error) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -83,4 +84,11 @@ func Writers(output string, stdout, stderr io.Writer) (io.Writer, io.Writer, err
 		return stdout, terminal{stderr}, nil
 	}
 	return nil, nil, UsageError{fmt.Errorf("unknown output format %q (want table or json)", output)}
+}
+
+// SplitPod splits a NAMESPACE/NAME argument; ok is false unless both parts
+// are there and the name holds no further slash (no Kubernetes name does).
+func SplitPod(arg string) (namespace, name string, ok bool) {
+	namespace, name, ok = strings.Cut(arg, "/")
+	return namespace, name, ok && namespace != "" && name != "" && !strings.Contains(name, "/")
 }
