@@ -49,7 +49,10 @@ const benchChildEnv = "PODRES_BENCH_CHILD"
 const (
 	childProxy       = "proxy"
 	childPassthrough = "passthrough"
-	childKoordlet    = "koordlet"
+	// childPassthroughOwn is the pass-through as a program of its own
+	// (test/passthrough, passthroughBinary).
+	childPassthroughOwn = "passthrough-own"
+	childKoordlet       = "koordlet"
 )
 
 // benchChild is a proxy process.
@@ -66,6 +69,13 @@ func startBenchChild(t testing.TB, kind string, k *fk.Kubelet, n int) benchChild
 	dir := shortDir(t)
 	socket := filepath.Join(dir, kind+".sock")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchChildProcess$")
+	if kind == childPassthroughOwn {
+		bin, err := passthroughBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.Command(bin, "--socket", socket, "--upstream", k.Socket)
+	}
 	cmd.Env = append(os.Environ(),
 		benchChildEnv+"="+kind,
 		"PODRES_BENCH_CHILD_PODS="+strconv.Itoa(n),
@@ -120,6 +130,53 @@ func startBenchChild(t testing.TB, kind string, k *fk.Kubelet, n int) benchChild
 		t.Fatalf("%s process not ready after a minute", kind)
 	}
 	return benchChild{socket: socket, pid: cmd.Process.Pid, stop: stop}
+}
+
+// passthroughBinary builds test/passthrough once per report: the
+// pass-through as a program of its own, which shares no code pages with the
+// report's process, as a proxy on a node shares none with its clients and
+// kubelet.
+var passthroughBinary = sync.OnceValues(func() (string, error) {
+	dir, err := benchTempDir("podres-bench-passthrough")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "passthrough")
+	out, err := exec.Command("go", "build", "-o", bin, "../test/passthrough").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building test/passthrough: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// benchTempDirs are the directories of the binaries the report builds
+// once per test process (serveBinary, passthroughBinary); TestMain removes
+// them.
+var benchTempDirs struct {
+	sync.Mutex
+	dirs []string
+}
+
+// benchTempDir makes such a directory.
+func benchTempDir(pattern string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", err
+	}
+	benchTempDirs.Lock()
+	benchTempDirs.dirs = append(benchTempDirs.dirs, dir)
+	benchTempDirs.Unlock()
+	return dir, nil
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	benchTempDirs.Lock()
+	for _, dir := range benchTempDirs.dirs {
+		os.RemoveAll(dir)
+	}
+	benchTempDirs.Unlock()
+	os.Exit(code)
 }
 
 // proxyProcessMemory starts podres-proxy in a process of its own in front

@@ -29,7 +29,7 @@ import (
 
 // serveBinary builds cmd/podres-proxy once per report.
 var serveBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "podres-bench-bin")
+	dir, err := benchTempDir("podres-bench-bin")
 	if err != nil {
 		return "", err
 	}
