@@ -136,18 +136,25 @@ func startBenchChild(t testing.TB, kind string, k *fk.Kubelet, n int) benchChild
 // pass-through as a program of its own, which shares no code pages with the
 // report's process, as a proxy on a node shares none with its clients and
 // kubelet.
-var passthroughBinary = sync.OnceValues(func() (string, error) {
-	dir, err := benchTempDir("podres-bench-passthrough")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "passthrough")
-	out, err := exec.Command("go", "build", "-o", bin, "../test/passthrough").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building test/passthrough: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+var passthroughBinary = benchBinary("../test/passthrough")
+
+// benchBinary returns a function that builds the command pkg (a path from
+// this package's directory) once per test process, into a directory that
+// TestMain removes, and returns the binary's path.
+func benchBinary(pkg string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		dir, err := benchTempDir("podres-bench-bin")
+		if err != nil {
+			return "", err
+		}
+		bin := filepath.Join(dir, filepath.Base(pkg))
+		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+		}
+		return bin, nil
+	})
+}
 
 // benchTempDirs are the directories of the binaries the report builds
 // once per test process (serveBinary, passthroughBinary); TestMain removes

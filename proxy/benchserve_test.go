@@ -28,18 +28,7 @@ import (
 // report plays every client from one process.
 
 // serveBinary builds cmd/podres-proxy once per report.
-var serveBinary = sync.OnceValues(func() (string, error) {
-	dir, err := benchTempDir("podres-bench-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "podres-proxy")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/podres-proxy").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building podres-proxy: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+var serveBinary = benchBinary("../cmd/podres-proxy")
 
 // startServeChild starts `podres-proxy serve` in front of kubelet k, whose
 // pods are benchPods(n), and returns once it answers every pod with its
