@@ -49,6 +49,9 @@ import (
 //                   same content as the proxy's: the floor for delivering
 //                   that answer (a larger answer costs the client and gRPC
 //                   more however it is made);
+//   - same, own executable: the same answer through a raw pass-through
+//                   that is a program of its own (test/passthrough), as the
+//                   proxy is; the report only (newBenchProcesses says why);
 //   - proxy:        podres-proxy in steady state (every pod's sandbox live
 //                   in the store, its spec known): no /pods read per call;
 //   - proxy-changed: the same proxy while one pod's part of the kubelet's
@@ -90,9 +93,10 @@ const (
 //   - PODRES_BENCH_PROXY=wired: the proxy measured is this test binary
 //     wired as serve wires it, not the podres-proxy binary started as
 //     serve (benchserve_test.go; the memory figure is the test binary's
-//     either way). The wired proxy answers faster than serve: at 110 pods
-//     0.2 of b/x less, for reasons not found yet (docs/performance.md);
-//     the default measures what users run;
+//     either way). The wired proxy answers faster than serve, at 110 pods
+//     0.2 of b/x less: it runs from the same file as the report's clients
+//     and kubelets ("Two floors" in docs/performance.md); the default
+//     measures what users run;
 //   - PODRES_BENCH_CLIENT_CALLS: Lists per client in the sharing
 //     measurement (default benchClientCalls).
 //
