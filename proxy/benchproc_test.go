@@ -40,7 +40,8 @@ import (
 // koordlet's) in a process of its own, as each runs on a node: a proxy's
 // garbage collector then scans its own heap, not the fake kubelets' and the
 // clients' too, and its memory is its own. startBenchChild starts this
-// test binary again as one of them (TestBenchChildProcess).
+// test binary again as one of them (TestBenchChildProcess), or, for the
+// floor from a program of its own, test/passthrough.
 
 const benchChildEnv = "PODRES_BENCH_CHILD"
 
