@@ -87,6 +87,14 @@ checks() {
 		printf 'unreachable functions (delete them):\n%s\n' "$dead" >&2
 		exit 1
 	fi
+	# And the product's own: a function in a package outside test/ that only
+	# tests reach belongs in a _test.go file or under test/ (helpers only
+	# tests use), not in the binary's packages.
+	dead=$(go tool deadcode ./... | grep -v '^test/' || true)
+	if [[ -n "$dead" ]]; then
+		printf 'functions only tests reach (move them into a _test.go file or under test/):\n%s\n' "$dead" >&2
+		exit 1
+	fi
 
 	# Lint every script with shellcheck (Debian's package, installed above).
 	step "shellcheck"

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -757,14 +758,14 @@ func TestBenchmarkReport(t *testing.T) {
 		hb.k.PodsReads()-reads, hb.k.GRPCCalls()-calls, refused.Load(), time.Since(start).Round(time.Millisecond))
 
 	body := e.h.k.PodListJSON()
-	decoded, err := podsjson.Decode(body)
+	decoded, err := podsjson.DecodeFrom(bytes.NewReader(body), podsjson.Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := testing.Benchmark(func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for i := 0; i < b.N; i++ {
-			if _, err := podsjson.Decode(body); err != nil {
+			if _, err := podsjson.DecodeFrom(bytes.NewReader(body), podsjson.Bounds{}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -22,7 +22,7 @@ func TestLivePodsKeepingMoreThanTheLimitFailTheReadClearly(t *testing.T) {
 }
 
 func TestFinishedPodsKeepOnlyTheirIdentityAndPhase(t *testing.T) {
-	pods, err := Decode(podstest.FinishedPodsJSON(2, 10, 1))
+	pods, err := decode(podstest.FinishedPodsJSON(2, 10, 1))
 	if err != nil {
 		t.Fatal(err)
 	}

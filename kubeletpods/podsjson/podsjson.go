@@ -9,7 +9,6 @@
 package podsjson
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -105,12 +104,6 @@ type Container struct {
 		Limits   map[string]string `json:"limits"`
 		Requests map[string]string `json:"requests"`
 	} `json:"resources"`
-}
-
-// Decode decodes a /pods answer as kubeletpods.Client.Pods does, keeping
-// every annotation, for tools and benchmarks that have the body already.
-func Decode(data []byte) ([]model.KubeletPod, error) {
-	return DecodeFrom(bytes.NewReader(data), Bounds{})
 }
 
 // DecodeFrom decodes a /pods answer from a stream into KubeletPods, oldest

@@ -17,11 +17,17 @@ import (
 	"github.com/podres-proxy/podres-proxy/test/podstest"
 )
 
+// decode decodes a whole /pods body as kubeletpods.Client.Pods does,
+// keeping every annotation.
+func decode(data []byte) ([]model.KubeletPod, error) {
+	return DecodeFrom(bytes.NewReader(data), Bounds{})
+}
+
 func TestDecodeKeepsIdentityPhaseAndAnnotations(t *testing.T) {
 	data := podstest.PodListJSON(3, func(i int) map[string]string {
 		return map[string]string{"scheduling.koordinator.sh/device-allocated": fmt.Sprintf(`{"gpu":[{"minor":%d}]}`, i)}
 	})
-	pods, err := Decode(data)
+	pods, err := decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +77,7 @@ func TestDecodeListsInitSidecarThenAppContainersWithExtendedResourcesOnly(t *tes
 	}
 	data := listJSON(t, pod)
 
-	pods, err := Decode(data)
+	pods, err := decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +105,7 @@ func TestDecodeSortsPodsOldestFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := Decode(data)
+	pods, err := decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +118,7 @@ func TestDecodeSortsPodsOldestFirst(t *testing.T) {
 
 // The kubelet encodes a node without pods as "items": null.
 func TestDecodeReadsNullItemsAsNoPods(t *testing.T) {
-	pods, err := Decode([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":null}`))
+	pods, err := decode([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":null}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +150,7 @@ func TestDecodeRejectsBadAnswersWithAClearError(t *testing.T) {
 			strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}]}`, "decode kubelet pods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pods, err := Decode([]byte(tc.data))
+			pods, err := decode([]byte(tc.data))
 			if err == nil {
 				t.Fatalf("decoded %d pods, want an error", len(pods))
 			}
@@ -242,7 +248,7 @@ type benchDecoder struct {
 }
 
 var benchDecoders = []benchDecoder{
-	{"go-json", func(b []byte) (int, error) { p, err := Decode(b); return len(p), err }},
+	{"go-json", func(b []byte) (int, error) { p, err := decode(b); return len(p), err }},
 	{"encoding-json", decodeWithEncodingJSON},
 	{"k8s-PodList", func(b []byte) (int, error) {
 		var l corev1.PodList

@@ -14,9 +14,12 @@ const (
 	devicesField    protowire.Number = 2
 )
 
-// canonicalKey returns a pod segment with each container's device fields
-// in byte order, or nil when they already are (or the segment does not
-// parse: it is then keyed by its own bytes, and its rebuild reports it).
+// appendCanonical appends seg's canonical form, the pod segment with each
+// container's device fields in byte order, to dst and reports true, or
+// returns dst as it was and false when seg already is canonical or does not
+// parse (it is then keyed by its own bytes, and its rebuild reports it).
+// Lookups append to a scratch buffer, so a steady List allocates nothing
+// for it.
 //
 // The kubelet lists a container's devices from its device manager's maps
 // (containerDevicesFromResourceDeviceInstances: one entry per device id,
@@ -27,18 +30,6 @@ const (
 // clients cannot tell from another (the order carries no meaning). The
 // canonical form is a permutation of the segment's fields, so it has the
 // segment's length.
-func canonicalKey(seg []byte) []byte {
-	k, ok := appendCanonical(nil, seg)
-	if !ok {
-		return nil
-	}
-	return k
-}
-
-// appendCanonical appends seg's canonical form (canonicalKey) to dst and
-// reports true, or returns dst as it was and false when seg already is
-// canonical or does not parse. Lookups append to a scratch buffer, so a
-// steady List allocates nothing for it.
 func appendCanonical(dst, seg []byte) ([]byte, bool) {
 	start, changed := len(dst), false
 	for rest := seg; len(rest) > 0; {

@@ -11,6 +11,16 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
+// canonicalKey is appendCanonical's form of seg on its own, or nil when
+// seg already is canonical or does not parse.
+func canonicalKey(seg []byte) []byte {
+	k, ok := appendCanonical(nil, seg)
+	if !ok {
+		return nil
+	}
+	return k
+}
+
 // A pod holding several devices of the kubelet's own comes in a new device
 // order on almost every List (the kubelet builds them from maps): every
 // order must find the same cache entry, or that pod is rebuilt on every

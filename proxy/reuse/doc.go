@@ -13,7 +13,7 @@
 //     (pod_resources), in v1 and v1alpha1 alike. Split walks the fields
 //     with protowire, decoding nothing: each pod's bytes are a segment.
 //   - A segment's output is cached under the segment's bytes, each
-//     container's devices put in byte order first (canonicalKey: the
+//     container's devices put in byte order first (appendCanonical: the
 //     kubelet lists a container's device ids from maps too), together with
 //     the plan it was built with (package proxy/plans). Plans are computed
 //     when pods change, kept in immutable tables, and replaced, never
