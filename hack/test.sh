@@ -149,9 +149,11 @@ checks() {
 	fi
 
 	# The List benchmark report, once over 10 pods and 20 calls per series: its figures mean nothing here,
-	# but it must still run (it starts each proxy it measures as a process of its own).
+	# but it must still run (it starts each proxy it measures as a process of its own), in its own
+	# setup and in listbench's (docs/performance.md).
 	step "List benchmark report, smoke run (PODRES_BENCH=quick)"
 	PODRES_BENCH=quick go test -count=1 -run '^TestBenchmarkReport$' ./proxy
+	PODRES_BENCH=quick PODRES_BENCH_SETUP=listbench go test -count=1 -run '^TestBenchmarkReport$' ./proxy
 }
 
 if [[ "${PODRES_E2E_ONLY:-}" == "1" ]]; then

@@ -82,8 +82,15 @@ const (
 // The report's setup options, read from the environment so that the proxy
 // processes (startBenchChild) see the same ones:
 //   - PODRES_BENCH_POD=two-gpu: pods of two app containers with one whole
-//     Koordinator GPU each, the annotation listing both (default: one
-//     container, one GPU);
+//     Koordinator GPU each, the annotation listing both; =listbench: as
+//     ../shared/listbench's, a trainer container with one GPU and a log
+//     agent without, and no devices of the kubelet's own (default: one
+//     container, one GPU, every fourth pod with two RDMA devices);
+//   - PODRES_BENCH_KUBELET=prebuilt: the fake kubelets answer List as
+//     listbench's does, from each pod's answer built once, only the pods'
+//     order new on every call (fk.Kubelet.SetPrebuiltList; default: built
+//     anew on every call, as the real kubelet does, which costs every
+//     series more and so brings every ratio closer to 1);
 //   - PODRES_BENCH_NRI=sync: the proxy's store learns the sandboxes and
 //     their containers as an NRI Synchronize does (store.Reconcile), before
 //     the /pods read that learns the specs (default: that read, then one
@@ -104,14 +111,15 @@ const (
 //   - PODRES_BENCH_ORDER=shuffle: every round calls the series in an order
 //     of its own rather than rotating (interleave).
 //
-// PODRES_BENCH_SETUP=harness sets the first three as the independent
-// acceptance harness of issue 22 had them, and 20 Lists per client.
+// PODRES_BENCH_SETUP=listbench sets the pods, the kubelet, NRI and the
+// koordlet-style client as ../shared/listbench has them, and 20 Lists per
+// client: the report then measures what listbench measures, b/x included.
 func benchOption(name string) string {
 	if v := os.Getenv("PODRES_BENCH_" + name); v != "" {
 		return v
 	}
-	if os.Getenv("PODRES_BENCH_SETUP") == "harness" {
-		return map[string]string{"POD": "two-gpu", "NRI": "sync", "KOORDLET": "client", "CLIENT_CALLS": "20"}[name]
+	if os.Getenv("PODRES_BENCH_SETUP") == "listbench" {
+		return map[string]string{"POD": "listbench", "KUBELET": "prebuilt", "NRI": "sync", "KOORDLET": "client", "CLIENT_CALLS": "20"}[name]
 	}
 	return ""
 }
@@ -119,12 +127,26 @@ func benchOption(name string) string {
 // benchTwoGPUs reports whether the pods have two containers of one GPU each.
 func benchTwoGPUs() bool { return benchOption("POD") == "two-gpu" }
 
-// benchContainers are the names of a bench pod's app containers.
+// benchListbenchPods reports whether the pods are listbench's.
+func benchListbenchPods() bool { return benchOption("POD") == "listbench" }
+
+// benchContainers are the names of a bench pod's containers with a GPU.
 func benchContainers() []string {
-	if benchTwoGPUs() {
+	switch {
+	case benchTwoGPUs():
 		return []string{"app", "worker"}
+	case benchListbenchPods():
+		return []string{"trainer"}
 	}
 	return []string{"app"}
+}
+
+// startBenchKubelet starts a fake kubelet for the report, answering List
+// as PODRES_BENCH_KUBELET says.
+func startBenchKubelet(t testing.TB) *fk.Kubelet {
+	k := fk.Start(t, shortDir(t))
+	k.SetPrebuiltList(benchOption("KUBELET") == "prebuilt")
+	return k
 }
 
 // benchGPU is the id of container c's GPU on pod i.
@@ -147,8 +169,11 @@ func benchPods(n int) []fk.Pod {
 		for _, c := range benchContainers() {
 			opts = append(opts, fk.WithContainer(c, map[string]string{"koordinator.sh/gpu-core": "100"}))
 		}
+		if benchListbenchPods() {
+			opts = append(opts, fk.WithContainer("log-agent", map[string]string{"cpu": "100m", "memory": "128Mi"}))
+		}
 		opts = append(opts, fk.Realistic())
-		if i%4 == 0 {
+		if i%4 == 0 && !benchListbenchPods() {
 			// Devices of the kubelet's own device plugin, which it lists
 			// in map order: a new order on almost every call.
 			opts = append(opts, fk.WithKubeletDevices("app", "rdma/hca_shared_devices_a", int64(i%2),
@@ -210,7 +235,7 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 // (test/passthrough). On the project's 2-core machine the file alone costs
 // listbench's pass-through 4 to 13% (docs/performance.md, "Two floors").
 func newBenchProcesses(t testing.TB, n int) *benchEnv {
-	k := fk.Start(t, shortDir(t))
+	k := startBenchKubelet(t)
 	pods := benchPods(n)
 	k.SetPods(pods...)
 	e := &benchEnv{k: k, pods: pods}
@@ -265,7 +290,7 @@ func (e *benchEnv) close() {
 // sameAnswerKubelet is a kubelet that knows the allocations itself, for
 // the same-answer floor: pods with the GPUs the proxy adds.
 func sameAnswerKubelet(t testing.TB, pods []fk.Pod) (*fk.Kubelet, []fk.Pod) {
-	same := fk.Start(t, shortDir(t))
+	same := startBenchKubelet(t)
 	withDevices := make([]fk.Pod, len(pods))
 	for i, p := range pods {
 		withDevices[i] = p
@@ -453,7 +478,7 @@ func answerSize(t testing.TB, socket string) int {
 func changeOne(k *fk.Kubelet, pods []fk.Pod) func(i int) {
 	return func(i int) {
 		p := pods[i%len(pods)]
-		p.CPUs = map[string][]int64{"app": {int64(i % 64)}}
+		p.CPUs = map[string][]int64{benchContainers()[0]: {int64(i % 64)}}
 		k.AddPod(p)
 	}
 }
@@ -661,7 +686,7 @@ func TestBenchmarkReport(t *testing.T) {
 		shape = "two containers with one Koordinator GPU each"
 	}
 	fmt.Fprintf(&out, "Realistic pods (~5 KB of /pods JSON each, %s, every fourth with two RDMA devices of the kubelet's own), listed (pods and devices) in a new order per call as the kubelet does.\n", shape)
-	fmt.Fprintf(&out, "Setup: POD=%q NRI=%q KOORDLET=%q; %d clients x %d Lists for the sharing columns.\n", benchOption("POD"), benchOption("NRI"), benchOption("KOORDLET"), benchClients, clientCalls)
+	fmt.Fprintf(&out, "Setup: POD=%q KUBELET=%q NRI=%q KOORDLET=%q; %d clients x %d Lists for the sharing columns.\n", benchOption("POD"), benchOption("KUBELET"), benchOption("NRI"), benchOption("KOORDLET"), benchClients, clientCalls)
 	fmt.Fprintf(&out, "same, own executable is the same answer through a raw pass-through built as a program of its own (test/passthrough), as podres-proxy runs from a file of its own (x').\n")
 	fmt.Fprintf(&out, "| pods | direct | passthrough | same answer | same, own executable | proxy | proxy, 1 pod changed | koordlet-style | proxy / same (b/x) | proxy / same, own executable (b/x') | changed / same | koordlet / proxy | kubelet calls per List, %d clients | the same on one connection |\n", benchClients)
 	fmt.Fprintf(&out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

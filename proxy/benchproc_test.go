@@ -191,7 +191,7 @@ func TestMain(m *testing.M) {
 // of a fake kubelet with n pods, drives Lists through it (steady, one pod
 // changed per call, 64 clients at once) and reads its peak RSS from /proc.
 func proxyProcessMemory(t *testing.T, n int) string {
-	k := fk.Start(t, shortDir(t))
+	k := startBenchKubelet(t)
 	pods := benchPods(n)
 	k.SetPods(pods...)
 	child := startBenchChild(t, childProxy, k, n)

@@ -74,6 +74,33 @@ func (k *Kubelet) order() []int {
 	return idx
 }
 
+// listPods returns the pods' answers List gives, in the order it names
+// them: built anew, or with SetPrebuiltList those built once, in a new
+// order (gRPC only reads them). k.mu is held.
+func (k *Kubelet) listPods() []*v1.PodResources {
+	if k.prebuilt {
+		if k.built == nil {
+			k.built = []*v1.PodResources{}
+			for i := range k.pods {
+				if !terminal(&k.pods[i]) {
+					k.built = append(k.built, k.v1Pod(&k.pods[i]))
+				}
+			}
+		}
+		if k.fixedOrder {
+			return slices.Clone(k.built)
+		}
+		return shuffled(k.built)
+	}
+	out := []*v1.PodResources{}
+	for _, i := range k.order() {
+		if !terminal(&k.pods[i]) {
+			out = append(out, k.v1Pod(&k.pods[i]))
+		}
+	}
+	return out
+}
+
 // shuffled returns a copy of s in random order (the pods' own slices are
 // shared with the test and must not be reordered).
 func shuffled[T any](s []T) []T {
@@ -92,12 +119,7 @@ type v1Server struct {
 
 func (s *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (*v1.ListPodResourcesResponse, error) {
 	s.k.mu.Lock()
-	resp := &v1.ListPodResourcesResponse{PodResources: []*v1.PodResources{}}
-	for _, i := range s.k.order() {
-		if !terminal(&s.k.pods[i]) {
-			resp.PodResources = append(resp.PodResources, s.k.v1Pod(&s.k.pods[i]))
-		}
-	}
+	resp := &v1.ListPodResourcesResponse{PodResources: s.k.listPods()}
 	s.k.mu.Unlock()
 	if err := s.k.enterGRPC(ctx, "List"); err != nil {
 		return nil, err
