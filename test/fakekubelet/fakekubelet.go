@@ -80,8 +80,9 @@ type Kubelet struct {
 	onGRPC      func(method string)
 	grpcErr     error
 	fixedOrder  bool
-	// prebuilt: List answers from built, each pod's answer built once
-	// (nil until the next List after the pods change); SetPrebuiltList.
+	// prebuilt: List answers from built, pods[i]'s answer built[i], built
+	// once (nil, or past built's end, until the next List after pods[i]
+	// changes); SetPrebuiltList.
 	prebuilt bool
 	built    []*v1.PodResources
 	grpcSrv  *grpc.Server
@@ -160,10 +161,12 @@ func (k *Kubelet) AddPod(p Pod) {
 	k.sandboxBegun(&p)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.built = nil
 	for i := range k.pods {
 		if k.pods[i].UID == p.UID {
 			k.pods[i] = p
+			if i < len(k.built) {
+				k.built[i] = nil
+			}
 			return
 		}
 	}
@@ -239,8 +242,8 @@ func (k *Kubelet) SetFixedOrder(fixed bool) {
 }
 
 // SetPrebuiltList makes v1 List answer as ../shared/listbench's fake
-// kubelet does (true): from each pod's answer built once, until the pods
-// change, only the pods' order new on every call. The real kubelet builds
+// kubelet does (true): from each pod's answer built once, until the pod
+// changes, only the pods' order new on every call. The real kubelet builds
 // every answer anew, and so does this fake by default; a kubelet that
 // answers cheaper makes the same proxy's cost a larger part of every List
 // through it, so that the benchmark report compares with listbench only

@@ -75,22 +75,28 @@ func (k *Kubelet) order() []int {
 }
 
 // listPods returns the pods' answers List gives, in the order it names
-// them: built anew, or with SetPrebuiltList those built once, in a new
-// order (gRPC only reads them). k.mu is held.
+// them: built anew, or with SetPrebuiltList each built once after the pod
+// last changed, in a new order (gRPC only reads them). k.mu is held.
 func (k *Kubelet) listPods() []*v1.PodResources {
 	if k.prebuilt {
-		if k.built == nil {
-			k.built = []*v1.PodResources{}
-			for i := range k.pods {
-				if !terminal(&k.pods[i]) {
-					k.built = append(k.built, k.v1Pod(&k.pods[i]))
-				}
+		if len(k.built) > len(k.pods) {
+			k.built = nil
+		}
+		k.built = append(k.built, make([]*v1.PodResources, len(k.pods)-len(k.built))...)
+		out := make([]*v1.PodResources, 0, len(k.pods))
+		for i := range k.pods {
+			if terminal(&k.pods[i]) {
+				continue
 			}
+			if k.built[i] == nil {
+				k.built[i] = k.v1Pod(&k.pods[i])
+			}
+			out = append(out, k.built[i])
 		}
-		if k.fixedOrder {
-			return slices.Clone(k.built)
+		if !k.fixedOrder {
+			rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 		}
-		return shuffled(k.built)
+		return out
 	}
 	out := []*v1.PodResources{}
 	for _, i := range k.order() {

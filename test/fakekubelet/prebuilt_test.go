@@ -77,8 +77,13 @@ func TestPrebuiltListShowsEveryChangeAndANewOrder(t *testing.T) {
 		t.Error("p3 is not listed after AddPod replaced it")
 	}
 
+	k.AddPod(NewPod("ns", "p8", "uid-8", WithContainer("app", nil)))
+	if got := names(list()); len(got) != 9 || !slices.Contains(got, "p8") {
+		t.Errorf("after AddPod(p8), List names %v", got)
+	}
+
 	k.RemovePod("ns", "p5")
-	if got := names(list()); len(got) != 7 || slices.Contains(got, "p5") {
+	if got := names(list()); len(got) != 8 || slices.Contains(got, "p5") {
 		t.Errorf("after RemovePod(p5), List names %v", got)
 	}
 }
