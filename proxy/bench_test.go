@@ -233,7 +233,7 @@ func newBenchEnv(b testing.TB, n int) *benchEnv {
 // its own, as every proxy on a node does, and so does sameOwn: a raw
 // pass-through as a small program of its own, as listbench's is
 // (test/passthrough). On the project's 2-core machine the file alone costs
-// listbench's pass-through 4 to 13% (docs/performance.md, "Two floors").
+// listbench's pass-through 5 to 12% (docs/performance.md, "Two floors").
 func newBenchProcesses(t testing.TB, n int) *benchEnv {
 	k := startBenchKubelet(t)
 	pods := benchPods(n)
