@@ -75,36 +75,31 @@ func (k *Kubelet) order() []int {
 }
 
 // listPods returns the pods' answers List gives, in the order it names
-// them: built anew, or with SetPrebuiltList each built once after the pod
-// last changed, in a new order (gRPC only reads them). k.mu is held.
+// them (order). k.mu is held.
 func (k *Kubelet) listPods() []*v1.PodResources {
-	if k.prebuilt {
-		if len(k.built) > len(k.pods) {
-			k.built = nil
-		}
+	if k.prebuilt && len(k.built) < len(k.pods) {
 		k.built = append(k.built, make([]*v1.PodResources, len(k.pods)-len(k.built))...)
-		out := make([]*v1.PodResources, 0, len(k.pods))
-		for i := range k.pods {
-			if terminal(&k.pods[i]) {
-				continue
-			}
-			if k.built[i] == nil {
-				k.built[i] = k.v1Pod(&k.pods[i])
-			}
-			out = append(out, k.built[i])
-		}
-		if !k.fixedOrder {
-			rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-		}
-		return out
 	}
 	out := []*v1.PodResources{}
 	for _, i := range k.order() {
 		if !terminal(&k.pods[i]) {
-			out = append(out, k.v1Pod(&k.pods[i]))
+			out = append(out, k.podAnswer(i))
 		}
 	}
 	return out
+}
+
+// podAnswer is pods[i]'s answer: built anew, or with SetPrebuiltList built
+// once after the pod last changed and kept (gRPC only reads it). k.mu is
+// held.
+func (k *Kubelet) podAnswer(i int) *v1.PodResources {
+	if !k.prebuilt {
+		return k.v1Pod(&k.pods[i])
+	}
+	if k.built[i] == nil {
+		k.built[i] = k.v1Pod(&k.pods[i])
+	}
+	return k.built[i]
 }
 
 // shuffled returns a copy of s in random order (the pods' own slices are
