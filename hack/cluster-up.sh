@@ -58,7 +58,9 @@
 #                              allowed and denied answers (default 5s; a
 #                              kubelet's default is 5m and 30s)
 #   PODRES_IMAGE_TAGS          extra tags of the podres-proxy image to import
-#                              (space-separated; e.g. "v2" for a rolling update)
+#                              (space-separated; e.g. "v2" for a rolling update),
+#                              each an image of its own (a config label names
+#                              the tag), so a rollout to it gets a new image
 #   PODRES_UP_TIMEOUT          seconds to wait for each part (default 120)
 set -euo pipefail
 
@@ -437,14 +439,21 @@ route_service_ip() {
 import_images() {
 	ctr_ -n k8s.io images import --local --snapshotter native "$(pause_cache_dir)/pause.tar" >>"${LOGS}/ctr.log" 2>&1 ||
 		die "importing the pause image failed (see ${LOGS}/ctr.log)"
-	local arch tag
+	local arch tag labels
 	arch="$("$(go_bin)" env GOARCH)"
 	log "podres-proxy image: building the binary as the Dockerfile does"
 	(cd "${PODRES_REPO}" && CGO_ENABLED=0 "$(go_bin)" build -trimpath -ldflags "-s -w -X main.version=cluster" \
 		-o "${ROOT}/images/podres-proxy" ./cmd/podres-proxy) || die "building podres-proxy failed"
 	for tag in ${IMAGE_TAGS}; do
+		# latest is the image `make image-oci` makes; every other tag differs
+		# by a label, so containerd holds it as another image.
+		labels=()
+		if [[ "${tag}" != latest ]]; then
+			labels=(--label "org.opencontainers.image.version=${tag}")
+		fi
 		(cd "${PODRES_REPO}" && "$(go_bin)" run ./hack/ociimage --binary "${ROOT}/images/podres-proxy" \
-			--name "docker.io/library/podres-proxy:${tag}" --arch "${arch}" -o "${ROOT}/images/podres-proxy-${tag}.tar") ||
+			--name "docker.io/library/podres-proxy:${tag}" --arch "${arch}" "${labels[@]}" \
+			-o "${ROOT}/images/podres-proxy-${tag}.tar") ||
 			die "packing the podres-proxy image failed"
 		ctr_ -n k8s.io images import --local --snapshotter native "${ROOT}/images/podres-proxy-${tag}.tar" >>"${LOGS}/ctr.log" 2>&1 ||
 			die "importing the podres-proxy image failed (see ${LOGS}/ctr.log)"

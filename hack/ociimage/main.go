@@ -14,6 +14,7 @@
 //
 //	ociimage --binary BIN --name NAME -o OUT.tar [--path /podres-proxy]
 //	         [--entrypoint /podres-proxy] [--cmd serve] [--user 0] [--arch amd64]
+//	         [--label KEY=VALUE ...]
 package main
 
 import (
@@ -48,6 +49,9 @@ type Spec struct {
 	Cmd        []string // the config's Cmd
 	User       string   // the config's User ("0": root, as distroless/static's default)
 	Arch       string   // GOARCH of the binary
+	// Labels are the config's labels (none by default). A label makes
+	// another image of the same binary: the cluster suite's rollout tag.
+	Labels map[string]string
 }
 
 // ProxyImage is podres-proxy's image as the Dockerfile makes it: the
@@ -97,6 +101,9 @@ func Build(s Spec) (v1.Image, error) {
 	cf.Config.Cmd = s.Cmd
 	cf.Config.User = s.User
 	cf.Config.WorkingDir = "/"
+	if len(s.Labels) > 0 {
+		cf.Config.Labels = s.Labels
+	}
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return nil, fmt.Errorf("setting the config: %w", err)
@@ -225,6 +232,7 @@ func run(args []string) error {
 	fs := pflag.NewFlagSet("ociimage", pflag.ContinueOnError)
 	var s Spec
 	var entrypoint, cmd, out string
+	var labels []string
 	fs.StringVar(&s.Binary, "binary", "", "the binary to put in the image (required)")
 	fs.StringVar(&s.Name, "name", "", "the image name containerd registers it under (required)")
 	fs.StringVarP(&out, "output", "o", "", "the OCI layout tarball to write (required)")
@@ -233,6 +241,7 @@ func run(args []string) error {
 	fs.StringVar(&cmd, "cmd", strings.Join(ProxyImage.Cmd, " "), "the command, space-separated words")
 	fs.StringVar(&s.User, "user", ProxyImage.User, "the user the container runs as")
 	fs.StringVar(&s.Arch, "arch", runtime.GOARCH, "the binary's architecture")
+	fs.StringArrayVar(&labels, "label", nil, "a config label KEY=VALUE (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -240,6 +249,16 @@ func run(args []string) error {
 		return errors.New("--binary, --name and -o are required")
 	}
 	s.Entrypoint, s.Cmd = words(entrypoint), words(cmd)
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--label %q is not KEY=VALUE", l)
+		}
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[k] = v
+	}
 	img, err := Build(s)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -147,6 +148,47 @@ func TestSameBinarySameImage(t *testing.T) {
 	}
 	if !bytes.Equal(a, b) {
 		t.Error("two images of the same binary differ: the tarball is not reproducible")
+	}
+}
+
+func TestALabelMakesAnotherImageOfTheSameBinary(t *testing.T) {
+	// The cluster suite's rollout tag must be a new image to containerd, not
+	// the old one under another name.
+	configOf := func(args ...string) (v1.Hash, map[string]string) {
+		t.Helper()
+		dir := untar(t, writeImage(t, append([]string{"--name", "podres-proxy:v2"}, args...)...))
+		p, err := layout.FromPath(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx, err := p.ImageIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := idx.IndexManifest()
+		if err != nil || len(m.Manifests) != 1 {
+			t.Fatalf("index: %v, %d manifests", err, len(m.Manifests))
+		}
+		img, err := p.Image(m.Manifests[0].Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Manifests[0].Digest, cf.Config.Labels
+	}
+	plain, none := configOf()
+	labelled, labels := configOf("--label", "org.opencontainers.image.version=v2")
+	if len(none) != 0 || labels["org.opencontainers.image.version"] != "v2" {
+		t.Errorf("labels %v without --label, %v with it", none, labels)
+	}
+	if plain == labelled {
+		t.Errorf("the labelled image has the plain one's digest %s", plain)
+	}
+	if err := run([]string{"--binary", "x", "--name", "n", "-o", "o", "--label", "novalue"}); err == nil {
+		t.Error("--label without = was accepted")
 	}
 }
 
