@@ -2,11 +2,14 @@ package deploy_test
 
 import (
 	"net"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +26,10 @@ const (
 	proxyName          = "podres-proxy"
 	koordinatorGroup   = "scheduling.koordinator.sh"
 	deviceCRFlagOffArg = "--device-cr=false"
+	// The socket `podres-proxy probe` asks by default, which the DaemonSet's
+	// exec probes rely on, and the emptyDir volume it sits in.
+	probeSocket     = "/var/run/podres-proxy-probe/probe.sock"
+	probeVolumeName = "probe"
 )
 
 // argValues returns the --name=value arguments after the subcommand; a
@@ -174,8 +181,11 @@ func TestDaemonSetMountsOnlyDirectories(t *testing.T) {
 			c := proxyContainer(t, ds)
 			for i := range spec.Volumes {
 				v := &spec.Volumes[i]
+				if v.Name == probeVolumeName && v.EmptyDir != nil {
+					continue // the pod's own probe socket (TestDaemonSetProbesAskThePodsOwnSocket)
+				}
 				if v.HostPath == nil {
-					t.Errorf("volume %s is not a hostPath: nothing else is needed", v.Name)
+					t.Errorf("volume %s is not a hostPath: nothing else is needed but the probe's emptyDir", v.Name)
 					continue
 				}
 				if !isDirectoryType(v) {
@@ -188,6 +198,9 @@ func TestDaemonSetMountsOnlyDirectories(t *testing.T) {
 					t.Errorf("mount %s uses a subPath", m.Name)
 				}
 				r, _ := resolve(t, spec, c, m.MountPath)
+				if r.volume.EmptyDir != nil {
+					continue
+				}
 				if r.hostPath != m.MountPath {
 					t.Errorf("mount %s shows host %s at %s: every path must be the same inside and on the host, so socket paths are too",
 						m.Name, r.hostPath, m.MountPath)
@@ -308,55 +321,65 @@ func TestDaemonSetTakesNodeIdentityFromTheDownwardAPI(t *testing.T) {
 	}
 }
 
-func TestDaemonSetProbesAskTheMetricsServer(t *testing.T) {
+func TestDaemonSetProbesAskThePodsOwnSocket(t *testing.T) {
+	// During a rollout the new pod runs beside the old one on the host
+	// network (maxSurge): a probe on the shared metrics port could be answered
+	// by the old pod, so each probe execs the binary against the socket serve
+	// creates in the pod's own emptyDir. And no containerPort: on the host
+	// network it is a host port, and the scheduler keeps the surge pod off a
+	// node whose old pod declares it (kubernetes issue 106417).
 	for dir, ds := range proxyDaemonSets(t, renderAll(t)) {
 		t.Run(dir, func(t *testing.T) {
 			spec := &ds.Spec.Template.Spec
 			c := proxyContainer(t, ds)
-			host, portStr, err := net.SplitHostPort(argValues(t, c.Args)["metrics-addr"])
-			if err != nil {
-				t.Fatalf("--metrics-addr: %v", err)
+			if len(c.Ports) != 0 {
+				t.Errorf("ports %+v declared: on the host network each is a host port, which blocks the surge pod (kubernetes issue 106417)", c.Ports)
 			}
-			port, err := strconv.Atoi(portStr)
-			if err != nil {
-				t.Fatal(err)
+			if got := argValues(t, c.Args)["probe-socket"]; got != probeSocket {
+				t.Errorf("--probe-socket=%q, want %s, where `podres-proxy probe` asks by default", got, probeSocket)
+			}
+			r, ok := resolve(t, spec, c, filepath.Dir(probeSocket))
+			if !ok || r.volume.EmptyDir == nil || r.mount.MountPath != filepath.Dir(probeSocket) {
+				t.Errorf("%s is not the mount of an emptyDir: the probe socket must be this pod's own", filepath.Dir(probeSocket))
+			} else if r.mount.ReadOnly {
+				t.Errorf("mount %s is read-only; serve creates the probe socket there", r.mount.Name)
 			}
 			for _, p := range []struct {
 				name  string
 				probe *corev1.Probe
 				path  string
-			}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
-				if p.probe == nil || p.probe.HTTPGet == nil {
-					t.Errorf("%s probe is not an httpGet", p.name)
+			}{{"liveness", c.LivenessProbe, "healthz"}, {"readiness", c.ReadinessProbe, "readyz"}} {
+				if p.probe == nil || p.probe.Exec == nil {
+					t.Errorf("%s probe is not an exec probe: %+v", p.name, p.probe)
 					continue
 				}
-				g := p.probe.HTTPGet
-				if g.Path != p.path {
-					t.Errorf("%s probe path %s, want %s", p.name, g.Path, p.path)
+				if want := []string{"/podres-proxy", "probe", p.path}; !slices.Equal(p.probe.Exec.Command, want) {
+					t.Errorf("%s probe runs %q, want %q", p.name, p.probe.Exec.Command, want)
 				}
-				got := g.Port.IntValue()
-				if g.Port.IntVal == 0 {
-					got = 0
-					for _, cp := range c.Ports {
-						if cp.Name == g.Port.StrVal {
-							got = int(cp.ContainerPort)
-						}
-					}
-				}
-				if got != port {
-					t.Errorf("%s probe port %s is %d, metrics server listens on %d", p.name, g.Port.String(), got, port)
-				}
-				// The kubelet probes the pod IP unless host is set. Listening
-				// on loopback is reachable only on the host network, with host
-				// set to that address.
-				if host != "" && host != "0.0.0.0" && host != "::" {
-					if !spec.HostNetwork || g.Host != host {
-						t.Errorf("%s probe asks host %q (hostNetwork %v); the metrics server listens only on %s",
-							p.name, g.Host, spec.HostNetwork, host)
-					}
+				if p.probe.TimeoutSeconds < 4 {
+					t.Errorf("%s probe's timeout %ds is under the probe command's own 3 s", p.name, p.probe.TimeoutSeconds)
 				}
 			}
+			// The metrics server stays on the node's loopback, which only the
+			// host network makes reachable (it is no probe's target any more).
+			if host, _, err := net.SplitHostPort(argValues(t, c.Args)["metrics-addr"]); err != nil || host != "127.0.0.1" || !spec.HostNetwork {
+				t.Errorf("--metrics-addr=%q (hostNetwork %v), want the node's 127.0.0.1", argValues(t, c.Args)["metrics-addr"], spec.HostNetwork)
+			}
 		})
+	}
+}
+
+func TestBaseAppendsTheProbeSocketAfterThePositionalArguments(t *testing.T) {
+	// The components patch the base's arguments by position (a test op, then
+	// replace) and append theirs: --probe-socket is the base's last argument,
+	// so no index a component tests moved.
+	ds := proxyDaemonSets(t, renderAll(t))["base"]
+	if ds == nil {
+		t.Fatal("deploy/base renders no podres-proxy DaemonSet")
+	}
+	args := proxyContainer(t, ds).Args
+	if last := args[len(args)-1]; last != "--probe-socket="+probeSocket {
+		t.Errorf("the base's last argument is %q, want --probe-socket=%s", last, probeSocket)
 	}
 }
 
@@ -419,19 +442,42 @@ func TestDaemonSetIsANodeAgent(t *testing.T) {
 			if !tolerateAll {
 				t.Errorf("tolerations %+v do not tolerate every taint", spec.Tolerations)
 			}
+			// The new pod starts beside the old one and takes the socket over
+			// before the old one is deleted (deploy/README.md, "Upgrades").
 			u := ds.Spec.UpdateStrategy
 			if u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil ||
-				u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.IntValue() != 1 {
-				t.Errorf("update strategy %+v, want RollingUpdate with maxUnavailable 1", u)
+				u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.String() != "0" ||
+				u.RollingUpdate.MaxSurge == nil || u.RollingUpdate.MaxSurge.String() != "1" {
+				t.Errorf("update strategy %+v, want RollingUpdate with maxSurge 1, maxUnavailable 0", u)
 			}
-			if u.RollingUpdate != nil && u.RollingUpdate.MaxSurge != nil && u.RollingUpdate.MaxSurge.IntValue() != 0 {
-				t.Error("maxSurge would run two pods on a node: one state-store writer, one metrics port")
+			// serve's shutdown (NRI left, gRPC stopped gracefully, the store
+			// flushed, the lock released) must end before the kubelet's SIGKILL.
+			if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < serveShutdownGrace(t)+5*time.Second {
+				t.Errorf("terminationGracePeriodSeconds %v does not cover serve's shutdown (%s) with 5 s to spare", g, serveShutdownGrace(t))
 			}
 			if ds.Spec.Selector == nil || !labelsMatch(ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
 				t.Errorf("selector %v does not match the template's labels %v", ds.Spec.Selector, ds.Spec.Template.Labels)
 			}
 		})
 	}
+}
+
+// serveShutdownGrace reads serve's bound on its shutdown from its source.
+func serveShutdownGrace(t *testing.T) time.Duration {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(repoRoot, "cmd", "podres-proxy", "serve.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^const shutdownGrace = (\d+) \* time\.Second$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("cmd/podres-proxy/serve.go no longer has `const shutdownGrace = N * time.Second`")
+	}
+	n, err := strconv.Atoi(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(n) * time.Second
 }
 
 func labelsMatch(selector, labels map[string]string) bool {
