@@ -19,10 +19,17 @@
 // for the pod's koordinator.sh/rdma devices, and records what it got.
 // A pod holding a VF and a GPU is read by the DCGM exporter, NFD
 // topology-updater, Multus and Kata emulations of test/clients, which must
-// agree. The rolling update of the DaemonSet runs under a consumer pod
-// (test/listloop, packed by hack/ociimage and imported into the cluster's
-// containerd) that calls List every 100 ms through the socket's hostPath
-// directory, as a monitoring agent does; its log is the record judged.
+// agree. The DaemonSet is rolled to a new image (podres-proxy:v2, imported by
+// cluster-up as an image of its own) with the base's surge strategy while a
+// pod holding a VF is created every 500 ms and a consumer pod (test/listloop,
+// packed by hack/ociimage and imported into the cluster's containerd) calls
+// List every 100 ms through the socket's hostPath directory, as a monitoring
+// agent does: no CNI ADD may fail or miss its own VF, no List may fail, and
+// the new pod's `inspect` must show the old pod's records and refusals. The
+// Helm chart's release is rolled the same way by a helm upgrade. Then serve
+// is killed with SIGKILL in its pod and the time until its socket answers
+// again, the kubelet's restart included, is logged ("cluster: crash
+// window"): deploy/README.md's figure.
 // The first test (dra_test.go) runs a DRA driver of the suite's own
 // (test/dradriver, built by hack/build-dradriver.sh) and installs deploy/base
 // with deploy/components/dra-legacy-view: a pod given a DRA device for an

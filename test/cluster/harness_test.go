@@ -228,6 +228,20 @@ func kubectl(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// kubectlOut is kubectl with its standard output alone returned (its
+// standard error goes into the error).
+func kubectlOut(args ...string) (string, error) {
+	cmd := exec.Command(h.env["KUBECTL"], append([]string{"--kubeconfig", h.env["KUBECONFIG_ADMIN"]}, args...)...)
+	cmd.Dir = h.repo
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
 // readEnv reads the KEY=VALUE lines cluster-up.sh wrote.
 func readEnv(path string) (map[string]string, error) {
 	return e2eutil.ReadEnvFile(path, "KUBECTL", "KUBECONFIG_ADMIN", "NODE_NAME", "POD_RESOURCES_SOCK", "PROXY_SOCKET_DIR", "PAUSE_IMAGE", "CTR", "CONTAINERD_SOCK", "PROXY_STATE_DIR")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -586,24 +588,64 @@ func allocatable() ([]string, error) {
 	return out, err
 }
 
-func TestRollingUpdateUnderAListLoop(t *testing.T) {
+// rolloutImage is the tag the rollouts move the DaemonSet to: cluster-up
+// imports it as an image of its own (PODRES_IMAGE_TAGS), so the new pod's
+// image really is new to containerd.
+const rolloutImage = "podres-proxy:v2"
+
+// TestRolloutUnderPodCreationAndAListLoop rolls the DaemonSet to a new image
+// (maxSurge 1, maxUnavailable 0: the new pod takes the socket over beside the
+// old one, deploy/README.md "Upgrades and restarts") while a pod holding a VF
+// is created every 500 ms and a consumer pod calls List every 100 ms: no CNI
+// ADD fails (none without its own VF, no FailedCreatePodSandBox), no List
+// fails or answers wrongly, and the new pod's inspect shows the records and
+// the refusal the old one made.
+func TestRolloutUnderPodCreationAndAListLoop(t *testing.T) {
 	requireCluster(t)
+	rolloutUnderLoad(t, "podres-proxy", func() error {
+		_, err := kubectl("-n", "podres-proxy", "set", "image", "daemonset/podres-proxy", "podres-proxy="+rolloutImage)
+		return err
+	})
+}
+
+// rolloutUnderLoad is the rollout test against the DaemonSet in namespace,
+// which roll moves to rolloutImage (kubectl set image, helm upgrade).
+func rolloutUnderLoad(t *testing.T, namespace string, roll func() error) {
+	t.Helper()
 	ctx := context.Background()
+	ensureNamespace(t)
 	// What every running test pod must be listed with: its own VFs.
 	want := map[string][]string{}
 	list, err := h.client.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range list.Items {
+	var holder *corev1.Pod
+	for i, p := range list.Items {
 		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			want[p.Name] = allocatedVFs(t, p.UID)
+			if _, placed := h.binder.Allocation(p.UID); placed {
+				want[p.Name] = allocatedVFs(t, p.UID)
+				holder = &list.Items[i]
+			}
 		}
 	}
-	if len(want) < 3 {
-		t.Fatalf("only %d running test pods: the earlier tests did not leave their workloads", len(want))
+	if holder == nil {
+		holder = createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rollout-holder"}, Spec: podSpec()})
+		holder = waitReady(t, holder.Name)
+		want[holder.Name] = allocatedVFs(t, holder.UID)
 	}
-	old := daemonPod(t, "podres-proxy")
+	old := daemonPod(t, namespace)
+
+	// A tenant's pod carrying another pod's allocation under a scheduler that
+	// is not a device scheduler: the old daemon refuses it, and the new one
+	// must still show that refusal.
+	forged := forgedPod(t, holder)
+	poll(t, time.Minute, "the old daemon records its refusal of "+forged.Name, func() error {
+		if r, ok := storeRecords(t)[string(forged.UID)]; !ok || len(r.Refused) == 0 {
+			return fmt.Errorf("no refusal recorded for %s (%s)", forged.Name, forged.UID)
+		}
+		return nil
+	})
 
 	// A monitoring agent's pod (DCGM exporter, RTE): List every 100 ms on
 	// the socket the DaemonSet serves on the host, mounted as such an
@@ -613,84 +655,113 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 		return rightInARow(t, consumer, want, time.Time{}, 10)
 	})
 
+	// Pods holding a VF, one every 500 ms, for the whole rollout: each one's
+	// CNI ADD asks the socket while it changes hands.
+	creator := startCreator(t)
+	t.Cleanup(creator.deleteAll)
+
 	source := h.source
 	retireDaemon()
 	setAt := time.Now()
-	if _, err := kubectl("-n", "podres-proxy", "set", "image", "daemonset/podres-proxy", "podres-proxy=podres-proxy:v2"); err != nil {
+	if err := roll(); err != nil {
+		creator.stop()
 		t.Fatal(err)
 	}
-	if out, err := kubectl("-n", "podres-proxy", "rollout", "status", "daemonset/podres-proxy", "--timeout=180s"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	out, err := kubectl("-n", namespace, "rollout", "status", "daemonset/podres-proxy", "--timeout=240s")
+	rolledAt := time.Now()
+	if err == nil {
+		// The rollout is over when the old pod is gone, not when the new
+		// one is Ready: keep creating pods through the old one's shutdown.
+		poll(t, 2*time.Minute, "the old daemon pod "+old.Name+" gone", func() error {
+			_, err := h.client.CoreV1().Pods(namespace).Get(ctx, old.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there (err %v)", err)
+		})
+		time.Sleep(time.Second)
 	}
-	useSource(t, "podres-proxy", source)
-	updated := daemonPod(t, "podres-proxy")
-	if updated.UID == old.UID || updated.Spec.Containers[0].Image != "podres-proxy:v2" {
+	created := creator.stop()
+	if err != nil {
+		desc, _ := kubectl("-n", namespace, "describe", "pods")
+		t.Fatalf("kubectl rollout status: %v\n%s\n%s", err, out, desc)
+	}
+	t.Logf("rollout: set image at %s, rollout status returned after %s, the old pod gone after %s; %d pods created meanwhile",
+		setAt.Format(time.TimeOnly+".000"), rolledAt.Sub(setAt).Round(time.Millisecond),
+		time.Since(setAt).Round(time.Millisecond), len(created))
+	useSource(t, namespace, source)
+	updated := daemonPod(t, namespace)
+	if updated.UID == old.UID || updated.Spec.Containers[0].Image != rolloutImage {
 		t.Fatalf("the DaemonSet was not rolled: pod %s image %s", updated.UID, updated.Spec.Containers[0].Image)
 	}
+	if len(created) < 4 {
+		t.Errorf("only %d pods were created during the rollout", len(created))
+	}
+
+	// Every pod created during the rollout: Ready, each CNI ADD received
+	// its own VF (no ADD failed), no FailedCreatePodSandBox.
+	seen := map[string]string{}
+	for _, c := range created {
+		pod := waitReady(t, c.Name)
+		checkOwnVFs(t, pod, "app")
+		for _, vf := range allocatedVFs(t, pod.UID) {
+			if other, dup := seen[vf]; dup {
+				t.Errorf("VF %s given to both %s and %s", vf, other, pod.Name)
+			}
+			seen[vf] = pod.Name
+		}
+	}
+	events, err := h.client.CoreV1().Events(testNamespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedCreatePodSandBox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.LastTimestamp.Time.Before(setAt.Add(-time.Second)) && e.EventTime.Time.Before(setAt.Add(-time.Second)) {
+			continue
+		}
+		t.Errorf("FailedCreatePodSandBox on %s at %s: %s", e.InvolvedObject.Name, e.LastTimestamp.Format(time.TimeOnly), e.Message)
+	}
+
+	// The consumer: no failed and no wrong List at any point.
 	var readyAt time.Time
 	for _, c := range updated.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			readyAt = c.LastTransitionTime.Time
 		}
 	}
-	if readyAt.IsZero() {
-		t.Fatalf("rollout status returned with the new daemon pod %s not Ready", updated.Name)
-	}
-	// Keep listing a few seconds against the new daemon.
 	poll(t, time.Minute, "ten right answers in a row from the new daemon", func() error {
-		return rightInARow(t, consumer, want, readyAt, 10)
+		return rightInARow(t, consumer, want, time.Now(), 10)
 	})
 	records := consumerRecords(t, consumer)
-
-	// No wrong answer at any point; errors only while no daemon serves:
-	// after the update began, before the new daemon was Ready (the
-	// condition's time has a resolution of a second), all Unavailable (no
-	// socket, or nobody behind it) and in one stretch.
 	var errs, wrong int
-	var firstErr, lastErr time.Time
-	servedAgain := false
 	for _, r := range records {
-		if r.Code == codes.OK.String() {
-			if w := wrongListing(r.Pods, want); w != "" {
-				wrong++
-				if wrong <= 5 {
-					t.Errorf("List at %s answered wrongly: %s", r.At.Format(time.TimeOnly+".000"), w)
-				}
+		at := r.At.Format(time.TimeOnly + ".000")
+		if r.Code != codes.OK.String() {
+			errs++
+			if errs <= 5 {
+				t.Errorf("List at %s failed with %s %q: a rollout must never leave the socket without a daemon", at, r.Code, r.Error)
 			}
-			servedAgain = servedAgain || errs > 0
 			continue
 		}
-		errs++
-		if firstErr.IsZero() {
-			firstErr = r.At
-		}
-		lastErr = r.At
-		at := r.At.Format(time.TimeOnly + ".000")
-		switch {
-		case r.Code != codes.Unavailable.String():
-			t.Errorf("List at %s failed with %s %q; only Unavailable (no daemon) is expected", at, r.Code, r.Error)
-		case r.At.Before(setAt):
-			t.Errorf("List at %s failed (%s) before the update began at %s", at, r.Error, setAt.Format(time.TimeOnly+".000"))
-		case r.At.After(readyAt.Add(time.Second)):
-			t.Errorf("List at %s failed (%s) after the new daemon was Ready at %s", at, r.Error, readyAt.Format(time.TimeOnly))
-		case servedAgain:
-			t.Errorf("List at %s failed (%s) after a daemon had answered again: more than one outage", at, r.Error)
+		if w := wrongListing(r.Pods, want); w != "" {
+			wrong++
+			if wrong <= 5 {
+				t.Errorf("List at %s answered wrongly: %s", at, w)
+			}
 		}
 	}
-	t.Logf("%d Lists from the consumer pod: %d errors (from %s to %s), %d wrong answers; update began %s, new daemon Ready %s",
-		len(records), errs, firstErr.Format(time.TimeOnly+".000"), lastErr.Format(time.TimeOnly+".000"), wrong,
-		setAt.Format(time.TimeOnly+".000"), readyAt.Format(time.TimeOnly))
-	// The new daemon found the store its predecessor wrote: every running
-	// test pod's allocation is the one learned before the update began. A
-	// /pods read does not reset that time for an allocation it already
-	// has, nor does the Pods API watch's relist; a store that did not carry
-	// over has no record, or one learned after. (The new daemon may still
-	// read the kubelet's pods once: it serves before NRI's Synchronize has
-	// told it about its own new pod, and before its watch has relisted.)
-	recs := storeRecords(t)
-	for _, p := range list.Items {
-		if _, ok := want[p.Name]; !ok {
-			continue
+	t.Logf("%d Lists from the consumer pod: %d errors, %d wrong answers; update began %s, new daemon Ready %s",
+		len(records), errs, wrong, setAt.Format(time.TimeOnly+".000"), readyAt.Format(time.TimeOnly))
+
+	// The new pod's inspect shows what the old one wrote: every running test
+	// pod's allocation (learned before the update began: a /pods read does
+	// not reset that time for an allocation it already has, nor does the
+	// Pods API watch's relist), and the forged pod's refusal.
+	recs := podStoreRecords(t, namespace, updated.Name)
+	for name := range want {
+		p, err := h.client.CoreV1().Pods(testNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
 		r, ok := recs[string(p.UID)]
 		switch {
@@ -703,9 +774,206 @@ func TestRollingUpdateUnderAListLoop(t *testing.T) {
 				p.Name, r.Sources.Annotations.Source, r.Sources.Annotations.At.Format(time.TimeOnly+".000"), setAt.Format(time.TimeOnly+".000"))
 		}
 	}
+	if r, ok := recs[string(forged.UID)]; !ok || len(r.Refused) == 0 {
+		t.Errorf("the new daemon's inspect shows no refusal of %s (%s): %+v", forged.Name, forged.UID, r)
+	} else {
+		t.Logf("the new daemon's inspect: %d records; %s refused (%s)", len(recs), forged.Name, r.Refused[0].Reason)
+	}
 	if c, err := daemonReads(); err == nil {
 		t.Logf("the new daemon, reading %s: %s", h.source, c.describe(h.source))
 	}
+	if err := h.client.CoreV1().Pods(testNamespace).Delete(ctx, forged.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("delete pod %s: %v", forged.Name, err)
+	}
+}
+
+// forgedPod creates a pod that carries holder's allocation annotation but is
+// placed by the default scheduler, and requests no device: the daemon refuses
+// the allocation (wrong scheduler). It waits until the pod runs.
+func forgedPod(t *testing.T, holder *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ann, ok := h.binder.Allocation(holder.UID)
+	if !ok {
+		t.Fatalf("the binder did not place %s", holder.Name)
+	}
+	grace := int64(2)
+	name := fmt.Sprintf("forged-%d", time.Now().UnixNano()%100000)
+	pod := createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{binder.Annotation: ann}},
+		Spec: corev1.PodSpec{
+			// Placed by nodeName; its schedulerName stays default-scheduler.
+			NodeName:                      h.env["NODE_NAME"],
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []corev1.Container{{Name: "app", Image: h.env["PAUSE_IMAGE"], ImagePullPolicy: corev1.PullNever}},
+		},
+	})
+	return waitReady(t, pod.Name)
+}
+
+// creator creates a pod holding a VF every 500 ms until stopped.
+type creator struct {
+	t       *testing.T
+	done    chan struct{}
+	stopped chan struct{}
+	created []*corev1.Pod
+}
+
+func startCreator(t *testing.T) *creator {
+	c := &creator{t: t, done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(c.stopped)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rollout-%03d", i),
+				Labels: map[string]string{"app": "rollout"}}, Spec: podSpec()}
+			pod.Namespace = testNamespace
+			p, err := h.client.CoreV1().Pods(testNamespace).Create(context.Background(), pod, metav1.CreateOptions{})
+			if err != nil {
+				t.Errorf("create pod %s: %v", pod.Name, err)
+			} else {
+				c.created = append(c.created, p)
+			}
+			select {
+			case <-c.done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return c
+}
+
+// stop stops the creation and returns the pods created.
+func (c *creator) stop() []*corev1.Pod {
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	<-c.stopped
+	return c.created
+}
+
+// deleteAll deletes the pods created and waits until they are gone, so the
+// tests after this one find the node as it was.
+func (c *creator) deleteAll() {
+	ctx := context.Background()
+	for _, p := range c.stop() {
+		_ = h.client.CoreV1().Pods(testNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		list, err := h.client.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=rollout"})
+		if err == nil && len(list.Items) == 0 {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	c.t.Errorf("the rollout's pods were not gone after 3 minutes")
+}
+
+// TestCrashWindowOfServe kills serve in its pod with SIGKILL and measures,
+// on the real node, how long the socket refuses calls: until the kubelet has
+// restarted the container and the new serve answers. The figure is
+// deploy/README.md's.
+func TestCrashWindowOfServe(t *testing.T) {
+	requireCluster(t)
+	pod := daemonPod(t, "podres-proxy")
+	before := restarts(pod)
+	pid, err := servePID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := callProxy(func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) error {
+		_, err := c.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+		return err
+	}); err != nil {
+		t.Fatalf("the socket does not answer before the kill: %v", err)
+	}
+	source := h.source
+	retireDaemon()
+	killedAt := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill serve (pid %d): %v", pid, err)
+	}
+	var failed int
+	var firstFail time.Time
+	var answeredAt time.Time
+	for time.Since(killedAt) < 2*time.Minute {
+		err := callProxy(func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) error {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_, err := c.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+			return err
+		})
+		if err == nil {
+			if failed > 0 {
+				answeredAt = time.Now()
+				break
+			}
+		} else {
+			if failed == 0 {
+				firstFail = time.Now()
+			}
+			failed++
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if answeredAt.IsZero() {
+		t.Fatalf("the socket did not answer again within 2 minutes of the SIGKILL (%d failed calls)", failed)
+	}
+	poll(t, time.Minute, "the kubelet reports serve's container restarted", func() error {
+		p, err := h.client.CoreV1().Pods("podres-proxy").Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err == nil && restarts(p) <= before {
+			err = fmt.Errorf("pod %s: restarts %d, was %d", p.Name, restarts(p), before)
+		}
+		return err
+	})
+	t.Logf("cluster: crash window: serve (pid %d) killed with SIGKILL at %s; calls failed from %s for %s (%d calls, each dialing anew), answered again %s after the kill, the kubelet's restart included",
+		pid, killedAt.Format(time.TimeOnly+".000"), firstFail.Format(time.TimeOnly+".000"),
+		answeredAt.Sub(firstFail).Round(time.Millisecond), failed, answeredAt.Sub(killedAt).Round(time.Millisecond))
+	poll(t, time.Minute, "the restarted daemon Ready", func() error {
+		p, err := h.client.CoreV1().Pods("podres-proxy").Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return errors.New("not Ready")
+	})
+	useSource(t, "podres-proxy", source)
+}
+
+// servePID finds the one serve process on the node by /proc: its command
+// line is the image's /podres-proxy serve.
+func servePID() (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 1 && args[0] == "/podres-proxy" && args[1] == "serve" {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("%d serve processes on the node (%v), want one", len(pids), pids)
+	}
+	return pids[0], nil
 }
 
 // storeRecord is the part of `podres-proxy inspect -o json` the suite
@@ -720,6 +988,9 @@ type storeRecord struct {
 			At     time.Time `json:"at"`
 		} `json:"annotations"`
 	} `json:"sources"`
+	Refused []struct {
+		Reason string `json:"reason"`
+	} `json:"refused"`
 }
 
 // storeRecords runs `podres-proxy inspect -o json` (the binary cluster-up
@@ -737,6 +1008,26 @@ func storeRecords(t *testing.T) map[string]storeRecord {
 	var recs []storeRecord
 	if err := json.Unmarshal(out, &recs); err != nil {
 		t.Fatalf("decode podres-proxy inspect -o json: %v", err)
+	}
+	byUID := map[string]storeRecord{}
+	for _, r := range recs {
+		byUID[r.UID] = r
+	}
+	return byUID
+}
+
+// podStoreRecords runs `podres-proxy inspect -o json` in the daemon pod
+// (kubectl exec: the pod's own binary on its state directory) and returns
+// its records by pod UID.
+func podStoreRecords(t *testing.T, namespace, pod string) map[string]storeRecord {
+	t.Helper()
+	out, err := kubectlOut("-n", namespace, "exec", pod, "--", "/podres-proxy", "inspect", "--state-dir", "/var/lib/podres-proxy", "-o", "json")
+	if err != nil {
+		t.Fatalf("podres-proxy inspect in pod %s: %v", pod, err)
+	}
+	var recs []storeRecord
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatalf("decode podres-proxy inspect -o json in pod %s: %v", pod, err)
 	}
 	byUID := map[string]storeRecord{}
 	for _, r := range recs {
@@ -1134,4 +1425,12 @@ func TestHelmChartInstallsTheSameDaemon(t *testing.T) {
 	smoke(t, "smoke-helm")
 	// The same force deletion with serve reading /pods, as on most clusters.
 	forceRecreate(t, "recreated-helm")
+	// The chart's rollout, as an upgrade of the release to a new image tag.
+	rolloutUnderLoad(t, ns, func() error {
+		upgrade := action.NewUpgrade(cfg)
+		upgrade.Namespace = ns
+		values["image"] = map[string]any{"tag": strings.TrimPrefix(rolloutImage, "podres-proxy:")}
+		_, err := upgrade.Run("podres-proxy", ch, values)
+		return err
+	})
 }
