@@ -228,6 +228,11 @@ func (s *Server) Serve(ctx context.Context) error {
 			errc <- err
 		}()
 	}
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	var keeping, reserved sync.WaitGroup // reserved: paths served again
+	for _, sock := range s.sockets {
+		keeping.Go(func() { s.keepAnswered(keepCtx, sock, &reserved) })
+	}
 	// Plans are computed, and specs read, in the background for as long
 	// as the sockets are served: until the servers have stopped, not when
 	// ctx ends, so that calls in flight at a shutdown (a rolling update)
@@ -244,6 +249,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	case failed = <-errc:
 	case <-ctx.Done():
 	}
+	stopKeeping()
+	keeping.Wait()
 	stopped := make(chan struct{})
 	go func() {
 		var wg sync.WaitGroup
@@ -261,6 +268,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		<-stopped
 	}
+	reserved.Wait()
 	// Every server has returned: collect the others' results.
 	n := len(s.sockets)
 	if failed != nil {
@@ -274,6 +282,46 @@ func (s *Server) Serve(ctx context.Context) error {
 		closeErr = cmp.Or(closeErr, sock.l.Close())
 	}
 	return cmp.Or(failed, closeErr)
+}
+
+// keepInterval is how often a server whose socket path another instance
+// took over checks that the path still answers.
+const keepInterval = time.Second
+
+// keepAnswered serves sock's path again, until ctx is done, whenever
+// another instance took the path over (the new pod of a rolling update
+// renames its socket over it) and then stopped answering there (it crashed
+// or was stopped before this instance): this instance keeps serving until
+// it is stopped, so the node keeps an answering socket. A path that
+// answers is never taken from the process that serves it.
+func (s *Server) keepAnswered(ctx context.Context, sock *socket, served *sync.WaitGroup) {
+	t := time.NewTicker(keepInterval)
+	defer t.Stop()
+	current := sock.l
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if current.Owned() || unixsock.Answers(sock.path, keepInterval/2) {
+			continue
+		}
+		l, err := unixsock.Listen(sock.path, s.cfg.KubeletSocket)
+		if err != nil {
+			s.log.WithError(err).WithField("socket", sock.path).Warn("the instance that took the socket over no longer answers there, and serving it again failed")
+			continue
+		}
+		s.log.WithField("socket", sock.path).Warn("the instance that took the socket over no longer answers there: serving it again")
+		current = l
+		// The server closes l when it stops; l removes the path only
+		// while it is still this instance's.
+		served.Go(func() {
+			if err := sock.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.unread, s.p.Metrics)); err != nil && ctx.Err() == nil {
+				s.log.WithError(err).WithField("socket", sock.path).Error("serving the socket again")
+			}
+		})
+	}
 }
 
 // Ready reports whether the socket is being served.
