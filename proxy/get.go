@@ -95,7 +95,7 @@ func (v *v1Server) readFirst(ctx context.Context, q *resolve.Query, key model.Po
 type kubeletPods map[model.PodKey][]byte
 
 // getV1Answer makes one shared kubelet List for Gets. Its answer is never
-// reused for the next call's storage (unlike List's, s.kubeletV1): the
+// reused for the next call's storage (unlike List's, s.listV1.last): the
 // callers that shared it read their pods' segments after it ends, while the
 // next call may already run.
 func (s *Server) getV1Answer(ctx context.Context, _ time.Time) (kubeletPods, error) {

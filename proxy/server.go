@@ -16,7 +16,7 @@
 // answers are reused pod by pod (package reuse tells how, in one place); a
 // call a moment after another shares its kubelet call (upstream.Shared).
 // Every input is bounded (package limits; the socket's permissions,
-// socket.go). Its metrics are package metrics'.
+// internal/unixsock/listen.go). Its metrics are package metrics'.
 package proxy
 
 import (
@@ -96,7 +96,7 @@ type Server struct {
 	plans    *plans.Builder
 	resolver *resolve.Resolver
 	// pods is the shared /pods reader: the resolver's, and the background
-	// spec reader's (specs.go). Nil without a /pods source.
+	// spec reader's (resolve/specs.go). Nil without a /pods source.
 	pods  *kubeletpods.Reader
 	ready atomic.Bool
 	// unread bounds the answer bytes clients hold unread, every socket's
