@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (the README's, and what CI runs):
-#   formatting, vet, staticcheck and shellcheck, unit tests with the race detector, a short fuzzing
+#   formatting, vet, staticcheck and shellcheck, unit tests with the race detector (from a copy of
+#   the work tree with nothing beside it, as a user's clone has nothing beside it), a short fuzzing
 #   pass over every decoder, a smoke run of the List benchmark report, then, when run as root, the
 #   real-node end-to-end suite twice, on kubelet 1.37 with its Pods API on by default and on kubelet
 #   1.36 with the PodsAPI gate off (it builds and starts containerd and each kubelet; see
