@@ -27,15 +27,13 @@ import (
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
-// Resolver finds the plan of each pod of a kubelet answer. It answers from
-// the current plans.Table when the table says which pod a name is and has
-// its spec; otherwise it waits for a /pods read that started after the
-// query arrived (shared with concurrent queries), because a pod being
-// created (Multus asks during CNI ADD, before the sandbox exists) must be
-// answered with its annotation, and PodResources has no UID to tell a
-// recreated pod from its predecessor. A pod not running that the last read
-// saw is answered from that read while the kubelet's pod logs directory
-// shows that no sandbox began since (Find). It computes and writes nothing.
+// Resolver makes the Queries that say which plan answers each pod of a
+// kubelet answer; it computes and writes nothing. A pod the current table
+// cannot answer waits for a /pods read that started after the query
+// arrived, shared with concurrent queries: a pod being created (Multus asks
+// during CNI ADD, before the sandbox exists) must be answered with its
+// annotation, and PodResources has no UID to tell a recreated pod from its
+// predecessor.
 type Resolver struct {
 	o     Options
 	names *podlogs.NameReader // reads of o.PodLogs's entries, shared
@@ -72,7 +70,9 @@ func NewResolver(o Options) *Resolver {
 }
 
 // Table returns a table that covers everything the store held when it was
-// called.
+// called (plans.Builder.At). It fails with Unavailable while the daemon
+// stops, so that clients retry as while it restarts, and otherwise with
+// the wait's error.
 func (r *Resolver) Table(ctx context.Context) (*plans.Table, error) {
 	t, err := r.o.Plans.At(ctx, r.o.Store.Version())
 	if errors.Is(err, plans.ErrStopped) {
@@ -115,18 +115,19 @@ func (r *Resolver) lookup(t *plans.Table, key model.PodKey) (rec *record.Record,
 // errNoPodsSource is returned when a read is needed but none is configured.
 var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 
-// Plans returns one plan per key, answered from q's table when it could
-// answer every key (Find). Otherwise it reads /pods (a read started after
-// arrived) and answers from a table that covers the read, which becomes
-// q's. It fails with Unavailable when a pod is unknown and /pods cannot be
-// read: an answer silently missing that pod's devices is worse than an
-// error, since Multus would configure the pod's network without its VF and
-// Antrea caches empty answers.
+// Plans returns one plan per key, nil for a pod the kubelet lists that a
+// /pods read shows deleted. It reads /pods (a read started after arrived,
+// shared) only when q's table cannot answer a key without one (Find), and
+// then answers from a table that covers the read, which becomes q's. It
+// fails with Unavailable when a pod is unknown and /pods cannot be read;
+// it never answers without a pod's devices, since Multus would configure
+// the pod's network without its VF and Antrea caches empty answers. A
+// running record the directory does not contradict still answers when the
+// read fails.
 //
 // For a view whose consumers read device-info files (ReadsDeviceInfo), it
-// returns once the files of the devices the plans hand out are written
-// (plans.Plan.Written), or after DeviceInfoWait: Multus reads a VF's file
-// right after the answer, and only the first answer with a device waits.
+// returns once the files of the plans' devices are written
+// (plans.Plan.Written), or after DeviceInfoWait, never failing for them.
 func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time, v merge.View) ([]*plans.Plan, error) {
 	out, err := q.plans(ctx, keys, arrived)
 	if err != nil {
