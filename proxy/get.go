@@ -88,7 +88,7 @@ func (v *v1Server) readFirst(ctx context.Context, q *resolve.Query, key model.Po
 	if v.s.resolver.Watched() || limits.OverdraftOf(ctx) != nil {
 		return false
 	}
-	_, known := q.Find(key)
+	_, known := q.PlanWithoutRead(key)
 	return !known
 }
 

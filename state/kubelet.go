@@ -124,7 +124,7 @@ func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 
 // WatchChanged records that the kubelet's watch synced or dropped: whether
 // names are kept current by it changed, and with it what a lookup by name
-// may answer (resolve.Resolver.lookup). It counts as a change (Version), so
+// may answer (resolve.Query.TablePlan). It counts as a change (Version), so
 // that nothing checked against a table of the other state is reused: an
 // answer checked while the watch said which pod a name is must be checked
 // again once it no longer does.

@@ -77,7 +77,7 @@ type checkedLogs struct {
 }
 
 // Checked records that an answer looked every one of its pods up in q's
-// table with what the directory said (Lookup) and needed no read. Until the
+// table with what the directory said (TablePlan) and needed no read. Until the
 // table or the directory changes, the same lookups give the same plans, so
 // later queries let the answers' caches skip them (Fresh): a node whose
 // directory changed since the last /pods read (or that never read /pods:
@@ -88,33 +88,43 @@ func (q *Query) Checked() {
 	}
 }
 
-// Lookup returns the plan a pod is answered with from q's table alone, and
-// false when the table cannot say (it does not know which pod the name is
-// now, or knows the pod without its spec) or the directory says the name is
-// another pod than the table's running one. It never reads; until the table
-// or the directory changes it gives the same answer, so the answers' caches
-// may keep it (Checked).
-func (q *Query) Lookup(key model.PodKey) (*plans.Plan, bool) {
-	rec, _, ok := q.r.lookup(q.t, key)
-	if !ok || q.logs.contradict(q.t, key, rec) {
+// TablePlan returns the plan a pod is answered with from q's table alone,
+// and false when the table cannot say (it does not know which pod the name
+// is now, or knows the pod without its spec) or the directory says the name
+// is another pod than the table's running one. It never reads; until the
+// table or the directory changes it gives the same answer, so the answers'
+// caches may keep it (Checked).
+func (q *Query) TablePlan(key model.PodKey) (*plans.Plan, bool) {
+	pods := q.t.Pods()
+	rec, ok := pods.Current(key)
+	if !ok && q.r.Watched() {
+		// The watch says which pod the name is now, with its spec and
+		// annotations: a pod being created, one stuck before its sandbox
+		// or a finished one costs no read. Without a watch only a read
+		// says whether a name not running is still that pod
+		// (PlanWithoutRead), and the answers' caches keep what TablePlan
+		// answers, so it does not.
+		rec, ok = pods.Named(key)
+	}
+	if !ok || !plans.Vettable(rec) || q.logs.contradict(q.t, key, rec) {
 		return nil, false
 	}
 	return q.t.Plan(rec.UID), true
 }
 
-// Find returns the plan a pod is answered with without a read, and false
-// when only a read can say: Lookup's, or else, without a watch, that of the
+// PlanWithoutRead returns the plan a pod is answered with without a read,
+// and false when only a read can say: TablePlan's, or else, without a watch, that of the
 // pod the last /pods read gave the name while the pod logs directory shows
 // that no sandbox began on the node since that read began (package podlogs).
 // So a pod stuck before its sandbox, or finished, costs no read per query
 // and is answered while /pods is down; a pod being created has its log
 // directory made before its CNI ADD asks, and is read.
-func (q *Query) Find(key model.PodKey) (*plans.Plan, bool) {
-	if p, ok := q.Lookup(key); ok {
+func (q *Query) PlanWithoutRead(key model.PodKey) (*plans.Plan, bool) {
+	if p, ok := q.TablePlan(key); ok {
 		return p, true
 	}
 	if q.r.o.PodLogs == nil || q.r.Watched() {
-		return nil, false // with a watch, Lookup answered every name it knows
+		return nil, false // with a watch, TablePlan answered every name it knows
 	}
 	rec, ok := q.t.Pods().Named(key)
 	if !ok || !plans.Vettable(rec) || !namesLogs(q.t).Unchanged(q.logs.now) {
