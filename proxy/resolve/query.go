@@ -96,7 +96,7 @@ func (q *Query) Checked() {
 // caches may keep it (Checked).
 func (q *Query) TablePlan(key model.PodKey) (*plans.Plan, bool) {
 	pods := q.t.Pods()
-	rec, ok := pods.Current(key)
+	rec, ok := pods.LiveWithoutRead(key)
 	if !ok && q.r.Watched() {
 		// The watch says which pod the name is now, with its spec and
 		// annotations: a pod being created, one stuck before its sandbox
@@ -104,7 +104,7 @@ func (q *Query) TablePlan(key model.PodKey) (*plans.Plan, bool) {
 		// says whether a name not running is still that pod
 		// (PlanWithoutRead), and the answers' caches keep what TablePlan
 		// answers, so it does not.
-		rec, ok = pods.Named(key)
+		rec, ok = pods.KubeletNamed(key)
 	}
 	if !ok || !plans.Vettable(rec) || q.logs.contradict(q.t, key, rec) {
 		return nil, false
@@ -126,7 +126,7 @@ func (q *Query) PlanWithoutRead(key model.PodKey) (*plans.Plan, bool) {
 	if q.r.o.PodLogs == nil || q.r.Watched() {
 		return nil, false // with a watch, TablePlan answered every name it knows
 	}
-	rec, ok := q.t.Pods().Named(key)
+	rec, ok := q.t.Pods().KubeletNamed(key)
 	if !ok || !plans.Vettable(rec) || !namesLogs(q.t).Unchanged(q.logs.now) {
 		return nil, false
 	}
