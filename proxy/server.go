@@ -16,7 +16,7 @@
 // answers are reused pod by pod (package reuse tells how, in one place); a
 // call a moment after another shares its kubelet call (upstream.Shared).
 // Every input is bounded (package limits; the socket's permissions,
-// socket.go). Its metrics are package metrics'.
+// internal/unixsock/listen.go). Its metrics are package metrics'.
 package proxy
 
 import (
@@ -96,7 +96,7 @@ type Server struct {
 	plans    *plans.Builder
 	resolver *resolve.Resolver
 	// pods is the shared /pods reader: the resolver's, and the background
-	// spec reader's (specs.go). Nil without a /pods source.
+	// spec reader's (resolve/specs.go). Nil without a /pods source.
 	pods  *kubeletpods.Reader
 	ready atomic.Bool
 	// unread bounds the answer bytes clients hold unread, every socket's
@@ -334,6 +334,14 @@ type v1Server struct {
 	v *view
 }
 
+// List returns the kubelet's List answer with the devices each pod's plan
+// adds, spelled for v's view. Its errors are the kubelet's, codes and
+// messages passed through; Unavailable when a pod's devices are unknown
+// and /pods cannot be read (resolve.Query.Plans), rather than an answer
+// silently missing them; and the kubelet's rate-limit error for a call
+// beyond the limit that no shared call answers. Concurrent Lists share one
+// kubelet call (upstream.Shared); the answer is reused pod by pod and sent
+// as the bytes it was spliced into (package reuse).
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
 	answers, err := shared(ctx, v.s.listV1.shared)
@@ -347,6 +355,11 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 	return reuse.PreEncoded(&v1.ListPodResourcesResponse{}, out), nil
 }
 
+// GetAllocatableResources returns the kubelet's answer with the
+// inventory's devices added, in place of the kubelet's own entries for a
+// resource an allocator replaces (merge.Allocatable); in the legacy view,
+// with the node's DRA devices too. Its errors are the kubelet's, and the
+// rate-limit error as List's. Concurrent calls share one kubelet call.
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "GetAllocatableResources", err != nil) }()
 	// The answer is shared by every caller of the call: gRPC only reads it.
@@ -382,6 +395,8 @@ type v1alpha1Server struct {
 	v *view
 }
 
+// List returns the kubelet's v1alpha1 List answer with the devices each
+// pod's plan adds, without topology; its errors and sharing are v1's List's.
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
 	answers, err := shared(ctx, v.s.listV1alpha1.shared)
