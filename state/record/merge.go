@@ -82,4 +82,6 @@ func annotationsFirst(a, b *Seen) bool {
 
 func runtime(o Origin) bool { return o == OriginNRI || o == OriginCRI }
 
-func finished(kubeletPhase string) bool { return kubeletPhase == "Succeeded" || kubeletPhase == "Failed" }
+func finished(kubeletPhase string) bool {
+	return kubeletPhase == "Succeeded" || kubeletPhase == "Failed"
+}
