@@ -97,8 +97,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		return fmt.Errorf("open state store: %w", err)
 	}
 	defer func() {
+		writing := store.Stats().Writing
 		if err := store.Close(); err != nil {
 			log.WithError(err).Error("closing the state store")
+		} else if writing {
+			log.Info("wrote the state store and let go of its directory")
 		}
 	}()
 	m.WatchStore(func() metrics.StoreStats {
