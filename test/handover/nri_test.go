@@ -98,13 +98,6 @@ func (r *runtime) relay(ctx context.Context, name string, pod *api.PodSandbox, c
 	r.mu.Unlock()
 }
 
-// relayed is the number of events relayed so far.
-func (r *runtime) relayed() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.events)
-}
-
 // relayedSince is the number of events that began at or after t.
 func (r *runtime) relayedSince(t time.Time) int {
 	r.mu.Lock()
