@@ -141,6 +141,7 @@ func New(reg prometheus.Registerer) *Metrics {
 // StoreStats are the state store's counters (state.Stats), as WatchStore
 // reads them.
 type StoreStats struct {
+	Writing                           bool // false while waiting for another instance to let go
 	Records, Pending                  int
 	Writes, WriteErrors, CorruptFiles uint64
 	LastDurable, MaxDurable           time.Duration
@@ -160,6 +161,12 @@ func (m *Metrics) WatchStore(stats func() StoreStats) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts(opts(name, help)), func() float64 { return f(stats()) })
 	}
 	m.reg.MustRegister(
+		gauge("writer", "1 when this instance writes the state directory, 0 while it waits for another instance (the old one of a rolling update) to let go.", func(s StoreStats) float64 {
+			if s.Writing {
+				return 1
+			}
+			return 0
+		}),
 		gauge("records", "Pod records in the state store.", func(s StoreStats) float64 { return float64(s.Records) }),
 		gauge("pending_writes", "Records changed in memory and not yet on disk.", func(s StoreStats) float64 { return float64(s.Pending) }),
 		gauge("last_durable_seconds", "Time from a record's change to its file being durable, for the last write.", func(s StoreStats) float64 { return s.LastDurable.Seconds() }),

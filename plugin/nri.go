@@ -147,6 +147,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 		wasSynced := p.handlers.disconnected()
 		p.opts.Metrics.NRIConnected(false)
 		if ctx.Err() != nil {
+			log.Info("Left the runtime's NRI")
 			return nil
 		}
 		if p.preLaunched {

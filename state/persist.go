@@ -4,20 +4,23 @@ import (
 	"context"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/podres-proxy/podres-proxy/state/persist"
+	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
 // Open returns a store persisted in dir, one file per pod, and loads what an
 // earlier run left there. It creates dir if needed and takes its writer
 // lock: a second writer process is refused with an error matching
-// persist.ErrInUse. Files that cannot be loaded are set aside into
+// persist.ErrInUse, unless opts.Wait is set (see Options.Wait). Files that cannot be loaded are set aside into
 // <dir>/corrupt and counted, never fatal. Changes are written in the background (package
 // state/persist); Close stops the writer and releases the lock.
 func Open(dir string, opts Options) (*Store, error) {
 	s := New(opts)
-	w, loaded, err := persist.Open(dir, persist.Options{Log: s.opts.Log, OnDurable: s.opts.OnDurable})
+	w, loaded, err := persist.Open(dir, persist.Options{Log: s.opts.Log, OnDurable: s.opts.OnDurable, Wait: s.opts.Wait})
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +39,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	for _, uid := range redecoded {
 		w.MarkDirty(uid)
 	}
-	w.Start(s.Get)
+	w.Start(s.Get, s.takeOver)
 	s.pruneStop, s.pruneDone = make(chan struct{}), make(chan struct{})
 	// A removed record outlives its grace period by a tenth of it at most.
 	interval := min(max(s.opts.PruneAfter/10, time.Second), time.Minute)
@@ -49,6 +52,55 @@ func Open(dir string, opts Options) (*Store, error) {
 		}, interval, s.pruneStop)
 	}()
 	return s, nil
+}
+
+// Writing returns a channel closed once the store writes its directory: at
+// once unless Open waited for another writer (Options.Wait), then when that
+// writer let go and the store took the directory over. An in-memory store's
+// is closed.
+func (s *Store) Writing() <-chan struct{} {
+	if s.p == nil {
+		return closed
+	}
+	return s.p.Writing()
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// takeOver merges what the previous writer left in the directory, disk,
+// into the records of a store that waited for it to let go: ours reports
+// whether this store changed a uid since Open. A record this store did not
+// change is the previous writer's; of a record both changed, the newer
+// wins, and a record this store deleted (pruned) stays deleted; a record
+// the previous writer deleted, which this store did not change, goes.
+func (s *Store) takeOver(disk []*record.Record, ours func(uid string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	onDisk := make(map[string]bool, len(disk))
+	var theirs, kept, gone int
+	for _, r := range disk {
+		onDisk[r.UID] = true
+		cur, have := s.byUID[r.UID]
+		switch {
+		case ours(r.UID) && (!have || !r.UpdatedAt.After(cur.UpdatedAt)):
+			kept++
+			continue
+		case have && cur.UpdatedAt.Equal(r.UpdatedAt):
+			continue // as loaded at Open
+		}
+		theirs++
+		if s.adopt(r) {
+			s.dirty(r.UID)
+		}
+	}
+	for uid := range s.byUID {
+		if !onDisk[uid] && !ours(uid) {
+			s.delete(uid)
+			gone++
+		}
+	}
+	s.opts.Log.WithFields(logrus.Fields{"theirs": theirs, "ours": kept, "deletedByThem": gone}).
+		Info("merged the previous writer's records with what this instance learned meanwhile")
 }
 
 // Flush returns once every change made before the call is on disk. When a

@@ -50,6 +50,12 @@ type Options struct {
 	// the time from the record's first change that was not yet on disk to
 	// the moment it became durable. It must return quickly.
 	OnDurable func(latency time.Duration)
+	// Wait makes Open wait for a directory that another process writes
+	// (the old instance of a rolling update) instead of refusing it: the
+	// store answers from the records that process wrote, learns in memory,
+	// and writes nothing until that process lets go; it then merges what
+	// is on disk with what it learned and becomes the writer (Writing).
+	Wait bool
 }
 
 // DefaultPruneAfter is how long removed pods stay visible to `inspect`.

@@ -41,7 +41,7 @@ type serveConfig struct {
 	nriSocket, nriName, nriIndex            string
 	criSocket                               string
 	criInterval                             time.Duration
-	metricsAddr                             string
+	metricsAddr, probeSocket                string
 	qps                                     float64
 	maxConns, maxConnsPerClient             int
 	requestTimeout                          time.Duration
@@ -87,6 +87,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.criSocket, "cri-socket", defaultCRISocket, "the runtime's CRI socket, to reconcile what NRI missed; empty disables reconciling")
 	fs.DurationVar(&c.criInterval, "cri-reconcile-interval", 30*time.Second, "how often to reconcile the state store against CRI")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics, /healthz and /readyz; empty disables")
+	fs.StringVar(&c.probeSocket, "probe-socket", "", "a unix socket of this instance's own (a directory private to the pod) serving /healthz and /readyz for `podres-proxy probe`, the kubelet's exec probes; empty disables")
 	fs.Float64Var(&c.qps, "rate-limit-qps", limits.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
 	fs.IntVar(&c.burst, "rate-limit-burst", limits.DefaultRateLimitBurst, "burst of the rate limit")
 	fs.IntVar(&c.maxConns, "max-connections", limits.DefaultMaxConnections, "client connections served at once; more are closed at once")

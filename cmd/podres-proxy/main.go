@@ -1,6 +1,6 @@
 // Command podres-proxy serves the kubelet's PodResources API with the devices
 // that centralized schedulers allocated, and lets operators look at what it
-// knows: serve, inspect, query and version.
+// knows: serve, inspect, query, probe and version.
 package main
 
 import (
@@ -29,6 +29,7 @@ func commands() []command {
 		{"serve", "run the proxy, the NRI plugin and the CRI reconciler", runServe},
 		{"inspect", "print the state store (works while serve runs)", inspect.Run},
 		{"query", "ask a PodResources socket: list | get NAMESPACE/NAME | allocatable", query.Run},
+		{"probe", "ask serve's --probe-socket: healthz | readyz (the kubelet's exec probes)", runProbe},
 		{"version", "print the version", runVersion},
 	}
 }

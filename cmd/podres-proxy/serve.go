@@ -90,7 +90,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	names := inventory.ResourceNames{inventory.TypeGPU: c.gpuResource, inventory.TypeRDMA: c.rdmaResource, inventory.TypeFPGA: c.fpgaResource}
 
-	store, err := state.Open(c.stateDir, state.Options{Decoder: allocators, PruneAfter: c.pruneAfter, Log: log})
+	// Wait: the old instance of a rolling update may still write the
+	// directory; this one serves meanwhile and takes it over when it lets go.
+	store, err := state.Open(c.stateDir, state.Options{Decoder: allocators, PruneAfter: c.pruneAfter, Log: log, Wait: true})
 	if err != nil {
 		return fmt.Errorf("open state store: %w", err)
 	}
@@ -101,7 +103,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}()
 	m.WatchStore(func() metrics.StoreStats {
 		s := store.Stats()
-		return metrics.StoreStats{Records: s.Records, Pending: s.Pending, Writes: s.Writes, WriteErrors: s.WriteErrors,
+		return metrics.StoreStats{Writing: s.Writing, Records: s.Records, Pending: s.Pending, Writes: s.Writes, WriteErrors: s.WriteErrors,
 			CorruptFiles: s.CorruptFiles, LastDurable: s.LastDurable, MaxDurable: s.MaxDurable}
 	})
 
@@ -206,12 +208,21 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	// NFD asks GetAllocatableResources once at start: have the inventory
 	// before serving, then keep it fresh. Publish it for inspect and query
 	// before serving too, so that the file is there once serve is ready; a
-	// failure to write it is logged and retried, never fatal.
+	// failure to write it is logged and retried, never fatal. Only the
+	// writer of the state directory writes in it: an instance waiting for
+	// the old one to let go publishes once it has.
 	inv.Refresh(ctx)
 	publisher := publish.New(inv, filepath.Join(c.stateDir, publish.FileName), log)
-	_ = publisher.Publish()
+	select {
+	case <-store.Writing():
+		_ = publisher.Publish()
+	default: // published once this instance writes the directory
+	}
 	start("inventory", inv.Run)
-	start("inventory file", publisher.Run)
+	start("inventory file", whenWriter(store, func(ctx context.Context) error {
+		_ = publisher.Publish()
+		return publisher.Run(ctx)
+	}))
 	if podsAPI != nil {
 		start("kubelet Pods API watch", podsAPI.Run)
 	}
@@ -226,9 +237,12 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	if deviceInfo != nil {
 		// Files an earlier run left for pods gone meanwhile go at the first
-		// release.
-		deviceInfo.Adopt(c.rdmaResource)
-		start("device-info files", func(ctx context.Context) error { return deviceInfo.Run(ctx, store, devinfo.DefaultInterval) })
+		// release. The old instance of a rolling update writes them until
+		// it lets go of the state directory.
+		start("device-info files", whenWriter(store, func(ctx context.Context) error {
+			deviceInfo.Adopt(c.rdmaResource)
+			return deviceInfo.Run(ctx, store, devinfo.DefaultInterval)
+		}))
 	}
 	var reconciler *plugin.Reconciler
 	if c.criSocket != "" {
@@ -264,11 +278,18 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 			return metrics.Serve(ctx, c.metricsAddr, reg, srv.Ready, log)
 		})
 	}
+	if c.probeSocket != "" {
+		start("probe socket", func(ctx context.Context) error {
+			return metrics.ServeProbes(ctx, c.probeSocket, srv.Ready, log)
+		})
+	}
 
 	<-gctx.Done()
 	var failed error // the part that failed first, when one did
 	if ctx.Err() == nil {
 		failed = context.Cause(gctx)
+	} else {
+		log.Info("stopping: leaving NRI, finishing the calls in flight (long-lived clients are told to reconnect, to whichever instance serves the socket now), then writing the state store and letting go of it")
 	}
 	stopped := make(chan struct{})
 	go func() { _ = g.Wait(); close(stopped) }()
@@ -285,6 +306,19 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		log.Info("stopped")
 	}
 	return failed
+}
+
+// whenWriter runs run once store writes its state directory: at once
+// unless another instance still writes it.
+func whenWriter(store *state.Store, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-store.Writing():
+			return run(ctx)
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // shutdownGrace bounds the wait for the parts to stop after SIGTERM, so

@@ -202,21 +202,85 @@ func metricValue(body, series string) float64 {
 	return -1
 }
 
-func TestServeRefusesASecondInstanceOnTheSameStateDir(t *testing.T) {
+// A second serve on the same state directory and socket (the surge pod of
+// a rolling update, or a mistake by hand) serves at once, on the metrics
+// port it shares, and through a probe socket of its own that says it is
+// ready; it writes nothing in the state directory until the first lets go,
+// then becomes its writer, and the first leaves the socket to it.
+func TestASecondServeWaitsToBecomeTheWriterAndServesMeanwhile(t *testing.T) {
 	dir, err := os.MkdirTemp("", "prc-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	k := fakekubelet.Start(t, dir)
-	stateDir := startServe(t, k, dir).stateDir
-	var errOut bytes.Buffer
-	code := run(context.Background(), []string{"serve",
-		"--socket", filepath.Join(dir, "second", "kubelet.sock"), "--kubelet-socket", k.Socket,
-		"--kubelet-pods-url", k.PodsURL, "--state-dir", stateDir, "--nri-socket", "", "--cri-socket", "", "--metrics-addr", ""},
-		io.Discard, &errOut)
-	if code == 0 || !strings.Contains(errOut.String(), "in use") {
-		t.Fatalf("second serve on the same state dir: exit %d, %q; want a clear refusal", code, errOut.String())
+	socket := filepath.Join(dir, "proxy", "kubelet.sock")
+	stateDir := filepath.Join(dir, "state")
+	metrics := freePort(t)
+	start := func(name string) (stop func() int, probe string, logs *syncWriter) {
+		probe = filepath.Join(dir, name, "probe.sock")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		logs = &syncWriter{}
+		go func() {
+			done <- run(ctx, []string{"serve", "--socket", socket, "--kubelet-socket", k.Socket,
+				"--kubelet-pods-url", k.PodsURL, "--kubelet-token-file", k.TokenFile, "--kubelet-ca-file", k.CAFile,
+				"--kubelet-pods-api-socket", "", "--kubelet-pod-logs-dir", k.PodLogsDir, "--state-dir", stateDir,
+				"--device-info-dir", filepath.Join(dir, "devinfo"), "--nri-socket", "", "--cri-socket", "",
+				"--metrics-addr", metrics, "--probe-socket", probe, "--sysfs-root", "", "--log-level", "info"}, io.Discard, logs)
+		}()
+		t.Cleanup(cancel)
+		poll.Until(t, name+" to be ready on its probe socket", func() bool {
+			select {
+			case code := <-done:
+				t.Fatalf("%s exited %d at start: %s", name, code, logs.String())
+			default:
+			}
+			code, _, _ := runCmd(t, "probe", "--socket", probe, "readyz")
+			return code == 0
+		})
+		return func() int { cancel(); return <-done }, probe, logs
+	}
+	stopFirst, _, _ := start("first")
+	if code, _, errOut := runCmd(t, "query", "list", "--socket", socket); code != 0 {
+		t.Fatalf("query list through the first serve: exit %d: %s", code, errOut)
+	}
+	if err := os.Remove(filepath.Join(stateDir, "inventory.json")); err != nil {
+		t.Fatalf("the first serve published no inventory: %v", err)
+	}
+
+	stopSecond, probe, logs := start("second")
+	if code, _, errOut := runCmd(t, "query", "list", "--socket", socket); code != 0 {
+		t.Fatalf("query list once the second serve took the socket: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(logs.String(), "waiting to become the writer") {
+		t.Errorf("the second serve did not say it waits to become the writer:\n%s", logs.String())
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "inventory.json")); !os.IsNotExist(err) {
+		t.Errorf("the second serve wrote in the state directory before it became its writer (inventory.json: %v)", err)
+	}
+
+	if code := stopFirst(); code != 0 {
+		t.Fatalf("the first serve exited %d", code)
+	}
+	poll.Until(t, "the second serve to become the writer", func() bool {
+		return strings.Contains(logs.String(), "became the writer")
+	})
+	poll.Until(t, "the second serve to publish the inventory", func() bool {
+		_, err := os.Stat(filepath.Join(stateDir, "inventory.json"))
+		return err == nil
+	})
+	if code, _, errOut := runCmd(t, "query", "list", "--socket", socket); code != 0 {
+		t.Fatalf("query list after the first serve stopped: exit %d: %s (the first serve removed the socket it no longer owned?)", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "probe", "--socket", probe, "readyz"); code != 0 {
+		t.Errorf("the second serve's readiness after the first stopped: exit %d: %s", code, errOut)
+	}
+	if code := stopSecond(); code != 0 {
+		t.Fatalf("the second serve exited %d", code)
+	}
+	if _, err := os.Lstat(socket); !os.IsNotExist(err) {
+		t.Errorf("the socket is still there after both stopped: %v", err)
 	}
 }
 
@@ -434,4 +498,18 @@ func hasFields(table string, fields ...string) bool {
 		}
 	}
 	return false
+}
+
+// The kubelet's exec probe fails (exit 1, saying why) while nothing serves
+// the probe socket, and a wrong command line is a usage error.
+func TestProbeFailsWithoutAServeAndRefusesMistakes(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "probe.sock")
+	if code, _, errOut := runCmd(t, "probe", "--socket", sock, "readyz"); code != 1 || !strings.Contains(errOut, "readyz") {
+		t.Errorf("probe with nothing serving: exit %d, %q; want 1 and why", code, errOut)
+	}
+	for _, args := range [][]string{{"probe"}, {"probe", "metrics"}, {"probe", "readyz", "healthz"}, {"probe", "--timeout", "0", "readyz"}} {
+		if code, _, _ := runCmd(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
 }

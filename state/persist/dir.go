@@ -68,15 +68,22 @@ type Options struct {
 	// was not yet on disk to the moment it became durable. It must return
 	// quickly.
 	OnDurable func(latency time.Duration)
+	// Wait makes Open wait for a directory that another process writes
+	// instead of refusing it: Open then returns a standby writer with the
+	// records that process wrote, read without touching a file. The writer
+	// takes the lock once the other process releases it (Start), and only
+	// then writes (Writing).
+	Wait bool
 }
 
 // Open takes the writer lock of the state directory dir, creating dir if
 // needed, and returns its writer with the records an earlier run left
-// there: a second writer process is refused with an error matching
-// ErrInUse. Files that cannot be loaded are set aside into <dir>/corrupt
-// and counted, never fatal. Temporary files of writes a crash cut short
-// are removed. The writer must be started with Start; Close stops it and
-// releases the lock.
+// there. A directory that another process writes is refused with an error
+// matching ErrInUse, unless opts.Wait is set: the writer is then a standby
+// (see Options.Wait). Files that cannot be loaded are set aside into
+// <dir>/corrupt and counted, never fatal. Temporary files of writes a crash
+// cut short are removed. The writer must be started with Start; Close stops
+// it and releases the lock.
 func Open(dir string, opts Options) (*Writer, []*record.Record, error) {
 	if opts.Log == nil {
 		opts.Log = logrus.StandardLogger()
@@ -85,52 +92,147 @@ func Open(dir string, opts Options) (*Writer, []*record.Record, error) {
 		return nil, nil, fmt.Errorf("create state directory: %w", err)
 	}
 	log := opts.Log.WithField("stateDir", dir)
-	lock, err := lockDir(dir, func(err error) { log.WithError(err).Warn("starting without the pid in the lock file") })
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, sub := range []string{podsDirName, corruptDirName} {
-		if err := nofollow.CheckDir(filepath.Join(dir, sub)); err != nil {
-			lock.Close()
-			return nil, nil, fmt.Errorf("state directory: %w", err)
-		}
-	}
 	p := &Writer{
 		log:        log,
+		dir:        dir,
 		podsDir:    filepath.Join(dir, podsDirName),
 		corruptDir: filepath.Join(dir, corruptDirName),
-		lock:       lock,
 		onDurable:  opts.OnDurable,
 		wake:       make(chan struct{}, 1),
 		kick:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
+		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
+		writing:    make(chan struct{}),
 		pending:    map[string]change{},
 		progress:   make(chan struct{}),
 	}
-	var loaded []*record.Record
+	lock, err := p.lockDir()
+	if errors.Is(err, ErrInUse) && opts.Wait {
+		return p, p.readStandby(err), nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	loaded, err := p.takeDir(lock)
+	if err != nil {
+		return nil, nil, err
+	}
+	close(p.writing)
+	return p, loaded, nil
+}
+
+// lockDir takes the directory's writer lock.
+func (p *Writer) lockDir() (*os.File, error) {
+	return lockDir(p.dir, func(err error) { p.log.WithError(err).Warn("starting without the pid in the lock file") })
+}
+
+// takeDir makes lock the writer's and loads the records, as the one writer
+// of the directory. On an error, lock is released.
+func (p *Writer) takeDir(lock *os.File) ([]*record.Record, error) {
+	for _, sub := range []string{podsDirName, corruptDirName} {
+		if err := nofollow.CheckDir(filepath.Join(p.dir, sub)); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("state directory: %w", err)
+		}
+	}
 	if err := p.ensurePodsDir(); err != nil {
 		if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
 			lock.Close()
-			return nil, nil, fmt.Errorf("create state directory: %w", err)
+			return nil, fmt.Errorf("create state directory: %w", err)
 		}
 		// A full disk: a new state directory has no records to load, and
 		// the writer creates it before its first write, retrying as
 		// writes are retried. The kubelet and containerd start on a full
 		// disk too.
-		log.WithError(err).Warn("no room to create the records' directory: serving from memory, records are written once there is room")
-	} else if loaded, err = p.load(); err != nil {
-		lock.Close()
-		return nil, nil, err
+		p.log.WithError(err).Warn("no room to create the records' directory: serving from memory, records are written once there is room")
+		p.lock = lock
+		return nil, nil
 	}
-	return p, loaded, nil
+	loaded, err := p.load()
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	p.lock = lock
+	return loaded, nil
+}
+
+// readStandby reads the records of a directory another process writes, as
+// any reader does (ReadDir): files it cannot read are logged and left where
+// they are for their writer.
+func (p *Writer) readStandby(inUse error) []*record.Record {
+	p.log.WithError(inUse).Info("waiting to become the writer of the state directory: serving from the records it holds and from this instance's own sources until the other instance lets go")
+	loaded, errs := ReadDir(p.dir)
+	for _, err := range errs {
+		p.log.WithError(err).Warn("while waiting to become the writer: a record file could not be read (its writer sets it aside)")
+	}
+	return loaded
 }
 
 // Start starts the writer; get returns a uid's current record, false when
-// it was deleted (its file is then removed).
-func (p *Writer) Start(get func(uid string) (*record.Record, bool)) {
+// it was deleted (its file is then removed). A standby writer first waits
+// for the directory's lock; once it has it, it loads the directory again
+// and calls takeOver with the records there and ours, which reports
+// whether a uid changed since Open (a change not on disk yet), before it
+// writes anything: the store merges what the previous writer wrote with
+// what it learned meanwhile. takeOver is never called for a writer that
+// had the lock at Open.
+func (p *Writer) Start(get func(uid string) (*record.Record, bool), takeOver func(disk []*record.Record, ours func(uid string) bool)) {
 	p.get = get
+	p.takeOver = takeOver
 	go p.run()
+}
+
+// Writing returns a channel closed once this writer holds the directory's
+// lock: at once for a writer that had it at Open, when the previous writer
+// lets go for a standby.
+func (p *Writer) Writing() <-chan struct{} { return p.writing }
+
+// lockPoll is how often a standby writer tries the lock: the previous
+// writer releases it as its last act, and the standby writes its first
+// batch this long after at most.
+const lockPoll = 50 * time.Millisecond
+
+// awaitLock waits for the directory's lock and takes the directory over. It
+// returns false when the writer was closed first.
+func (p *Writer) awaitLock() bool {
+	began := time.Now()
+	t := time.NewTicker(lockPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.quit:
+			return false
+		case <-t.C:
+		}
+		lock, err := p.lockDir()
+		if errors.Is(err, ErrInUse) {
+			continue
+		}
+		if err != nil {
+			p.log.WithError(err).Error("while waiting to become the writer of the state directory")
+			continue
+		}
+		loaded, err := p.takeDir(lock)
+		if err != nil {
+			p.log.WithError(err).Error("could not take the state directory over; trying again")
+			continue
+		}
+		p.takeOver(loaded, p.changed)
+		close(p.writing)
+		p.log.WithFields(logrus.Fields{"waited": time.Since(began).Round(time.Millisecond), "records": len(loaded)}).
+			Info("became the writer of the state directory: the previous writer let go")
+		return true
+	}
+}
+
+// changed reports whether uid changed since Open and is not on disk yet.
+func (p *Writer) changed(uid string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.pending[uid]
+	return ok
 }
 
 // mkdirDurable creates a directory and makes its entry in the parent durable.
@@ -155,6 +257,8 @@ type Stats struct {
 	// LastWriteError is the most recent write error, kept after recovery;
 	// empty if there was none.
 	LastWriteError string
+	// Writing is false while a standby waits for the directory's lock.
+	Writing bool
 	// CorruptFiles counts files Open set aside into <dir>/corrupt.
 	CorruptFiles uint64
 	// LastDurable and MaxDurable are the latest and the largest time from a
@@ -165,9 +269,16 @@ type Stats struct {
 
 // Stats returns the writer's counters.
 func (p *Writer) Stats() Stats {
+	writing := false
+	select {
+	case <-p.writing:
+		writing = true
+	default:
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return Stats{
+		Writing:        writing,
 		Pending:        len(p.pending) + len(p.inflight),
 		Writes:         p.writes,
 		WriteErrors:    p.writeErrors,

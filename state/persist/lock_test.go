@@ -30,7 +30,7 @@ func TestStartsOnAFullDiskWithoutThePIDInTheLockFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open on a disk too full for the pid: %v", err)
 	}
-	w.Start(noRecords)
+	w.Start(noRecords, nil)
 	defer w.Close()
 	said := ""
 	for _, e := range hook.AllEntries() {
@@ -48,7 +48,7 @@ func TestASecondWriterIsRefusedWithThePIDOfTheFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Start(noRecords)
+	w.Start(noRecords, nil)
 	defer w.Close()
 	_, _, err = Open(dir, Options{Log: quiet})
 	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {

@@ -36,16 +36,20 @@ import (
 type Writer struct {
 	// get returns the current record of a uid (false: deleted); set by Start.
 	get        func(uid string) (*record.Record, bool)
+	takeOver   func(disk []*record.Record, ours func(uid string) bool)
 	log        logrus.FieldLogger
+	dir        string
 	podsDir    string
 	corruptDir string
-	lock       *os.File
+	lock       *os.File // nil while a standby waits for it
 	onDurable  func(time.Duration)
 
 	wake      chan struct{} // cap 1: there are pending changes
 	kick      chan struct{} // cap 1: a Flush waits; skip batch window and backoff
 	stop      chan struct{} // closed by Close to stop the writer
+	quit      chan struct{} // closed by Close to stop a standby's wait for the lock
 	done      chan struct{} // closed when the writer has stopped
+	writing   chan struct{} // closed once the writer holds the lock
 	closeOnce sync.Once
 	closeErr  error
 
@@ -144,7 +148,15 @@ func (p *Writer) Close() error {
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
-		err := p.Flush(context.Background())
+		close(p.quit)
+		var err error
+		select {
+		case <-p.writing:
+			err = p.Flush(context.Background())
+		case <-p.done:
+			// A standby that never became the writer: what it learned
+			// is the writer's to write, not ours.
+		}
 		close(p.stop)
 		<-p.done
 		p.mu.Lock()
@@ -152,8 +164,10 @@ func (p *Writer) Close() error {
 		close(p.progress) // wake a Flush that is still waiting
 		p.progress = make(chan struct{})
 		p.mu.Unlock()
-		if cerr := p.lock.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("release lock of state directory: %w", cerr)
+		if p.lock != nil {
+			if cerr := p.lock.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("release lock of state directory: %w", cerr)
+			}
 		}
 		p.closeErr = err
 	})
@@ -163,6 +177,13 @@ func (p *Writer) Close() error {
 // run is the writer goroutine, started by Start.
 func (p *Writer) run() {
 	defer close(p.done)
+	if p.lock == nil && !p.awaitLock() {
+		return
+	}
+	select {
+	case p.wake <- struct{}{}: // what a standby learned is pending
+	default:
+	}
 	for {
 		kicked := false
 		select {
