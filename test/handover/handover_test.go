@@ -258,12 +258,11 @@ func handover(t *testing.T, stop syscall.Signal) {
 
 	// The logs.
 	bLog, aLog := b.log(), a.log()
-	waiting, became := strings.Index(bLog, "waiting to become the writer"), strings.Index(bLog, "became the writer")
-	if waiting < 0 || became < waiting {
-		t.Errorf("B's log does not say it waited, then became the writer:\n%s", b.logTail())
+	if !inOrder(bLog, bTakesOver...) {
+		t.Errorf("B's log does not say, in this order, %q:\n%s", bTakesOver, b.logTail())
 	}
-	if stop == syscall.SIGTERM && !strings.Contains(aLog, "left NRI") {
-		t.Errorf("A's log does not say it left NRI and handed over:\n%s", a.logTail())
+	if stop == syscall.SIGTERM && !inOrder(aLog, aHandsOver...) {
+		t.Errorf("A's log does not say, in this order, %q:\n%s", aHandsOver, a.logTail())
 	}
 	for _, in := range []*instance{a, b} {
 		if strings.Contains(in.log(), "DATA RACE") {
@@ -277,15 +276,39 @@ func handover(t *testing.T, stop syscall.Signal) {
 		t.Errorf("B exited %d after SIGTERM, not 0:\n%s", code, b.logTail())
 	}
 
-	t.Logf("%v: A ready, B started %v later and was ready after %v; A stopped %v after B was ready and exited %v after %v; B logged it became the writer %v after A exited",
+	t.Logf("%v: A ready, B started %v later and was ready after %v; A stopped %v after B was ready and exited %v after %v; B's log said it became the writer within %v of A's exit",
 		stop, bStarted.Sub(aRegistered).Round(time.Millisecond), bReady.Sub(bStarted).Round(time.Millisecond),
 		stopped.Sub(bReady).Round(time.Millisecond), aExited.Sub(stopped).Round(time.Millisecond), stop,
 		becameWriter.Sub(aExited).Round(time.Millisecond))
 	t.Logf("calls: %d dialing per call, %d failed; %d on long-lived connections, %d failed; %d Lists and %d Gets answered, %d wrong",
 		perCallCalls, len(perCall), longLivedCalls, len(longLived), c.lists.Load(), c.gets.Load(), c.nWrong)
+	for _, f := range longLived {
+		t.Logf("failed on a long-lived connection: %s", f)
+	}
 	t.Logf("NRI: %d events to A alone, median %v, max %v; %d during the overlap and A's end, median %v, max %v (%s), bound %v; %d after",
 		nri.pre, nri.median, nri.preMax, nri.during, nri.duringMedian, nri.duringMax, nri.duringMaxEvent, nri.bound, nri.post)
 	t.Logf("took %v", time.Since(began).Round(time.Millisecond))
+}
+
+// What each instance logs of the handover, in this order (serve's words).
+var (
+	// B: it waits for A to let go of the state directory, then writes it.
+	bTakesOver = []string{"waiting to become the writer of the state directory", "became the writer of the state directory"}
+	// A, on SIGTERM: what it is about to do, that it left NRI, that it
+	// stopped (after the store's flush and the lock's release).
+	aHandsOver = []string{"stopping: leaving NRI", "letting go of it", "Left the runtime's NRI", "msg=stopped"}
+)
+
+// inOrder reports whether log holds each of lines, in their order.
+func inOrder(log string, lines ...string) bool {
+	for _, l := range lines {
+		i := strings.Index(log, l)
+		if i < 0 {
+			return false
+		}
+		log = log[i+len(l):]
+	}
+	return true
 }
 
 // recorded checks the records of want's pods: a started pod's record is
