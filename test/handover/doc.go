@@ -33,9 +33,11 @@
 //
 //	go test -race -count=1 -v ./test/handover/
 //
-// Before issue 40, serve had no --probe-socket (A exits at once: "unknown
-// flag: --probe-socket"), and, given its readiness through --metrics-addr
-// instead, B exits at start with "open state store: state directory ... is
-// in use by another podres-proxy (pid N)": the test fails either way (both
-// checked on main at 17bd857).
+// Before issue 40 (main at 17bd857), serve had no --probe-socket: A exits
+// at once ("unknown flag: --probe-socket") and both tests fail. With the
+// test patched to wait for readiness on --metrics-addr instead, B, once
+// started, is "ready" at once (A answers on the shared port: why each pod
+// needs a probe of its own) and exits with "open state store: state
+// directory ... is in use by another podres-proxy (pid N)". Both checked
+// by running the test on that commit.
 package handover
