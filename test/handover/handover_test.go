@@ -157,12 +157,14 @@ func handover(t *testing.T, stop syscall.Signal) {
 	stopped := time.Now()
 	a.signal(t, stop)
 	poll.UntilWith(t, "A to leave NRI", func() bool { return rt.plugins.Load() == 1 }, a.logTail)
+	aLeft := time.Now()
 	afterA := n.newPod("started-after-a-left-nri", true)
 	n.admit(afterA)
 	n.start(ctx, afterA)
 	if err := n.remove(ctx, removed["removed-after-a-left-nri"]); err != nil {
 		t.Fatal(err)
 	}
+	onlyB := time.Now() // the events only B saw are done
 	code := a.awaitExit(t)
 	aExited := a.exitedAt
 	if stop == syscall.SIGTERM && code != 0 {
@@ -280,6 +282,8 @@ func handover(t *testing.T, stop syscall.Signal) {
 		stop, bStarted.Sub(aRegistered).Round(time.Millisecond), bReady.Sub(bStarted).Round(time.Millisecond),
 		stopped.Sub(bReady).Round(time.Millisecond), aExited.Sub(stopped).Round(time.Millisecond), stop,
 		becameWriter.Sub(aExited).Round(time.Millisecond))
+	t.Logf("A left NRI %v after %v; the events only B saw were done %v later, %v before A exited",
+		aLeft.Sub(stopped).Round(time.Millisecond), stop, onlyB.Sub(aLeft).Round(time.Millisecond), aExited.Sub(onlyB).Round(time.Millisecond))
 	t.Logf("calls: %d dialing per call, %d failed; %d on long-lived connections, %d failed; %d Lists and %d Gets answered, %d wrong",
 		perCallCalls, len(perCall), longLivedCalls, len(longLived), c.lists.Load(), c.gets.Load(), c.nWrong)
 	for _, f := range longLived {
