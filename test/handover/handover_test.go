@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,7 +70,13 @@ func handover(t *testing.T, stop syscall.Signal) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kept %s: both instances' logs, the state directory", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
 	k := fk.Start(t, dir)
 	rt := startRuntime(t, dir)
 	n := newNode(k, rt)
@@ -152,12 +159,21 @@ func handover(t *testing.T, stop syscall.Signal) {
 		return c.allSince(bReady, true) && rt.relayedSince(bReady) >= 20
 	})
 
-	// A's end: a pod's sandbox starts, another's is removed once A left
-	// NRI, which only B sees.
+	// A's end: once A left NRI, a pod's sandbox starts and another's is
+	// removed, which only B sees. On SIGTERM, A is held (SIGSTOP)
+	// meanwhile, as a slow flush or a long call in flight holds an
+	// instance that stops: if it still holds the state directory then, B
+	// learns them while it waits, must not become the writer before A lets
+	// go, and must keep them when it takes the directory over.
 	stopped := time.Now()
 	a.signal(t, stop)
 	poll.UntilWith(t, "A to leave NRI", func() bool { return rt.plugins.Load() == 1 }, a.logTail)
 	aLeft := time.Now()
+	aHeld := false
+	if stop == syscall.SIGTERM {
+		a.signal(t, syscall.SIGSTOP)
+		aHeld = holdsLock(a.cmd.Process.Pid, filepath.Join(stateDir, "lock"))
+	}
 	afterA := n.newPod("started-after-a-left-nri", true)
 	n.admit(afterA)
 	n.start(ctx, afterA)
@@ -165,6 +181,12 @@ func handover(t *testing.T, stop syscall.Signal) {
 		t.Fatal(err)
 	}
 	onlyB := time.Now() // the events only B saw are done
+	if stop == syscall.SIGTERM {
+		if aHeld && strings.Contains(b.log(), "became the writer") {
+			t.Errorf("B became the writer while A still held the state directory:\n%s", b.logTail())
+		}
+		a.signal(t, syscall.SIGCONT)
+	}
 	code := a.awaitExit(t)
 	aExited := a.exitedAt
 	if stop == syscall.SIGTERM && code != 0 {
@@ -282,8 +304,12 @@ func handover(t *testing.T, stop syscall.Signal) {
 		stop, bStarted.Sub(aRegistered).Round(time.Millisecond), bReady.Sub(bStarted).Round(time.Millisecond),
 		stopped.Sub(bReady).Round(time.Millisecond), aExited.Sub(stopped).Round(time.Millisecond), stop,
 		becameWriter.Sub(aExited).Round(time.Millisecond))
-	t.Logf("A left NRI %v after %v; the events only B saw were done %v later, %v before A exited",
-		aLeft.Sub(stopped).Round(time.Millisecond), stop, onlyB.Sub(aLeft).Round(time.Millisecond), aExited.Sub(onlyB).Round(time.Millisecond))
+	learned := "after B became the writer, or while it waited: A was not held"
+	if aHeld {
+		learned = "while B waited: A, held, still held the state directory"
+	}
+	t.Logf("A left NRI %v after %v; the events only B saw took %v, %s",
+		aLeft.Sub(stopped).Round(time.Millisecond), stop, onlyB.Sub(aLeft).Round(time.Millisecond), learned)
 	t.Logf("calls: %d dialing per call, %d failed; %d on long-lived connections, %d failed; %d Lists and %d Gets answered, %d wrong",
 		perCallCalls, len(perCall), longLivedCalls, len(longLived), c.lists.Load(), c.gets.Load(), c.nWrong)
 	for _, f := range longLived {
@@ -315,6 +341,24 @@ func inOrder(log string, lines ...string) bool {
 	return true
 }
 
+// holdsLock reports whether process pid holds a flock on path, as
+// /proc/locks says (read only: taking the lock to find out would race B).
+func holdsLock(pid int, path string) bool {
+	ino := inode(path)
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil || ino == 0 {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		// 1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF
+		f := strings.Fields(line)
+		if len(f) >= 6 && f[1] == "FLOCK" && f[4] == strconv.Itoa(pid) && strings.HasSuffix(f[5], ":"+strconv.FormatUint(ino, 10)) {
+			return true
+		}
+	}
+	return false
+}
+
 // recorded checks the records of want's pods: a started pod's record is
 // ready with its sandbox and devices, a removed pod's is removed.
 func recorded(recs []*record.Record, want map[string]*pod) []string {
@@ -331,7 +375,8 @@ func recorded(recs []*record.Record, want map[string]*pod) []string {
 			wantState = record.PhaseRemoved
 		}
 		if r.State != wantState || r.SandboxID != p.sandbox.Id {
-			problems = append(problems, fmt.Sprintf("%s (uid %s): state %q sandbox %q, want %q sandbox %q", name, p.uid, r.State, r.SandboxID, wantState, p.sandbox.Id))
+			j, _ := json.Marshal(r)
+			problems = append(problems, fmt.Sprintf("%s (uid %s): state %q sandbox %q, want %q sandbox %q; the record: %s", name, p.uid, r.State, r.SandboxID, wantState, p.sandbox.Id, j))
 		}
 		var ids []string
 		for _, d := range r.Devices {
