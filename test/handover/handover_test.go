@@ -165,13 +165,14 @@ func handover(t *testing.T, stop syscall.Signal) {
 	// instance that stops: if it still holds the state directory then, B
 	// learns them while it waits, must not become the writer before A lets
 	// go, and must keep them when it takes the directory over.
-	stopped := time.Now()
+	signalled := time.Now()
 	a.signal(t, stop)
 	poll.UntilWith(t, "A to leave NRI", func() bool { return rt.plugins.Load() == 1 }, a.logTail)
 	aLeft := time.Now()
 	aHeld := false
 	if stop == syscall.SIGTERM {
 		a.signal(t, syscall.SIGSTOP)
+		poll.Until(t, "every thread of A to be stopped", func() bool { return stopped(a.cmd.Process.Pid) })
 		aHeld = holdsLock(a.cmd.Process.Pid, filepath.Join(stateDir, "lock"))
 	}
 	afterA := n.newPod("started-after-a-left-nri", true)
@@ -285,8 +286,10 @@ func handover(t *testing.T, stop syscall.Signal) {
 	if !inOrder(bLog, bTakesOver...) {
 		t.Errorf("B's log does not say, in this order, %q:\n%s", bTakesOver, b.logTail())
 	}
-	if stop == syscall.SIGTERM && !inOrder(aLog, aHandsOver...) {
-		t.Errorf("A's log does not say, in this order, %q:\n%s", aHandsOver, a.logTail())
+	for _, lines := range aHandsOver {
+		if stop == syscall.SIGTERM && !inOrder(aLog, lines...) {
+			t.Errorf("A's log does not say, in this order, %q:\n%s", lines, a.logTail())
+		}
 	}
 	for _, in := range []*instance{a, b} {
 		if strings.Contains(in.log(), "DATA RACE") {
@@ -302,14 +305,14 @@ func handover(t *testing.T, stop syscall.Signal) {
 
 	t.Logf("%v: A ready, B started %v later and was ready after %v; A stopped %v after B was ready and exited %v after %v; B's log said it became the writer within %v of A's exit",
 		stop, bStarted.Sub(aRegistered).Round(time.Millisecond), bReady.Sub(bStarted).Round(time.Millisecond),
-		stopped.Sub(bReady).Round(time.Millisecond), aExited.Sub(stopped).Round(time.Millisecond), stop,
+		signalled.Sub(bReady).Round(time.Millisecond), aExited.Sub(signalled).Round(time.Millisecond), stop,
 		becameWriter.Sub(aExited).Round(time.Millisecond))
 	learned := "after B became the writer, or while it waited: A was not held"
 	if aHeld {
 		learned = "while B waited: A, held, still held the state directory"
 	}
 	t.Logf("A left NRI %v after %v; the events only B saw took %v, %s",
-		aLeft.Sub(stopped).Round(time.Millisecond), stop, onlyB.Sub(aLeft).Round(time.Millisecond), learned)
+		aLeft.Sub(signalled).Round(time.Millisecond), stop, onlyB.Sub(aLeft).Round(time.Millisecond), learned)
 	t.Logf("calls: %d dialing per call, %d failed; %d on long-lived connections, %d failed; %d Lists and %d Gets answered, %d wrong",
 		perCallCalls, len(perCall), longLivedCalls, len(longLived), c.lists.Load(), c.gets.Load(), c.nWrong)
 	for _, f := range longLived {
@@ -324,9 +327,13 @@ func handover(t *testing.T, stop syscall.Signal) {
 var (
 	// B: it waits for A to let go of the state directory, then writes it.
 	bTakesOver = []string{"waiting to become the writer of the state directory", "became the writer of the state directory"}
-	// A, on SIGTERM: what it is about to do, that it left NRI, that it
+	// A, on SIGTERM: what it is about to do, and that it left NRI (its
+	// parts stop at once, so either may come first), each before it
 	// stopped (after the store's flush and the lock's release).
-	aHandsOver = []string{"stopping: leaving NRI", "letting go of it", "Left the runtime's NRI", "msg=stopped"}
+	aHandsOver = [][]string{
+		{"stopping: leaving NRI", "letting go of it", "msg=stopped"},
+		{"Left the runtime's NRI", "msg=stopped"},
+	}
 )
 
 // inOrder reports whether log holds each of lines, in their order.
@@ -337,6 +344,27 @@ func inOrder(log string, lines ...string) bool {
 			return false
 		}
 		log = log[i+len(l):]
+	}
+	return true
+}
+
+// stopped reports whether every thread of process pid is stopped (state
+// T in /proc/PID/task/*/stat): a signal is delivered after kill returns.
+func stopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: comm may hold spaces, not a ')'.
+		_, rest, ok := strings.Cut(string(b), ") ")
+		if !ok || !strings.HasPrefix(rest, "T") {
+			return false
+		}
 	}
 	return true
 }
