@@ -14,7 +14,11 @@
 // milliseconds. B starts and is ready: the socket path is now B's. During
 // the overlap a pod's sandbox starts and another's is removed; A then gets
 // SIGTERM (or SIGKILL), and once it left NRI another pod starts and
-// another is removed, which only B sees. The test checks:
+// another is removed, which only B sees. On SIGTERM, A is held with
+// SIGSTOP meanwhile (as a slow flush or a long call in flight holds it):
+// when /proc/locks says A still holds the state directory then, B learns
+// those pods while it waits, and must not become the writer before A is
+// let go on (SIGCONT). The test checks:
 //
 //   - no call fails (with SIGKILL: none dialing per call; a long-lived
 //     connection to A may fail the one call that finds A gone), and every
@@ -29,7 +33,8 @@
 //     it left NRI; A exits 0 on SIGTERM, and never removes the socket path
 //     B took.
 //
-// Run it alone with
+// A failed run keeps its directory (both logs, the state directory) and
+// says where. Run it alone with
 //
 //	go test -race -count=1 -v ./test/handover/
 //
