@@ -14,7 +14,7 @@ import (
 )
 
 // TestSchedulersOwnAnnotations runs every fixture written by a scheduler's
-// own encoding code (../shared/fixtures/allocators, and those derived from
+// own encoding code (test/allocfixture/testdata/allocators, and those derived from
 // the writers' code paths in test/allocfixture/testdata) through the
 // decoders, the containers' annotations included, the inventory
 // translation and the attribution policy, and checks what

@@ -23,14 +23,32 @@
 #        SAME_FILE=1: run the stand-in from the listbench binary itself, as x
 #        runs, rather than from a copy (x'/x is then about 1.0: the two
 #        runs differ only in the file).
+#        LISTBENCH: listbench's source folder (default ../shared/listbench).
+#
+# listbench is not part of this repository: it is the team's benchmark, a Go
+# module of its own kept in the shared folder beside the repository. Without
+# it this script cannot run; the repository's own report, set up as listbench
+# is, measures the same b/x (docs/performance.md):
+#   PODRES_BENCH_SETUP=listbench go test -count=1 -run '^TestBenchmarkReport$' ./proxy
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+listbench=${LISTBENCH:-../shared/listbench}
+if [[ ! -f "$listbench/go.mod" ]]; then
+  cat >&2 <<EOF
+floor.sh: no listbench at $listbench (no go.mod there).
+listbench is the team's benchmark, kept beside the repository in ../shared/listbench,
+not in this repository. Put it there or set LISTBENCH to its folder; without it, the
+repository's own report measures the same b/x (docs/performance.md):
+  PODRES_BENCH_SETUP=listbench go test -count=1 -run '^TestBenchmarkReport\$' ./proxy
+EOF
+  exit 2
+fi
 out=$root/_output
 mkdir -p "$out"
 go build -o "$out/podres-proxy" ./cmd/podres-proxy
-go -C ../shared/listbench build -o "$out/listbench" .
+go -C "$listbench" build -o "$out/listbench" .
 
 work=$(mktemp -d /tmp/floor.XXXXXX)
 trap 'rm -rf "$work"' EXIT

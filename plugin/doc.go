@@ -6,7 +6,7 @@
 //
 // [Plugin] registers with the runtime's NRI socket (containerd 1.7 and later,
 // CRI-O 1.26 and later); its handlers are named after the events. Each event
-// becomes one [state.Store] update with source [state.OriginNRI];
+// becomes one [state.Store] update with source [record.OriginNRI];
 // Synchronize, sent on every connection, becomes a full
 // [state.Store.Reconcile].
 //
@@ -31,7 +31,7 @@
 // lists the runtime's sandboxes and containers over CRI, at start, then
 // periodically and when the plugin re-synchronizes
 // (Options.OnSynchronized), and reconciles the store with source
-// [state.OriginCRI]. A CRI socket that is missing or restarting is logged
+// [record.OriginCRI]. A CRI socket that is missing or restarting is logged
 // and retried, never fatal.
 //
 // Counters of both go through [Metrics], for which the daemon passes its one

@@ -120,44 +120,67 @@ func (r *Reconciler) Trigger() {
 	}
 }
 
-// ReconcileOnce lists the runtime's pod sandboxes and containers and
-// reconciles the store with them: listed Kubernetes pods and their
-// containers are recorded, recorded ones that are not listed are removed.
-// Anything the store learned after the listing began is kept.
+// ReconcileOnce lists the runtime's pod sandboxes and containers over CRI
+// and reconciles the store with them (state.Store.Reconcile): listed
+// Kubernetes pods and their containers are recorded, recorded ones that are
+// not listed are removed, and anything the store learned after the listing
+// began is kept. It fails, changing nothing, when the runtime cannot be
+// dialled or either list fails.
 //
-// It connects afresh every time: a reconcile every half minute costs one
-// connect, and a restarted runtime (a new socket) or one that was not up yet
-// is simply found, without waiting out gRPC's reconnect backoff.
+// It connects afresh every time, so that a restarted runtime (a new socket)
+// or one that was not up yet is found without waiting out gRPC's reconnect
+// backoff; a reconcile every half minute costs one connect.
 func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 	start := time.Now()
 	defer func() { r.opts.Metrics.CRIReconciled(time.Since(start), err) }()
+	asOf, pods, ctrs, err := r.list(ctx)
+	if err != nil {
+		return err
+	}
+	sandboxes, containers := fromCRI(pods, ctrs)
+	r.store.Reconcile(record.OriginCRI, asOf, sandboxes, containers, true)
+	r.opts.Log.WithFields(logrus.Fields{
+		"pods": len(sandboxes), "containers": len(containers), "took": time.Since(start),
+	}).Debug("Reconciled the state store with CRI")
+	return nil
+}
 
+// list dials the runtime and lists its pod sandboxes and containers, each
+// call bounded by the Timeout; asOf is when the listing began.
+func (r *Reconciler) list(ctx context.Context) (asOf time.Time, pods []*criv1.PodSandbox, ctrs []*criv1.Container, err error) {
 	conn, err := grpc.NewClient(r.target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCRIMessageSize)))
 	if err != nil {
-		return fmt.Errorf("connecting to CRI at %s: %w", r.target, err)
+		return asOf, nil, nil, fmt.Errorf("connecting to CRI at %s: %w", r.target, err)
 	}
 	defer conn.Close()
 	client := criv1.NewRuntimeServiceClient(conn)
 
-	asOf := time.Now()
+	asOf = time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	pods, err := client.ListPodSandbox(callCtx, &criv1.ListPodSandboxRequest{})
+	podsResp, err := client.ListPodSandbox(callCtx, &criv1.ListPodSandboxRequest{})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("listing pod sandboxes from CRI at %s: %w", r.target, err)
+		return asOf, nil, nil, fmt.Errorf("listing pod sandboxes from CRI at %s: %w", r.target, err)
 	}
 	callCtx, cancel = context.WithTimeout(ctx, r.opts.Timeout)
-	ctrs, err := client.ListContainers(callCtx, &criv1.ListContainersRequest{})
+	ctrsResp, err := client.ListContainers(callCtx, &criv1.ListContainersRequest{})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("listing containers from CRI at %s: %w", r.target, err)
+		return asOf, nil, nil, fmt.Errorf("listing containers from CRI at %s: %w", r.target, err)
 	}
+	return asOf, podsResp.GetItems(), ctrsResp.GetContainers(), nil
+}
 
-	sandboxes := make([]model.Sandbox, 0, len(pods.GetItems()))
-	k8s := make(map[string]bool, len(pods.GetItems()))
-	for _, pod := range pods.GetItems() {
+// fromCRI returns what a CRI listing says of Kubernetes pods, as the store
+// records it: each sandbox with an id and a pod UID (others are not
+// Kubernetes pods), and each container with an id of such a sandbox. It
+// never fails; a nil entry or field reads as empty.
+func fromCRI(pods []*criv1.PodSandbox, ctrs []*criv1.Container) ([]model.Sandbox, []model.RuntimeContainer) {
+	sandboxes := make([]model.Sandbox, 0, len(pods))
+	k8s := make(map[string]bool, len(pods))
+	for _, pod := range pods {
 		md := pod.GetMetadata()
 		if pod.GetId() == "" || md.GetUid() == "" {
 			continue // not a Kubernetes pod
@@ -172,8 +195,8 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 			Ready:       pod.GetState() == criv1.PodSandboxState_SANDBOX_READY,
 		})
 	}
-	containers := make([]model.RuntimeContainer, 0, len(ctrs.GetContainers()))
-	for _, ctr := range ctrs.GetContainers() {
+	containers := make([]model.RuntimeContainer, 0, len(ctrs))
+	for _, ctr := range ctrs {
 		if ctr.GetId() == "" || !k8s[ctr.GetPodSandboxId()] {
 			continue
 		}
@@ -185,11 +208,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (err error) {
 			Annotations: ctr.GetAnnotations(), // a device plugin's are only there
 		})
 	}
-	r.store.Reconcile(record.OriginCRI, asOf, sandboxes, containers, true)
-	r.opts.Log.WithFields(logrus.Fields{
-		"pods": len(sandboxes), "containers": len(containers), "took": time.Since(start),
-	}).Debug("Reconciled the state store with CRI")
-	return nil
+	return sandboxes, containers
 }
 
 // criContainerState maps a CRI container state.

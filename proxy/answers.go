@@ -79,7 +79,7 @@ func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet upstream
 // pod needed a kubelet read.
 func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet upstream.Encoded, arrived time.Time, q *resolve.Query) ([]byte, error) {
 	cache := &v.caches[l.index]
-	resolve := q.Lookup
+	tablePlan := q.TablePlan
 	// The caches skip looking a pod up again in the table they last checked
 	// it in, unless the pod logs directory says more than that table.
 	t := q.Table()
@@ -88,7 +88,7 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet upstrea
 	}
 
 	// Nothing changed: one pass.
-	if out, pods, ok := cache.Steady(kubelet, t, resolve); ok {
+	if out, pods, ok := cache.Steady(kubelet, t, tablePlan); ok {
 		if pods > 0 {
 			s.p.Metrics.ListPods(pods, 0)
 		}
@@ -108,7 +108,7 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet upstrea
 	if err != nil {
 		return nil, err
 	}
-	gen, pods, reused := cache.Reuse(parts, t, resolve)
+	gen, pods, reused := cache.Reuse(parts, t, tablePlan)
 
 	// The plans of the others, from t or after a /pods read.
 	var need []int

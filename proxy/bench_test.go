@@ -83,7 +83,7 @@ const (
 // processes (startBenchChild) see the same ones:
 //   - PODRES_BENCH_POD=two-gpu: pods of two app containers with one whole
 //     Koordinator GPU each, the annotation listing both; =listbench: as
-//     ../shared/listbench's, a trainer container with one GPU and a log
+//     listbench's, a trainer container with one GPU and a log
 //     agent without, and no devices of the kubelet's own (default: one
 //     container, one GPU, every fourth pod with two RDMA devices);
 //   - PODRES_BENCH_KUBELET=prebuilt: the fake kubelets answer List as
@@ -112,7 +112,7 @@ const (
 //     of its own rather than rotating (interleave).
 //
 // PODRES_BENCH_SETUP=listbench sets the pods, the kubelet, NRI and the
-// koordlet-style client as ../shared/listbench has them, and 20 Lists per
+// koordlet-style client as listbench has them, and 20 Lists per
 // client: the report then measures what listbench measures, b/x included.
 func benchOption(name string) string {
 	if v := os.Getenv("PODRES_BENCH_" + name); v != "" {
@@ -584,7 +584,7 @@ func spread(v []float64) string {
 }
 
 // interleave measures the series in rounds of one call each, the order
-// rotating from one round to the next, as ../shared/listbench does: no
+// rotating from one round to the next, as listbench does: no
 // series always follows the expensive one, and each call meets the
 // processes as a client polling now and then does (a proxy whose threads
 // were parked while the other series ran), not warmed by calls just before

@@ -18,19 +18,17 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy/upstream"
 )
 
-// Get answers from the kubelet's List, whose pods are what the kubelet's Get
-// looks a pod up in (its active pods, since 1.35), so that concurrent Gets
-// share one kubelet call: a burst of pods being created, each asking for its
-// own (Multus, a Kata shim per pod), costs one or two kubelet calls, and is
-// not refused by a rate limit the kubelet would not have to spend. The pod is
-// then answered as the List answers it, from its own segment.
-//
-// Without a watch, a Get of a pod the plans do not know reads /pods before
-// its kubelet call, not after: the Gets of a burst then line up behind at
-// most two reads, and each read's Gets share the kubelet call made when it
-// ends (asked the other way round, the short kubelet calls chain, one per
-// wave of Gets arriving during a slow read). With the Pods API's watch a pod
-// being created is known without a read: the kubelet is asked first.
+// Get returns the pod as the kubelet's Get would, with the devices its plan
+// adds, spelled for v's view. Its errors are the kubelet's: its codes and
+// messages pass through, and a pod its List does not have fails as its Get
+// does ("pod %s in namespace %s not found", Unknown), before any error of
+// the proxy's own. Those are Unavailable when the pod's devices are unknown
+// and /pods cannot be read (resolve.Query.Plans), the view's refusal of the
+// pod's devices (merge.Refusal), and the kubelet's rate-limit error for a
+// call beyond the limit that no shared call answers. It never calls the
+// kubelet's Get: concurrent Gets share one kubelet List (upstream.Shared),
+// so that a burst of pods being created, each asking for its own (Multus,
+// a Kata shim per pod), costs one or two kubelet calls and is not refused.
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
 	arrived := limits.Arrived(ctx)
 	defer func() { v.s.p.Metrics.Request("v1", "Get", err != nil) }()
@@ -78,15 +76,19 @@ func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (res
 	return &v1.GetPodResourcesResponse{PodResources: pod}, nil
 }
 
-// readFirst reports whether a Get of key reads the pods before asking the
-// kubelet (see Get): for a pod q does not know, without a watch, and not for
-// a call beyond the rate limit, which may only share what others pay for
-// (limits.RateLimit) and so must not cost a read either.
+// readFirst reports whether a Get of key reads /pods before its kubelet
+// call rather than after: for a pod q does not know, without a watch (with
+// one, a pod being created is known without a read), and not for a call
+// beyond the rate limit, which may only share what others pay for
+// (limits.RateLimit) and so must not cost a read either. Read first, the
+// Gets of a burst line up behind at most two reads, and each read's Gets
+// share the kubelet call made when it ends; the other way round, the short
+// kubelet calls chain, one per wave of Gets arriving during a slow read.
 func (v *v1Server) readFirst(ctx context.Context, q *resolve.Query, key model.PodKey) bool {
 	if v.s.resolver.Watched() || limits.OverdraftOf(ctx) != nil {
 		return false
 	}
-	_, known := q.Find(key)
+	_, known := q.PlanWithoutRead(key)
 	return !known
 }
 
@@ -95,7 +97,7 @@ func (v *v1Server) readFirst(ctx context.Context, q *resolve.Query, key model.Po
 type kubeletPods map[model.PodKey][]byte
 
 // getV1Answer makes one shared kubelet List for Gets. Its answer is never
-// reused for the next call's storage (unlike List's, s.kubeletV1): the
+// reused for the next call's storage (unlike List's, s.listV1.last): the
 // callers that shared it read their pods' segments after it ends, while the
 // next call may already run.
 func (s *Server) getV1Answer(ctx context.Context, _ time.Time) (kubeletPods, error) {

@@ -24,7 +24,7 @@ import (
 )
 
 // A query waits for no write but the device-info file of a VF its answer
-// hands out, the first time (DESIGN.md, "The answer path").
+// hands out, the first time (docs/design.md, "The answer path").
 
 // stalledDeviceInfo is a device-info writer whose writes for one pod hang
 // until released, as on a disk that stalls: the rest it passes to w.

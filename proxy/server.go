@@ -16,7 +16,7 @@
 // answers are reused pod by pod (package reuse tells how, in one place); a
 // call a moment after another shares its kubelet call (upstream.Shared).
 // Every input is bounded (package limits; the socket's permissions,
-// socket.go). Its metrics are package metrics'.
+// internal/unixsock/listen.go). Its metrics are package metrics'.
 package proxy
 
 import (
@@ -96,7 +96,7 @@ type Server struct {
 	plans    *plans.Builder
 	resolver *resolve.Resolver
 	// pods is the shared /pods reader: the resolver's, and the background
-	// spec reader's (specs.go). Nil without a /pods source.
+	// spec reader's (resolve/specs.go). Nil without a /pods source.
 	pods  *kubeletpods.Reader
 	ready atomic.Bool
 	// unread bounds the answer bytes clients hold unread, every socket's
@@ -228,6 +228,11 @@ func (s *Server) Serve(ctx context.Context) error {
 			errc <- err
 		}()
 	}
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	var keeping, reserved sync.WaitGroup // reserved: paths served again
+	for _, sock := range s.sockets {
+		keeping.Go(func() { s.keepAnswered(keepCtx, sock, &reserved) })
+	}
 	// Plans are computed, and specs read, in the background for as long
 	// as the sockets are served: until the servers have stopped, not when
 	// ctx ends, so that calls in flight at a shutdown (a rolling update)
@@ -244,6 +249,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	case failed = <-errc:
 	case <-ctx.Done():
 	}
+	stopKeeping()
+	keeping.Wait()
 	stopped := make(chan struct{})
 	go func() {
 		var wg sync.WaitGroup
@@ -261,6 +268,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		<-stopped
 	}
+	reserved.Wait()
 	// Every server has returned: collect the others' results.
 	n := len(s.sockets)
 	if failed != nil {
@@ -276,6 +284,46 @@ func (s *Server) Serve(ctx context.Context) error {
 	return cmp.Or(failed, closeErr)
 }
 
+// keepInterval is how often a server whose socket path another instance
+// took over checks that the path still answers.
+const keepInterval = time.Second
+
+// keepAnswered serves sock's path again, until ctx is done, whenever
+// another instance took the path over (the new pod of a rolling update
+// renames its socket over it) and then stopped answering there (it crashed
+// or was stopped before this instance): this instance keeps serving until
+// it is stopped, so the node keeps an answering socket. A path that
+// answers is never taken from the process that serves it.
+func (s *Server) keepAnswered(ctx context.Context, sock *socket, served *sync.WaitGroup) {
+	t := time.NewTicker(keepInterval)
+	defer t.Stop()
+	current := sock.l
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if current.Owned() || unixsock.Answers(sock.path, keepInterval/2) {
+			continue
+		}
+		l, err := unixsock.Listen(sock.path, s.cfg.KubeletSocket)
+		if err != nil {
+			s.log.WithError(err).WithField("socket", sock.path).Warn("the instance that took the socket over no longer answers there, and serving it again failed")
+			continue
+		}
+		s.log.WithField("socket", sock.path).Warn("the instance that took the socket over no longer answers there: serving it again")
+		current = l
+		// The server closes l when it stops; l removes the path only
+		// while it is still this instance's.
+		served.Go(func() {
+			if err := sock.grpc.Serve(limits.NewListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient, s.unread, s.p.Metrics)); err != nil && ctx.Err() == nil {
+				s.log.WithError(err).WithField("socket", sock.path).Error("serving the socket again")
+			}
+		})
+	}
+}
+
 // Ready reports whether the socket is being served.
 func (s *Server) Ready() bool { return s.ready.Load() }
 
@@ -286,6 +334,14 @@ type v1Server struct {
 	v *view
 }
 
+// List returns the kubelet's List answer with the devices each pod's plan
+// adds, spelled for v's view. Its errors are the kubelet's, codes and
+// messages passed through; Unavailable when a pod's devices are unknown
+// and /pods cannot be read (resolve.Query.Plans), rather than an answer
+// silently missing them; and the kubelet's rate-limit error for a call
+// beyond the limit that no shared call answers. Concurrent Lists share one
+// kubelet call (upstream.Shared); the answer is reused pod by pod and sent
+// as the bytes it was spliced into (package reuse).
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
 	answers, err := shared(ctx, v.s.listV1.shared)
@@ -299,6 +355,11 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 	return reuse.PreEncoded(&v1.ListPodResourcesResponse{}, out), nil
 }
 
+// GetAllocatableResources returns the kubelet's answer with the
+// inventory's devices added, in place of the kubelet's own entries for a
+// resource an allocator replaces (merge.Allocatable); in the legacy view,
+// with the node's DRA devices too. Its errors are the kubelet's, and the
+// rate-limit error as List's. Concurrent calls share one kubelet call.
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1", "GetAllocatableResources", err != nil) }()
 	// The answer is shared by every caller of the call: gRPC only reads it.
@@ -334,6 +395,8 @@ type v1alpha1Server struct {
 	v *view
 }
 
+// List returns the kubelet's v1alpha1 List answer with the devices each
+// pod's plan adds, without topology; its errors and sharing are v1's List's.
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
 	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
 	answers, err := shared(ctx, v.s.listV1alpha1.shared)

@@ -313,7 +313,7 @@ func TestASharedGPUIsShownOnEverySharer(t *testing.T) {
 		h.markLive(p, "sandbox-"+p.Name)
 	}
 	// The first sharer is the GPU's anchor (its plain UUID), the other
-	// its slot (sharedgpu.go): both are shown, neither is contested.
+	// its slot (trust/sharedgpu.go): both are shown, neither is contested.
 	want := map[string]string{"a": gpuUUID, "b": gpuUUID + "::1"}
 	for _, p := range pods {
 		if got := devicesOf(h.get(p.Namespace, p.Name), "infer")["nvidia.com/gpu"]; !slices.Equal(got, []string{want[p.Name]}) {

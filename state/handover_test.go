@@ -59,6 +59,10 @@ func TestAWaitingStoreTakesOverWithoutLosingWhatEitherLearned(t *testing.T) {
 		s.SandboxRemoved(record.OriginNRI, "sb-removed", "u-removed")
 	}
 	neu.ObserveSandbox(record.OriginNRI, readySandbox("u-late", "ns", "late", "sb-late", nil))
+	// The old one, stopping, still reads the kubelet's pods: it writes the
+	// pod whose sandbox only the new one saw as pending, later.
+	old.ObserveWatchedPod(model.KubeletPod{UID: "u-late", Namespace: "ns", Name: "late", Phase: "Pending",
+		Spec: model.PodSpec{Containers: []model.ContainerSpec{{Name: "app", Kind: model.KindApp}}}})
 	old.mu.Lock()
 	old.delete("u-pruned")
 	old.mu.Unlock()
@@ -68,8 +72,8 @@ func TestAWaitingStoreTakesOverWithoutLosingWhatEitherLearned(t *testing.T) {
 	if _, err := os.Stat(corrupt); err != nil {
 		t.Errorf("the waiting store touched a file it cannot load: %v", err)
 	}
-	if files := podFiles(t, dir); len(files) != 4 || strings.Contains(strings.Join(files, ","), "u-late") {
-		t.Errorf("record files while the new store waits: %v; want the old writer's 3 and the unloadable one, none of the new store's", files)
+	if files := podFiles(t, dir); len(files) != 5 {
+		t.Errorf("record files while the new store waits: %v; want the old writer's 4 and the unloadable one", files)
 	}
 
 	if err := old.Close(); err != nil {
@@ -104,6 +108,9 @@ func TestAWaitingStoreTakesOverWithoutLosingWhatEitherLearned(t *testing.T) {
 		if got[uid] != phase {
 			t.Errorf("record %s on disk after the handover: %q, want %q", uid, got[uid], phase)
 		}
+	}
+	if r := mustGet(t, neu, "u-late"); !r.Live() || r.Spec == nil {
+		t.Errorf("the pod whose sandbox only the new store saw: live %v, spec %v; want its sandbox from the new store and its spec from the old", r.Live(), r.Spec)
 	}
 	if _, ok := neu.Get("u-pruned"); ok {
 		t.Error("a record the old writer pruned during the overlap is still in the new store")

@@ -21,6 +21,7 @@ type index struct {
 	names names.Table
 }
 
+// get returns the record of a pod UID, whatever its phase.
 func (x *index) get(uid string) (*record.Record, bool) {
 	r, ok := x.byUID[uid]
 	return r, ok
@@ -52,9 +53,11 @@ func (x *index) live(key model.PodKey) (*record.Record, bool) {
 	return live, live != nil
 }
 
-// named returns the record of the UID the freshest kubelet pod list or
-// watch gives a name, whatever its phase (pending, running, finished).
-func (x *index) named(key model.PodKey) (*record.Record, bool) {
+// kubeletNamed returns the record of the UID the freshest kubelet pod list
+// or watch gives a name, whatever its phase (pending, running, finished);
+// false when the kubelet gave the name no UID, or the record was removed
+// before it finished (then only a read says what the name is).
+func (x *index) kubeletNamed(key model.PodKey) (*record.Record, bool) {
 	uid, ok := x.names.UID(key)
 	if !ok {
 		return nil, false
@@ -66,14 +69,13 @@ func (x *index) named(key model.PodKey) (*record.Record, bool) {
 	return r, true
 }
 
-// current is live for a record that also needs no confirmation from the
-// kubelet: one none of whose containers the runtime reported stopped since
-// the freshest kubelet list confirmed its name. A stopped container is how
-// a force-deleted pod's teardown begins, at the moment its replacement of
-// the same name may be created, so such a record answers only after a list
-// taken since shows the name is still its pod (a container that restarts
-// costs one read, not one per query).
-func (x *index) current(key model.PodKey) (*record.Record, bool) {
+// liveWithoutRead returns live's record when it needs no /pods read to
+// confirm it, and false otherwise: one none of whose containers the runtime
+// reported stopped, or whose name a kubelet list taken since confirmed. A
+// stopped container is how a force-deleted pod's teardown begins, at the
+// moment its replacement of the same name may be created (a container that
+// restarts costs one read, not one per query).
+func (x *index) liveWithoutRead(key model.PodKey) (*record.Record, bool) {
 	r, ok := x.live(key)
 	if !ok || !stopping(r) {
 		return r, ok
@@ -112,11 +114,14 @@ func (v *Snapshot) Version() uint64 { return v.version }
 // Get returns the record of a pod UID.
 func (v *Snapshot) Get(uid string) (*record.Record, bool) { return v.get(uid) }
 
-// Live is Store.Live at the snapshot's version.
+// Live returns the record of the running sandbox of a name, unless the
+// kubelet's names give the name another UID or none; false too when two
+// run and the names cannot tell them apart (index.live).
 func (v *Snapshot) Live(key model.PodKey) (*record.Record, bool) { return v.live(key) }
 
-// Named is Store.Named at the snapshot's version.
-func (v *Snapshot) Named(key model.PodKey) (*record.Record, bool) { return v.named(key) }
+// KubeletNamed returns the record of the UID the kubelet's freshest list or
+// watch gives a name, whatever its phase (index.kubeletNamed).
+func (v *Snapshot) KubeletNamed(key model.PodKey) (*record.Record, bool) { return v.kubeletNamed(key) }
 
 // NamesEvidence is the Evidence given with the complete kubelet list the
 // snapshot's names come from; nil when none was.
@@ -126,8 +131,12 @@ func (v *Snapshot) NamesEvidence() names.Evidence { return v.names.Evidence() }
 // (names.Table.NamedAt).
 func (v *Snapshot) NamedAt(key model.PodKey) time.Time { return v.names.NamedAt(key) }
 
-// Current is Store.Current at the snapshot's version.
-func (v *Snapshot) Current(key model.PodKey) (*record.Record, bool) { return v.current(key) }
+// LiveWithoutRead returns Live's record when no container of it stopped
+// since the kubelet last confirmed the name, so no read is needed to answer
+// it (index.liveWithoutRead).
+func (v *Snapshot) LiveWithoutRead(key model.PodKey) (*record.Record, bool) {
+	return v.liveWithoutRead(key)
+}
 
 // Records returns every record, sorted by namespace, name and UID.
 func (v *Snapshot) Records() []*record.Record {

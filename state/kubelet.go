@@ -64,7 +64,7 @@ func (s *Store) observeKubeletPod(pre *decode.Batch, p *model.KubeletPod, now ti
 // setNames records which UID each name of a complete kubelet list taken at
 // asOf is (names.Table.List). It counts as a change (Version, Changed) when
 // the table changed, or when the list confirms a live record whose
-// containers were stopping (Current). Called with mu held.
+// containers were stopping (Snapshot.LiveWithoutRead). Called with mu held.
 func (s *Store) setNames(asOf time.Time, evidence names.Evidence, pods []model.KubeletPod) {
 	taken, changed := s.names.List(asOf, evidence, pods)
 	if !taken {
@@ -124,7 +124,7 @@ func (s *Store) ObserveWatchedPod(p model.KubeletPod) {
 
 // WatchChanged records that the kubelet's watch synced or dropped: whether
 // names are kept current by it changed, and with it what a lookup by name
-// may answer (merge.Resolver.Lookup). It counts as a change (Version), so
+// may answer (resolve.Query.TablePlan). It counts as a change (Version), so
 // that nothing checked against a table of the other state is reused: an
 // answer checked while the watch said which pod a name is must be checked
 // again once it no longer does.

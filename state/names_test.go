@@ -104,7 +104,7 @@ func TestALateEventOfAForceDeletedPodDoesNotTakeItsSuccessorsName(t *testing.T) 
 	if got := liveUID(s); got != "" {
 		t.Fatalf("the name is new's, which has no sandbox yet: Live = %q, want none", got)
 	}
-	if r, ok := s.Snapshot().Named(pod); !ok || r.UID != "new" {
+	if r, ok := s.Snapshot().KubeletNamed(pod); !ok || r.UID != "new" {
 		t.Fatalf("Named = %v, %v; want new", r, ok)
 	}
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -70,26 +71,36 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // takeOver merges what the previous writer left in the directory, disk,
 // into the records of a store that waited for it to let go: ours reports
 // whether this store changed a uid since Open. A record this store did not
-// change is the previous writer's; of a record both changed, the newer
-// wins, and a record this store deleted (pruned) stays deleted; a record
-// the previous writer deleted, which this store did not change, goes.
+// change is the previous writer's; a record both changed is merged fact by
+// fact (record.Merge), and a record this store deleted (pruned) stays
+// deleted; a record the previous writer deleted, which this store did not
+// change, goes.
 func (s *Store) takeOver(disk []*record.Record, ours func(uid string) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	onDisk := make(map[string]bool, len(disk))
-	var theirs, kept, gone int
+	var theirs, merged, gone int
 	for _, r := range disk {
 		onDisk[r.UID] = true
 		cur, have := s.byUID[r.UID]
+		write := false // the record differs from its file
 		switch {
-		case ours(r.UID) && (!have || !r.UpdatedAt.After(cur.UpdatedAt)):
-			kept++
-			continue
-		case have && cur.UpdatedAt.Equal(r.UpdatedAt):
-			continue // as loaded at Open
+		case !ours(r.UID):
+			if have && reflect.DeepEqual(cur, r) {
+				continue // as loaded at Open
+			}
+			theirs++
+		case !have:
+			continue // deleted here
+		default:
+			r = record.Merge(cur, r)
+			if reflect.DeepEqual(cur, r) {
+				continue
+			}
+			merged++
+			write = true
 		}
-		theirs++
-		if s.adopt(r) {
+		if s.adopt(r) || write {
 			s.dirty(r.UID)
 		}
 	}
@@ -99,7 +110,7 @@ func (s *Store) takeOver(disk []*record.Record, ours func(uid string) bool) {
 			gone++
 		}
 	}
-	s.opts.Log.WithFields(logrus.Fields{"theirs": theirs, "ours": kept, "deletedByThem": gone}).
+	s.opts.Log.WithFields(logrus.Fields{"theirs": theirs, "merged": merged, "deletedByThem": gone}).
 		Info("merged the previous writer's records with what this instance learned meanwhile")
 }
 

@@ -23,7 +23,7 @@ import (
 )
 
 // TestServeReportsWhatTheSchedulersWrote runs every allocation fixture
-// (../shared/fixtures/allocators, written by the schedulers' own code)
+// (test/allocfixture/testdata, written by the schedulers' own code)
 // through `podres-proxy serve` against the fake kubelet, and checks what
 // v1 List shows for each container, as a consumer sees it. Where the
 // allocator's device plugin gives the kubelet ids of its own (HAMi), the

@@ -97,8 +97,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		return fmt.Errorf("open state store: %w", err)
 	}
 	defer func() {
+		writing := store.Stats().Writing
 		if err := store.Close(); err != nil {
 			log.WithError(err).Error("closing the state store")
+		} else if writing {
+			log.Info("wrote the state store and let go of its directory")
 		}
 	}()
 	m.WatchStore(func() metrics.StoreStats {
@@ -237,8 +240,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	if deviceInfo != nil {
 		// Files an earlier run left for pods gone meanwhile go at the first
-		// release. The old instance of a rolling update writes them until
-		// it lets go of the state directory.
+		// release. Both instances of a rolling update write the files of
+		// the devices they answer with (neither replaces the other's);
+		// the old one releases files until it lets go of the state
+		// directory, and this one adopts its files then.
 		start("device-info files", whenWriter(store, func(ctx context.Context) error {
 			deviceInfo.Adopt(c.rdmaResource)
 			return deviceInfo.Run(ctx, store, devinfo.DefaultInterval)

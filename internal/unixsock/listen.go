@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -125,6 +126,26 @@ func chmodNoFollow(path string, mode fs.FileMode, ifmt uint32) error {
 		return fmt.Errorf("chmod %s: %w", path, err)
 	}
 	return nil
+}
+
+// Owned reports whether the socket file at the listener's path is still the
+// one it created: false once another instance renamed its own over it, or
+// removed it.
+func (l *Listener) Owned() bool {
+	fi, err := os.Lstat(l.path)
+	return err == nil && os.SameFile(fi, l.info)
+}
+
+// Answers reports whether a process accepts connections on the socket at
+// path within timeout: false for a socket file whose listener is gone (a
+// crashed process's), a path that is missing, or anything else.
+func Answers(path string, timeout time.Duration) bool {
+	c, err := net.DialTimeout("unix", path, timeout)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // Close stops listening and removes the socket file if it is still the one

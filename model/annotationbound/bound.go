@@ -24,17 +24,15 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// MaxPodBytes bounds what one pod's allocator annotations keep, together,
-// keys included. The API lets a tenant write 256 KiB of annotations on
-// every pod, and some allocator keys are the pod's own to write
-// (Koordinator's device-allocate-hint) or come in any number (HAMi's, one
-// per vendor word): kept whole, 105 pods with a 255 KiB hint took 26 MiB of
-// every /pods read, more than a read may keep, and every read failed.
-// 64 KiB is more than any scheduler writes for one pod: 256 device ids, the
-// most a pod's annotations may name, are about 52 KiB in the wordiest
-// format (Koordinator's GPU entries), a hint 4 KiB at most. At this bound
-// 250 pods keep at most 16 MiB, within the quarter of the DaemonSet's
-// GOMEMLIMIT a /pods read may keep, so no tenant's annotations fail a read.
+// MaxPodBytes is the most bytes one pod's allocator annotations keep,
+// together, keys included; a key that would take a pod past it is refused
+// as if over its own bound (Bounds.Pod). A tenant may write 256 KiB of annotations on every pod, and
+// some allocator keys are the pod's own to write (Koordinator's
+// device-allocate-hint) or come in any number (HAMi's, one per vendor word):
+// unbounded, a few pods fail every /pods read (docs/limits.md). 64 KiB is
+// more than any scheduler writes for one pod: 256 device ids, the most a
+// pod's annotations may name, are about 52 KiB in the wordiest format
+// (Koordinator's GPU entries), a hint 4 KiB at most.
 const MaxPodBytes = 64 << 10
 
 // Bounds say which annotations a source keeps of each live pod and how

@@ -224,18 +224,17 @@ func OverdraftOf(ctx context.Context) *Overdraft {
 // after its Overdraft found no kubelet call to join.
 func ErrRateLimited() error { return errRateLimited }
 
-// RateLimit returns an interceptor that rejects calls beyond a client's
-// fair share of qps (with burst) before they cost the kubelet anything.
-// qps <= 0 disables it. clk is the clock; nil means the real one.
-//
-// Every method's handler answers only from kubelet calls that concurrent
-// callers share (package upstream), so a call the limit refuses still
-// reaches its handler, with an Overdraft in its context, and is refused
-// there (ErrRateLimited) unless a kubelet call that others made it wait for
-// can answer it. A burst of calls (a Kata shim or Multus per pod being
-// created, asking at once) then costs one or two kubelet calls and none is
-// refused, while a client that floods one call after another is refused as
-// by the kubelet.
+// RateLimit returns an interceptor that never rejects a call itself. A call
+// the limiter allows (within its client's fair share of qps, with burst,
+// or from what the shared bucket has to spare) reaches its handler after a
+// wait of at most maxGlobalWait for a token; any other reaches it with an
+// Overdraft in its context, and the handler refuses it (ErrRateLimited)
+// unless a kubelet call others made answers it. A call whose context ends
+// while it waits fails with the context's code. qps <= 0 disables it; clk
+// nil means the real clock. So a burst of calls (a Kata shim or Multus per
+// pod being created) costs one or two kubelet calls and none is refused,
+// while a client that floods one call after another is refused as by the
+// kubelet.
 func RateLimit(qps float64, burst int, m *metrics.Metrics, clk clock.PassiveClock) grpc.UnaryServerInterceptor {
 	if qps <= 0 {
 		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

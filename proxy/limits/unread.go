@@ -16,17 +16,12 @@ import (
 )
 
 // DefaultMaxUnreadBytes bounds the bytes of answers that clients have not
-// read yet, all together; one client process may hold half of it.
-//
-// An answer gRPC has been handed stays in the daemon's memory until its
-// client reads it (HTTP/2 flow control): a client that stops reading while
-// calling List would otherwise grow the daemon until it is killed. Bounding
-// those bytes, rather than the calls a connection has in flight, lets one
-// connection carry as many concurrent calls as its clients make (64
-// goroutines sharing a connection share one kubelet call instead of eight),
-// while a client that does not read is refused as soon as it holds its
-// share. 32 MiB is about 250 answers of 500 pods beside the daemon's 45 MiB,
-// under its 128 MiB limit.
+// read yet, all together; one client process may hold half of it (Unread
+// says when a call is refused). An answer stays in the daemon's memory
+// until its client reads it (HTTP/2 flow control), so a client that stops
+// reading would otherwise grow the daemon until it is killed; bounding the
+// bytes rather than the calls in flight lets one connection carry as many
+// concurrent calls as its clients make (docs/limits.md).
 const DefaultMaxUnreadBytes = 32 << 20
 
 // grpcPrefix is the length of the header gRPC writes before each message:

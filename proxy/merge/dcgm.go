@@ -61,9 +61,9 @@ func OrderForDCGM(out []byte, t *plans.Table) ([]byte, error) {
 // anchors reports whether the pod under key anchors a shared GPU: its plan
 // in t (the table its answer was just built from) says so.
 func anchors(t *plans.Table, key model.PodKey) bool {
-	rec, ok := t.Pods().Current(key)
+	rec, ok := t.Pods().LiveWithoutRead(key)
 	if !ok {
-		rec, ok = t.Pods().Named(key)
+		rec, ok = t.Pods().KubeletNamed(key)
 	}
 	return ok && t.Plan(rec.UID).Anchors()
 }

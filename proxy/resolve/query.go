@@ -28,24 +28,15 @@ func namesLogs(t *plans.Table) podlogs.Stamp {
 	return e.Stamp
 }
 
-// Query is what one query answers from: a plans table, and the kubelet's
-// pod logs directory as the query found it (one stat, and a read of its
-// entries shared with other queries when it changed since the table's
-// /pods read). A Query is used by one query, from one goroutine.
-//
-// Why the directory. Without a watch, the table's names come from the last
-// /pods read, and a running record answers its name. But the kubelet
-// starts a pod recreated under a name (a StatefulSet's, force-deleted)
-// while its predecessor's sandbox still runs, and makes the new pod's log
-// directory before it asks for the sandbox, so before the CNI ADD that asks
-// for the pod's devices. A name whose newest entry there is another UID
-// than its running record's is not answered from that record: it is a pod
-// being created, which a /pods read answers. On a node where no sandbox
-// began since the read, the stat shows the directory unchanged, and
-// nothing is read. With a watch too: the kubelet sends a pod's event
-// before it makes the pod's directory, but the event may still be on its
-// way; an entry older than what a source last said of the name (a watch
-// event, a sandbox beginning) says nothing new (contradict).
+// Query says which plan answers each pod one query names: from one plans
+// table, and the kubelet's pod logs directory as the query found it (one
+// stat; its entries read, shared, only when it changed since the table's
+// /pods read). A Query is used by one query, from one goroutine. The
+// directory because the kubelet makes a pod's log directory before it asks
+// for the pod's sandbox, so before the CNI ADD that asks for its devices: a
+// name whose newest entry is another UID than the table's running record is
+// a pod recreated under that name, and is not answered from that record
+// (docs/pod-sources.md).
 type Query struct {
 	r    *Resolver
 	t    *plans.Table
@@ -53,7 +44,7 @@ type Query struct {
 }
 
 // Query returns a query on a table that covers everything the store held
-// when it was called (Table).
+// when it was called; its errors are Table's.
 func (r *Resolver) Query(ctx context.Context) (*Query, error) {
 	t, err := r.Table(ctx)
 	if err != nil {
@@ -86,7 +77,7 @@ type checkedLogs struct {
 }
 
 // Checked records that an answer looked every one of its pods up in q's
-// table with what the directory said (Lookup) and needed no read. Until the
+// table with what the directory said (TablePlan) and needed no read. Until the
 // table or the directory changes, the same lookups give the same plans, so
 // later queries let the answers' caches skip them (Fresh): a node whose
 // directory changed since the last /pods read (or that never read /pods:
@@ -97,35 +88,45 @@ func (q *Query) Checked() {
 	}
 }
 
-// Lookup returns the plan a pod is answered with without a read, from
-// q's table and what the pod logs directory says beyond it, and false when
-// they cannot say: the table does not know which pod the name is now, or
-// knows the pod without its spec, or the directory says the name is
-// another pod than the table's running one.
-func (q *Query) Lookup(key model.PodKey) (*plans.Plan, bool) {
-	rec, _, ok := q.r.lookup(q.t, key)
-	if !ok || q.logs.contradict(q.t, key, rec) {
+// TablePlan returns the plan a pod is answered with from q's table alone,
+// and false when the table cannot say (it does not know which pod the name
+// is now, or knows the pod without its spec) or the directory says the name
+// is another pod than the table's running one. It never reads; until the
+// table or the directory changes it gives the same answer, so the answers'
+// caches may keep it (Checked).
+func (q *Query) TablePlan(key model.PodKey) (*plans.Plan, bool) {
+	pods := q.t.Pods()
+	rec, ok := pods.LiveWithoutRead(key)
+	if !ok && q.r.Watched() {
+		// The watch says which pod the name is now, with its spec and
+		// annotations: a pod being created, one stuck before its sandbox
+		// or a finished one costs no read. Without a watch only a read
+		// says whether a name not running is still that pod
+		// (PlanWithoutRead), and the answers' caches keep what TablePlan
+		// answers, so it does not.
+		rec, ok = pods.KubeletNamed(key)
+	}
+	if !ok || !plans.Vettable(rec) || q.logs.contradict(q.t, key, rec) {
 		return nil, false
 	}
 	return q.t.Plan(rec.UID), true
 }
 
-// Find returns the plan a pod is answered with without a read: Lookup's,
-// or else, without a watch, that of the pod the last /pods read gave the
-// name, while the kubelet's pod logs directory shows that no sandbox began
-// on the node since that read began (package podlogs). A pod stuck before
-// its sandbox (a missing Secret) or finished then costs no read per query,
-// and is answered while /pods is down; the query that must not get a
-// predecessor's devices, Multus's or Kata's during the sandbox's creation,
-// comes after the kubelet made the pod's log directory, and reads.
-func (q *Query) Find(key model.PodKey) (*plans.Plan, bool) {
-	if p, ok := q.Lookup(key); ok {
+// PlanWithoutRead returns the plan a pod is answered with without a read,
+// and false when only a read can say: TablePlan's, or else, without a watch, that of the
+// pod the last /pods read gave the name while the pod logs directory shows
+// that no sandbox began on the node since that read began (package podlogs).
+// So a pod stuck before its sandbox, or finished, costs no read per query
+// and is answered while /pods is down; a pod being created has its log
+// directory made before its CNI ADD asks, and is read.
+func (q *Query) PlanWithoutRead(key model.PodKey) (*plans.Plan, bool) {
+	if p, ok := q.TablePlan(key); ok {
 		return p, true
 	}
 	if q.r.o.PodLogs == nil || q.r.Watched() {
-		return nil, false // with a watch, Lookup answered every name it knows
+		return nil, false // with a watch, TablePlan answered every name it knows
 	}
-	rec, ok := q.t.Pods().Named(key)
+	rec, ok := q.t.Pods().KubeletNamed(key)
 	if !ok || !plans.Vettable(rec) || !namesLogs(q.t).Unchanged(q.logs.now) {
 		return nil, false
 	}

@@ -24,18 +24,15 @@ import (
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/state"
-	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
-// Resolver finds the plan of each pod of a kubelet answer. It answers from
-// the current plans.Table when the table says which pod a name is and has
-// its spec; otherwise it waits for a /pods read that started after the
-// query arrived (shared with concurrent queries), because a pod being
-// created (Multus asks during CNI ADD, before the sandbox exists) must be
-// answered with its annotation, and PodResources has no UID to tell a
-// recreated pod from its predecessor. A pod not running that the last read
-// saw is answered from that read while the kubelet's pod logs directory
-// shows that no sandbox began since (Find). It computes and writes nothing.
+// Resolver makes the Queries that say which plan answers each pod of a
+// kubelet answer; it computes and writes nothing. A pod the current table
+// cannot answer waits for a /pods read that started after the query
+// arrived, shared with concurrent queries: a pod being created (Multus asks
+// during CNI ADD, before the sandbox exists) must be answered with its
+// annotation, and PodResources has no UID to tell a recreated pod from its
+// predecessor.
 type Resolver struct {
 	o     Options
 	names *podlogs.NameReader // reads of o.PodLogs's entries, shared
@@ -52,7 +49,7 @@ type Options struct {
 	Plans *plans.Builder
 	// Pods reads /pods, shared between queries; nil: every read fails.
 	Pods *kubeletpods.Reader
-	// PodLogs is the kubelet's pod logs directory (Find); nil: none.
+	// PodLogs is the kubelet's pod logs directory (PlanWithoutRead); nil: none.
 	PodLogs *podlogs.Dir
 	// Watching reports whether a kubelet watch (the Pods API) keeps the
 	// store's names current, so that the pod the kubelet has under a name
@@ -72,7 +69,9 @@ func NewResolver(o Options) *Resolver {
 }
 
 // Table returns a table that covers everything the store held when it was
-// called.
+// called (plans.Builder.At). It fails with Unavailable while the daemon
+// stops, so that clients retry as while it restarts, and otherwise with
+// the wait's error.
 func (r *Resolver) Table(ctx context.Context) (*plans.Table, error) {
 	t, err := r.o.Plans.At(ctx, r.o.Store.Version())
 	if errors.Is(err, plans.ErrStopped) {
@@ -87,48 +86,27 @@ func (r *Resolver) Table(ctx context.Context) (*plans.Table, error) {
 }
 
 // Watched reports whether a kubelet watch keeps the names current, so that
-// a name Lookup does not know is most likely no pod at all.
+// a name TablePlan does not know is most likely no pod at all.
 func (r *Resolver) Watched() bool { return r.o.Watching != nil && r.o.Watching() }
-
-// lookup returns the record a pod is answered with from t alone, and
-// false when t cannot say: it does not know which pod the name is now, or it
-// knows the pod without its spec. live says whether it is a running
-// sandbox's record.
-func (r *Resolver) lookup(t *plans.Table, key model.PodKey) (rec *record.Record, live, ok bool) {
-	pods := t.Pods()
-	rec, ok = pods.Current(key)
-	live = ok
-	if !ok && r.Watched() {
-		// The watch says which pod the name is now, with its spec and
-		// annotations: a pod being created, one stuck before its sandbox
-		// or a finished one costs no read. Without a watch only a read
-		// says whether a name not running is still that pod (Find), and
-		// the answers' caches keep what Lookup answers, so it does not.
-		rec, ok = pods.Named(key)
-	}
-	if !ok || !plans.Vettable(rec) {
-		return nil, false, false
-	}
-	return rec, live, true
-}
 
 // errNoPodsSource is returned when a read is needed but none is configured.
 var errNoPodsSource = errors.New("no kubelet /pods source is configured")
 
-// Plans returns one plan per key, answered from q's table when it could
-// answer every key (Find). Otherwise it reads /pods (a read started after
-// arrived) and answers from a table that covers the read, which becomes
-// q's. It fails with Unavailable when a pod is unknown and /pods cannot be
-// read: an answer silently missing that pod's devices is worse than an
-// error, since Multus would configure the pod's network without its VF and
-// Antrea caches empty answers.
+// Plans returns one plan per key, nil for a pod the kubelet lists that a
+// /pods read shows deleted. It reads /pods (a read started after arrived,
+// shared) only when q's table cannot answer a key without one (PlanWithoutRead), and
+// then answers from a table that covers the read, which becomes q's. It
+// fails with Unavailable when a pod is unknown and /pods cannot be read;
+// it never answers without a pod's devices, since Multus would configure
+// the pod's network without its VF and Antrea caches empty answers. A
+// running record the directory does not contradict still answers when the
+// read fails.
 //
 // For a view whose consumers read device-info files (ReadsDeviceInfo), it
-// returns once the files of the devices the plans hand out are written
-// (plans.Plan.Written), or after DeviceInfoWait: Multus reads a VF's file
-// right after the answer, and only the first answer with a device waits.
+// returns once the files of the plans' devices are written
+// (plans.Plan.Written), or after DeviceInfoWait, never failing for them.
 func (q *Query) Plans(ctx context.Context, keys []model.PodKey, arrived time.Time, v merge.View) ([]*plans.Plan, error) {
-	out, err := q.plans(ctx, keys, arrived)
+	out, err := q.plansNoWait(ctx, keys, arrived)
 	if err != nil {
 		return nil, err
 	}
@@ -159,11 +137,12 @@ func (r *Resolver) waitWritten(ctx context.Context, ps []*plans.Plan) {
 	}
 }
 
-func (q *Query) plans(ctx context.Context, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, error) {
+// plansNoWait is Plans without the wait for device-info files.
+func (q *Query) plansNoWait(ctx context.Context, keys []model.PodKey, arrived time.Time) ([]*plans.Plan, error) {
 	out := make([]*plans.Plan, len(keys))
 	var need []int
 	for i, k := range keys {
-		p, ok := q.Find(k)
+		p, ok := q.PlanWithoutRead(k)
 		if !ok {
 			need = append(need, i)
 			continue
@@ -199,7 +178,7 @@ func (q *Query) plans(ctx context.Context, keys []model.PodKey, arrived time.Tim
 		return nil, err
 	}
 	for i, k := range keys {
-		if p, ok := q.Lookup(k); ok {
+		if p, ok := q.TablePlan(k); ok {
 			out[i] = p
 			continue
 		}

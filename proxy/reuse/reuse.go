@@ -78,7 +78,7 @@ type Part struct {
 }
 
 // Resolve returns the plan a pod is answered with from a table alone, and
-// false when the table cannot say (resolve.Query.Lookup).
+// false when the table cannot say (resolve.Query.TablePlan).
 type Resolve func(model.PodKey) (*plans.Plan, bool)
 
 // Store caches the rebuilt pods. Each is checked against the table at its

@@ -18,16 +18,12 @@ import (
 // own deadlines; the call goes on for the others.
 const sharedTimeout = 30 * time.Second
 
-// callInterval paces a method's calls while callers keep it busy
-// (coalesce.Options.MinInterval): the kubelet's rate limit, 100 calls a
-// second, as an interval. Back to back, calls that take a millisecond or
-// two served only the few callers that arrived during each, so 64
-// goroutines polling over one connection (whose answers arrive one after
-// another, not at once) cost the kubelet 150 to 300 calls a second, 0.13 to
-// 0.19 per List (the benchmark report's one-connection column); paced, 90
-// to 150 a second, 0.04 to 0.06 per List, each caller waiting at most 10 ms
-// more. A caller that finds no call in flight (a client polling alone) is
-// never delayed.
+// callInterval is the least time between the starts of a method's calls
+// while callers keep it busy (coalesce.Options.MinInterval): the kubelet's
+// rate limit, 100 calls a second, as an interval. A caller waits at most
+// this much more; one that finds no call in flight (a client polling alone)
+// is never delayed. Paced, more callers share each call
+// (docs/performance.md, "What the mechanisms buy").
 const callInterval = 10 * time.Millisecond
 
 // Shared lets concurrent callers of one method share its work: a kubelet

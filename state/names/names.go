@@ -134,7 +134,7 @@ func (t *Table) List(asOf time.Time, evidence Evidence, pods []model.KubeletPod)
 // changed. The time changes only with the UID: a later word that the name
 // is still the same pod (a watch event of its status) says nothing new, and
 // must not hide what happened to the name in between (a successor's log
-// directory, merge.contradict). live reports whether a live record of a
+// directory, resolve.logs.contradict). live reports whether a live record of a
 // name remains (see Prune).
 func (t *Table) Note(key model.PodKey, uid string, now time.Time, live func(model.PodKey) bool) bool {
 	if t.uids == nil {

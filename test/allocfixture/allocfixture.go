@@ -1,8 +1,7 @@
 // Package allocfixture loads the allocation fixtures that the schedulers' own
-// encoding code wrote (../shared/fixtures/allocators beside the repository:
-// see its README), so that the decoder tests and the end-to-end tests read
-// the same cases and a fixture dropped into that folder is tested without a
-// code change. It is test support only: nothing in the daemon imports it.
+// encoding code wrote (testdata/allocators: see its README), so that the
+// decoder tests and the end-to-end tests read the same cases and a fixture
+// dropped into that folder is tested without a code change. It is test support only: nothing in the daemon imports it.
 package allocfixture
 
 import (
@@ -19,14 +18,14 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
-// Dir is the fixtures' folder relative to the module root. CI checks the
-// shared folder out beside the repository.
-const Dir = "../shared/fixtures/allocators"
+// Dir, relative to the module root, holds the fixtures the schedulers' own
+// code wrote, one folder per scheduler (testdata/allocators/README.md).
+const Dir = "test/allocfixture/testdata/allocators"
 
 // RepoDir, relative to the module root, holds more fixtures in the same
 // format (testdata/README.md): annotations derived from the writers' own
-// code paths where the shared folder has none (Volcano's vNPU, HAMi's AWS
-// Neuron, TensorFusion's partitions). Load reads both.
+// code paths where Dir has none (Volcano's vNPU, HAMi's AWS Neuron,
+// TensorFusion's partitions). Load reads both.
 const RepoDir = "test/allocfixture/testdata"
 
 // Case is one fixture: one pod, its annotations, and what v1 List must show.
@@ -43,7 +42,7 @@ type Case struct {
 	Allocated   []Entry           `json:"allocated"`
 	Expect      []Entry           `json:"expect"`
 	// Attribution is "exact" (the annotation says which container gets
-	// what, compared position by position) or "policy" (DESIGN.md's policy
+	// what, compared position by position) or "policy" (docs/design.md's policy
 	// chooses, compared as a set per container).
 	Attribution string `json:"expectAttribution"`
 	Notes       string `json:"notes"`
@@ -128,8 +127,8 @@ func BaseID(id string) string {
 }
 
 // Load reads every fixture under the module root's Dir. A missing folder
-// is an error, never an empty list: CI always has it, and a test that
-// silently checked nothing would look green.
+// is an error, never an empty list: a test that silently checked nothing
+// would look green.
 func Load() ([]Case, error) {
 	root, err := moduleRoot()
 	if err != nil {
@@ -137,7 +136,7 @@ func Load() ([]Case, error) {
 	}
 	dir := filepath.Join(root, filepath.FromSlash(Dir))
 	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("allocation fixtures: %w (the shared folder must sit beside the repository, as in CI)", err)
+		return nil, fmt.Errorf("allocation fixtures: %w (the fixtures are part of the repository: is the checkout complete?)", err)
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*", "*.json"))
 	if err != nil {

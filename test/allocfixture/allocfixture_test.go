@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// A checkout without the shared folder beside it fails loudly: a test that
-// found no fixtures must not pass as if it had checked them.
-func TestLoadFailsWithoutTheSharedFolder(t *testing.T) {
+// A checkout without the fixtures fails loudly: a test that found no
+// fixtures must not pass as if it had checked them.
+func TestLoadFailsWithoutTheFixtures(t *testing.T) {
 	root := t.TempDir()
 	repo := filepath.Join(root, "repo")
 	if err := os.MkdirAll(filepath.Join(repo, "pkg"), 0o755); err != nil {
@@ -20,7 +20,7 @@ func TestLoadFailsWithoutTheSharedFolder(t *testing.T) {
 	}
 	t.Chdir(filepath.Join(repo, "pkg"))
 	_, err := Load()
-	if err == nil || !strings.Contains(err.Error(), "must sit beside the repository") {
+	if err == nil || !strings.Contains(err.Error(), "is the checkout complete") {
 		t.Errorf("Load = %v; want an error saying where the fixtures belong", err)
 	}
 }

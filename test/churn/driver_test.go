@@ -38,7 +38,7 @@ type driver struct {
 
 // device is a GPU or an RDMA VF, and the annotation koord-scheduler
 // writes for a pod it gives it (the shapes of the Koordinator fixtures in
-// ../shared/fixtures/allocators).
+// test/allocfixture/testdata/allocators).
 type device struct {
 	id         string
 	annotation string

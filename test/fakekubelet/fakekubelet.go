@@ -241,7 +241,7 @@ func (k *Kubelet) SetFixedOrder(fixed bool) {
 	k.mu.Unlock()
 }
 
-// SetPrebuiltList makes v1 List answer as ../shared/listbench's fake
+// SetPrebuiltList makes v1 List answer as listbench's fake
 // kubelet does (true): from each pod's answer built once, until the pod
 // changes, only the pods' order new on every call. The real kubelet builds
 // every answer anew, and so does this fake by default; a kubelet that

@@ -2,7 +2,7 @@
 // its own: a raw gRPC pass-through that forwards every unary call on
 // --socket to the PodResources socket --upstream as bytes, decoding
 // nothing, the least any proxy on that path can do. It is a small program
-// of its own, as the pass-through of ../shared/listbench is, so that it runs
+// of its own, as the pass-through of listbench is, so that it runs
 // from a file whose code the report's process (its clients and fake
 // kubelets) has not just run, as podres-proxy does (docs/performance.md,
 // "Two floors").
