@@ -729,8 +729,9 @@ func rolloutUnderLoad(t *testing.T, namespace string, roll func() error) {
 			readyAt = c.LastTransitionTime.Time
 		}
 	}
+	checkedAt := time.Now()
 	poll(t, time.Minute, "ten right answers in a row from the new daemon", func() error {
-		return rightInARow(t, consumer, want, time.Now(), 10)
+		return rightInARow(t, consumer, want, checkedAt, 10)
 	})
 	records := consumerRecords(t, consumer)
 	var errs, wrong int
