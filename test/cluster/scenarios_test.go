@@ -657,8 +657,11 @@ func rolloutUnderLoad(t *testing.T, namespace string, roll func() error) {
 
 	// Pods holding a VF, one every 500 ms, for the whole rollout: each one's
 	// CNI ADD asks the socket while it changes hands.
+	// They start 2 s before the update, so that sandboxes are being set up
+	// while the socket changes hands.
 	creator := startCreator(t)
 	t.Cleanup(creator.deleteAll)
+	time.Sleep(2 * time.Second)
 
 	source := h.source
 	retireDaemon()
@@ -681,14 +684,15 @@ func rolloutUnderLoad(t *testing.T, namespace string, roll func() error) {
 		})
 		time.Sleep(time.Second)
 	}
+	goneAt := time.Now()
 	created := creator.stop()
 	if err != nil {
 		desc, _ := kubectl("-n", namespace, "describe", "pods")
 		t.Fatalf("kubectl rollout status: %v\n%s\n%s", err, out, desc)
 	}
-	t.Logf("rollout: set image at %s, rollout status returned after %s, the old pod gone after %s; %d pods created meanwhile",
+	t.Logf("rollout: set image at %s, rollout status returned after %s, the old pod gone after %s; %d pods created from 2 s before",
 		setAt.Format(time.TimeOnly+".000"), rolledAt.Sub(setAt).Round(time.Millisecond),
-		time.Since(setAt).Round(time.Millisecond), len(created))
+		goneAt.Add(-time.Second).Sub(setAt).Round(time.Millisecond), len(created))
 	useSource(t, namespace, source)
 	updated := daemonPod(t, namespace)
 	if updated.UID == old.UID || updated.Spec.Containers[0].Image != rolloutImage {
@@ -710,6 +714,26 @@ func rolloutUnderLoad(t *testing.T, namespace string, roll func() error) {
 			}
 			seen[vf] = pod.Name
 		}
+	}
+	// The check proves something only if CNI ADDs asked while the socket
+	// changed hands: between the update and the old pod's end.
+	adds, err := probeRecords()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[string]bool{}
+	for _, c := range created {
+		ours[string(c.UID)] = true
+	}
+	during := 0
+	for _, r := range adds {
+		if r.Command == "ADD" && ours[r.UID] && !r.Time.Before(setAt) && r.Time.Before(goneAt) {
+			during++
+		}
+	}
+	t.Logf("%d of the %d pods' CNI ADDs ran between the update and the old pod's end", during, len(created))
+	if during == 0 {
+		t.Error("no CNI ADD ran during the rollout: the check proves nothing")
 	}
 	events, err := h.client.CoreV1().Events(testNamespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedCreatePodSandBox"})
 	if err != nil {
