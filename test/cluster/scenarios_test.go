@@ -402,7 +402,7 @@ func TestBaseBecomesReadyAndReadsThePodsOfTheKubelet(t *testing.T) {
 	} else {
 		t.Log(out)
 	}
-	// Ready means the readiness probe (/readyz on 127.0.0.1:9477) passed.
+	// Ready means the readiness probe (/podres-proxy probe readyz, on the pod's own probe socket) passed.
 	if out, err := kubectl("-n", "podres-proxy", "rollout", "status", "daemonset/podres-proxy", "--timeout=180s"); err != nil {
 		out2, _ := kubectl("-n", "podres-proxy", "describe", "pods")
 		t.Fatalf("%v\n%s", err, out2)
