@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"google.golang.org/grpc/codes"
@@ -189,7 +190,7 @@ func seriesNames(expr string, served map[string]bool) ([]string, []*parser.Vecto
 		}
 		sels = append(sels, vs)
 		for _, m := range vs.LabelMatchers {
-			if m.Name != labels.MetricName {
+			if m.Name != model.MetricNameLabel {
 				continue
 			}
 			if m.Type == labels.MatchEqual {
