@@ -10,13 +10,14 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-// inMemoryDeploy copies deploy/'s YAML files into an in-memory file system
-// under /deploy, with edit applied to each file's content.
+// inMemoryDeploy copies deploy/'s YAML and JSON files (the dashboard) into
+// an in-memory file system under /deploy, with edit applied to each file's
+// content.
 func inMemoryDeploy(t *testing.T, edit func(path, content string) string) filesys.FileSystem {
 	t.Helper()
 	mem := filesys.MakeFsInMemory()
 	err := filepath.WalkDir(deployDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".json")) {
 			return err
 		}
 		data, err := os.ReadFile(path)

@@ -61,6 +61,7 @@ var newTyped = map[string]func() any{
 	"rbac.authorization.k8s.io/v1/ClusterRole":        func() any { return &rbacv1.ClusterRole{} },
 	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": func() any { return &rbacv1.ClusterRoleBinding{} },
 	"scheduling.k8s.io/v1/PriorityClass":              func() any { return &schedulingv1.PriorityClass{} },
+	"monitoring.coreos.com/v1/PrometheusRule":         func() any { return &prometheusRule{} },
 }
 
 // deployDir is this package's directory: the tests run in it.
@@ -276,6 +277,7 @@ func TestEveryKustomizationRendersIntoKnownTypes(t *testing.T) {
 		"testdata/all-components",
 		"testdata/admission-policy",
 		"testdata/dra-legacy-view",
+		"testdata/monitoring",
 	} {
 		if !slices.Contains(dirs, want) {
 			t.Errorf("%s was not rendered (rendered: %v)", want, dirs)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (the README's, and what CI runs):
 #   formatting, vet, staticcheck and shellcheck, unit tests with the race detector (from a copy of
-#   the work tree with nothing beside it, as a user's clone has nothing beside it), a short fuzzing
+#   the work tree with nothing beside it, as a user's clone has nothing beside it), promtool's
+#   check and unit tests of the alert rules (deploy/components/monitoring), a short fuzzing
 #   pass over every decoder, a smoke run of the List benchmark report, then, when run as root, the
 #   real-node end-to-end suite twice, on kubelet 1.37 with its Pods API on by default and on kubelet
 #   1.36 with the PodsAPI gate off (it builds and starts containerd and each kubelet; see
@@ -41,7 +42,7 @@ fi
 # plugins, iptables/iproute2 for the bridge network, jq and curl for the node
 # scripts, and openssl for the cluster suite's throw-away CA. As root (CI, a
 # fresh box) the missing ones are installed; otherwise the command is shown.
-# Go tools (staticcheck) are pinned in go.mod and built by `go tool`.
+# Go tools (staticcheck, deadcode, promtool) are pinned in go.mod and built by `go tool`.
 packages=(git shellcheck)
 if [[ $(id -u) -eq 0 ]]; then
 	packages+=(ca-certificates runc containernetworking-plugins iptables iproute2 jq curl openssl)
@@ -132,6 +133,18 @@ checks() {
 	alone=$(alone_copy)
 	echo "in $alone"
 	(cd "$alone" && go test -race -count=1 ./...)
+
+	# The alerts of deploy/components/monitoring (the chart's are the same; deploy/'s tests check
+	# it), with promtool pinned by go.mod's tool directive: its rule groups, taken out of the
+	# PrometheusRule object into the plain rule file promtool reads, checked and unit-tested
+	# (each alert fires on its input series and stays silent on a quiet node's).
+	step "alert rules: promtool check rules, promtool test rules"
+	rules=$(mktemp -d)
+	go run ./hack/promrules deploy/components/monitoring/prometheusrule.yaml >"$rules/podres-proxy.rules.yaml"
+	cp deploy/components/monitoring/prometheusrule.test.yaml "$rules/"
+	go tool promtool check rules "$rules/podres-proxy.rules.yaml"
+	go tool promtool test rules "$rules/prometheusrule.test.yaml"
+	rm -rf "$rules"
 
 	# The packages whose tests wait on servers, deadlines and background writers
 	# run again while a busy loop occupies every core, so a test that only passes
