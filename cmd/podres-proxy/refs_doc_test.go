@@ -287,6 +287,9 @@ func (r *repo) checkPath(dir, p string) (string, bool) {
 		}
 	}
 	first, _, _ := strings.Cut(p, "/")
+	if strings.HasPrefix(first, "_") || strings.HasPrefix(first, ".") {
+		return "", true // build output (_output) and hidden folders: made by builds, not kept
+	}
 	for _, base := range []string{".", dir} {
 		if fi, err := os.Stat(filepath.Join(r.root, base, first)); err != nil || !fi.IsDir() {
 			continue
