@@ -2,7 +2,6 @@ package churn
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/nriruntime"
 	"github.com/podres-proxy/podres-proxy/test/podsapitest"
 	"github.com/podres-proxy/podres-proxy/test/poll"
 )
@@ -19,14 +19,8 @@ import (
 const clients = 8
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "churn-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	serveBinary.Remove()
 	os.Exit(code)
 }
 
@@ -61,7 +55,7 @@ func churn(t *testing.T, podsAPI bool) {
 		t.Cleanup(api.Stop)
 		apiSocket = api.Socket()
 	}
-	rt := startRuntime(t, dir)
+	rt := nriruntime.Start(t, dir, "churn-runtime")
 	n := newNode(k, api, rt)
 	d := newDriver(n, seed)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,13 +72,13 @@ func churn(t *testing.T, podsAPI bool) {
 		"--kubelet-pod-logs-dir", k.PodLogsDir,
 		"--state-dir", filepath.Join(dir, "state"),
 		"--device-info-dir", filepath.Join(dir, "devinfo"),
-		"--nri-socket", rt.socket,
+		"--nri-socket", rt.Socket,
 		"--cri-socket", "",
 		"--rate-limit-qps", "0", // 8 clients polling without pause
 		"--device-cr=false",
 		"--sysfs-root", "",
 	)
-	poll.Until(t, "serve's NRI plugin to connect", func() bool { return rt.plugins.Load() == 1 })
+	poll.Until(t, "serve's NRI plugin to connect", func() bool { return rt.Plugins() == 1 })
 
 	c := &checker{n: n, seed: seed, socket: socket}
 	var wg sync.WaitGroup
@@ -110,7 +104,7 @@ func churn(t *testing.T, podsAPI bool) {
 		source = "the Pods API"
 	}
 	t.Logf("churn, serve reading %s: %s; %d node changes %v, %d NRI events lost to the kill; serve killed (SIGKILL) and restarted once; seed %d",
-		source, c.summary(), d.steps.Load(), d.actions, rt.failed.Load(), seed)
+		source, c.summary(), d.steps.Load(), d.actions, rt.Failed(), seed)
 	if c.checked.Load() == 0 {
 		t.Error("no answer was checked")
 	}

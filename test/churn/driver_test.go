@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/nriruntime"
 )
 
 // driver changes the node as a busy node changes: pods admitted (pending,
@@ -162,8 +163,8 @@ func (d *driver) start(ctx context.Context, in *incarnation) {
 
 func (d *driver) startPod(ctx context.Context, in *incarnation) {
 	d.n.k.BeginSandbox(namespace, in.name, in.uid)
-	in.sandbox, in.ctr = sandboxOf(namespace, in.name, in.uid, in.pod.Annotations)
-	d.n.rt.runSandbox(ctx, in.sandbox, in.ctr)
+	in.sandbox, in.ctr = nriruntime.SandboxOf(namespace, in.name, in.uid, in.pod.Annotations)
+	d.n.rt.RunSandbox(ctx, in.sandbox, in.ctr)
 	d.n.setRunning(in)
 	d.running = append(d.running, in)
 }
@@ -174,9 +175,9 @@ func (d *driver) startPod(ctx context.Context, in *incarnation) {
 func (d *driver) delete(ctx context.Context, in *incarnation) {
 	d.n.begin(in.name)
 	defer d.n.end(in.name)
-	d.n.rt.stopSandbox(ctx, in.sandbox, in.ctr)
+	d.n.rt.StopSandbox(ctx, in.sandbox, in.ctr)
 	d.n.unlist(in)
-	d.n.rt.removeSandbox(ctx, in.sandbox, in.ctr)
+	d.n.rt.RemoveSandbox(ctx, in.sandbox, in.ctr)
 	d.gone(in)
 }
 
@@ -204,8 +205,8 @@ func (d *driver) recreate(ctx context.Context, in *incarnation) {
 func (d *driver) teardown(ctx context.Context, in *incarnation) {
 	d.n.begin(in.name)
 	defer d.n.end(in.name)
-	d.n.rt.stopSandbox(ctx, in.sandbox, in.ctr)
-	d.n.rt.removeSandbox(ctx, in.sandbox, in.ctr)
+	d.n.rt.StopSandbox(ctx, in.sandbox, in.ctr)
+	d.n.rt.RemoveSandbox(ctx, in.sandbox, in.ctr)
 	d.gone(in)
 }
 

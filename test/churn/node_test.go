@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/nriruntime"
 	"github.com/podres-proxy/podres-proxy/test/podsapitest"
 )
 
@@ -80,7 +81,7 @@ type history struct {
 type node struct {
 	k   *fk.Kubelet
 	api *podsapitest.Server // nil: a kubelet without the Pods API
-	rt  *runtime
+	rt  *nriruntime.Runtime
 
 	mu        sync.Mutex
 	state     uint64      // bumped at every change of what the kubelet lists
@@ -91,7 +92,7 @@ type node struct {
 	recreated []string       // names recreated lately, newest last
 }
 
-func newNode(k *fk.Kubelet, api *podsapitest.Server, rt *runtime) *node {
+func newNode(k *fk.Kubelet, api *podsapitest.Server, rt *nriruntime.Runtime) *node {
 	return &node{k: k, api: api, rt: rt, names: map[string]*history{}, at: []time.Time{time.Now()}}
 }
 

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,23 +33,9 @@ type serve struct {
 	starts  int
 }
 
-// binDir holds the binary the package's tests share; TestMain removes it.
-var binDir string
-
-// serveBinary builds cmd/podres-proxy once, with the race detector when the
-// test runs with it, so that serve's own races fail the run too.
-var serveBinary = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(binDir, "podres-proxy")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(e2eutil.GoBin(), append(args, "../../cmd/podres-proxy")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building podres-proxy: %w\n%s", err, out)
-	}
-	return bin, nil
-})
+// serveBinary is podres-proxy, built once for the package's tests; TestMain
+// removes it.
+var serveBinary = &e2eutil.Build{Pkg: "../../cmd/podres-proxy", Race: raceEnabled}
 
 // freeAddr returns a loopback address nothing listens on now.
 func freeAddr(t testing.TB) string {
@@ -75,7 +60,7 @@ func startServe(t *testing.T, dir string, podsAPI bool, flags ...string) *serve 
 
 func (s *serve) start(t *testing.T) {
 	t.Helper()
-	bin, err := serveBinary()
+	bin, err := serveBinary.Path()
 	if err != nil {
 		t.Fatal(err)
 	}

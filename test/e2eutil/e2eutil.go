@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -183,4 +184,50 @@ func Enabled(suite, needsRootFor string) (bool, error) {
 		return false, fmt.Errorf("PODRES_E2E=1 needs root (%s)", needsRootFor)
 	}
 	return true, nil
+}
+
+// Build builds a command of the repository at most once for a test binary,
+// into a directory of its own that Remove deletes (call it after m.Run in
+// TestMain). With Race, the binary has the race detector, so that the
+// command's own races fail the test too.
+type Build struct {
+	// Pkg is the command's package path, relative to the test's directory
+	// (as "../../cmd/podres-proxy").
+	Pkg  string
+	Race bool
+
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// Path builds the command on the first call and returns its path, or why it
+// could not be built.
+func (b *Build) Path() (string, error) {
+	b.once.Do(func() {
+		b.dir, b.err = os.MkdirTemp("", "podres-bin-")
+		if b.err != nil {
+			return
+		}
+		bin := filepath.Join(b.dir, filepath.Base(b.Pkg))
+		args := []string{"build", "-o", bin}
+		if b.Race {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command(GoBin(), append(args, b.Pkg)...).CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("building %s: %w\n%s", b.Pkg, err, out)
+			return
+		}
+		b.bin = bin
+	})
+	return b.bin, b.err
+}
+
+// Remove deletes what Path built.
+func (b *Build) Remove() {
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/state/persist"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/nriruntime"
 	"github.com/podres-proxy/podres-proxy/test/poll"
 )
 
@@ -42,14 +43,8 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "handover-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	serveBinary.Remove()
 	os.Exit(code)
 }
 
@@ -78,7 +73,7 @@ func handover(t *testing.T, stop syscall.Signal) {
 		os.RemoveAll(dir)
 	})
 	k := fk.Start(t, dir)
-	rt := startRuntime(t, dir)
+	rt := nriruntime.Start(t, dir, "handover-runtime")
 	n := newNode(k, rt)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -97,7 +92,7 @@ func handover(t *testing.T, stop syscall.Signal) {
 		"--kubelet-pod-logs-dir", k.PodLogsDir,
 		"--state-dir", stateDir,
 		"--device-info-dir", filepath.Join(dir, "devinfo"),
-		"--nri-socket", rt.socket,
+		"--nri-socket", rt.Socket,
 		"--cri-socket", "",
 		"--rate-limit-qps", "0", // clients polling every few milliseconds
 		"--device-cr=false",
@@ -110,7 +105,7 @@ func handover(t *testing.T, stop syscall.Signal) {
 
 	a := startInstance(t, dir, "a", flags...)
 	a.awaitReady(t)
-	poll.UntilWith(t, "A's NRI plugin to register", func() bool { return rt.plugins.Load() == 1 }, a.logTail)
+	poll.UntilWith(t, "A's NRI plugin to register", func() bool { return rt.Plugins() == 1 }, a.logTail)
 	aRegistered := time.Now()
 	aSocket := inode(socket)
 
@@ -130,7 +125,7 @@ func handover(t *testing.T, stop syscall.Signal) {
 				return false
 			}
 		}
-		return rt.relayedSince(aRegistered) >= 40
+		return rt.RelayedSince(aRegistered) >= 40
 	})
 
 	// The surge pod: the same flags on the same state directory, socket
@@ -143,7 +138,7 @@ func handover(t *testing.T, stop syscall.Signal) {
 	if bSocket == aSocket || bSocket == 0 {
 		t.Fatalf("B is ready but the socket path is not its own (inode %d, A's %d)\n%s", bSocket, aSocket, b.logTail())
 	}
-	poll.UntilWith(t, "B's NRI plugin to register beside A's", func() bool { return rt.plugins.Load() == 2 }, b.logTail)
+	poll.UntilWith(t, "B's NRI plugin to register beside A's", func() bool { return rt.Plugins() == 2 }, b.logTail)
 	b.awaitLog(t, "waiting to become the writer of the state directory")
 
 	// The overlap: a pod's sandbox starts, another's is removed; both
@@ -156,7 +151,7 @@ func handover(t *testing.T, stop syscall.Signal) {
 		t.Fatal(err)
 	}
 	poll.Until(t, "every client dialing per call to be answered after B was ready, and 20 NRI events in the overlap", func() bool {
-		return c.allSince(bReady, true) && rt.relayedSince(bReady) >= 20
+		return c.allSince(bReady, true) && rt.RelayedSince(bReady) >= 20
 	})
 
 	// A's end: once A left NRI, a pod's sandbox starts and another's is
@@ -167,7 +162,7 @@ func handover(t *testing.T, stop syscall.Signal) {
 	// go, and must keep them when it takes the directory over.
 	signalled := time.Now()
 	a.signal(t, stop)
-	poll.UntilWith(t, "A to leave NRI", func() bool { return rt.plugins.Load() == 1 }, a.logTail)
+	poll.UntilWith(t, "A to leave NRI", func() bool { return rt.Plugins() == 1 }, a.logTail)
 	aLeft := time.Now()
 	aHeld := false
 	if stop == syscall.SIGTERM {
@@ -272,7 +267,7 @@ func handover(t *testing.T, stop syscall.Signal) {
 	c.mu.Unlock()
 
 	// The NRI events.
-	nri := nriRoundTrips(rt.log(), aRegistered, bStarted, aExited)
+	nri := nriRoundTrips(rt.Log(), aRegistered, bStarted, aExited)
 	if nri.pre == 0 {
 		t.Fatal("no NRI event was relayed to A alone before B started")
 	}
@@ -435,19 +430,19 @@ type roundTrips struct {
 // nriRoundTrips sorts the events into before B started (from A's
 // registration on), during the overlap and A's end (any part of it from
 // B's start to A's exit), and after.
-func nriRoundTrips(events []event, aRegistered, bStarted, aExited time.Time) roundTrips {
+func nriRoundTrips(events []nriruntime.Event, aRegistered, bStarted, aExited time.Time) roundTrips {
 	var r roundTrips
 	var pre, during []time.Duration
 	for _, e := range events {
 		switch {
-		case e.start.Before(aRegistered):
-		case e.end.Before(bStarted):
-			pre = append(pre, e.took())
-		case e.start.Before(aExited):
-			during = append(during, e.took())
-			if e.took() > r.duringMax {
-				r.duringMax = e.took()
-				r.duringMaxEvent = fmt.Sprintf("%s of %s at %s", e.name, e.pod, clock(e.start))
+		case e.Start.Before(aRegistered):
+		case e.End.Before(bStarted):
+			pre = append(pre, e.Took())
+		case e.Start.Before(aExited):
+			during = append(during, e.Took())
+			if e.Took() > r.duringMax {
+				r.duringMax = e.Took()
+				r.duringMaxEvent = fmt.Sprintf("%s of %s at %s", e.Name, e.Pod, clock(e.Start))
 			}
 		default:
 			r.post++
@@ -458,14 +453,14 @@ func nriRoundTrips(events []event, aRegistered, bStarted, aExited time.Time) rou
 	r.duringMedian = median(during)
 	r.bound = nriFactor*r.median + nriSlack
 	for _, e := range events {
-		if e.start.Before(aRegistered) || e.end.Before(bStarted) || !e.start.Before(aExited) {
+		if e.Start.Before(aRegistered) || e.End.Before(bStarted) || !e.Start.Before(aExited) {
 			continue
 		}
-		if e.took() > r.bound {
-			r.slow = append(r.slow, fmt.Sprintf("%s of %s at %s took %v", e.name, e.pod, clock(e.start), e.took()))
+		if e.Took() > r.bound {
+			r.slow = append(r.slow, fmt.Sprintf("%s of %s at %s took %v", e.Name, e.Pod, clock(e.Start), e.Took()))
 		}
-		if e.err != nil {
-			r.failed = append(r.failed, fmt.Sprintf("%s of %s at %s failed: %v", e.name, e.pod, clock(e.start), e.err))
+		if e.Err != nil {
+			r.failed = append(r.failed, fmt.Sprintf("%s of %s at %s failed: %v", e.Name, e.Pod, clock(e.Start), e.Err))
 		}
 	}
 	return r

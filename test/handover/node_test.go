@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
+	"github.com/podres-proxy/podres-proxy/test/nriruntime"
 )
 
 // The node: the fake kubelet (PodResources and /pods) and the NRI runtime,
@@ -45,7 +46,7 @@ type pod struct {
 
 type node struct {
 	k  *fk.Kubelet
-	rt *runtime
+	rt *nriruntime.Runtime
 
 	mu     sync.Mutex
 	listed []*pod          // what the kubelet lists, in admission order
@@ -54,7 +55,7 @@ type node struct {
 	uids   int
 }
 
-func newNode(k *fk.Kubelet, rt *runtime) *node {
+func newNode(k *fk.Kubelet, rt *nriruntime.Runtime) *node {
 	return &node{k: k, rt: rt, known: map[string]*pod{}}
 }
 
@@ -138,8 +139,8 @@ func (n *node) admit(p *pod) {
 // sandbox and container through NRI, then Running.
 func (n *node) start(ctx context.Context, p *pod) {
 	n.k.BeginSandbox(namespace, p.name, p.uid)
-	p.sandbox, p.ctr = sandboxOf(namespace, p.name, p.uid, p.fk.Annotations)
-	n.rt.runSandbox(ctx, p.sandbox, p.ctr)
+	p.sandbox, p.ctr = nriruntime.SandboxOf(namespace, p.name, p.uid, p.fk.Annotations)
+	n.rt.RunSandbox(ctx, p.sandbox, p.ctr)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p.fk.Status.Phase = corev1.PodRunning
@@ -150,12 +151,12 @@ func (n *node) start(ctx context.Context, p *pod) {
 // sandbox stop, the kubelet forgets it, the runtime removes the sandbox,
 // its log directory goes.
 func (n *node) remove(ctx context.Context, p *pod) error {
-	n.rt.stopSandbox(ctx, p.sandbox, p.ctr)
+	n.rt.StopSandbox(ctx, p.sandbox, p.ctr)
 	n.mu.Lock()
 	n.listed = slices.DeleteFunc(n.listed, func(l *pod) bool { return l == p })
 	n.publish()
 	n.mu.Unlock()
-	n.rt.removeSandbox(ctx, p.sandbox, p.ctr)
+	n.rt.RemoveSandbox(ctx, p.sandbox, p.ctr)
 	if err := os.RemoveAll(filepath.Join(n.k.PodLogsDir, namespace+"_"+p.name+"_"+p.uid)); err != nil {
 		return fmt.Errorf("removing the log directory of %s: %w", p.name, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,27 +19,13 @@ import (
 	"github.com/podres-proxy/podres-proxy/test/poll"
 )
 
-// binDir holds the binary the package's tests share; TestMain removes it.
-var binDir string
-
-// serveBinary builds cmd/podres-proxy once, with the race detector when the
-// test runs with it, so that serve's own races fail the run too.
-var serveBinary = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(binDir, "podres-proxy")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(e2eutil.GoBin(), append(args, "../../cmd/podres-proxy")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building podres-proxy: %w\n%s", err, out)
-	}
-	return bin, nil
-})
+// serveBinary is podres-proxy, built once for the package's tests; TestMain
+// removes it.
+var serveBinary = &e2eutil.Build{Pkg: "../../cmd/podres-proxy", Race: raceEnabled}
 
 func binary(t *testing.T) string {
 	t.Helper()
-	bin, err := serveBinary()
+	bin, err := serveBinary.Path()
 	if err != nil {
 		t.Fatal(err)
 	}

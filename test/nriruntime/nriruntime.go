@@ -1,4 +1,12 @@
-package handover
+// Package nriruntime is the container runtime's side of NRI for tests that
+// run serve as a process: nri's own adaptation on a real socket, which
+// serve's plugin dials as it dials containerd's. Each event is relayed as
+// containerd relays it, holding off a plugin's Synchronize meanwhile
+// (BlockPluginSync), and a plugin that connects is sent every sandbox and
+// container that exists then. Every event's round trip, from the runtime's
+// wish to relay it to the adaptation's return (what a container's start
+// waits for), is kept.
+package nriruntime
 
 import (
 	"context"
@@ -15,43 +23,43 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// runtime is the container runtime's side of NRI: nri's own adaptation on
-// a real socket, which both instances' plugins dial as they dial
-// containerd's. Each event is relayed as containerd relays it, holding off
-// a plugin's Synchronize meanwhile (BlockPluginSync), and a plugin that
-// connects is sent every sandbox and container that exists then. Every
-// event's round trip, from the runtime's wish to relay it to the
-// adaptation's return (what a container's start waits for), is kept.
-type runtime struct {
-	socket  string
+// Runtime relays a test's pods to the plugins registered on its socket.
+type Runtime struct {
+	// Socket is the NRI socket, serve's --nri-socket.
+	Socket string
+
 	nri     *adaptation.Adaptation
 	plugins atomic.Int64 // plugins registered
 
 	mu     sync.Mutex
 	pods   map[string]*api.PodSandbox // by sandbox id
 	ctrs   map[string]*api.Container  // by container id
-	events []event
+	events []Event
 }
 
-// event is one relayed event's round trip.
-type event struct {
-	name       string
-	pod        string
-	start, end time.Time
-	err        error
+// Event is one relayed event's round trip. Err is a plugin's failure of
+// it: the runtime's loss, not the pod's, as containerd goes on.
+type Event struct {
+	Name       string
+	Pod        string
+	Start, End time.Time
+	Err        error
 }
 
-func (e event) took() time.Duration { return e.end.Sub(e.start) }
+// Took is the event's round trip.
+func (e Event) Took() time.Duration { return e.End.Sub(e.Start) }
 
-func startRuntime(t *testing.T, dir string) *runtime {
+// Start starts a runtime named name with its socket and plugin directories
+// in dir; the test's end stops it.
+func Start(t testing.TB, dir, name string) *Runtime {
 	t.Helper()
 	logrus.SetLevel(logrus.ErrorLevel) // the adaptation logs every plugin through logrus
-	r := &runtime{socket: filepath.Join(dir, "nri.sock"), pods: map[string]*api.PodSandbox{}, ctrs: map[string]*api.Container{}}
-	nri, err := adaptation.New("handover-runtime", "v0.0.1", r.synchronize,
+	r := &Runtime{Socket: filepath.Join(dir, "nri.sock"), pods: map[string]*api.PodSandbox{}, ctrs: map[string]*api.Container{}}
+	nri, err := adaptation.New(name, "v0.0.1", r.synchronize,
 		func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil },
 		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
 		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
-		adaptation.WithSocketPath(r.socket),
+		adaptation.WithSocketPath(r.Socket),
 		adaptation.WithMetrics(runtimeMetrics{r}))
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +72,11 @@ func startRuntime(t *testing.T, dir string) *runtime {
 	return r
 }
 
+// Plugins is the number of plugins registered now.
+func (r *Runtime) Plugins() int64 { return r.plugins.Load() }
+
 // synchronize sends a connecting plugin what runs now.
-func (r *runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
+func (r *Runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 	r.mu.Lock()
 	pods := make([]*api.PodSandbox, 0, len(r.pods))
 	for _, p := range r.pods {
@@ -82,7 +93,7 @@ func (r *runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 
 // relay changes what runs with change and relays the event, both while no
 // plugin synchronizes, and keeps its round trip.
-func (r *runtime) relay(ctx context.Context, name string, pod *api.PodSandbox, change func(), send func(context.Context) error) {
+func (r *Runtime) relay(ctx context.Context, name string, pod *api.PodSandbox, change func(), send func(context.Context) error) {
 	start := time.Now()
 	block := r.nri.BlockPluginSync()
 	defer block.Unblock()
@@ -94,32 +105,45 @@ func (r *runtime) relay(ctx context.Context, name string, pod *api.PodSandbox, c
 	err := send(ctx)
 	end := time.Now()
 	r.mu.Lock()
-	r.events = append(r.events, event{name: name, pod: pod.Name, start: start, end: end, err: err})
+	r.events = append(r.events, Event{Name: name, Pod: pod.Name, Start: start, End: end, Err: err})
 	r.mu.Unlock()
 }
 
-// relayedSince is the number of events that began at or after t.
-func (r *runtime) relayedSince(t time.Time) int {
+// RelayedSince is the number of events that began at or after t.
+func (r *Runtime) RelayedSince(t time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, e := range r.events {
-		if !e.start.Before(t) {
+		if !e.Start.Before(t) {
 			n++
 		}
 	}
 	return n
 }
 
-// log is every event relayed so far.
-func (r *runtime) log() []event {
+// Failed is the number of events a plugin failed so far.
+func (r *Runtime) Failed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Log is every event relayed so far.
+func (r *Runtime) Log() []Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)
 }
 
-// runSandbox starts a pod's sandbox and its one container.
-func (r *runtime) runSandbox(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) {
+// RunSandbox starts a pod's sandbox and its one container.
+func (r *Runtime) RunSandbox(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) {
 	r.relay(ctx, "RunPodSandbox", pod, func() { r.pods[pod.Id] = pod }, func(ctx context.Context) error {
 		return r.nri.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod})
 	})
@@ -133,8 +157,8 @@ func (r *runtime) runSandbox(ctx context.Context, pod *api.PodSandbox, ctr *api.
 	})
 }
 
-// stopSandbox stops a pod's container and its sandbox.
-func (r *runtime) stopSandbox(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) {
+// StopSandbox stops a pod's container and its sandbox.
+func (r *Runtime) StopSandbox(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) {
 	stopped := withState(ctr, api.ContainerState_CONTAINER_STOPPED)
 	r.relay(ctx, "StopContainer", pod, func() { r.ctrs[ctr.Id] = stopped }, func(ctx context.Context) error {
 		_, err := r.nri.StopContainer(ctx, &api.StopContainerRequest{Pod: pod, Container: stopped})
@@ -145,8 +169,8 @@ func (r *runtime) stopSandbox(ctx context.Context, pod *api.PodSandbox, ctr *api
 	})
 }
 
-// removeSandbox removes a stopped pod's container and sandbox.
-func (r *runtime) removeSandbox(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) {
+// RemoveSandbox removes a stopped pod's container and sandbox.
+func (r *Runtime) RemoveSandbox(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) {
 	stopped := withState(ctr, api.ContainerState_CONTAINER_STOPPED)
 	r.relay(ctx, "RemoveContainer", pod, func() { delete(r.ctrs, ctr.Id) }, func(ctx context.Context) error {
 		return r.nri.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: stopped})
@@ -160,15 +184,16 @@ func withState(c *api.Container, st api.ContainerState) *api.Container {
 	return &api.Container{Id: c.Id, PodSandboxId: c.PodSandboxId, Name: c.Name, State: st}
 }
 
-// sandboxOf is the sandbox and container the runtime starts for a pod.
-func sandboxOf(namespace, name, uid string, annotations map[string]string) (*api.PodSandbox, *api.Container) {
+// SandboxOf is the sandbox and the one container ("app") the runtime starts
+// for a pod.
+func SandboxOf(namespace, name, uid string, annotations map[string]string) (*api.PodSandbox, *api.Container) {
 	id := fmt.Sprintf("sb-%s", uid)
 	return &api.PodSandbox{Id: id, Uid: uid, Namespace: namespace, Name: name, Annotations: annotations},
 		&api.Container{Id: id + "-app", PodSandboxId: id, Name: "app"}
 }
 
 // runtimeMetrics tells the runtime how many plugins are registered.
-type runtimeMetrics struct{ r *runtime }
+type runtimeMetrics struct{ r *Runtime }
 
 func (m runtimeMetrics) RecordPluginInvocation(string, string, error)      {}
 func (m runtimeMetrics) RecordPluginLatency(string, string, time.Duration) {}
