@@ -107,6 +107,7 @@ func servedMetrics(t *testing.T) map[string]bool {
 	m.Upstream("List", codes.OK, time.Millisecond)
 	for _, method := range []string{"List", "Get", "GetAllocatableResources"} {
 		m.Request("v1", method, true)
+		m.Answered("v1", method, "topology", nil, time.Millisecond)
 	}
 	m.RateLimited()
 	m.UnreadRefused()

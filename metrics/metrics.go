@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Metrics are the daemon's Prometheus metrics.
@@ -27,7 +28,8 @@ type Metrics struct {
 	reg prometheus.Registerer
 
 	// The PodResources server.
-	requestsTotal *prometheus.CounterVec
+	requestsTotal  *prometheus.CounterVec
+	answerDuration *prometheus.HistogramVec
 	// byMethod are the requests_<method> and errors_<method> counters.
 	byMethod            map[string][2]*prometheus.CounterVec
 	rateLimited         prometheus.Counter
@@ -88,8 +90,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	return &Metrics{
 		reg:           reg,
 		requestsTotal: endpoint("requests_total", "Calls to the PodResources endpoint, all methods."),
-		byMethod:      byMethod,
-		rateLimited:   counter("", "rate_limited_total", "Calls rejected by the rate limit (ResourceExhausted, 'rejected by rate limit')."),
+		answerDuration: auto.NewHistogramVec(histogram("", "request_duration_seconds",
+			"Latency of the proxy's answers, from a call's arrival to its answer, by API version, method, view and gRPC code; upstream_request_duration_seconds is the kubelet's part.",
+			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}), []string{"server_api_version", "method", "view", "code"}),
+		byMethod:    byMethod,
+		rateLimited: counter("", "rate_limited_total", "Calls rejected by the rate limit (ResourceExhausted, 'rejected by rate limit')."),
 		unreadRefused: counter("", "unread_refused_total",
 			"Calls refused (ResourceExhausted) because their connection, or all connections together, held too many bytes of answers their clients had not read."),
 		upstreamDuration: auto.NewHistogramVec(histogram("", "upstream_request_duration_seconds",
@@ -310,6 +315,13 @@ func (m *Metrics) Request(version, method string, failed bool) {
 	if failed {
 		counters[1].WithLabelValues(version).Inc()
 	}
+}
+
+// Answered records how long the proxy took to answer one call that reached
+// its handler, by API version, method, the socket's view and the answer's
+// gRPC code (OK, or the error's).
+func (m *Metrics) Answered(version, method, view string, err error, took time.Duration) {
+	m.answerDuration.WithLabelValues(version, method, view, status.Code(err).String()).Observe(took.Seconds())
 }
 
 // RateLimited counts a call rejected by the rate limit.

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // report calls every method of m once, as each part of the daemon would.
@@ -21,6 +22,7 @@ func report(m *Metrics) {
 	m.Request("v1", "Get", true)
 	m.Request("v1", "GetAllocatableResources", false)
 	m.Request("v1alpha1", "List", false)
+	m.Answered("v1", "Get", "dcgm", status.Error(codes.Unavailable, "pods unreadable"), time.Millisecond)
 	m.RateLimited()
 	m.Upstream("List", codes.OK, time.Millisecond)
 	m.Shared("List", 3)
@@ -74,6 +76,7 @@ func TestMetricsServesEverySeriesThePartsReport(t *testing.T) {
 		`podres_proxy_pod_resources_endpoint_requests_get{server_api_version="v1"} 1`,
 		`podres_proxy_pod_resources_endpoint_requests_get_allocatable{server_api_version="v1"} 1`,
 		`podres_proxy_pod_resources_endpoint_errors_get{server_api_version="v1"} 1`,
+		`podres_proxy_request_duration_seconds_count{code="Unavailable",method="Get",server_api_version="v1",view="dcgm"} 1`,
 		`podres_proxy_rate_limited_total 1`,
 		`podres_proxy_upstream_request_duration_seconds_count{code="OK",method="List"} 1`,
 		`podres_proxy_upstream_shared_calls_total{method="List"} 3`,

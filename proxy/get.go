@@ -31,7 +31,7 @@ import (
 // a Kata shim per pod), costs one or two kubelet calls and is not refused.
 func (v *v1Server) Get(ctx context.Context, req *v1.GetPodResourcesRequest) (resp *v1.GetPodResourcesResponse, err error) {
 	arrived := limits.Arrived(ctx)
-	defer func() { v.s.p.Metrics.Request("v1", "Get", err != nil) }()
+	defer func() { v.s.counted(ctx, "v1", "Get", v.v, err) }()
 	key := model.PodKey{Namespace: req.GetPodNamespace(), Name: req.GetPodName()}
 	// The kubelet's codes and its "not found" win over the proxy's own
 	// errors (the table's, a read's), as when it is asked first.

@@ -314,6 +314,9 @@ func (h *harness) counter(name string, labels ...string) float64 {
 				}
 				ok = ok && found
 			}
+			if ok && m.Histogram != nil {
+				return float64(m.GetHistogram().GetSampleCount())
+			}
 			if ok {
 				return m.GetCounter().GetValue()
 			}

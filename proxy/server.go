@@ -343,7 +343,7 @@ type v1Server struct {
 // kubelet call (upstream.Shared); the answer is reused pod by pod and sent
 // as the bytes it was spliced into (package reuse).
 func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (resp *v1.ListPodResourcesResponse, err error) {
-	defer func() { v.s.p.Metrics.Request("v1", "List", err != nil) }()
+	defer func() { v.s.counted(ctx, "v1", "List", v.v, err) }()
 	answers, err := shared(ctx, v.s.listV1.shared)
 	if err != nil {
 		return nil, err
@@ -361,7 +361,7 @@ func (v *v1Server) List(ctx context.Context, _ *v1.ListPodResourcesRequest) (res
 // with the node's DRA devices too. Its errors are the kubelet's, and the
 // rate-limit error as List's. Concurrent calls share one kubelet call.
 func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.AllocatableResourcesRequest) (resp *v1.AllocatableResourcesResponse, err error) {
-	defer func() { v.s.p.Metrics.Request("v1", "GetAllocatableResources", err != nil) }()
+	defer func() { v.s.counted(ctx, "v1", "GetAllocatableResources", v.v, err) }()
 	// The answer is shared by every caller of the call: gRPC only reads it.
 	resp, err = shared(ctx, v.s.allocatable)
 	if err != nil || v.v.name != merge.Legacy {
@@ -371,6 +371,13 @@ func (v *v1Server) GetAllocatableResources(ctx context.Context, _ *v1.Allocatabl
 	resp = proto.Clone(resp).(*v1.AllocatableResourcesResponse)
 	v.s.p.Fold.Allocatable(resp)
 	return resp, nil
+}
+
+// counted counts a call that reached its handler: the kubelet's counters
+// and the proxy's latency, by the socket's view.
+func (s *Server) counted(ctx context.Context, version, method string, v *view, err error) {
+	s.p.Metrics.Request(version, method, err != nil)
+	s.p.Metrics.Answered(version, method, string(v.name), err, time.Since(limits.Arrived(ctx)))
 }
 
 // allocatableAnswer makes one shared GetAllocatableResources call.
@@ -398,7 +405,7 @@ type v1alpha1Server struct {
 // List returns the kubelet's v1alpha1 List answer with the devices each
 // pod's plan adds, without topology; its errors and sharing are v1's List's.
 func (v *v1alpha1Server) List(ctx context.Context, _ *v1alpha1.ListPodResourcesRequest) (resp *v1alpha1.ListPodResourcesResponse, err error) {
-	defer func() { v.s.p.Metrics.Request("v1alpha1", "List", err != nil) }()
+	defer func() { v.s.counted(ctx, "v1alpha1", "List", v.v, err) }()
 	answers, err := shared(ctx, v.s.listV1alpha1.shared)
 	if err != nil {
 		return nil, err

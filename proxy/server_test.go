@@ -23,6 +23,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/hami"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/proxy"
+	"github.com/podres-proxy/podres-proxy/proxy/merge"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
@@ -496,6 +497,33 @@ func TestMetricsCountRequestsLikeTheKubelet(t *testing.T) {
 	}
 	if h.counter("podres_proxy_kubelet_pods_reads_total", "result", "ok") < 1 {
 		t.Error("/pods reads not counted")
+	}
+}
+
+// Each answer's latency is kept by version, method, the socket's view and
+// code, for the dashboard's comparison with the kubelet's.
+func TestAnswersAreTimedByMethodViewAndCode(t *testing.T) {
+	h := newHarness(t)
+	h.k.SetPods(fk.NewPod("default", "p", "uid-1"))
+	h.list()
+	h.get("default", "p")
+	_, _ = h.v1().Get(ctx(t), &v1.GetPodResourcesRequest{PodNamespace: "default", PodName: "missing"})
+	_, _ = h.v1alpha1().List(ctx(t), &v1alpha1.ListPodResourcesRequest{})
+	const name = "podres_proxy_request_duration_seconds"
+	view := string(merge.Topology)
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"server_api_version", "v1", "method", "List", "view", view, "code", "OK"}, 1},
+		{[]string{"server_api_version", "v1", "method", "Get", "view", view, "code", "OK"}, 1},
+		// The kubelet's "not found" has no code of its own (Unknown).
+		{[]string{"server_api_version", "v1", "method", "Get", "view", view, "code", "Unknown"}, 1},
+		{[]string{"server_api_version", "v1alpha1", "method", "List", "view", view, "code", "OK"}, 1},
+	} {
+		if got := h.counter(name, c.labels...); got != c.want {
+			t.Errorf("%s%v has %v samples, want %v", name, c.labels, got, c.want)
+		}
 	}
 }
 
