@@ -73,7 +73,7 @@ var chartMonitoring = map[string]any{
 
 // servedMetrics returns the names of the series /metrics serves, from a
 // registry built as serve builds it (the Go and process collectors, then
-// metrics.New and WatchStore), with every metric given a value so that each
+// metrics.New, WatchStore and WatchReady), with every metric given a value so that each
 // family is gathered with its type: a histogram serves name_bucket,
 // name_sum and name_count, a summary name, name_sum and name_count.
 func servedMetrics(t *testing.T) map[string]bool {
@@ -83,6 +83,7 @@ func servedMetrics(t *testing.T) map[string]bool {
 	rec.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(rec)
 	m.WatchStore(func() metrics.StoreStats { return metrics.StoreStats{} })
+	m.WatchReady(func() bool { return false })
 
 	// Every method once, so that every family, labelled ones included, has
 	// a series to gather.

@@ -182,6 +182,20 @@ func (m *Metrics) WatchStore(stats func() StoreStats) {
 	)
 }
 
+// WatchReady exposes ready, read at every scrape, as podres_proxy_ready:
+// 1 while /readyz answers 200 (the PodResources socket is served). Call it
+// once.
+func (m *Metrics) WatchReady(ready func() bool) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "ready",
+		Help: "1 while this instance is ready (its /readyz answers 200: the PodResources socket is served), 0 otherwise."},
+		func() float64 {
+			if ready() {
+				return 1
+			}
+			return 0
+		}))
+}
+
 // result is the result label of an outcome.
 func result(err error) string {
 	if err != nil {

@@ -41,6 +41,7 @@ func report(m *Metrics) {
 	m.PodsAPIReconnect(boom)
 	m.PodsAPIInitializing()
 	m.PodSourceRead("pods-api")
+	m.WatchReady(func() bool { return true })
 	m.WatchStore(func() StoreStats {
 		return StoreStats{Records: 7, Writes: 9, WriteErrors: 1, CorruptFiles: 2}
 	})
@@ -98,6 +99,7 @@ func TestMetricsServesEverySeriesThePartsReport(t *testing.T) {
 		`podres_proxy_pods_api_reconnects_total 1`,
 		`podres_proxy_pods_api_initializing_total 1`,
 		`podres_proxy_pod_source_reads_total{source="pods-api"} 1`,
+		`podres_proxy_ready 1`,
 		`podres_proxy_state_records 7`,
 		`podres_proxy_state_writes_total 9`,
 		`podres_proxy_state_write_errors_total 1`,

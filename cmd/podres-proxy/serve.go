@@ -193,6 +193,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	m.WatchReady(srv.Ready)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
