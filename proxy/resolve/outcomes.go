@@ -23,6 +23,9 @@ import (
 //   - or, when that read failed, planDespiteFailedRead: from the running
 //     sandbox's record, or errDevicesUnknown, the Unavailable.
 //
+// The one other Unavailable is every pod's while the daemon stops
+// (Resolver.Table).
+//
 // A plan says which devices the pod is answered with; a nil plan adds
 // none. Why a pod's plan has fewer devices than its annotation names is
 // decided in proxy/plans (Builder.decide) and the trust gate, and shown by
