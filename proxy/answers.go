@@ -76,22 +76,17 @@ func (s *Server) build(ctx context.Context, l *lister, v *view, kubelet upstream
 }
 
 // splice builds the answer from q, whose table becomes a newer one when a
-// pod needed a kubelet read.
+// pod needed a kubelet read. It holds the I/O of a List's build (the plans
+// of the pods not reused, which may wait for a /pods read, and the
+// metrics); what it decides is decided by the functions below it.
 func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet upstream.Encoded, arrived time.Time, q *resolve.Query) ([]byte, error) {
 	cache := &v.caches[l.index]
+	t := cacheTable(q.Table(), q.Fresh())
 	tablePlan := q.TablePlan
-	// The caches skip looking a pod up again in the table they last checked
-	// it in, unless the pod logs directory says more than that table.
-	t := q.Table()
-	if !q.Fresh() {
-		t = nil
-	}
 
 	// Nothing changed: one pass.
 	if out, pods, ok := cache.Steady(kubelet, t, tablePlan); ok {
-		if pods > 0 {
-			s.p.Metrics.ListPods(pods, 0)
-		}
+		s.countListPods(pods, pods, 0)
 		if t == nil {
 			q.Checked() // every pod was looked up with the directory's names
 		}
@@ -109,45 +104,103 @@ func (s *Server) splice(ctx context.Context, l *lister, v *view, kubelet upstrea
 		return nil, err
 	}
 	gen, pods, reused := cache.Reuse(parts, t, tablePlan)
-
-	// The plans of the others, from t or after a /pods read.
-	var need []int
-	for i := range parts {
-		if p := &parts[i]; p.Need {
-			if p.Key.Name == "" {
-				if p.Key, err = reuse.PodKey(p.Pod); err != nil {
-					return nil, err
-				}
-			}
-			need = append(need, i)
-		}
+	need, keys, err := toLookUp(parts)
+	if err != nil {
+		return nil, err
 	}
 	if len(need) > 0 {
-		keys := make([]model.PodKey, len(need))
-		for j, i := range need {
-			keys[j] = parts[i].Key
-		}
 		found, err := q.Plans(ctx, keys, arrived, v.name)
 		if err != nil {
 			return nil, err
 		}
-		inv := q.Table().Inventory()
-		if l.alpha {
-			inv = nil // v1alpha1 has no topology
+		if err := rebuildAll(parts, need, found, topology(q.Table(), l.alpha), v.name); err != nil {
+			return nil, err
 		}
-		for j, i := range need {
-			if err := rebuild(&parts[i], found[j], inv, v.name); err != nil {
-				return nil, err
-			}
-		}
-		s.p.Metrics.ListPods(reused, pods-reused)
 		cache.Store(parts, gen)
-	} else if pods > 0 {
-		s.p.Metrics.ListPods(reused, 0)
 	}
+	s.countListPods(pods, reused, len(need))
 	out := reuse.Splice(parts)
 	cache.Drop(gen, pods)
 	return out, nil
+}
+
+// countListPods counts an answer's pods in podres_proxy_list_pods_total
+// (listPodsCounted).
+func (s *Server) countListPods(pods, reused, lookedUp int) {
+	if reused, rebuilt, ok := listPodsCounted(pods, reused, lookedUp); ok {
+		s.p.Metrics.ListPods(reused, rebuilt)
+	}
+}
+
+// cacheTable returns the table the answers' caches check a pod's output
+// against: q's table while the pod logs directory says no more than it
+// (resolve.Query.Fresh), and nil otherwise, so that every pod is looked up
+// again, with the directory's names. A cache skips looking a pod up again
+// in the table it last checked it in.
+func cacheTable(t *plans.Table, fresh bool) *plans.Table {
+	if !fresh {
+		return nil
+	}
+	return t
+}
+
+// toLookUp returns the pods of parts that have no reused output (marked
+// Need by reuse.Cache.Reuse), by their index in parts, and their keys, in
+// the same order: those whose plans the answer must look up, with a /pods
+// read when the table cannot say. A pod's key is read from its segment
+// when the cache did not know it; an error is a segment that does not
+// parse.
+func toLookUp(parts []reuse.Part) (need []int, keys []model.PodKey, err error) {
+	for i := range parts {
+		p := &parts[i]
+		if !p.Need {
+			continue
+		}
+		if p.Key.Name == "" {
+			if p.Key, err = reuse.PodKey(p.Pod); err != nil {
+				return nil, nil, err
+			}
+		}
+		need = append(need, i)
+		keys = append(keys, p.Key)
+	}
+	return need, keys, nil
+}
+
+// topology returns the inventory whose NUMA nodes the rebuilt pods'
+// devices are given: t's, or none for a v1alpha1 answer, which has no
+// topology.
+func topology(t *plans.Table, alpha bool) *inventory.Snapshot {
+	if alpha {
+		return nil
+	}
+	return t.Inventory()
+}
+
+// listPodsCounted returns what an answer of this many pods, of which
+// reused were reused and lookedUp looked up again, adds to
+// podres_proxy_list_pods_total: reused as reused, and the rest as rebuilt
+// when any was looked up; false when it adds nothing (no pod).
+func listPodsCounted(pods, reused, lookedUp int) (countReused, countRebuilt int, ok bool) {
+	switch {
+	case lookedUp > 0:
+		return reused, pods - reused, true
+	case pods > 0:
+		return reused, 0, true
+	}
+	return 0, 0, false
+}
+
+// rebuildAll sets the output of each pod of parts at need to its segment
+// rebuilt with its plan (found, in need's order), its devices given inv's
+// topology, for view v.
+func rebuildAll(parts []reuse.Part, need []int, found []*plans.Plan, inv *inventory.Snapshot, v merge.View) error {
+	for j, i := range need {
+		if err := rebuild(&parts[i], found[j], inv, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rebuild sets a pod's output: the kubelet's segment itself when there is

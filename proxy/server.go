@@ -188,7 +188,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 	// can hold is bounded (package limits).
 	// Every method answers from kubelet calls that concurrent callers
 	// share, so a burst beyond the limit can join them (limits.RateLimit).
-	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, p.Metrics, nil)
+	limit := limits.RateLimit(cfg.RateLimitQPS, cfg.RateLimitBurst, nil)
 	// One limit for every socket: they share the kubelet calls it guards.
 	opts := append(limits.ServerOptions(cfg.IdleTimeout, cfg.RequestTimeout, s.unread, limit),
 		grpc.ForceServerCodecV2(reuse.ServerCodec{})) // List answers are sent as they were spliced
@@ -428,10 +428,12 @@ func (s *Server) shareCalls() {
 	s.allocatable = upstream.NewShared("GetAllocatableResources", s.allocatableAnswer, s.p.Metrics)
 }
 
-// shared returns the result of sh's shared call for the call of ctx: one
-// that started after the call arrived (limits.Arrived), joined only when
-// the rate limit refused it (limits.Overdraft), and then refused with the
-// kubelet's rate-limit error when no call made for others answers it.
+// shared returns the result of sh's shared call for the call of ctx, one
+// that started after the call arrived (limits.Arrived), or the kubelet's
+// rate-limit error (limits.ErrRateLimited): this is where a call beyond the
+// rate limit (its context has a limits.Overdraft) is refused, when no
+// kubelet call made for others answers it (upstream.Shared.Do). A call
+// within the limit is never refused here.
 func shared[T any](ctx context.Context, sh *upstream.Shared[T]) (T, error) {
 	var ticket coalesce.Ticket
 	if over := limits.OverdraftOf(ctx); over != nil {

@@ -30,7 +30,7 @@
 // is never swallowed); the Group goes on with the next call.
 //
 // Join is Do for a caller that may share a call but must not cause one (a
-// call the rate limit refused, see limits.Overdraft): it joins a call that
+// call beyond the rate limit, see limits.Overdraft): it joins a call that
 // others wait for, and with none to join it gathers riders like itself for
 // the time its Ticket says; the call is then made only if its Ticket allowed
 // it and another caller joined, otherwise its riders get ErrNotMade. A

@@ -10,8 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
-
-	"github.com/podres-proxy/podres-proxy/metrics"
 )
 
 // The kubelet's PodResources rate limit: one token bucket for the whole
@@ -192,17 +190,19 @@ func (f *fairLimiter) othersCalledSince(c *clientBucket, t time.Time) bool {
 	return false
 }
 
-// Overdraft is what the context of a call the rate limit refused carries
-// when the call may still join a kubelet call made for others (see
-// RateLimit). The limit exists to protect the kubelet, and such a call
-// costs the kubelet nothing.
+// Overdraft marks the context of a call beyond the rate limit: the
+// interceptor (RateLimit) lets it through with one rather than refusing
+// it, and the handler refuses it (ErrRateLimited) unless it can join a
+// kubelet call made for others (upstream.Shared), which costs the kubelet
+// nothing; the limit exists to protect the kubelet. It is the Ticket such a
+// call joins with (coalesce.Ticket).
 type Overdraft struct {
 	l      *fairLimiter
 	client string
 }
 
-// Reserve takes, for a kubelet call that only refused calls wait for, a
-// token as the refused client's call beyond its share would, one that comes
+// Reserve takes, for a kubelet call that only calls beyond the limit wait
+// for, a token as the client's call beyond its share would, one that comes
 // back within 50 ms while they gather: it returns how long until it is
 // there, and cancel, which gives it back when the call is not made. So the
 // kubelet never sees more calls than the limit lets through, and a client
@@ -213,29 +213,33 @@ func (o *Overdraft) Reserve() (delay time.Duration, cancel func(), ok bool) {
 
 type overdraftKey struct{}
 
-// OverdraftOf returns the Overdraft of a call the rate limit refused, nil
-// for a call within the limit.
+// OverdraftOf returns the Overdraft of a call beyond the rate limit, nil
+// for a call within it.
 func OverdraftOf(ctx context.Context) *Overdraft {
 	o, _ := ctx.Value(overdraftKey{}).(*Overdraft)
 	return o
 }
 
-// ErrRateLimited is the kubelet's rate-limit error, for a call refused
-// after its Overdraft found no kubelet call to join.
+// ErrRateLimited returns the kubelet's rate-limit error (ResourceExhausted,
+// "rejected by rate limit"): the answer to a call beyond the limit that
+// found no kubelet call to join (proxy.shared): every call the rate limit
+// refuses gets it, and no other.
 func ErrRateLimited() error { return errRateLimited }
 
-// RateLimit returns an interceptor that never rejects a call itself. A call
-// the limiter allows (within its client's fair share of qps, with burst,
-// or from what the shared bucket has to spare) reaches its handler after a
-// wait of at most maxGlobalWait for a token; any other reaches it with an
-// Overdraft in its context, and the handler refuses it (ErrRateLimited)
-// unless a kubelet call others made answers it. A call whose context ends
-// while it waits fails with the context's code. qps <= 0 disables it; clk
-// nil means the real clock. So a burst of calls (a Kata shim or Multus per
-// pod being created) costs one or two kubelet calls and none is refused,
-// while a client that floods one call after another is refused as by the
-// kubelet.
-func RateLimit(qps float64, burst int, m *metrics.Metrics, clk clock.PassiveClock) grpc.UnaryServerInterceptor {
+// RateLimit returns an interceptor that applies the kubelet's rate limit
+// (qps with burst, shared fairly between clients: fairLimiter) by marking,
+// never refusing. A call the limiter allows (within its client's share, or
+// from what the shared bucket has to spare) reaches its handler after a
+// wait of at most maxGlobalWait for a token; any other reaches it at once
+// with an Overdraft in its context, and the handler decides: it refuses it
+// (ErrRateLimited) unless a kubelet call others made answers it. A call
+// whose context ends while it waits fails with the context's code. qps <= 0
+// disables it; clk nil means the real clock. So a burst of calls (a Kata
+// shim or Multus per pod being created) costs one or two kubelet calls and
+// none is refused, while a client that floods one call after another is
+// refused as by the kubelet. It counts nothing: a refusal is counted by
+// upstream.Shared.Do, which learns of it (coalesce.ErrNotMade).
+func RateLimit(qps float64, burst int, clk clock.PassiveClock) grpc.UnaryServerInterceptor {
 	if qps <= 0 {
 		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(ctx, req)

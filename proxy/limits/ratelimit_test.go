@@ -42,7 +42,7 @@ func fromProcess(pid int32) context.Context {
 
 func TestOneClientsFloodDoesNotStarveAnother(t *testing.T) {
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, metrics.New(prometheus.NewRegistry()), clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, clock)
 	ok := sharedOnly
 	call := func(ctx context.Context) bool {
 		_, err := limit(ctx, nil, &grpc.UnaryServerInfo{}, ok)
@@ -85,7 +85,7 @@ func TestALoneClientGetsTheKubeletsRateAfterShortLivedClientsCameBy(t *testing.T
 	// kubelet's 100/s. The kubelet would refuse none of its calls, and with
 	// nobody else calling, the proxy must not either.
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, metrics.New(prometheus.NewRegistry()), clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, clock)
 	ok := sharedOnly
 	for pid := range int32(20) {
 		if _, err := limit(fromProcess(1000+pid), nil, &grpc.UnaryServerInfo{}, ok); err != nil {
@@ -112,7 +112,7 @@ func TestALoneClientInBurstsIsNeverRefusedWhereTheKubeletWouldAllow(t *testing.T
 	// v1alpha1 List) while other clients came by seconds ago. Calling alone,
 	// it must never be refused where the kubelet's own limiter allows.
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, metrics.New(prometheus.NewRegistry()), clock)
+	limit := RateLimit(DefaultRateLimitQPS, DefaultRateLimitBurst, clock)
 	kubelet := rate.NewLimiter(DefaultRateLimitQPS, DefaultRateLimitBurst)
 	ok := sharedOnly
 	for pid := range int32(5) { // short-lived clients, a few seconds ago
@@ -176,7 +176,7 @@ func TestPeerCredentialsNameTheCallingProcess(t *testing.T) {
 // answered only from a kubelet call others make (or refused there).
 func TestARefusedCallReachesItsHandlerWithAnOverdraft(t *testing.T) {
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	limit := RateLimit(DefaultRateLimitQPS, 1, metrics.New(prometheus.NewRegistry()), clock)
+	limit := RateLimit(DefaultRateLimitQPS, 1, clock)
 	var over *Overdraft
 	h := func(ctx context.Context, _ any) (any, error) { over = OverdraftOf(ctx); return nil, nil }
 	if _, err := limit(fromProcess(1), nil, &grpc.UnaryServerInfo{}, h); err != nil || over != nil {

@@ -88,51 +88,6 @@ func (q *Query) Checked() {
 	}
 }
 
-// TablePlan returns the plan a pod is answered with from q's table alone,
-// and false when the table cannot say (it does not know which pod the name
-// is now, or knows the pod without its spec) or the directory says the name
-// is another pod than the table's running one. It never reads; until the
-// table or the directory changes it gives the same answer, so the answers'
-// caches may keep it (Checked).
-func (q *Query) TablePlan(key model.PodKey) (*plans.Plan, bool) {
-	pods := q.t.Pods()
-	rec, ok := pods.LiveWithoutRead(key)
-	if !ok && q.r.Watched() {
-		// The watch says which pod the name is now, with its spec and
-		// annotations: a pod being created, one stuck before its sandbox
-		// or a finished one costs no read. Without a watch only a read
-		// says whether a name not running is still that pod
-		// (PlanWithoutRead), and the answers' caches keep what TablePlan
-		// answers, so it does not.
-		rec, ok = pods.KubeletNamed(key)
-	}
-	if !ok || !plans.Vettable(rec) || q.logs.contradict(q.t, key, rec) {
-		return nil, false
-	}
-	return q.t.Plan(rec.UID), true
-}
-
-// PlanWithoutRead returns the plan a pod is answered with without a read,
-// and false when only a read can say: TablePlan's, or else, without a watch, that of the
-// pod the last /pods read gave the name while the pod logs directory shows
-// that no sandbox began on the node since that read began (package podlogs).
-// So a pod stuck before its sandbox, or finished, costs no read per query
-// and is answered while /pods is down; a pod being created has its log
-// directory made before its CNI ADD asks, and is read.
-func (q *Query) PlanWithoutRead(key model.PodKey) (*plans.Plan, bool) {
-	if p, ok := q.TablePlan(key); ok {
-		return p, true
-	}
-	if q.r.o.PodLogs == nil || q.r.Watched() {
-		return nil, false // with a watch, TablePlan answered every name it knows
-	}
-	rec, ok := q.t.Pods().KubeletNamed(key)
-	if !ok || !plans.Vettable(rec) || !namesLogs(q.t).Unchanged(q.logs.now) {
-		return nil, false
-	}
-	return q.t.Plan(rec.UID), true
-}
-
 // clockSlack is how far behind the clock a directory's ctime may be (the
 // kernel stamps it from a coarse clock, a tick or so behind): an entry
 // made that much before a source said which pod a name is still counts, on

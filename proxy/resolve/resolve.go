@@ -152,24 +152,14 @@ func (q *Query) plansNoWait(ctx context.Context, keys []model.PodKey, arrived ti
 	if len(need) == 0 {
 		return out, nil
 	}
-	t := q.t
 	snap, err := q.r.read(ctx, arrived)
 	if err != nil {
 		for _, i := range need {
-			// A live record the kubelet's names (and its pod logs
-			// directory's) do not contradict still answers, even one
-			// whose containers were stopping: /pods cannot confirm it
-			// now, and dropping a running pod's devices (or failing the
-			// answer) for every restart would be worse. A live record
-			// whose spec is unknown has its devices refused by its plan,
-			// visibly, rather than guessed.
-			rec, ok := t.Pods().Live(keys[i])
-			if !ok || q.logs.contradict(t, keys[i], rec) {
-				return nil, status.Errorf(codes.Unavailable,
-					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
-					keys[i].Name, keys[i].Namespace, err)
+			p, ok := q.planDespiteFailedRead(keys[i])
+			if !ok {
+				return nil, errDevicesUnknown(keys[i], err)
 			}
-			out[i] = t.Plan(rec.UID)
+			out[i] = p
 		}
 		return out, nil
 	}
@@ -178,20 +168,7 @@ func (q *Query) plansNoWait(ctx context.Context, keys []model.PodKey, arrived ti
 		return nil, err
 	}
 	for i, k := range keys {
-		if p, ok := q.TablePlan(k); ok {
-			out[i] = p
-			continue
-		}
-		out[i] = nil
-		kp, ok := snap.Lookup(k)
-		if !ok {
-			// The kubelet lists it but its /pods no longer does: the pod
-			// was just deleted. Answer what the kubelet answered.
-			continue
-		}
-		if rec, ok := q.t.Pods().Get(kp.UID); ok {
-			out[i] = q.t.Plan(rec.UID)
-		} // else pruned meanwhile: nothing to add for a deleted pod
+		out[i] = q.planAfterRead(snap, k)
 	}
 	return out, nil
 }

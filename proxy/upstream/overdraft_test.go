@@ -7,13 +7,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podres-proxy/podres-proxy/internal/coalesce"
-	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/proxy/limits"
 )
 
@@ -21,7 +19,7 @@ import (
 // gives a call it refused, and which may join a shared call.
 func refused(t *testing.T, clk *testingclock.FakeClock) context.Context {
 	t.Helper()
-	limit := limits.RateLimit(100, 1, metrics.New(prometheus.NewRegistry()), clk)
+	limit := limits.RateLimit(100, 1, clk)
 	var got context.Context
 	h := func(ctx context.Context, _ any) (any, error) { got = ctx; return nil, nil }
 	for range 2 { // the first takes the only token

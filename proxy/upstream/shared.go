@@ -34,12 +34,14 @@ const callInterval = 10 * time.Millisecond
 // share one; its limit of 100 calls a second is shared with every other
 // agent on the node.
 //
-// A call the rate limit refused (it has a Ticket: limits.Overdraft) never
+// A call beyond the rate limit (it has a Ticket: limits.Overdraft) never
 // makes a kubelet call of its own: it rides (coalesce.Group.Join) a call
-// others make, or one it gathers with other refused calls once its client's
-// next token is there (at most 50 ms); alone, it fails with
-// coalesce.ErrNotMade, which the server answers as the kubelet's rate-limit
-// error. So the kubelet never sees more calls than the limit lets through.
+// others make, or one it gathers with other calls beyond the limit once its
+// client's next token is there (at most 50 ms); alone, it fails with
+// coalesce.ErrNotMade, counted here as refused by the rate limit
+// (podres_proxy_rate_limited_total), which the server answers as the
+// kubelet's rate-limit error (proxy.shared, limits.ErrRateLimited). So the
+// kubelet never sees more calls than the limit lets through.
 //
 // A shared call's error, the kubelet's code and message included, goes to
 // every caller that shared it; a caller whose deadline passes or who is
@@ -68,8 +70,10 @@ func NewShared[T any](method string, fn func(ctx context.Context, started time.T
 }
 
 // Do returns the result of a call that started after arrived (when the
-// caller's call reached the server). A caller the rate limit refused gives
-// its ticket, and only joins calls (see Shared); others give nil.
+// caller's call reached the server), or coalesce.ErrNotMade, counted as a
+// refusal, for a caller with a ticket that found no call to join. A caller
+// beyond the rate limit gives its ticket, and only joins calls (see
+// Shared); others give nil, and always get a call.
 func (c *Shared[T]) Do(ctx context.Context, arrived time.Time, ticket coalesce.Ticket) (T, error) {
 	var v T
 	var err error
