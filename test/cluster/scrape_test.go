@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -41,7 +42,8 @@ const (
 // the token the PodMonitor names (the scraper's Secret) is 200, as is a
 // token minted for that account by the TokenRequest API. The same three
 // scrapes are made from pods on the pod network (test/scrapeprobe, packed
-// by hack/ociimage), each with its own service account's token. Throughout,
+// by hack/ociimage), each with its own service account's token, to the
+// node's address on that network. Throughout,
 // the daemon stays Ready through its exec probes, without a restart, and
 // its loopback /metrics answers as before.
 //
@@ -70,7 +72,9 @@ func TestMetricsOverHTTPSOnlyToTheServiceAccountThePodMonitorNames(t *testing.T)
 	}
 	t.Cleanup(func() {
 		retireDaemon()
-		if _, err := kubectl("delete", "-k", scrapeOverlay, "--wait", "--timeout=180s"); err != nil {
+		// The namespace's deletion takes the Secret with it: not found is
+		// no failure.
+		if _, err := kubectl("delete", "-k", scrapeOverlay, "--wait", "--timeout=180s", "--ignore-not-found"); err != nil {
 			t.Errorf("uninstall podres-proxy: %v", err)
 		}
 	})
@@ -140,7 +144,7 @@ func TestMetricsOverHTTPSOnlyToTheServiceAccountThePodMonitorNames(t *testing.T)
 	expect("a forged token", url, "not-a-token", http.StatusUnauthorized)
 	expect("service account "+strangerSA+" (not granted get /metrics)", url, strangerToken, http.StatusForbidden)
 	body := expect("the PodMonitor's token (service account podres-proxy-scraper)", url, scraperToken, http.StatusOK)
-	if !strings.Contains(body, "podres_proxy_state_writer") || !strings.Contains(body, "podres_proxy_pod_resources_endpoint_requests_total") {
+	if !strings.Contains(body, "\npodres_proxy_state_writer ") || !strings.Contains(body, "\ngo_goroutines ") {
 		t.Errorf("the granted scrape's body has no podres_proxy_ series: %.300s", body)
 	}
 	expect("a token minted for podres-proxy-scraper", url, mintedScraperToken, http.StatusOK)
@@ -153,8 +157,13 @@ func TestMetricsOverHTTPSOnlyToTheServiceAccountThePodMonitorNames(t *testing.T)
 	}
 
 	// From pods on the pod network, each with its own service account's
-	// token, as Prometheus scrapes from its pod.
+	// token, as Prometheus scrapes from its pod. The suite's bridge network
+	// gives pods no default route, so they reach the node at the bridge's
+	// gateway address: the same listener (--metrics-secure-addr=:9478
+	// listens on every node address) on the same port.
 	importScrapeProbe(t)
+	_, port, _ := net.SplitHostPort(target)
+	podURL := "https://" + net.JoinHostPort(bridgeGateway(t), port) + "/metrics"
 	for _, tc := range []struct {
 		name, account string
 		args          []string
@@ -164,7 +173,7 @@ func TestMetricsOverHTTPSOnlyToTheServiceAccountThePodMonitorNames(t *testing.T)
 		{"scrape-stranger", strangerSA, nil, "status 403"},
 		{"scrape-anonymous", strangerSA, []string{"--token-file="}, "status 401"},
 	} {
-		got := probeFromPod(t, tc.name, tc.account, append([]string{"--url", url, "--insecure-skip-verify"}, tc.args...))
+		got := probeFromPod(t, tc.name, tc.account, append([]string{"--url", podURL, "--insecure-skip-verify"}, tc.args...))
 		if !strings.HasPrefix(got, tc.want+" ") {
 			t.Errorf("pod %s (service account %s) scraped: %q, want %s", tc.name, tc.account, got, tc.want)
 		} else {
@@ -248,6 +257,24 @@ func (ep podMetricsEndpoint) address(t *testing.T, ip string) string {
 		t.Fatalf("the PodMonitor's relabelings make %q of pod IP %s: %v", addr, ip, err)
 	}
 	return addr
+}
+
+// bridgeGateway returns the node's address on the suite's pod network: the
+// first address of the bridge's subnet (host-local's gateway), from the CNI
+// configuration cluster-up wrote.
+func bridgeGateway(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(h.root, "cni", "net.d", "10-podres-cluster.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`"subnet":\s*"([0-9.]+)/([0-9]+)"`).FindStringSubmatch(string(data))
+	if m == nil {
+		t.Fatalf("no IPv4 subnet in the CNI configuration:\n%s", data)
+	}
+	ip := net.ParseIP(m[1]).To4()
+	gw := net.IPv4(ip[0], ip[1], ip[2], ip[3]+1)
+	return gw.String()
 }
 
 // secretToken waits for the token controller to fill the Secret's key and
