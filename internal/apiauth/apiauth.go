@@ -61,7 +61,8 @@ type Options struct {
 	// Audiences, when set, are the audiences a token must be for; empty:
 	// the API server's own.
 	Audiences []string
-	// Log receives each review's failure; nil: discarded.
+	// Log receives each review's failure and each fresh refusal (403 at
+	// info, 401 at debug); nil: discarded.
 	Log logrus.FieldLogger
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
@@ -167,8 +168,16 @@ func (a *Authorizer) Decide(ctx context.Context, token, path string) (int, strin
 		return http.StatusServiceUnavailable, "the API server could not review the request; try again"
 	}
 	ttl := a.o.DeniedTTL
-	if d.code == http.StatusOK {
+	switch d.code {
+	case http.StatusOK:
 		ttl = a.o.AllowedTTL
+	case http.StatusForbidden:
+		// A known user refused: a scraper without its RBAC grant, which
+		// an operator looks for when a target is down. Once per DeniedTTL
+		// per token, as the decision is cached.
+		a.o.Log.WithField("path", path).Info("metrics request refused (403): " + d.why)
+	default:
+		a.o.Log.WithField("path", path).Debug("metrics request refused (401): " + d.why)
 	}
 	a.cache.put(key, d, now.Add(ttl))
 	return d.code, d.why

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -185,6 +187,26 @@ func TestOnlyTheGrantedServiceAccountReadsMetrics(t *testing.T) {
 	// cover it.
 	if w := scrape(a, http.MethodGet, "/debug/pprof/", "scraper-token"); w.Code != http.StatusForbidden {
 		t.Errorf("the scraper's GET /debug/pprof/: %d, want 403", w.Code)
+	}
+}
+
+func TestARefusedServiceAccountIsLoggedOncePerDecision(t *testing.T) {
+	// An operator whose Prometheus target is down looks at the daemon's
+	// log: a 403 names the user, once per cached decision.
+	f := newFakeAPIServer(t)
+	log, hook := logtest.NewNullLogger()
+	a := f.authorizer(t, Options{Log: log})
+	for range 3 {
+		scrape(a, http.MethodGet, "/metrics", "other-token")
+	}
+	var refusals []string
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.InfoLevel {
+			refusals = append(refusals, e.Message)
+		}
+	}
+	if len(refusals) != 1 || !strings.Contains(refusals[0], "system:serviceaccount:default:default") || !strings.Contains(refusals[0], "403") {
+		t.Errorf("info lines %q, want one 403 naming system:serviceaccount:default:default", refusals)
 	}
 }
 
