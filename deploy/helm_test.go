@@ -202,6 +202,7 @@ var chartEquivalents = map[string]map[string]any{
 	"testdata/admission-policy":           {"createNamespace": true, "admissionPolicy": map[string]any{"enabled": true}},
 	"testdata/dra-legacy-view":            {"createNamespace": true, "legacyView": map[string]any{"enabled": true}},
 	"testdata/monitoring":                 {"createNamespace": true, "monitoring": chartMonitoring},
+	"testdata/podmonitor":                 {"createNamespace": true, "monitoring": chartScraped},
 	"testdata/views": {"createNamespace": true, "views": map[string]any{
 		"dcgm": map[string]any{"enabled": true}, "plain": map[string]any{"enabled": true}, "kata": map[string]any{"enabled": true}}},
 	"testdata/all-components": {
@@ -211,7 +212,7 @@ var chartEquivalents = map[string]map[string]any{
 		"koordinatorDevice": false,
 		"admissionPolicy":   map[string]any{"enabled": true},
 		"legacyView":        map[string]any{"enabled": true},
-		"monitoring":        chartMonitoring,
+		"monitoring":        chartScraped,
 		"image":             map[string]any{"repository": "registry.example.com/podres-proxy", "tag": "v0.1.0"},
 	},
 }

@@ -62,6 +62,8 @@ var newTyped = map[string]func() any{
 	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": func() any { return &rbacv1.ClusterRoleBinding{} },
 	"scheduling.k8s.io/v1/PriorityClass":              func() any { return &schedulingv1.PriorityClass{} },
 	"monitoring.coreos.com/v1/PrometheusRule":         func() any { return &prometheusRule{} },
+	"monitoring.coreos.com/v1/PodMonitor":             func() any { return &podMonitor{} },
+	"v1/Secret":                                       func() any { return &tokenSecret{} },
 }
 
 // deployDir is this package's directory: the tests run in it.
@@ -316,9 +318,15 @@ func TestStrictDecodingRefusesUnknownFields(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "HostNetwork") {
 		t.Errorf("decoding a DaemonSet with HostNetwork: err = %v, want an unknown-field error", err)
 	}
-	_, err = decodeStrict([]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}`))
-	if err == nil {
-		t.Error("decoding a Secret: want an error for a kind the manifests must not create")
+	// A Secret only as a service account token's shell, which the API
+	// server fills: the manifests carry no secret material.
+	_, err = decodeStrict([]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"},"type":"Opaque","data":{"password":"aHVudGVyMg=="}}`))
+	if err == nil || !strings.Contains(err.Error(), "data") {
+		t.Errorf("decoding a Secret with data: err = %v, want an unknown-field error: the manifests must carry no secret material", err)
+	}
+	_, err = decodeStrict([]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"},"type":"Opaque"}`))
+	if err == nil || !strings.Contains(err.Error(), "Opaque") {
+		t.Errorf("decoding an Opaque Secret: err = %v, want it refused: only a service account token's shell", err)
 	}
 }
 

@@ -62,7 +62,11 @@ func healthMux(ready func() bool) *http.ServeMux {
 
 // serveHTTP serves h on l until ctx is done, then closes l.
 func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	return runServer(ctx, l, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second})
+}
+
+// runServer runs hs on l until ctx is done, then shuts it down.
+func runServer(ctx context.Context, l net.Listener, hs *http.Server) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {

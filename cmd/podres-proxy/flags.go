@@ -65,6 +65,8 @@ type serveConfig struct {
 	draIDAttributes, draNUMAAttributes      string
 
 	tokenFileSet bool
+
+	secureMetricsConfig // secure_metrics.go
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -87,6 +89,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.criSocket, "cri-socket", defaultCRISocket, "the runtime's CRI socket, to reconcile what NRI missed; empty disables reconciling")
 	fs.DurationVar(&c.criInterval, "cri-reconcile-interval", 30*time.Second, "how often to reconcile the state store against CRI")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics, /healthz and /readyz; empty disables")
+	c.secureMetricsConfig.addFlags(fs)
 	fs.StringVar(&c.probeSocket, "probe-socket", "", "a unix socket of this instance's own (a directory private to the pod) serving /healthz and /readyz for the probe command (the kubelet's exec probes); empty disables")
 	fs.Float64Var(&c.qps, "rate-limit-qps", limits.DefaultRateLimitQPS, "calls per second the endpoint accepts, as the kubelet's; 0 disables the limit")
 	fs.IntVar(&c.burst, "rate-limit-burst", limits.DefaultRateLimitBurst, "burst of the rate limit")
@@ -164,6 +167,9 @@ func (c *serveConfig) complete() error {
 	}
 	c.views = views
 	if err := c.checkLegacyView(); err != nil {
+		return cmdline.Usage(err)
+	}
+	if err := c.secureMetricsConfig.check(); err != nil {
 		return cmdline.Usage(err)
 	}
 	if c.maxConns < 1 || c.maxConnsPerClient < 1 || c.requestTimeout <= 0 {

@@ -195,6 +195,11 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	m.WatchReady(srv.Ready)
 
+	secureMetrics, err := c.secureMetrics(reg, log)
+	if err != nil {
+		return err
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The first part to fail stops the others; a part's error after the
@@ -283,6 +288,9 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		start("metrics server", func(ctx context.Context) error {
 			return metrics.Serve(ctx, c.metricsAddr, reg, srv.Ready, log)
 		})
+	}
+	if secureMetrics != nil {
+		start("secure metrics server", secureMetrics)
 	}
 	if c.probeSocket != "" {
 		start("probe socket", func(ctx context.Context) error {

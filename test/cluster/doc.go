@@ -38,6 +38,12 @@
 // The last test uninstalls the kustomize objects and installs the Helm chart
 // (deploy/helm/podres-proxy, with Helm's Go SDK), and runs the smoke check
 // again.
+// After it, scrape_test.go installs deploy/base with
+// deploy/components/podmonitor (and a stand-in of the PodMonitor CRD) and
+// scrapes the daemon's HTTPS /metrics where the stored PodMonitor says, from
+// the host and from pods (test/scrapeprobe): the real API server's reviews
+// answer 401 without a token, 403 to a service account not granted get on
+// /metrics, 200 to the PodMonitor's; it removes all of it again.
 //
 // serve runs with each of its pod sources (podsource_test.go): deploy/base
 // as installed watches the kubelet's Pods API, up to and through the rolling
