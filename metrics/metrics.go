@@ -56,6 +56,9 @@ type Metrics struct {
 	draUnfolded       *prometheus.CounterVec
 	draPodsReads      prometheus.Counter
 	podSourceReads    *prometheus.CounterVec
+
+	// The Events (package report).
+	events eventMetrics
 }
 
 const namespace = "podres_proxy"
@@ -135,6 +138,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			"reason"),
 		draPodsReads: counter("dra", "pods_reads_total",
 			"Successful /pods reads of the legacy view, in the background, for pods' extended resource claims (status.extendedResourceClaimStatus), which the kubelet's Pods API does not carry."),
+		events: newEventMetrics(counter, counterVec),
 	}
 }
 
