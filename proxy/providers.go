@@ -7,6 +7,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
+	"github.com/podres-proxy/podres-proxy/report"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
@@ -59,4 +60,7 @@ type Providers struct {
 	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
 	// devices pods are answered with; nil writes none.
 	DeviceInfo plans.DeviceInfoWriter
+	// Report is told the pods' decisions when they change (Events); nil
+	// reports none.
+	Report *report.Reporter
 }

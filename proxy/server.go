@@ -161,6 +161,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 		Gate:             p.Trust,
 		MIGResource:      p.MIGResource,
 		DeviceInfo:       p.DeviceInfo,
+		Report:           p.Report,
 		Log:              log,
 	})
 	s := &Server{
