@@ -19,8 +19,10 @@ package report
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -155,7 +157,8 @@ func New(o Options) (*Reporter, error) {
 	if o.Metrics == nil {
 		o.Metrics = noMetrics{}
 	}
-	s := &sink{inner: &events.EventSinkImpl{Interface: client.EventsV1()}, node: o.Node, metrics: o.Metrics, freed: make(chan struct{}, 1)}
+	s := &sink{inner: &events.EventSinkImpl{Interface: client.EventsV1()}, node: o.Node, metrics: o.Metrics,
+		expiry: 2 * cfg.Timeout, freed: make(chan struct{}, 1)}
 	b := events.NewBroadcaster(s)
 	return &Reporter{
 		node:        o.Node,
@@ -195,8 +198,8 @@ func (r *Reporter) Node(reason, action, note string) {
 }
 
 func (r *Reporter) enqueue(it item) {
-	it.action = Truncate(it.action, maxAction)
-	it.note = Truncate(it.note, maxNote)
+	it.action = Truncate(printable(it.action), maxAction)
+	it.note = Truncate(printable(it.note), maxNote)
 	select {
 	case r.queue <- it:
 	default:
@@ -212,7 +215,6 @@ func (r *Reporter) Run(ctx context.Context) error {
 		return fmt.Errorf("report: start recording Events: %w", err)
 	}
 	defer r.broadcaster.Shutdown()
-	var lastProbe time.Time
 	for {
 		var it item
 		select {
@@ -220,14 +222,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 			return nil
 		case it = <-r.queue:
 		}
-		for {
-			inFlight, failing := r.sink.state()
-			if inFlight < maxInFlight && (!failing || time.Since(lastProbe) >= probeEvery) {
-				if failing {
-					lastProbe = time.Now()
-				}
-				break
-			}
+		for !r.sink.admit(time.Now()) {
 			wait := time.NewTimer(probeEvery)
 			select {
 			case <-ctx.Done():
@@ -245,34 +240,50 @@ func (r *Reporter) Run(ctx context.Context) error {
 
 // sink is client-go's sink with the node as every Event's reporting
 // instance (client-go names it after the host name, which is the daemon's
-// pod's name), and what Run needs to know: the writes in flight, and
-// whether the last one failed.
+// pod's name), and the gate Run hands Events over by: at most maxInFlight
+// handed over whose write has not ended (a hand-off whose write never
+// ended, an Event client-go folded into a series, counts until twice the
+// request timeout passed), and while writes fail, one every probeEvery.
 type sink struct {
 	inner   events.EventSink
 	node    string
 	metrics Metrics
+	expiry  time.Duration
 	freed   chan struct{} // a write ended
 
-	mu       sync.Mutex
-	inFlight int
-	failing  bool
+	mu        sync.Mutex
+	handed    []time.Time // hand-offs whose write has not ended, oldest first
+	failing   bool        // the last write failed
+	lastProbe time.Time
 }
 
-func (s *sink) state() (inFlight int, failing bool) {
+// admit reports whether an Event may be handed over now, and counts it if
+// so.
+func (s *sink) admit(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.inFlight, s.failing
+	for len(s.handed) > 0 && now.Sub(s.handed[0]) >= s.expiry {
+		s.handed = s.handed[1:]
+	}
+	if len(s.handed) >= maxInFlight {
+		return false
+	}
+	if s.failing {
+		if now.Sub(s.lastProbe) < probeEvery {
+			return false
+		}
+		s.lastProbe = now
+	}
+	s.handed = append(s.handed, now)
+	return true
 }
 
-func (s *sink) begin() {
+// ended records the end of a write.
+func (s *sink) ended(err error) {
 	s.mu.Lock()
-	s.inFlight++
-	s.mu.Unlock()
-}
-
-func (s *sink) end(err error) {
-	s.mu.Lock()
-	s.inFlight--
+	if len(s.handed) > 0 {
+		s.handed = s.handed[1:]
+	}
 	s.failing = err != nil
 	s.mu.Unlock()
 	if err != nil {
@@ -287,26 +298,23 @@ func (s *sink) end(err error) {
 // Create creates the Event, with this node as its reporting instance.
 func (s *sink) Create(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, error) {
 	ev.ReportingInstance = s.node
-	s.begin()
 	out, err := s.inner.Create(ctx, ev)
-	s.end(err)
+	s.ended(err)
 	return out, err
 }
 
 // Update is client-go's; the events.k8s.io recorder does not call it.
 func (s *sink) Update(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, error) {
 	ev.ReportingInstance = s.node
-	s.begin()
 	out, err := s.inner.Update(ctx, ev)
-	s.end(err)
+	s.ended(err)
 	return out, err
 }
 
 // Patch patches a series' count and last time.
 func (s *sink) Patch(ctx context.Context, ev *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
-	s.begin()
 	out, err := s.inner.Patch(ctx, ev, data)
-	s.end(err)
+	s.ended(err)
 	return out, err
 }
 
@@ -322,6 +330,18 @@ func Truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + ellipsis
+}
+
+// printable returns s with each control character (a tenant's annotation
+// may hold terminal escapes, which kubectl describe would print) and each
+// invalid byte replaced by '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 type noMetrics struct{}
