@@ -7,7 +7,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/proxy/plans"
-	"github.com/podres-proxy/podres-proxy/report"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/trust"
 )
@@ -62,5 +61,5 @@ type Providers struct {
 	DeviceInfo plans.DeviceInfoWriter
 	// Report is told the pods' decisions when they change (Events); nil
 	// reports none.
-	Report *report.Reporter
+	Report plans.Reporter
 }

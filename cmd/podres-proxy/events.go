@@ -14,6 +14,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/metrics"
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/plugin"
+	"github.com/podres-proxy/podres-proxy/proxy/plans"
 	"github.com/podres-proxy/podres-proxy/report"
 	"github.com/podres-proxy/podres-proxy/state"
 )
@@ -71,9 +72,9 @@ func (c *serveConfig) newEvents(m *metrics.Metrics, log logrus.FieldLogger) *eve
 }
 
 // report returns the reporter the plans tell; nil when Events are off.
-func (e *eventsWiring) report() *report.Reporter {
+func (e *eventsWiring) report() plans.Reporter {
 	if e == nil {
-		return nil
+		return nil // not a nil *report.Reporter in the interface
 	}
 	return e.reporter
 }

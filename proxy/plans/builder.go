@@ -14,7 +14,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/devids"
 	"github.com/podres-proxy/podres-proxy/inventory"
 	"github.com/podres-proxy/podres-proxy/model"
-	"github.com/podres-proxy/podres-proxy/report"
 	"github.com/podres-proxy/podres-proxy/state"
 	"github.com/podres-proxy/podres-proxy/state/record"
 	"github.com/podres-proxy/podres-proxy/trust"
@@ -49,7 +48,7 @@ type Options struct {
 	DeviceInfo DeviceInfoWriter
 	// Report is told each pod's refusals and undecodable annotations when
 	// they change (events.go), never per query; nil reports none.
-	Report *report.Reporter
+	Report Reporter
 	Log    logrus.FieldLogger
 }
 

@@ -11,6 +11,12 @@ import (
 	"github.com/podres-proxy/podres-proxy/state/record"
 )
 
+// Reporter is told the pods' decisions, as Events (report.Reporter). Pod
+// must not wait: the builder calls it between builds.
+type Reporter interface {
+	Pod(pod model.PodRef, reason, action, note string)
+}
+
 // reportRefused reports, as Events on the pod, each refusal of now that
 // was not among before: the pod's refusals changed (Store.SetRefused said
 // so), and only what is new is news to its owner.
