@@ -9,6 +9,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/report"
 	"github.com/podres-proxy/podres-proxy/state/record"
+	"github.com/podres-proxy/podres-proxy/trust"
 )
 
 // Reporter is told the pods' decisions, as Events (report.Reporter). Pod
@@ -19,13 +20,16 @@ type Reporter interface {
 
 // reportRefused reports, as Events on the pod, each refusal of now that
 // was not among before: the pod's refusals changed (Store.SetRefused said
-// so), and only what is new is news to its owner.
+// so), and only what is new is news to its owner. A pod not vetted yet
+// (its spec not read: trust.ClassUnvetted) is no decision: it is decided
+// once the spec is read, and a kubelet whose pods stay unreadable is
+// reported on the Node.
 func (b *Builder) reportRefused(pod model.PodRef, before, now []model.Refused) {
 	if b.o.Report == nil {
 		return
 	}
 	for _, r := range now {
-		if slices.ContainsFunc(before, func(o model.Refused) bool { return sameRefusal(o, r) }) {
+		if r.Class == trust.ClassUnvetted || slices.ContainsFunc(before, func(o model.Refused) bool { return sameRefusal(o, r) }) {
 			continue
 		}
 		ids := strings.Join(r.IDs, ",")

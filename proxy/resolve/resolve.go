@@ -39,6 +39,8 @@ type Resolver struct {
 	// checked is the table and directory a List last resolved every pod
 	// of against the directory's entries, without a read (Query.Checked).
 	checked atomic.Pointer[checkedLogs]
+	// unavailable are the pods already reported answered Unavailable.
+	unavailable reportedOnce
 }
 
 // Options are what a Resolver answers from.
@@ -58,6 +60,9 @@ type Options struct {
 	// Log gets a warning per answer that did not wait for a device-info
 	// file to be written; nil: logrus's standard logger.
 	Log logrus.FieldLogger
+	// Report is told, once per pod, of a pod whose UID the kubelet's names
+	// give answered Unavailable (events.go); nil: none.
+	Report plans.Reporter
 }
 
 // NewResolver returns the resolver of o.
@@ -165,6 +170,7 @@ func (q *Query) plansNoWait(ctx context.Context, keys []model.PodKey, arrived ti
 			// visibly, rather than guessed.
 			rec, ok := t.Pods().Live(keys[i])
 			if !ok || q.logs.contradict(t, keys[i], rec) {
+				q.r.reportUnavailable(t, keys[i], err)
 				return nil, status.Errorf(codes.Unavailable,
 					"podres-proxy: devices of pod %s in namespace %s are unknown: reading the kubelet's /pods failed: %v",
 					keys[i].Name, keys[i].Namespace, err)
