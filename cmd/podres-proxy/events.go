@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/dra"
 	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/metrics"
@@ -77,6 +79,29 @@ func (e *eventsWiring) report() plans.Reporter {
 		return nil // not a nil *report.Reporter in the interface
 	}
 	return e.reporter
+}
+
+// draUnfolded returns what tells of a DRA device the legacy view could not
+// fold, as an Event on its pod, when the store knows the pod's UID; nil
+// when Events are off.
+func (e *eventsWiring) draUnfolded(store *state.Store) func(model.PodKey, dra.Unfolded) {
+	if e == nil {
+		return nil
+	}
+	why := map[string]string{
+		dra.ReasonNoSlice:      "no ResourceSlice of the node lists it",
+		dra.ReasonNoID:         "its ResourceSlice gives none of the id attributes (--dra-id-attributes)",
+		dra.ReasonUnattributed: "its claim serves several containers or resources, and its allocation is unknown or names no request of this container",
+	}
+	return func(key model.PodKey, u dra.Unfolded) {
+		rec, ok := store.KubeletNamed(key)
+		if !ok {
+			return // no UID: no Event
+		}
+		e.reporter.Pod(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, report.ReasonDRADeviceNotFolded,
+			"Fold "+u.Device.String(), fmt.Sprintf("DRA device %s of container %s is left under dynamic_resources in the legacy view (%s): %s",
+				u.Device, u.Container, u.Reason, cmp.Or(why[u.Reason], u.Reason)))
+	}
 }
 
 // run emits Events until ctx is done; nothing when Events are off.

@@ -170,7 +170,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	}
 	var legacy *legacyView
 	if c.servesLegacy() {
-		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, log); err != nil {
+		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, events.draUnfolded(store), log); err != nil {
 			return err
 		}
 		providers.Fold = legacy.view
