@@ -166,50 +166,64 @@ func (e *eventsWiring) watchPods(fetch kubeletpods.Fetch) kubeletpods.Fetch {
 	}
 }
 
-// watchTrouble reports the daemon's trouble on the Node, once per episode:
-// the NRI plugin not registered, the kubelet's pods unreadable, for
-// troubleAfter; state writes failing.
+// watchTrouble reports the daemon's trouble on the Node until ctx is done
+// (trouble.check), looking every troubleEvery.
 func (e *eventsWiring) watchTrouble(ctx context.Context, store *state.Store) {
 	tick := time.NewTicker(troubleEvery)
 	defer tick.Stop()
-	var nriReported, podsReported, writesReported bool
-	writeErrors := store.Stats().WriteErrors
+	tr := &trouble{e: e, node: e.reporter.Node, writeErrors: store.Stats().WriteErrors}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case now := <-tick.C:
+			tr.check(now, store.Stats())
 		}
-		now := time.Now()
-		e.mu.Lock()
-		nriDown := e.nriWatch && !e.nriUp && now.Sub(e.nriSince) >= troubleAfter
-		nriFor := now.Sub(e.nriSince)
-		podsDown := !e.podsErr.IsZero() && now.Sub(e.podsOK) >= troubleAfter
-		podsFor, podsWhy := now.Sub(e.podsOK), e.podsWhy
-		e.mu.Unlock()
-
-		if nriDown && !nriReported {
-			e.reporter.Node(report.ReasonNRIDisconnected, "Connect NRI", fmt.Sprintf(
-				"the NRI plugin has not been registered with the runtime for %s: pods' lifecycle is learned from CRI and the kubelet only (see the daemon's log)",
-				nriFor.Round(time.Second)))
-		}
-		nriReported = nriDown
-
-		if podsDown && !podsReported {
-			e.reporter.Node(report.ReasonKubeletPodsUnreadable, "Read pods", fmt.Sprintf(
-				"the kubelet's pods have not been readable for %s: pods the daemon has no record of are answered Unavailable; last error: %s",
-				podsFor.Round(time.Second), report.Truncate(podsWhy, report.MaxExcerpt)))
-		}
-		podsReported = podsDown
-
-		s := store.Stats()
-		failing := s.WriteErrors > writeErrors
-		if failing && !writesReported {
-			e.reporter.Node(report.ReasonStateWritesFailing, "Write state", fmt.Sprintf(
-				"%d writes of the state directory failed (%d in all), %d records wait to be written: a restart loses what they say (see the daemon's log)",
-				s.WriteErrors-writeErrors, s.WriteErrors, s.Pending))
-		}
-		writesReported = failing || writesReported && s.Pending > 0
-		writeErrors = s.WriteErrors
 	}
+}
+
+// trouble is what watchTrouble reported: each trouble once per episode.
+type trouble struct {
+	e    *eventsWiring
+	node func(reason, action, note string) // report.Reporter.Node
+
+	nri, pods, writes bool   // reported, and not over since
+	writeErrors       uint64 // the state store's write errors at the last look
+}
+
+// check reports, on the Node, the trouble that began since the last look:
+// the NRI plugin not registered, or the kubelet's pods unreadable, for
+// troubleAfter; state writes failing (s is the store's Stats now).
+func (t *trouble) check(now time.Time, s state.Stats) {
+	e := t.e
+	e.mu.Lock()
+	nriDown := e.nriWatch && !e.nriUp && now.Sub(e.nriSince) >= troubleAfter
+	nriFor := now.Sub(e.nriSince)
+	podsDown := !e.podsErr.IsZero() && now.Sub(e.podsOK) >= troubleAfter
+	podsFor, podsWhy := now.Sub(e.podsOK), e.podsWhy
+	e.mu.Unlock()
+
+	if nriDown && !t.nri {
+		t.node(report.ReasonNRIDisconnected, "Connect NRI", fmt.Sprintf(
+			"the NRI plugin has not been registered with the runtime for %s: pods' lifecycle is learned from CRI and the kubelet only (see the daemon's log)",
+			nriFor.Round(time.Second)))
+	}
+	t.nri = nriDown
+
+	if podsDown && !t.pods {
+		t.node(report.ReasonKubeletPodsUnreadable, "Read pods", fmt.Sprintf(
+			"the kubelet's pods have not been readable for %s: pods the daemon has no record of are answered Unavailable; last error: %s",
+			podsFor.Round(time.Second), report.Truncate(podsWhy, report.MaxExcerpt)))
+	}
+	t.pods = podsDown
+
+	failing := s.WriteErrors > t.writeErrors
+	if failing && !t.writes {
+		t.node(report.ReasonStateWritesFailing, "Write state", fmt.Sprintf(
+			"%d writes of the state directory failed (%d in all), %d records wait to be written: a restart loses what they say (see the daemon's log)",
+			s.WriteErrors-t.writeErrors, s.WriteErrors, s.Pending))
+	}
+	// An episode of failing writes is over once nothing waits.
+	t.writes = failing || t.writes && s.Pending > 0
+	t.writeErrors = s.WriteErrors
 }

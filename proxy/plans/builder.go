@@ -316,7 +316,7 @@ func (b *Builder) record(fresh []*record.Record, entries map[string]entry) {
 		if b.o.Store.SetRefused(rec.UID, e.refused) {
 			ref := model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
 			b.o.Gate.Report(ref, e.refused)
-			b.reportRefused(ref, rec.Refused, e.refused)
+			b.reportRefused(rec, rec.Refused, e.refused)
 		}
 		if !maps.Equal(e.slots, rec.GPUSlots) {
 			b.o.Store.SetGPUSlots(rec.UID, e.slots)

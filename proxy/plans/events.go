@@ -24,7 +24,7 @@ type Reporter interface {
 // (its spec not read: trust.ClassUnvetted) is no decision: it is decided
 // once the spec is read, and a kubelet whose pods stay unreadable is
 // reported on the Node.
-func (b *Builder) reportRefused(pod model.PodRef, before, now []model.Refused) {
+func (b *Builder) reportRefused(rec *record.Record, before, now []model.Refused) {
 	if b.o.Report == nil {
 		return
 	}
@@ -33,10 +33,23 @@ func (b *Builder) reportRefused(pod model.PodRef, before, now []model.Refused) {
 			continue
 		}
 		ids := strings.Join(r.IDs, ",")
-		note := fmt.Sprintf("%s device %s from the %s annotation refused (rule %s, %s): %s; the pod is answered without it",
-			r.Resource, ids, r.Allocator, r.Reason, r.Class, r.Detail)
+		note := fmt.Sprintf("%s device %s%s from the %s annotation refused (rule %s, %s): %s; the pod is answered without it",
+			r.Resource, ids, containerOf(rec, r), r.Allocator, r.Reason, r.Class, r.Detail)
+		pod := model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
 		b.o.Report.Pod(pod, report.ReasonAllocationRefused, "Refuse "+r.Resource+" "+ids, note)
 	}
+}
+
+// containerOf returns " for container NAME" when the allocator gave the
+// refused device to a named container (per-container allocators), "" for
+// a pod-level allocation, which goes to the containers that request it.
+func containerOf(rec *record.Record, r model.Refused) string {
+	for _, d := range rec.Devices {
+		if d.Container != "" && d.Resource == r.Resource && slices.Equal(d.IDs, r.IDs) {
+			return " for container " + d.Container
+		}
+	}
+	return ""
 }
 
 // sameRefusal reports whether two refusals refuse the same device for the
