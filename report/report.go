@@ -18,20 +18,26 @@ package report
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/go-logr/logr"
+	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 
 	"github.com/podres-proxy/podres-proxy/model"
 )
@@ -112,6 +118,9 @@ type Options struct {
 	Timeout time.Duration
 	// Metrics counts; nil counts nothing.
 	Metrics Metrics
+	// Log gets client-go's complaints about Events it could not write; nil:
+	// logrus's standard logger.
+	Log logrus.FieldLogger
 }
 
 // Reporter emits Events. A nil *Reporter emits nothing, so that parts
@@ -121,6 +130,7 @@ type Reporter struct {
 	queue   chan item
 	metrics Metrics
 	sink    *sink
+	log     logr.Logger
 
 	broadcaster events.EventBroadcaster
 	recorder    events.EventRecorder
@@ -157,6 +167,9 @@ func New(o Options) (*Reporter, error) {
 	if o.Metrics == nil {
 		o.Metrics = noMetrics{}
 	}
+	if o.Log == nil {
+		o.Log = logrus.StandardLogger()
+	}
 	s := &sink{inner: &events.EventSinkImpl{Interface: client.EventsV1()}, node: o.Node, metrics: o.Metrics,
 		expiry: 2 * cfg.Timeout, freed: make(chan struct{}, 1)}
 	b := events.NewBroadcaster(s)
@@ -165,6 +178,7 @@ func New(o Options) (*Reporter, error) {
 		queue:       make(chan item, o.Queue),
 		metrics:     o.Metrics,
 		sink:        s,
+		log:         logr.New(&logSink{log: o.Log}),
 		broadcaster: b,
 		recorder:    b.NewRecorder(scheme.Scheme, Controller),
 	}, nil
@@ -211,7 +225,8 @@ func (r *Reporter) enqueue(it item) {
 // API server keeps up (see the package comment). Events still queued then
 // are lost.
 func (r *Reporter) Run(ctx context.Context) error {
-	if err := r.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+	// client-go logs the writes it gives up or retries with ctx's logger.
+	if err := r.broadcaster.StartRecordingToSinkWithContext(klog.NewContext(ctx, r.log)); err != nil {
 		return fmt.Errorf("report: start recording Events: %w", err)
 	}
 	defer r.broadcaster.Shutdown()
@@ -284,7 +299,7 @@ func (s *sink) ended(err error) {
 	if len(s.handed) > 0 {
 		s.handed = s.handed[1:]
 	}
-	s.failing = err != nil
+	s.failing = unavailable(err)
 	s.mu.Unlock()
 	if err != nil {
 		s.metrics.EventWriteFailed()
@@ -316,6 +331,22 @@ func (s *sink) Patch(ctx context.Context, ev *eventsv1.Event, data []byte) (*eve
 	out, err := s.inner.Patch(ctx, ev, data)
 	s.ended(err)
 	return out, err
+}
+
+// unavailable reports whether err says the API server is not there for
+// Events: no answer, or an answer that it is overloaded or broken. A
+// refusal of one Event (its namespace being deleted, a 403) is the Event's
+// trouble, not the others'.
+func unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return true
+	}
+	code := st.Status().Code
+	return code == 0 || code >= 500 || code == http.StatusTooManyRequests
 }
 
 // Truncate returns s cut to at most n bytes, at a rune boundary, with "…"

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 
@@ -32,6 +34,9 @@ type apiServer struct {
 	caPath, tokenPath string
 
 	release chan struct{} // closed: answer
+	// refuse, when set, is the regarding UID whose Events are refused
+	// (403), as a namespace being deleted refuses them.
+	refuse  string
 	mu      sync.Mutex
 	hanging int                       // requests waiting for release
 	created map[string]eventsv1.Event // by action
@@ -111,6 +116,10 @@ func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("%s: %v (%T)", r.Header.Get("Content-Type"), err, obj), http.StatusBadRequest)
 		return
 	}
+	if s.refuse != "" && string(ev.Regarding.UID) == s.refuse {
+		http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}`, http.StatusForbidden)
+		return
+	}
 	out, err := json.Marshal(ev)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -166,13 +175,17 @@ func (c *counts) get() (emitted, dropped, failed int) {
 	return c.emitted, c.dropped, c.fail
 }
 
-func newReporter(t *testing.T, s *apiServer, queue int, m report.Metrics) *report.Reporter {
+func newReporter(t *testing.T, s *apiServer, queue int, m report.Metrics, log ...logrus.FieldLogger) *report.Reporter {
 	t.Helper()
 	cfg, err := apiclient.Config(apiclient.Options{Server: s.URL, TokenFile: s.tokenPath, CAFile: s.caPath, QPS: 1000, Burst: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := report.New(report.Options{Config: cfg, Node: "node-a", Queue: queue, Timeout: time.Minute, Metrics: m})
+	o := report.Options{Config: cfg, Node: "node-a", Queue: queue, Timeout: time.Minute, Metrics: m}
+	if len(log) > 0 {
+		o.Log = log[0]
+	}
+	r, err := report.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +292,33 @@ func TestAnEventIsAWarningOnThePodFromThisNodeBoundedAndPrintable(t *testing.T) 
 	node := created["Write state"]
 	if node.Regarding.Kind != "Node" || node.Regarding.Name != "node-a" || node.Type != "Warning" || node.ReportingInstance != "node-a" {
 		t.Errorf("Event on the node: %+v", node)
+	}
+}
+
+// An Event the API server refuses (its pod's namespace being deleted) is
+// logged on the daemon's log, without holding up the others as an API
+// server that does not answer does.
+func TestAnEventTheAPIServerRefusesHoldsUpNoOther(t *testing.T) {
+	s := newAPIServer(t, false)
+	s.refuse = "uid-refused"
+	log, hook := test.NewNullLogger()
+	r := newReporter(t, s, 0, nil, log)
+	run(t, r)
+	r.Pod(model.PodRef{UID: "uid-refused", Namespace: "gone", Name: "p"}, report.ReasonAllocationRefused, "Refuse", "refused")
+	for i := range 10 {
+		r.Pod(pod(i), report.ReasonAllocationRefused, fmt.Sprintf("Refuse %d", i), "refused")
+	}
+	start := time.Now()
+	s.await(t, "the 10 others", func(_ int, created map[string]eventsv1.Event) bool { return len(created) == 10 })
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the others took %s after one was refused", took)
+	}
+	var warned bool
+	for _, e := range hook.AllEntries() {
+		warned = warned || e.Level == logrus.WarnLevel && strings.HasPrefix(e.Message, "Events: ") && e.Data[logrus.ErrorKey] != nil
+	}
+	if !warned {
+		t.Errorf("the refusal is not on the daemon's log: %v", hook.AllEntries())
 	}
 }
 

@@ -63,7 +63,7 @@ func (c *serveConfig) newEvents(m *metrics.Metrics, log logrus.FieldLogger) *eve
 	cfg, err := apiclient.Config(apiclient.Options{Server: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile})
 	if err == nil {
 		var r *report.Reporter
-		if r, err = report.New(report.Options{Config: cfg, Node: c.nodeName, Metrics: m}); err == nil {
+		if r, err = report.New(report.Options{Config: cfg, Node: c.nodeName, Metrics: m, Log: log}); err == nil {
 			now := time.Now()
 			return &eventsWiring{reporter: r, log: log, nriSince: now, podsOK: now}
 		}
