@@ -7,10 +7,16 @@
 // Emitting never waits on the API server: Pod and Node put the Event in a
 // bounded queue and return, and an Event the queue has no room for is
 // dropped and counted (Metrics.EventDropped). One goroutine (Run) hands the
-// queue to client-go, and only while the API server keeps up: while requests
-// hang or fail, Events stay queued (and the newest are dropped) instead of
-// piling up as client-go's retrying goroutines. Every request has a time
-// limit (Options.Timeout).
+// queue to client-go, and only while the API server keeps up: while a few
+// writes are in flight, or the API server does not answer (or answers that
+// it is overloaded), Events stay queued (and the newest are dropped)
+// instead of piling up as client-go's retrying goroutines. Every request
+// has a time limit (Options.Timeout).
+//
+// Each Event is a Warning from the reporting controller podres-proxy, with
+// the node's name as its reporting instance, regarding the pod (its UID
+// included) or the Node; its action and note are cut to the API server's
+// bounds, control characters replaced.
 //
 // Callers report decisions when they change, not per query: an Event is an
 // API object, and a busy node must not write one per List.
