@@ -138,8 +138,13 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 				if len(rule.ResourceNames) > 0 {
 					t.Errorf("rule limits resource names %v: the role is shared by every node's pod", rule.ResourceNames)
 				}
-				if !slices.Equal(rule.Verbs, []string{"get"}) {
-					t.Errorf("rule %v grants verbs %v, want only get", rule.Resources, rule.Verbs)
+				// Events are only written: created, and patched as a series.
+				wantVerbs := []string{"get"}
+				if slices.Equal(rule.APIGroups, []string{"events.k8s.io"}) && slices.Equal(rule.Resources, []string{"events"}) {
+					wantVerbs = []string{"create", "patch"}
+				}
+				if !slices.Equal(rule.Verbs, wantVerbs) {
+					t.Errorf("rule %v grants verbs %v, want only %v", rule.Resources, rule.Verbs, wantVerbs)
 				}
 				for _, g := range rule.APIGroups {
 					for _, res := range rule.Resources {
@@ -149,13 +154,17 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 			}
 			slices.Sort(got)
 			want := []string{"/nodes/pods"}
-			if argValues(t, proxyContainer(t, ds).Args)["device-cr"] != "false" {
+			args := argValues(t, proxyContainer(t, ds).Args)
+			if args["device-cr"] != "false" {
 				// The Device object reader is on: without the rule it gets 403.
 				want = append(want, koordinatorGroup+"/devices")
 			}
+			if args["events"] != "false" {
+				want = append(want, "events.k8s.io/events")
+			}
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
-				t.Errorf("ClusterRole grants get on %q, want exactly %q (never nodes/proxy, never a wildcard)", got, want)
+				t.Errorf("ClusterRole grants %q, want exactly %q (never nodes/proxy, never a wildcard)", got, want)
 			}
 
 			b := find[rbacv1.ClusterRoleBinding](t, r.objects, "ClusterRoleBinding", proxyName)

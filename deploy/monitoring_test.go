@@ -93,6 +93,8 @@ func servedMetrics(t *testing.T) map[string]bool {
 	m.NRIReconnect()
 	m.CRIReconciled(time.Millisecond, nil)
 	m.DRAUnfolded("no-resourceslice")
+	m.EventEmitted("AllocationRefused")
+	m.EventDropped("AllocationRefused")
 	m.PodsAPIEvent("ADDED")
 	m.PodsAPIRelisted(1, 1, time.Millisecond)
 	m.PodsAPIReconnect(failed)

@@ -55,7 +55,11 @@ type ViewOptions struct {
 	// Metrics counts a device left under dynamic_resources, once per pod,
 	// device and reason; nil counts nothing.
 	Metrics Metrics
-	Log     logrus.FieldLogger
+	// Unfolded is told of a device left under dynamic_resources, once per
+	// pod, device and reason, as Metrics counts it (an Event on the pod).
+	// It must not wait: answers call it. Nil: nothing is told.
+	Unfolded func(pod model.PodKey, u Unfolded)
+	Log      logrus.FieldLogger
 }
 
 // Metrics is what the view reports (metrics.Metrics implements it).
@@ -222,6 +226,9 @@ func (v *View) report(key model.PodKey, e *podEntry, unfolded []Unfolded) {
 			Warn("DRA: a device of an extended resource stays under dynamic_resources only")
 		if v.opts.Metrics != nil {
 			v.opts.Metrics.DRAUnfolded(u.Reason)
+		}
+		if v.opts.Unfolded != nil {
+			v.opts.Unfolded(key, u)
 		}
 	}
 	if refresh && v.opts.Refresh != nil {

@@ -31,6 +31,7 @@ type fakeSources struct {
 	allocReads int
 	refreshes  int
 	unfolded   []string
+	told       []string // "namespace/name container device reason" (ViewOptions.Unfolded)
 }
 
 // DRAUnfolded records what the view counts (Metrics).
@@ -89,6 +90,11 @@ func (s *fakeSources) view(t *testing.T) *View {
 			s.refreshes++
 		},
 		Metrics: s,
+		Unfolded: func(key model.PodKey, u Unfolded) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.told = append(s.told, key.Namespace+"/"+key.Name+" "+u.Container+" "+u.Device.String()+" "+u.Reason)
+		},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
@@ -264,8 +270,15 @@ func TestUnknownPodsAndDevicesAreAnsweredAsTheKubeletDoes(t *testing.T) {
 	wantPod(t, unknown, before[0])
 	wantPod(t, known, before[1])
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.refreshes != 1 || len(s.unfolded) != 1 || s.unfolded[0] != ReasonNoSlice {
 		t.Errorf("refreshes %d, unfolded %v; want the slices read again for the missing device", s.refreshes, s.unfolded)
+	}
+	s.mu.Unlock()
+	v.FoldPod(t.Context(), proto.Clone(before[1]).(*v1.PodResources)) // asked again: told once
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// What the pod's Event says (serve's Unfolded), once.
+	if want := []string{"ml/known main " + ref(gpuDriver, "gpu-new").String() + " " + ReasonNoSlice}; !slices.Equal(s.told, want) {
+		t.Errorf("told %q, want %q", s.told, want)
 	}
 }

@@ -58,6 +58,9 @@ type Metrics struct {
 	draUnfolded       *prometheus.CounterVec
 	draPodsReads      prometheus.Counter
 	podSourceReads    *prometheus.CounterVec
+
+	// The Events (package report).
+	events eventMetrics
 }
 
 const namespace = "podres_proxy"
@@ -140,6 +143,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			"reason"),
 		draPodsReads: counter("dra", "pods_reads_total",
 			"Successful /pods reads of the legacy view, in the background, for pods' extended resource claims (status.extendedResourceClaimStatus), which the kubelet's Pods API does not carry."),
+		events: newEventMetrics(counter, counterVec),
 	}
 }
 

@@ -59,4 +59,7 @@ type Providers struct {
 	// DeviceInfo writes the NPWG device-info files of the VFs and RDMA
 	// devices pods are answered with; nil writes none.
 	DeviceInfo plans.DeviceInfoWriter
+	// Report is told the pods' decisions when they change (Events); nil
+	// reports none.
+	Report plans.Reporter
 }

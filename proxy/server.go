@@ -161,6 +161,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 		Gate:             p.Trust,
 		MIGResource:      p.MIGResource,
 		DeviceInfo:       p.DeviceInfo,
+		Report:           p.Report,
 		Log:              log,
 	})
 	s := &Server{
@@ -177,6 +178,7 @@ func New(cfg Config, p Providers) (*Server, error) {
 			Pods:     pods,
 			PodLogs:  p.PodLogs,
 			Watching: p.Watching,
+			Report:   p.Report,
 			Log:      log,
 		}),
 		listV1:       lister{api: upstream.V1},

@@ -121,6 +121,14 @@ func (s *Store) Get(uid string) (*record.Record, bool) {
 	return s.get(uid)
 }
 
+// KubeletNamed returns the record of the UID the kubelet's freshest list or
+// watch gives a name now (Snapshot.KubeletNamed), without a snapshot's copy.
+func (s *Store) KubeletNamed(key model.PodKey) (*record.Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.kubeletNamed(key)
+}
+
 // Snapshot returns the records and the kubelet's names as they are now, at
 // Version: an immutable copy that answers every lookup as the store did at
 // that moment, however it changes afterwards. Whatever is derived from one

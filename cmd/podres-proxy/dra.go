@@ -17,6 +17,7 @@ import (
 	"github.com/podres-proxy/podres-proxy/kubeletpods"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/metrics"
+	"github.com/podres-proxy/podres-proxy/model"
 	"github.com/podres-proxy/podres-proxy/proxy"
 	"github.com/podres-proxy/podres-proxy/proxy/merge"
 )
@@ -35,7 +36,8 @@ type legacyView struct {
 // Each /pods read is counted in dra_pods_reads_total, not as the answers'
 // reads of pods (pod_source_reads_total): a node whose kubelet serves the
 // Pods API reads /pods only for this.
-func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
+// Each device it cannot fold is told to unfolded (nil: none).
+func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, unfolded func(model.PodKey, dra.Unfolded), log logrus.FieldLogger) (*legacyView, error) {
 	source, err := resourceapi.New(resourceapi.Options{
 		APIServer: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile, NodeName: c.nodeName,
 		Attributes: resourceapi.Attributes{ID: list(c.draIDAttributes), NUMA: list(c.draNUMAAttributes)},
@@ -57,6 +59,7 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 			Refresh:         source.Refresh,
 			DriverResources: c.draDrivers,
 			Metrics:         m,
+			Unfolded:        unfolded,
 			Log:             log,
 		}),
 	}, nil

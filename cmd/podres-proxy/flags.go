@@ -55,6 +55,7 @@ type serveConfig struct {
 	nodeName                                string
 	deviceCR                                bool
 	apiServer, apiTokenFile, apiCAFile      string
+	events                                  bool
 	inventoryFile, sysfsRoot, procfsRoot    string
 	viewFlags                               []string // --view NAME=PATH
 	views                                   []proxy.ViewSocket
@@ -114,6 +115,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
 	fs.StringVar(&c.apiTokenFile, "api-token-file", devicecr.DefaultTokenFile, "bearer token for the API server")
 	fs.StringVar(&c.apiCAFile, "api-ca-file", devicecr.DefaultCAFile, "CA bundle to verify the API server")
+	fs.BoolVar(&c.events, "events", true, "report decisions (refused allocations, undecodable annotations) as Warning Events on the pod, and the daemon's own trouble on the Node (needs --node-name and an API server)")
 	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
 	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")
 	fs.StringVar(&c.procfsRoot, "procfs-root", "/proc", "where NVIDIA's driver publishes GPU UUIDs (driver/nvidia/gpus)")

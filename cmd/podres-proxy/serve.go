@@ -66,6 +66,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg) // every part counts into it
+	events := c.newEvents(m, log)
 
 	hamiResources, err := registry.ParseResourceMap(c.hamiResources)
 	if err != nil {
@@ -151,6 +152,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	} else {
 		log.Info("the kubelet's Pods API is disabled (--kubelet-pods-api-socket is empty): pods are learned from /pods")
 	}
+	fetch = events.watchPods(fetch)
 	providers := proxy.Providers{
 		Store:            store,
 		Pods:             fetch,
@@ -162,12 +164,13 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		ResourceNames:    names,
 		Trust:            trust,
 		Metrics:          m,
+		Report:           events.report(),
 
 		MIGResource: c.migResource,
 	}
 	var legacy *legacyView
 	if c.servesLegacy() {
-		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, log); err != nil {
+		if legacy, err = newLegacyView(c, podsAPI, pods.Pods, m, events.draUnfolded(store), log); err != nil {
 			return err
 		}
 		providers.Fold = legacy.view
@@ -236,6 +239,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		start("kubelet Pods API watch", podsAPI.Run)
 	}
 	start("proxy", srv.Serve)
+	start("Events", events.run(store))
 	if legacy != nil {
 		// As the inventory, before serving: NFD asks
 		// GetAllocatableResources once, at its start.
@@ -268,7 +272,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 		log.Info("CRI reconciling disabled (--cri-socket is empty)")
 	}
 	if c.nriSocket != "" {
-		opts := plugin.Options{Socket: c.nriSocket, Name: c.nriName, Index: c.nriIndex, Log: log, Metrics: m}
+		opts := plugin.Options{Socket: c.nriSocket, Name: c.nriName, Index: c.nriIndex, Log: log, Metrics: events.watchNRI(m)}
 		if reconciler != nil {
 			// Synchronize does not say which sandboxes stopped while the
 			// plugin was away; CRI does, so reconcile right after it.

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -45,7 +46,10 @@ type Options struct {
 	MIGResource string
 	// DeviceInfo writes device-info files; nil writes none.
 	DeviceInfo DeviceInfoWriter
-	Log        logrus.FieldLogger
+	// Report is told each pod's refusals and undecodable annotations when
+	// they change (events.go), never per query; nil reports none.
+	Report Reporter
+	Log    logrus.FieldLogger
 }
 
 // Builder keeps the current Table: Run builds a new one whenever the store
@@ -66,6 +70,10 @@ type Builder struct {
 	holders *trust.Holders
 	shared  *trust.SharedGPUs
 	entries map[string]entry
+	// undecodable are the decode errors of each pod as last reported
+	// (events.go), and started when the builder was made.
+	undecodable map[string][]string
+	started     time.Time
 }
 
 // New returns a builder; nothing is built until Run.
@@ -73,7 +81,7 @@ func New(o Options) *Builder {
 	if o.Log == nil {
 		o.Log = logrus.StandardLogger()
 	}
-	return &Builder{o: o, wake: make(chan struct{}, 1), built: make(chan struct{}), holds: holds{w: o.DeviceInfo}}
+	return &Builder{o: o, wake: make(chan struct{}, 1), built: make(chan struct{}), holds: holds{w: o.DeviceInfo}, started: time.Now()}
 }
 
 // ErrStopped is At's error once Run has returned.
@@ -192,6 +200,7 @@ func (b *Builder) build() {
 	b.mu.Unlock()
 
 	b.record(fresh, entries)
+	b.reportUndecodable(records)
 }
 
 // decide computes one pod's plan: its devices translated to ids, vetted,
@@ -305,7 +314,9 @@ func (b *Builder) record(fresh []*record.Record, entries map[string]entry) {
 	for _, rec := range fresh {
 		e := entries[rec.UID]
 		if b.o.Store.SetRefused(rec.UID, e.refused) {
-			b.o.Gate.Report(model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}, e.refused)
+			ref := model.PodRef{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
+			b.o.Gate.Report(ref, e.refused)
+			b.reportRefused(rec, rec.Refused, e.refused)
 		}
 		if !maps.Equal(e.slots, rec.GPUSlots) {
 			b.o.Store.SetGPUSlots(rec.UID, e.slots)

@@ -39,6 +39,8 @@ type Resolver struct {
 	// checked is the table and directory a List last resolved every pod
 	// of against the directory's entries, without a read (Query.Checked).
 	checked atomic.Pointer[checkedLogs]
+	// unavailable are the pods already reported answered Unavailable.
+	unavailable reportedOnce
 }
 
 // Options are what a Resolver answers from.
@@ -58,6 +60,9 @@ type Options struct {
 	// Log gets a warning per answer that did not wait for a device-info
 	// file to be written; nil: logrus's standard logger.
 	Log logrus.FieldLogger
+	// Report is told, once per pod, of a pod whose UID the kubelet's names
+	// give answered Unavailable (events.go); nil: none.
+	Report plans.Reporter
 }
 
 // NewResolver returns the resolver of o.
@@ -157,6 +162,7 @@ func (q *Query) plansNoWait(ctx context.Context, keys []model.PodKey, arrived ti
 		for _, i := range need {
 			p, ok := q.planDespiteFailedRead(keys[i])
 			if !ok {
+				q.r.reportUnavailable(q.t, keys[i], err)
 				return nil, errDevicesUnknown(keys[i], err)
 			}
 			out[i] = p
