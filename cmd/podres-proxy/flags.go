@@ -15,8 +15,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
+	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
-	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/proxy"
@@ -109,8 +109,8 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
 	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
-	fs.StringVar(&c.apiTokenFile, "api-token-file", devicecr.DefaultTokenFile, "bearer token for the API server")
-	fs.StringVar(&c.apiCAFile, "api-ca-file", devicecr.DefaultCAFile, "CA bundle to verify the API server")
+	fs.StringVar(&c.apiTokenFile, "api-token-file", apiclient.DefaultTokenFile, "bearer token for the API server")
+	fs.StringVar(&c.apiCAFile, "api-ca-file", apiclient.DefaultCAFile, "CA bundle to verify the API server")
 	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
 	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")
 	fs.StringVar(&c.procfsRoot, "procfs-root", "/proc", "where NVIDIA's driver publishes GPU UUIDs (driver/nvidia/gpus)")
