@@ -37,7 +37,7 @@ type legacyView struct {
 // reads of pods (pod_source_reads_total): a node whose kubelet serves the
 // Pods API reads /pods only for this.
 func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, log logrus.FieldLogger) (*legacyView, error) {
-	cfg, err := c.apiConfig()
+	cfg, err := c.apiConfig(log)
 	if err != nil {
 		return nil, fmt.Errorf("legacy view: %w", err)
 	}

@@ -344,7 +344,7 @@ func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, f
 	case c.apiServer == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "":
 		log.Info("Device object inventory off: not in a cluster and no --api-server")
 	default:
-		src, run, err := c.deviceCRSource()
+		src, run, err := c.deviceCRSource(log)
 		if err != nil { // a CA file not mounted: the other sources serve
 			log.WithError(err).Error("Device object inventory off")
 			break

@@ -181,9 +181,24 @@ func (s *Source) Run(ctx context.Context) error {
 	wg.Go(func() { _ = s.slices.Run(ctx) })
 	wg.Go(func() { _ = s.classes.Run(ctx) })
 	defer wg.Wait()
+	logged := map[string]string{}
 	for {
 		sc, cc := s.slices.Changed(), s.classes.Changed()
 		s.rebuild()
+		for resource, inf := range map[string]*informer.Informer{"resourceslices": s.slices, "deviceclasses": s.classes} {
+			msg := ""
+			if err := inf.Err(); err != nil {
+				msg = s.explain("list and watch", resource, err).Error()
+			}
+			switch {
+			case msg == logged[resource]:
+			case msg == "":
+				s.log.Infof("DRA: %s listed again", resource)
+			default:
+				s.log.Warnf("DRA: %s; what was read last keeps answering, the watch retries", msg)
+			}
+			logged[resource] = msg
+		}
 		select {
 		case <-ctx.Done():
 			return nil

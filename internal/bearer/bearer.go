@@ -1,6 +1,6 @@
-// Package bearer is the daemon's one HTTPS client that sends a bearer token:
-// the kubelet's /pods reads and the API server's Device object reads both
-// use it, so both follow one rule for credentials that change under them.
+// Package bearer is the HTTPS client of the kubelet's /pods reads, which
+// send a bearer token. The API server is spoken to through client-go only
+// (internal/apiclient, which keeps the same rules for the token and the CA).
 //
 // The rule: the token file and the CA file are read again at every request
 // (each is a few KiB, read through the projected volume's ..data link, so a
