@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // What the watches keep is whatever the API server sends; a strange object
@@ -15,11 +16,17 @@ func FuzzSlices(f *testing.F) {
 	f.Add([]byte(`{"spec":{"driver":"d","nodeName":"node-2"}}`))
 	f.Add([]byte(`{"spec":{"driver":"d","nodeName":"node-1","pool":{"name":"p"},"devices":[{"name":"x","attributes":{"d/numaNode":{"int":-3},"d/uuid":{"int":4}}}]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var s resourcev1.ResourceSlice
-		if json.Unmarshal(data, &s) != nil {
+		var m map[string]any
+		if json.Unmarshal(data, &m) != nil {
 			return
 		}
-		kept, _ := trimSlice(&s, DefaultAttributes)
+		src := &Source{opts: Options{Attributes: DefaultAttributes}, kept: map[string]int{}}
+		obj, err := src.trimSlice(&unstructured.Unstructured{Object: m})
+		if err != nil {
+			t.Fatalf("the transform failed: %v", err)
+		}
+		kept := obj.(*resourcev1.ResourceSlice)
+		s := kept
 		if len(kept.Spec.Devices) > maxSliceDevices {
 			t.Errorf("%d devices kept of one slice", len(kept.Spec.Devices))
 		}

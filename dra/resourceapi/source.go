@@ -23,10 +23,11 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	typedresourcev1 "k8s.io/client-go/kubernetes/typed/resource/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/podres-proxy/podres-proxy/dra"
@@ -45,6 +46,9 @@ const (
 	maxSliceDevices = 128
 	maxDevices      = 1 << 16
 )
+
+// group is the DRA API's.
+var group = schema.GroupVersion{Group: "resource.k8s.io", Version: "v1"}
 
 // Options configure a Source.
 type Options struct {
@@ -66,7 +70,7 @@ type Source struct {
 	log     logrus.FieldLogger
 	slices  *informer.Informer
 	classes *informer.Informer
-	claims  typedresourcev1.ResourceClaimsGetter
+	claims  dynamic.NamespaceableResourceInterface
 
 	state   atomic.Pointer[state]
 	changed atomic.Pointer[chan struct{}] // closed when the facts are made anew
@@ -96,24 +100,27 @@ func New(opts Options) (*Source, error) {
 	if len(opts.Attributes.ID) == 0 && len(opts.Attributes.NUMA) == 0 {
 		opts.Attributes = DefaultAttributes
 	}
-	lists, err := kubernetes.NewForConfig(informer.Bounded(opts.Config, maxAnswer))
+	// The dynamic client, its objects converted to resource.k8s.io/v1's
+	// types: a typed client links every API group's types into the binary
+	// (client-go's scheme), 19 MB.
+	lists, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxAnswer))
 	if err != nil {
 		return nil, fmt.Errorf("DRA source: %w", err)
 	}
-	gets, err := kubernetes.NewForConfig(informer.Bounded(opts.Config, maxClaim))
+	gets, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxClaim))
 	if err != nil {
 		return nil, fmt.Errorf("DRA source: %w", err)
 	}
 	s := &Source{
 		opts:   opts,
 		log:    cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger()),
-		claims: gets.ResourceV1(),
+		claims: gets.Resource(group.WithResource("resourceclaims")),
 		kept:   map[string]int{},
 	}
 	s.state.Store(&state{})
 	ch := make(chan struct{})
 	s.changed.Store(&ch)
-	slices := lists.ResourceV1().ResourceSlices()
+	slices := lists.Resource(group.WithResource("resourceslices"))
 	onNode := "spec.nodeName=" + opts.NodeName
 	s.slices = informer.New(informer.Options{
 		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -124,10 +131,10 @@ func New(opts Options) (*Source, error) {
 			o.FieldSelector = onNode
 			return slices.Watch(ctx, o)
 		},
-		Object:    &resourcev1.ResourceSlice{},
+		Object:    &unstructured.Unstructured{},
 		Transform: s.trimSlice,
 	})
-	classes := lists.ResourceV1().DeviceClasses()
+	classes := lists.Resource(group.WithResource("deviceclasses"))
 	s.classes = informer.New(informer.Options{
 		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return classes.List(ctx, o)
@@ -135,12 +142,19 @@ func New(opts Options) (*Source, error) {
 		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return classes.Watch(ctx, o)
 		},
-		Object: &resourcev1.DeviceClass{},
+		Object: &unstructured.Unstructured{},
 		Transform: func(obj any) (any, error) {
-			if c, ok := obj.(*resourcev1.DeviceClass); ok {
-				return trimClass(c), nil
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				return obj, nil
 			}
-			return obj, nil
+			var c resourcev1.DeviceClass
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
+				// Kept by name, so that its deletion is seen; it
+				// names no extended resource.
+				return &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}}, nil
+			}
+			return trimClass(&c), nil
 		},
 	})
 	return s, nil
@@ -149,9 +163,14 @@ func New(opts Options) (*Source, error) {
 // trimSlice is the slices' transform: trimSlice, and past maxDevices
 // devices kept in all, none more (counted).
 func (s *Source) trimSlice(obj any) (any, error) {
-	sl, ok := obj.(*resourcev1.ResourceSlice)
+	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
+	}
+	sl := &resourcev1.ResourceSlice{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, sl); err != nil {
+		// Kept by name, so that its deletion is seen; it is no node's.
+		sl = &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}}
 	}
 	kept, dropped := trimSlice(sl, s.opts.Attributes)
 	s.mu.Lock()
@@ -264,9 +283,13 @@ func (s *Source) Changed() <-chan struct{} { return *s.changed.Load() }
 
 // Allocation reads the ResourceClaim namespace/name's allocation.
 func (s *Source) Allocation(ctx context.Context, namespace, name string) (dra.Allocation, error) {
-	c, err := s.claims.ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	u, err := s.claims.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, s.explain("get", "resourceclaims", err)
+	}
+	c := &resourcev1.ResourceClaim{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, c); err != nil {
+		return nil, fmt.Errorf("ResourceClaim %s/%s: %w", namespace, name, err)
 	}
 	if c.Namespace != namespace || c.Name != name {
 		return nil, fmt.Errorf("ResourceClaim %s/%s: got %s/%s", namespace, name, c.Namespace, c.Name)
