@@ -27,38 +27,45 @@ var DefaultAttributes = Attributes{
 	NUMA: []string{"numaNode"},
 }
 
-// trimSlice returns what is kept of a ResourceSlice: its name, driver,
-// pool and node, and of its first maxSliceDevices devices (the API's own
-// bound) the name and the attributes attrs name; the rest is dropped as it
-// arrives. dropped counts the devices past the bound.
-func trimSlice(s *resourcev1.ResourceSlice, attrs Attributes) (kept *resourcev1.ResourceSlice, dropped int) {
-	kept = &resourcev1.ResourceSlice{
+// slice is what is kept of a ResourceSlice: its name (the store's key),
+// driver, pool and node, and each device's name, id and NUMA node.
+type slice struct {
+	metav1.ObjectMeta
+	driver, pool, node string
+	generation         int64
+	devices            []sliceDevice
+}
+
+type sliceDevice struct {
+	name   string
+	device dra.Device
+}
+
+// trimSlice returns what is kept of a ResourceSlice: of its first
+// maxSliceDevices devices (the API's own bound) the name, and the id and
+// NUMA node attrs say; the rest is dropped as it arrives. dropped counts
+// the devices past the bound.
+func trimSlice(s *resourcev1.ResourceSlice, attrs Attributes) (kept *slice, dropped int) {
+	kept = &slice{
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name, ResourceVersion: s.ResourceVersion},
-		Spec: resourcev1.ResourceSliceSpec{
-			Driver:   s.Spec.Driver,
-			Pool:     resourcev1.ResourcePool{Name: s.Spec.Pool.Name, Generation: s.Spec.Pool.Generation},
-			NodeName: s.Spec.NodeName,
-		},
+		driver:     s.Spec.Driver,
+		pool:       s.Spec.Pool.Name,
+		generation: s.Spec.Pool.Generation,
+	}
+	if s.Spec.NodeName != nil {
+		kept.node = *s.Spec.NodeName
 	}
 	devices := s.Spec.Devices
 	if len(devices) > maxSliceDevices {
 		dropped = len(devices) - maxSliceDevices
 		devices = devices[:maxSliceDevices]
 	}
-	kept.Spec.Devices = make([]resourcev1.Device, 0, len(devices))
+	kept.devices = make([]sliceDevice, 0, len(devices))
 	for _, d := range devices {
-		k := resourcev1.Device{Name: d.Name}
-		for _, name := range append(append([]string(nil), attrs.ID...), attrs.NUMA...) {
-			for _, q := range []string{name, s.Spec.Driver + "/" + name} {
-				if a, ok := d.Attributes[resourcev1.QualifiedName(q)]; ok {
-					if k.Attributes == nil {
-						k.Attributes = map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{}
-					}
-					k.Attributes[resourcev1.QualifiedName(q)] = resourcev1.DeviceAttribute{IntValue: a.IntValue, StringValue: a.StringValue}
-				}
-			}
+		if d.Name == "" {
+			continue
 		}
-		kept.Spec.Devices = append(kept.Spec.Devices, k)
+		kept.devices = append(kept.devices, sliceDevice{name: d.Name, device: device(s.Spec.Driver, d.Attributes, attrs)})
 	}
 	return kept, dropped
 }
@@ -67,23 +74,23 @@ func trimSlice(s *resourcev1.ResourceSlice, attrs Attributes) (kept *resourcev1.
 // newest generation only (a driver republishing a pool leaves slices of the
 // old one until it deletes them), at most max of them: dropped counts the
 // rest. A slice of another node is skipped: the watch asked for node's.
-func nodeDevices(slices []*resourcev1.ResourceSlice, node string, attrs Attributes, max int) (devices map[dra.DeviceRef]dra.Device, dropped int) {
+func nodeDevices(slices []*slice, node string, max int) (devices map[dra.DeviceRef]dra.Device, dropped int) {
 	type pool struct {
 		generation int64
-		slices     []*resourcev1.ResourceSlice
+		slices     []*slice
 	}
 	pools := map[[2]string]*pool{}
 	for _, s := range slices {
-		if s.Spec.NodeName == nil || *s.Spec.NodeName != node || s.Spec.Driver == "" || s.Spec.Pool.Name == "" {
+		if s.node != node || s.driver == "" || s.pool == "" {
 			continue
 		}
-		key := [2]string{s.Spec.Driver, s.Spec.Pool.Name}
+		key := [2]string{s.driver, s.pool}
 		p := pools[key]
 		switch {
-		case p == nil || s.Spec.Pool.Generation > p.generation:
-			p = &pool{generation: s.Spec.Pool.Generation}
+		case p == nil || s.generation > p.generation:
+			p = &pool{generation: s.generation}
 			pools[key] = p
-		case s.Spec.Pool.Generation < p.generation:
+		case s.generation < p.generation:
 			continue
 		}
 		p.slices = append(p.slices, s)
@@ -91,16 +98,13 @@ func nodeDevices(slices []*resourcev1.ResourceSlice, node string, attrs Attribut
 	devices = map[dra.DeviceRef]dra.Device{}
 	for key, p := range pools {
 		for _, s := range p.slices {
-			for _, d := range s.Spec.Devices {
-				if d.Name == "" {
-					continue
-				}
-				ref := dra.DeviceRef{Driver: key[0], Pool: key[1], Device: d.Name}
+			for _, d := range s.devices {
+				ref := dra.DeviceRef{Driver: key[0], Pool: key[1], Device: d.name}
 				if _, seen := devices[ref]; !seen && len(devices) == max {
 					dropped++
 					continue
 				}
-				devices[ref] = device(key[0], d.Attributes, attrs)
+				devices[ref] = d.device
 			}
 		}
 	}

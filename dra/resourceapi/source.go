@@ -37,11 +37,13 @@ import (
 // DefaultTimeout bounds Wait.
 const DefaultTimeout = 10 * time.Second
 
-// Bounds on what is read: one answer of a list or watch (a watch is ended
-// there and resumed), one claim, the devices of one slice (the API's own
-// bound), the devices kept.
+// Bounds on what is read (docs/dra.md): a list's page and its pages, a
+// watch's bytes (it is ended there and resumed), one claim, the devices of
+// one slice (the API's own bound), the devices kept.
 const (
-	maxAnswer       = 8 << 20
+	maxPage         = 4 << 20
+	maxPages        = 4
+	maxWatch        = 16 << 20
 	maxClaim        = 1 << 20
 	maxSliceDevices = 128
 	maxDevices      = 1 << 16
@@ -103,11 +105,11 @@ func New(opts Options) (*Source, error) {
 	// The dynamic client, its objects converted to resource.k8s.io/v1's
 	// types: a typed client links every API group's types into the binary
 	// (client-go's scheme), 19 MB.
-	lists, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxAnswer))
+	lists, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxPage, maxWatch))
 	if err != nil {
 		return nil, fmt.Errorf("DRA source: %w", err)
 	}
-	gets, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxClaim))
+	gets, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxClaim, maxClaim))
 	if err != nil {
 		return nil, fmt.Errorf("DRA source: %w", err)
 	}
@@ -133,6 +135,7 @@ func New(opts Options) (*Source, error) {
 		},
 		Object:    &unstructured.Unstructured{},
 		Transform: s.trimSlice,
+		MaxPages:  maxPages,
 	})
 	classes := lists.Resource(group.WithResource("deviceclasses"))
 	s.classes = informer.New(informer.Options{
@@ -142,7 +145,8 @@ func New(opts Options) (*Source, error) {
 		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return classes.Watch(ctx, o)
 		},
-		Object: &unstructured.Unstructured{},
+		Object:   &unstructured.Unstructured{},
+		MaxPages: maxPages,
 		Transform: func(obj any) (any, error) {
 			u, ok := obj.(*unstructured.Unstructured)
 			if !ok {
@@ -176,12 +180,12 @@ func (s *Source) trimSlice(obj any) (any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	room := maxDevices - (s.total - s.kept[sl.Name])
-	if n := len(kept.Spec.Devices); n > room {
+	if n := len(kept.devices); n > room {
 		dropped += n - max(room, 0)
-		kept.Spec.Devices = kept.Spec.Devices[:max(room, 0)]
+		kept.devices = kept.devices[:max(room, 0)]
 	}
-	s.total += len(kept.Spec.Devices) - s.kept[sl.Name]
-	s.kept[sl.Name] = len(kept.Spec.Devices)
+	s.total += len(kept.devices) - s.kept[sl.Name]
+	s.kept[sl.Name] = len(kept.devices)
 	s.dropped += dropped
 	return kept, nil
 }
@@ -249,16 +253,16 @@ func (s *Source) rebuild() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	objs := s.slices.Objects()
-	slices := make([]*resourcev1.ResourceSlice, 0, len(objs))
+	slices := make([]*slice, 0, len(objs))
 	s.kept, s.total = make(map[string]int, len(objs)), 0
 	for _, o := range objs {
-		if sl, ok := o.(*resourcev1.ResourceSlice); ok {
+		if sl, ok := o.(*slice); ok {
 			slices = append(slices, sl)
-			s.kept[sl.Name] = len(sl.Spec.Devices)
-			s.total += len(sl.Spec.Devices)
+			s.kept[sl.Name] = len(sl.devices)
+			s.total += len(sl.devices)
 		}
 	}
-	devices, dropped := nodeDevices(slices, s.opts.NodeName, s.opts.Attributes, maxDevices)
+	devices, dropped := nodeDevices(slices, s.opts.NodeName, maxDevices)
 	var classes []deviceClass
 	for _, o := range s.classes.Objects() {
 		if c, ok := o.(*resourcev1.DeviceClass); ok {

@@ -11,6 +11,7 @@
 package informer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,8 +26,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// MaxPages bounds one list: the reflector asks pages of 500 objects.
-const MaxPages = 64
+// DefaultMaxPages bounds one list: the reflector asks pages of 500 objects.
+const DefaultMaxPages = 8
 
 // Options configure an Informer.
 type Options struct {
@@ -40,6 +41,8 @@ type Options struct {
 	// cache.DeletedFinalStateUnknown. It must not fail for an object it
 	// cannot read: it keeps the error in what it returns.
 	Transform cache.TransformFunc
+	// MaxPages bounds a list's pages; 0 means DefaultMaxPages.
+	MaxPages int
 }
 
 // Informer is a local copy of one resource's objects. Its methods are safe
@@ -57,7 +60,7 @@ type Informer struct {
 // New returns an informer; nothing is read until Run.
 func New(o Options) *Informer {
 	inf := &Informer{changed: make(chan struct{}), failed: make(chan struct{})}
-	pages := 0
+	pages, maxPages := 0, cmp.Or(o.MaxPages, DefaultMaxPages)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			// The reflector's pager asks the pages of one list one after
@@ -65,8 +68,8 @@ func New(o Options) *Informer {
 			if opts.Continue == "" {
 				pages = 0
 			}
-			if pages++; pages > MaxPages {
-				err := fmt.Errorf("the list has more than %d pages", MaxPages)
+			if pages++; pages > maxPages {
+				err := fmt.Errorf("the list has more than %d pages", maxPages)
 				inf.listed(err)
 				return nil, err
 			}
@@ -167,15 +170,22 @@ func (inf *Informer) Wait(ctx context.Context) error {
 	}
 }
 
-// Bounded returns a copy of cfg whose answers are at most max bytes each:
-// a larger answer fails, a watch is ended there (the reflector watches
-// again from its resourceVersion, no relist).
-func Bounded(cfg *rest.Config, max int64) *rest.Config {
+// Bounded returns a copy of cfg whose answers are bounded: a list's page or
+// a get at most list bytes (a larger answer fails), a watch at most watch
+// bytes in all (it is ended there, and the reflector watches again from its
+// resourceVersion: no relist). A watch-list's first events (the list sent
+// as a watch) count among the watch's; past the bound the reflector falls
+// back to a paged list.
+func Bounded(cfg *rest.Config, list, watch int64) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
 			if err == nil && resp.Body != nil {
+				max := list
+				if w := req.URL.Query().Get("watch"); w == "true" || w == "1" {
+					max = watch
+				}
 				resp.Body = &limitedBody{body: resp.Body, left: max, max: max, path: req.URL.Path}
 			}
 			return resp, err

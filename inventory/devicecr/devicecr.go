@@ -31,9 +31,9 @@ import (
 // DefaultTimeout bounds Load's wait for the first list.
 const DefaultTimeout = 10 * time.Second
 
-// maxDeviceCRSize bounds each answer of the API server (the list of the one
-// object, each watch): a node's devices with all their VFs take tens of
-// KiB.
+// maxDeviceCRSize bounds each answer of the API server: the list of the one
+// object, and each watch (it is ended there and resumed). A node's devices
+// with all their VFs take tens of KiB.
 const maxDeviceCRSize = 8 << 20
 
 // gpuVendorLabel is the Device object label koordlet sets to the GPUs'
@@ -74,7 +74,7 @@ func New(opts Options) (*Source, error) {
 		return nil, errors.New("device-cr source: no API server configuration")
 	}
 	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
-	client, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxDeviceCRSize))
+	client, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxDeviceCRSize, maxDeviceCRSize))
 	if err != nil {
 		return nil, fmt.Errorf("device-cr source: %w", err)
 	}
@@ -93,6 +93,7 @@ func New(opts Options) (*Source, error) {
 		},
 		Object:    &unstructured.Unstructured{},
 		Transform: func(obj any) (any, error) { return transform(obj, node), nil },
+		MaxPages:  1, // one object: the field selector names it
 	})
 	return s, nil
 }
