@@ -143,6 +143,7 @@ func TestAPIServerChangesAreSeenWithinSecondsAndNeverPolled(t *testing.T) {
 	})
 
 	// serve with the legacy view, as the DRA scenario installs it.
+	installed := apiRequests(t)
 	if _, err := kubectl("apply", "-k", draOverlay); err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +205,14 @@ func TestAPIServerChangesAreSeenWithinSecondsAndNeverPolled(t *testing.T) {
 			if key.verb == "LIST" || key.verb == "GET" {
 				polls = append(polls, fmt.Sprintf("%s %s: %v", key.verb, key.resource, d))
 			}
+		}
+	}
+	// The counters are the right ones: serve's watches are in them.
+	for _, res := range []string{"resourceslices", "deviceclasses", "devices"} {
+		key := requestKey{"WATCH", res}
+		t.Logf("cluster: watch: since serve was installed: %v LIST, %v WATCH of %s", after[requestKey{"LIST", res}]-installed[requestKey{"LIST", res}], after[key]-installed[key], res)
+		if after[key] == installed[key] {
+			t.Errorf("the API server counted no WATCH of %s since serve was installed: not the counters serve's requests are in", res)
 		}
 	}
 	if len(polls) > 0 {
