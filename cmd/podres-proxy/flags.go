@@ -108,7 +108,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	}
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
-	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object and the legacy view's DRA objects (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
 	fs.StringVar(&c.apiTokenFile, "api-token-file", apiclient.DefaultTokenFile, "bearer token for the API server")
 	fs.StringVar(&c.apiCAFile, "api-ca-file", apiclient.DefaultCAFile, "CA bundle to verify the API server")
 	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
