@@ -74,8 +74,7 @@ type Source struct {
 	classes *informer.Informer
 	claims  dynamic.NamespaceableResourceInterface
 
-	state   atomic.Pointer[state]
-	changed atomic.Pointer[chan struct{}] // closed when the facts are made anew
+	state atomic.Pointer[state]
 
 	mu      sync.Mutex     // guards what follows; serializes rebuild
 	kept    map[string]int // devices kept of each slice
@@ -120,8 +119,6 @@ func New(opts Options) (*Source, error) {
 		kept:   map[string]int{},
 	}
 	s.state.Store(&state{})
-	ch := make(chan struct{})
-	s.changed.Store(&ch)
 	slices := lists.Resource(group.WithResource("resourceslices"))
 	onNode := "spec.nodeName=" + opts.NodeName
 	s.slices = informer.New(informer.Options{
@@ -278,12 +275,7 @@ func (s *Source) rebuild() {
 		s.logged = msg
 	}
 	s.state.Store(&state{devices: devices, classes: resources})
-	next := make(chan struct{})
-	close(*s.changed.Swap(&next))
 }
-
-// Changed returns a channel closed when the facts are next made anew.
-func (s *Source) Changed() <-chan struct{} { return *s.changed.Load() }
 
 // Allocation reads the ResourceClaim namespace/name's allocation.
 func (s *Source) Allocation(ctx context.Context, namespace, name string) (dra.Allocation, error) {

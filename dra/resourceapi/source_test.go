@@ -102,18 +102,21 @@ func ref(pool, device string) dra.DeviceRef {
 	return dra.DeviceRef{Driver: driver, Pool: pool, Device: device}
 }
 
-// waitFacts waits, at each making of the facts, until ok says they are the
-// ones awaited, failing after 10 s.
+// waitFacts waits, at each change the watches bring, until ok says the
+// facts are the ones awaited, failing after 10 s. It makes the facts
+// itself, as Run does at the same change.
 func waitFacts(t *testing.T, s *Source, what string, ok func(dra.Facts) bool) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
-		changed := s.Changed()
+		sc, cc := s.slices.Changed(), s.classes.Changed()
+		s.rebuild()
 		if ok(s.Facts()) {
 			return
 		}
 		select {
-		case <-changed:
+		case <-sc:
+		case <-cc:
 		case <-deadline:
 			t.Fatalf("%s: not within 10 s; the facts: %+v", what, s.Facts())
 		}

@@ -210,6 +210,11 @@ type limitedBody struct {
 
 func (l *limitedBody) Read(p []byte) (int, error) {
 	if l.left <= 0 {
+		// One byte more tells a body of exactly the bound from a longer one.
+		var one [1]byte
+		if _, err := io.ReadFull(l.body, one[:]); err != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("%s: %w (more than %d bytes)", l.path, ErrTooLarge, l.max)
 	}
 	if int64(len(p)) > l.left {
