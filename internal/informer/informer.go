@@ -1,7 +1,7 @@
 // Package informer keeps a bounded local copy of the API server's objects of
-// one resource, read by client-go's reflector: one list (or watch-list),
-// then a watch resumed from its resourceVersion, a relist only when the
-// watch is too old. Readers read the copy and never wait on the API server;
+// one resource, read by client-go's reflector: one list, in pages, then a
+// watch resumed from its resourceVersion, a relist only when the API server
+// has forgotten that version. Readers read the copy and never wait on the API server;
 // Changed says when to read it again.
 //
 // A resource the API server does not serve (no DRA API, no Koordinator CRD)
@@ -85,13 +85,20 @@ func New(o Options) *Informer {
 		DeleteFunc: func(any) { inf.change() },
 	}
 	inf.store, inf.ctrl = cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
+		ListerWatcher: pagedList{lw},
 		ObjectType:    o.Object,
 		Handler:       h,
 		Transform:     o.Transform,
 	})
 	return inf
 }
+
+// pagedList makes the reflector list in pages rather than ask for the list
+// as a watch's first events (watch-list): a list's outcome is then known
+// (Wait, Err), and its pages bounded in number.
+type pagedList struct{ *cache.ListWatch }
+
+func (pagedList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // listed records a list's outcome.
 func (inf *Informer) listed(err error) {
@@ -100,6 +107,8 @@ func (inf *Informer) listed(err error) {
 	if err == nil {
 		if inf.listErr != nil {
 			inf.failed = make(chan struct{})
+			close(inf.changed) // Err changed
+			inf.changed = make(chan struct{})
 		}
 		inf.listErr = nil
 		return
@@ -173,9 +182,7 @@ func (inf *Informer) Wait(ctx context.Context) error {
 // Bounded returns a copy of cfg whose answers are bounded: a list's page or
 // a get at most list bytes (a larger answer fails), a watch at most watch
 // bytes in all (it is ended there, and the reflector watches again from its
-// resourceVersion: no relist). A watch-list's first events (the list sent
-// as a watch) count among the watch's; past the bound the reflector falls
-// back to a paged list.
+// resourceVersion: no relist).
 func Bounded(cfg *rest.Config, list, watch int64) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
