@@ -49,6 +49,7 @@ type Server struct {
 	hang     chan struct{} // non-nil: requests wait until it is closed
 	refuse   int           // non-zero: every request gets this status
 	drop     chan struct{} // closed to end the open watches
+	drops    int           // DropWatches so far
 	notify   chan struct{} // closed at the next event
 	requests []Request
 }
@@ -157,6 +158,7 @@ func (s *Server) DropWatches() {
 	defer s.mu.Unlock()
 	close(s.drop)
 	s.drop = make(chan struct{})
+	s.drops++
 }
 
 // Compact forgets the events so far: a watch from an older resourceVersion
@@ -199,7 +201,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.requests = append(s.requests, Request{Verb: verb, Path: r.URL.Path})
-	hang, refuse := s.hang, s.refuse
+	hang, refuse, drops := s.hang, s.refuse, s.drops
 	s.mu.Unlock()
 	if hang != nil {
 		select {
@@ -244,7 +246,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		from, _ := strconv.Atoi(q.Get("resourceVersion"))
-		s.watch(w, r, coll, sel, from)
+		s.watch(w, r, coll, sel, from, drops)
 	}
 }
 
@@ -289,7 +291,9 @@ func (s *Server) list(w http.ResponseWriter, coll string, sel func(map[string]an
 	_, _ = w.Write(body)
 }
 
-func (s *Server) watch(w http.ResponseWriter, r *http.Request, coll string, sel func(map[string]any) bool, from int) {
+// watch streams coll's events after from until the request ends or a
+// DropWatches after the drops-th, even one made before the stream began.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, coll string, sel func(map[string]any) bool, from, drops int) {
 	s.mu.Lock()
 	if from < s.oldest-1 {
 		s.mu.Unlock()
@@ -311,6 +315,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, coll string, sel 
 			}
 		}
 		notify, drop, hang := s.notify, s.drop, s.hang
+		if s.drops != drops {
+			s.mu.Unlock()
+			return
+		}
 		// encode under the lock: the objects are the server's
 		var frames [][]byte
 		for _, e := range send {
