@@ -70,7 +70,7 @@ func TestTheLegacyViewGetsItsSocketAndOnlyTheRBACItReads(t *testing.T) {
 				}
 			}
 			slices.Sort(got)
-			want := []string{"[get] resource.k8s.io/resourceclaims", "[list] resource.k8s.io/deviceclasses", "[list] resource.k8s.io/resourceslices"}
+			want := []string{"[get] resource.k8s.io/resourceclaims", "[list watch] resource.k8s.io/deviceclasses", "[list watch] resource.k8s.io/resourceslices"}
 			if !slices.Equal(got, want) {
 				t.Errorf("the DRA role grants %q, want exactly %q", got, want)
 			}

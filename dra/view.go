@@ -46,9 +46,6 @@ type ViewOptions struct {
 	// none, and claims serving several containers or resources are then
 	// not folded.
 	Allocation func(ctx context.Context, namespace, name string) (Allocation, error)
-	// Refresh asks Facts' source to read the slices again: a device the
-	// kubelet reported is in none. It must not wait. Nil: never.
-	Refresh func()
 	// DriverResources fold a pod's own claims of these drivers (the
 	// operator's --dra-resource).
 	DriverResources map[string]string
@@ -207,10 +204,10 @@ func (v *View) fold(todo []knownPod) {
 	}
 }
 
-// report logs and counts each unfolded device once per pod, and asks for
-// the slices again when one is missing.
+// report logs and counts each unfolded device once per pod. A device in no
+// slice needs no read: the slices' watch brings the slice when its driver
+// publishes it.
 func (v *View) report(key model.PodKey, e *podEntry, unfolded []Unfolded) {
-	refresh := false
 	v.mu.Lock()
 	var fresh []Unfolded
 	for _, u := range unfolded {
@@ -218,7 +215,6 @@ func (v *View) report(key model.PodKey, e *podEntry, unfolded []Unfolded) {
 			e.reported[u] = true
 			fresh = append(fresh, u)
 		}
-		refresh = refresh || u.Reason == ReasonNoSlice
 	}
 	v.mu.Unlock()
 	for _, u := range fresh {
@@ -230,9 +226,6 @@ func (v *View) report(key model.PodKey, e *podEntry, unfolded []Unfolded) {
 		if v.opts.Unfolded != nil {
 			v.opts.Unfolded(key, u)
 		}
-	}
-	if refresh && v.opts.Refresh != nil {
-		v.opts.Refresh()
 	}
 }
 

@@ -27,6 +27,17 @@ type Source interface {
 	Load(ctx context.Context) ([]Device, error)
 }
 
+// Notifier is a Source that says when its answer may have changed: one
+// that keeps a watch on the API server. Run loads it again at each change
+// (a load reads what the watch keeps, never the API server), as well as at
+// its Interval when that is not 0.
+type Notifier interface {
+	Source
+	// Changed returns a channel closed when Load's answer may differ from
+	// the one it gave before the channel was returned.
+	Changed() <-chan struct{}
+}
+
 // ErrAbsent marks a Source's answer "there is nothing here", which is not a
 // failure: a node without Koordinator has no Device object.
 var ErrAbsent = errors.New("absent")
@@ -113,7 +124,8 @@ func (inv *Inventory) Refresh(ctx context.Context) {
 
 // Run loads every source now, unless Refresh already did (the daemon
 // refreshes once before serving: the API server and sysfs are not asked
-// twice), then again at its interval until ctx is done; it returns ctx's
+// twice), then again at its interval and, for a Notifier, at each change,
+// until ctx is done; it returns ctx's
 // error after all its goroutines have stopped.
 func (inv *Inventory) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -125,18 +137,36 @@ func (inv *Inventory) Run(ctx context.Context) error {
 			if !loaded {
 				inv.refresh(ctx, s)
 			}
+			var changed func() <-chan struct{}
+			if n, ok := s.src.(Notifier); ok {
+				changed = n.Changed
+			}
 			interval := s.src.Interval()
-			if interval <= 0 {
+			if interval <= 0 && changed == nil {
 				return // loaded once: the source never changes
 			}
-			t := time.NewTicker(interval)
-			defer t.Stop()
+			var tick <-chan time.Time
+			if interval > 0 {
+				t := time.NewTicker(interval)
+				defer t.Stop()
+				tick = t.C
+			}
 			for {
+				var change <-chan struct{}
+				if changed != nil {
+					// Asked before the load, so that no change after
+					// Refresh's load is missed.
+					change = changed()
+					inv.refresh(ctx, s)
+				}
 				select {
 				case <-ctx.Done():
 					return
-				case <-t.C:
-					inv.refresh(ctx, s)
+				case <-tick:
+					if changed == nil {
+						inv.refresh(ctx, s)
+					}
+				case <-change:
 				}
 			}
 		})

@@ -4,8 +4,7 @@
 // requests (which say which container gets them).
 //
 // Client does one read: TLS verified by default, the bearer token and CA
-// re-read when they change (internal/bearer, the client the Device object
-// source uses too), a bounded answer, and a decoder (package podsjson) that
+// re-read when they change (internal/bearer), a bounded answer, and a decoder (package podsjson) that
 // skips all but the few fields podres-proxy needs. Reader shares reads
 // between concurrent queries while guaranteeing each query a read that
 // started after it arrived: the

@@ -2,12 +2,6 @@ package proxy_test
 
 import (
 	"context"
-	"encoding/pem"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +11,8 @@ import (
 
 	"github.com/podres-proxy/podres-proxy/dra"
 	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
+	"github.com/podres-proxy/podres-proxy/internal/apiclient"
+	"github.com/podres-proxy/podres-proxy/test/apitest"
 	fk "github.com/podres-proxy/podres-proxy/test/fakekubelet"
 	"github.com/podres-proxy/podres-proxy/test/poll"
 )
@@ -47,7 +43,7 @@ func withSharedDRAClaim() fk.PodOption {
 }
 
 // sharedClaim is the pod's claim as the API server sends it.
-const sharedClaim = `{"kind":"ResourceClaim","metadata":{"namespace":"ml","name":"` + draClaim + `"},"status":{"allocation":{"devices":{"results":[` +
+const sharedClaim = `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"namespace":"ml","name":"` + draClaim + `"},"status":{"allocation":{"devices":{"results":[` +
 	`{"request":"container-0-request-0","driver":"` + draDriver + `","pool":"node-1","device":"gpu-0"},` +
 	`{"request":"container-1-request-0","driver":"` + draDriver + `","pool":"node-1","device":"gpu-1"}]}}}}`
 
@@ -55,31 +51,19 @@ const sharedClaim = `{"kind":"ResourceClaim","metadata":{"namespace":"ml","name"
 // none until release is called; then it answers the pod's claim. It
 // returns the reader of claims the daemon builds against it.
 func hungAPIServer(t *testing.T) (claims *resourceapi.Source, release func()) {
-	released := make(chan struct{})
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-released:
-			_, _ = w.Write([]byte(sharedClaim))
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(srv.Close)
-	var once sync.Once
-	release = func() { once.Do(func() { close(released) }) }
-	t.Cleanup(release) // before srv.Close, which waits for the handlers
-	dir := t.TempDir()
-	ca, tok := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tok, []byte("sa-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	claims, err := resourceapi.New(resourceapi.Options{APIServer: srv.URL, TokenFile: tok, CAFile: ca, NodeName: "node-1"})
+	const collection = "/apis/resource.k8s.io/v1/resourceclaims"
+	api := apitest.New(t, map[string]string{collection: "ResourceClaimList"})
+	api.Put(collection, sharedClaim)
+	api.Hang()
+	cfg, err := apiclient.Config(apiclient.Options{Server: api.URL, TokenFile: api.TokenFile, CAFile: api.CAFile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return claims, release
+	claims, err = resourceapi.New(resourceapi.Options{Config: cfg, NodeName: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claims, api.Release
 }
 
 // An API server that accepts and never answers holds no answer on any

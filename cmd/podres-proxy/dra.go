@@ -31,15 +31,20 @@ type legacyView struct {
 
 // newLegacyView builds the legacy view: pods' extended resource claims
 // from the Pods API watch, else from /pods (readPods, see dra.PodClaims),
-// and the node's ResourceSlices, DeviceClasses and claims from the API
-// server. All of them are read in the background (run), never by a query.
+// and the node's ResourceSlices, DeviceClasses (watched) and claims from
+// the API server. All of them are read in the background (run), never by a
+// query.
 // Each /pods read is counted in dra_pods_reads_total, not as the answers'
 // reads of pods (pod_source_reads_total): a node whose kubelet serves the
 // Pods API reads /pods only for this.
 // Each device it cannot fold is told to unfolded (nil: none).
 func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods.Fetch, m *metrics.Metrics, unfolded func(model.PodKey, dra.Unfolded), log logrus.FieldLogger) (*legacyView, error) {
+	cfg, err := c.apiConfig(log)
+	if err != nil {
+		return nil, fmt.Errorf("legacy view: %w", err)
+	}
 	source, err := resourceapi.New(resourceapi.Options{
-		APIServer: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile, NodeName: c.nodeName,
+		Config: cfg, NodeName: c.nodeName,
 		Attributes: resourceapi.Attributes{ID: list(c.draIDAttributes), NUMA: list(c.draNUMAAttributes)},
 		Log:        log,
 	})
@@ -56,7 +61,6 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 			Pods:            dra.PodClaims(watch, kubeletpods.Counted(readPods, m.DRAPodsRead)),
 			Facts:           source.Facts,
 			Allocation:      source.Allocation,
-			Refresh:         source.Refresh,
 			DriverResources: c.draDrivers,
 			Metrics:         m,
 			Unfolded:        unfolded,
@@ -65,8 +69,9 @@ func newLegacyView(c *serveConfig, podsAPI *podsapi.Source, readPods kubeletpods
 	}, nil
 }
 
-// run reads the legacy view's facts until ctx is done: the node's
-// ResourceSlices and DeviceClasses, and the pods' claims its answers lacked.
+// run reads the legacy view's facts until ctx is done: it watches the
+// node's ResourceSlices and the DeviceClasses, and reads the pods' claims
+// its answers lacked.
 func (l *legacyView) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return l.source.Run(ctx) })

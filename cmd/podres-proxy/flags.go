@@ -15,8 +15,8 @@ import (
 	"github.com/podres-proxy/podres-proxy/allocator/registry"
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/dra/resourceapi"
+	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
-	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podlogs"
 	"github.com/podres-proxy/podres-proxy/kubeletpods/podsapi"
 	"github.com/podres-proxy/podres-proxy/proxy"
@@ -112,9 +112,9 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	}
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, which Koordinator's Device object is named after (default $NODE_NAME)")
 	fs.BoolVar(&c.deviceCR, "device-cr", true, "read the node's Koordinator Device object for the device inventory (needs --node-name and an API server)")
-	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
-	fs.StringVar(&c.apiTokenFile, "api-token-file", devicecr.DefaultTokenFile, "bearer token for the API server")
-	fs.StringVar(&c.apiCAFile, "api-ca-file", devicecr.DefaultCAFile, "CA bundle to verify the API server")
+	fs.StringVar(&c.apiServer, "api-server", "", "API server URL for the Device object, Events, the HTTPS /metrics reviews and the legacy view's DRA objects (default in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+	fs.StringVar(&c.apiTokenFile, "api-token-file", apiclient.DefaultTokenFile, "bearer token for the API server")
+	fs.StringVar(&c.apiCAFile, "api-ca-file", apiclient.DefaultCAFile, "CA bundle to verify the API server")
 	fs.BoolVar(&c.events, "events", true, "report decisions (refused allocations, undecodable annotations) as Warning Events on the pod, and the daemon's own trouble on the Node (needs --node-name and an API server)")
 	fs.StringVar(&c.inventoryFile, "inventory-file", "", "a local device inventory file (docs/inventory.md), reloaded when it changes; empty: none")
 	fs.StringVar(&c.sysfsRoot, "sysfs-root", "/sys", "where to discover GPUs and RDMA NICs with their NUMA nodes; empty disables discovery")

@@ -24,7 +24,6 @@ import (
 	"github.com/podres-proxy/podres-proxy/devinfo"
 	"github.com/podres-proxy/podres-proxy/internal/cmdline"
 	"github.com/podres-proxy/podres-proxy/inventory"
-	"github.com/podres-proxy/podres-proxy/inventory/devicecr"
 	"github.com/podres-proxy/podres-proxy/inventory/localfile"
 	"github.com/podres-proxy/podres-proxy/inventory/publish"
 	"github.com/podres-proxy/podres-proxy/inventory/sysfs"
@@ -85,7 +84,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	allocators := allocator.NewSet(log, m, decoders...)
 	allocators.LimitDevicesPerPod(c.maxDevicesPerPod)
 	trust := trust.NewGate(allocators, trust.GateOptions{SchedulerNames: c.schedulers, Log: log, Metrics: m})
-	inv, err := c.inventory(log)
+	inv, watchInventory, err := c.inventory(log)
 	if err != nil {
 		return fmt.Errorf("device inventory: %w", err)
 	}
@@ -223,6 +222,7 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	// failure to write it is logged and retried, never fatal. Only the
 	// writer of the state directory writes in it: an instance waiting for
 	// the old one to let go publishes once it has.
+	start("Device object watch", watchInventory)
 	inv.Refresh(ctx)
 	publisher := publish.New(inv, filepath.Join(c.stateDir, publish.FileName), log)
 	select {
@@ -243,10 +243,10 @@ func serve(ctx context.Context, c *serveConfig, log *logrus.Logger) error {
 	if legacy != nil {
 		// As the inventory, before serving: NFD asks
 		// GetAllocatableResources once, at its start.
-		if err := legacy.source.Load(ctx); err != nil {
+		start("DRA legacy view", legacy.run)
+		if err := legacy.source.Wait(ctx); err != nil {
 			log.WithError(err).Warn("DRA: listing ResourceSlices and DeviceClasses failed; the legacy view folds nothing until a list succeeds")
 		}
-		start("DRA legacy view", legacy.run)
 	}
 	if deviceInfo != nil {
 		// Files an earlier run left for pods gone meanwhile go at the first
@@ -347,8 +347,9 @@ const shutdownGrace = 15 * time.Second
 // inventory builds the device inventory from the configured sources, in
 // their order of precedence (see package inventory): the Device object,
 // the operator's file, sysfs.
-func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, error) {
+func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, func(context.Context) error, error) {
 	var sources []inventory.Source
+	watch := noWatch
 	switch {
 	case !c.deviceCR:
 	case c.nodeName == "":
@@ -356,11 +357,12 @@ func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, e
 	case c.apiServer == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "":
 		log.Info("Device object inventory off: not in a cluster and no --api-server")
 	default:
-		src, err := devicecr.New(devicecr.Options{APIServer: c.apiServer, TokenFile: c.apiTokenFile, CAFile: c.apiCAFile, NodeName: c.nodeName})
-		if err != nil {
-			return nil, err
+		src, run, err := c.deviceCRSource(log)
+		if err != nil { // a CA file not mounted: the other sources serve
+			log.WithError(err).Error("Device object inventory off")
+			break
 		}
-		sources = append(sources, src)
+		sources, watch = append(sources, src), run
 	}
 	if c.inventoryFile != "" {
 		sources = append(sources, localfile.New(c.inventoryFile, 0))
@@ -368,5 +370,5 @@ func (c *serveConfig) inventory(log logrus.FieldLogger) (*inventory.Inventory, e
 	if c.sysfsRoot != "" {
 		sources = append(sources, sysfs.New(sysfs.Options{SysfsRoot: c.sysfsRoot, ProcRoot: c.procfsRoot, Logger: log}))
 	}
-	return inventory.New(inventory.Options{Sources: sources, Logger: log}), nil
+	return inventory.New(inventory.Options{Sources: sources, Logger: log}), watch, nil
 }

@@ -438,12 +438,22 @@ func TestServeRefusesAPodOverTheDeviceLimit(t *testing.T) {
 	}
 }
 
+// tokenFile returns a service account token file.
+func tokenFile(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("sa-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // serve's inventory asks its sources in their order of precedence: the
 // Device object, the operator's file, sysfs (package inventory's doc).
 func TestServeOrdersTheInventorySourcesByPrecedence(t *testing.T) {
 	c := &serveConfig{deviceCR: true, nodeName: "node-1", apiServer: "https://127.0.0.1:6443",
+		apiCAFile: tlstest.OtherCA(t, filepath.Join(t.TempDir(), "ca.crt")), apiTokenFile: tokenFile(t),
 		inventoryFile: filepath.Join(t.TempDir(), "inventory.json"), sysfsRoot: t.TempDir(), procfsRoot: t.TempDir()}
-	inv, err := c.inventory(logrus.New())
+	inv, _, err := c.inventory(logrus.New())
 	if err != nil {
 		t.Fatal(err)
 	}

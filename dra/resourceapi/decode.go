@@ -1,9 +1,10 @@
 package resourceapi
 
 import (
-	"encoding/json"
-	"fmt"
 	"strings"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podres-proxy/podres-proxy/dra"
 	"github.com/podres-proxy/podres-proxy/inventory"
@@ -26,92 +27,97 @@ var DefaultAttributes = Attributes{
 	NUMA: []string{"numaNode"},
 }
 
-// listPage is one page of a list answer: its items, and where the next
-// page starts.
-type listPage[T any] struct {
-	Kind     string `json:"kind"`
-	Metadata struct {
-		Continue string `json:"continue"`
-	} `json:"metadata"`
-	Items []T `json:"items"`
-}
-
-// slice is the part of a resource.k8s.io/v1 ResourceSlice the folding
-// reads.
+// slice is what is kept of a ResourceSlice: its name (the store's key),
+// driver, pool and node, and each device's name, id and NUMA node.
 type slice struct {
-	Spec struct {
-		Driver string `json:"driver"`
-		Pool   struct {
-			Name       string `json:"name"`
-			Generation int64  `json:"generation"`
-		} `json:"pool"`
-		NodeName *string `json:"nodeName"`
-		Devices  []struct {
-			Name       string               `json:"name"`
-			Attributes map[string]attribute `json:"attributes"`
-		} `json:"devices"`
-	} `json:"spec"`
+	metav1.ObjectMeta
+	driver, pool, node string
+	generation         int64
+	devices            []sliceDevice
 }
 
-// attribute is a DeviceAttribute: exactly one of its fields is set.
-type attribute struct {
-	Int    *int64  `json:"int"`
-	String *string `json:"string"`
+type sliceDevice struct {
+	name   string
+	device dra.Device
 }
 
-// pool is the devices of one pool's newest generation.
-type pool struct {
-	generation int64
-	devices    map[dra.DeviceRef]dra.Device
-}
-
-// decodeSlices adds the devices of one page of a ResourceSliceList to
-// pools, keeping each pool's newest generation only (a driver republishing
-// a pool leaves slices of the old one until it deletes them). It checks
-// that every slice is node's: the list asked for node's only.
-func decodeSlices(body []byte, node string, attrs Attributes, pools map[[2]string]*pool) (next string, err error) {
-	var page listPage[slice]
-	if err := json.Unmarshal(body, &page); err != nil {
-		return "", fmt.Errorf("decode ResourceSliceList: %w", err)
+// trimSlice returns what is kept of a ResourceSlice: of its first
+// maxSliceDevices devices (the API's own bound) the name, and the id and
+// NUMA node attrs say; the rest is dropped as it arrives. dropped counts
+// the devices past the bound.
+func trimSlice(s *resourcev1.ResourceSlice, attrs Attributes) (kept *slice, dropped int) {
+	kept = &slice{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, ResourceVersion: s.ResourceVersion},
+		driver:     s.Spec.Driver,
+		pool:       s.Spec.Pool.Name,
+		generation: s.Spec.Pool.Generation,
 	}
-	if page.Kind != "ResourceSliceList" {
-		return "", fmt.Errorf("decode ResourceSliceList: got kind %q", page.Kind)
+	if s.Spec.NodeName != nil {
+		kept.node = *s.Spec.NodeName
 	}
-	for i := range page.Items {
-		s := &page.Items[i].Spec
-		if s.NodeName == nil || *s.NodeName != node {
-			return "", fmt.Errorf("decode ResourceSliceList: a slice of driver %q is not node %s's", s.Driver, node)
-		}
-		if s.Driver == "" || s.Pool.Name == "" {
+	devices := s.Spec.Devices
+	if len(devices) > maxSliceDevices {
+		dropped = len(devices) - maxSliceDevices
+		devices = devices[:maxSliceDevices]
+	}
+	kept.devices = make([]sliceDevice, 0, len(devices))
+	for _, d := range devices {
+		if d.Name == "" {
 			continue
 		}
-		key := [2]string{s.Driver, s.Pool.Name}
+		kept.devices = append(kept.devices, sliceDevice{name: d.Name, device: device(s.Spec.Driver, d.Attributes, attrs)})
+	}
+	return kept, dropped
+}
+
+// nodeDevices reads the devices of node's slices, keeping each pool's
+// newest generation only (a driver republishing a pool leaves slices of the
+// old one until it deletes them), at most max of them: dropped counts the
+// rest. A slice of another node is skipped: the watch asked for node's.
+func nodeDevices(slices []*slice, node string, max int) (devices map[dra.DeviceRef]dra.Device, dropped int) {
+	type pool struct {
+		generation int64
+		slices     []*slice
+	}
+	pools := map[[2]string]*pool{}
+	for _, s := range slices {
+		if s.node != node || s.driver == "" || s.pool == "" {
+			continue
+		}
+		key := [2]string{s.driver, s.pool}
 		p := pools[key]
 		switch {
-		case p == nil || s.Pool.Generation > p.generation:
-			p = &pool{generation: s.Pool.Generation, devices: map[dra.DeviceRef]dra.Device{}}
+		case p == nil || s.generation > p.generation:
+			p = &pool{generation: s.generation}
 			pools[key] = p
-		case s.Pool.Generation < p.generation:
+		case s.generation < p.generation:
 			continue
 		}
-		for _, d := range s.Devices {
-			if d.Name == "" {
-				continue
+		p.slices = append(p.slices, s)
+	}
+	devices = map[dra.DeviceRef]dra.Device{}
+	for key, p := range pools {
+		for _, s := range p.slices {
+			for _, d := range s.devices {
+				ref := dra.DeviceRef{Driver: key[0], Pool: key[1], Device: d.name}
+				if _, seen := devices[ref]; !seen && len(devices) == max {
+					dropped++
+					continue
+				}
+				devices[ref] = d.device
 			}
-			ref := dra.DeviceRef{Driver: s.Driver, Pool: s.Pool.Name, Device: d.Name}
-			p.devices[ref] = device(s.Driver, d.Attributes, attrs)
 		}
 	}
-	return page.Metadata.Continue, nil
+	return devices, dropped
 }
 
 // device reads a device's id and NUMA node from its attributes. A PCI
 // address is written as consumers match it (lower case, with its domain).
-func device(driver string, attrs map[string]attribute, want Attributes) dra.Device {
+func device(driver string, attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute, want Attributes) dra.Device {
 	d := dra.Device{NUMANode: -1}
 	for _, name := range want.ID {
-		if a, ok := lookup(driver, attrs, name); ok && a.String != nil && *a.String != "" {
-			d.ID = *a.String
+		if a, ok := lookup(driver, attrs, name); ok && a.StringValue != nil && *a.StringValue != "" {
+			d.ID = *a.StringValue
 			if c, ok := inventory.CanonicalPCIAddress(d.ID); ok && strings.Contains(d.ID, ":") {
 				d.ID = c
 			}
@@ -119,8 +125,8 @@ func device(driver string, attrs map[string]attribute, want Attributes) dra.Devi
 		}
 	}
 	for _, name := range want.NUMA {
-		if a, ok := lookup(driver, attrs, name); ok && a.Int != nil && *a.Int >= 0 {
-			d.NUMANode = *a.Int
+		if a, ok := lookup(driver, attrs, name); ok && a.IntValue != nil && *a.IntValue >= 0 {
+			d.NUMANode = *a.IntValue
 			break
 		}
 	}
@@ -129,96 +135,61 @@ func device(driver string, attrs map[string]attribute, want Attributes) dra.Devi
 
 // lookup finds the attribute name, which without a domain is the
 // driver's.
-func lookup(driver string, attrs map[string]attribute, name string) (attribute, bool) {
-	if a, ok := attrs[name]; ok {
+func lookup(driver string, attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute, name string) (resourcev1.DeviceAttribute, bool) {
+	if a, ok := attrs[resourcev1.QualifiedName(name)]; ok {
 		return a, true
 	}
 	if !strings.Contains(name, "/") {
-		a, ok := attrs[driver+"/"+name]
+		a, ok := attrs[resourcev1.QualifiedName(driver+"/"+name)]
 		return a, ok
 	}
-	return attribute{}, false
+	return resourcev1.DeviceAttribute{}, false
 }
 
-// class is the part of a DeviceClass the folding reads.
-type class struct {
-	Metadata struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	Spec struct {
-		ExtendedResourceName string `json:"extendedResourceName"`
-		Selectors            []struct {
-			CEL *struct {
-				Expression string `json:"expression"`
-			} `json:"cel"`
-		} `json:"selectors"`
-	} `json:"spec"`
-}
-
-// decodeClasses appends one page of a DeviceClassList to classes.
-func decodeClasses(body []byte, classes *[]deviceClass) (next string, err error) {
-	var page listPage[class]
-	if err := json.Unmarshal(body, &page); err != nil {
-		return "", fmt.Errorf("decode DeviceClassList: %w", err)
+// trimClass returns what is kept of a DeviceClass: its name, extended
+// resource name and CEL selectors.
+func trimClass(c *resourcev1.DeviceClass) *resourcev1.DeviceClass {
+	kept := &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, ResourceVersion: c.ResourceVersion},
+		Spec:       resourcev1.DeviceClassSpec{ExtendedResourceName: c.Spec.ExtendedResourceName},
 	}
-	if page.Kind != "DeviceClassList" {
-		return "", fmt.Errorf("decode DeviceClassList: got kind %q", page.Kind)
-	}
-	for _, c := range page.Items {
-		dc := deviceClass{Name: c.Metadata.Name, ExtendedResourceName: c.Spec.ExtendedResourceName}
-		for _, s := range c.Spec.Selectors {
-			if s.CEL == nil {
-				dc.Selectors = append(dc.Selectors, "") // a selector kind this reader does not know: never a driver selector
-				continue
-			}
-			dc.Selectors = append(dc.Selectors, s.CEL.Expression)
+	for _, s := range c.Spec.Selectors {
+		var k resourcev1.DeviceSelector
+		if s.CEL != nil {
+			k.CEL = &resourcev1.CELDeviceSelector{Expression: s.CEL.Expression}
 		}
-		*classes = append(*classes, dc)
+		kept.Spec.Selectors = append(kept.Spec.Selectors, k)
 	}
-	return page.Metadata.Continue, nil
+	return kept
 }
 
-// claim is the part of a ResourceClaim the folding reads.
-type claim struct {
-	Kind     string `json:"kind"`
-	Metadata struct {
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
-	} `json:"metadata"`
-	Status struct {
-		Allocation *struct {
-			Devices struct {
-				Results []struct {
-					Request string `json:"request"`
-					Driver  string `json:"driver"`
-					Pool    string `json:"pool"`
-					Device  string `json:"device"`
-				} `json:"results"`
-			} `json:"devices"`
-		} `json:"allocation"`
-	} `json:"status"`
+// classOf is what the folding reads of a DeviceClass.
+func classOf(c *resourcev1.DeviceClass) deviceClass {
+	dc := deviceClass{Name: c.Name}
+	if c.Spec.ExtendedResourceName != nil {
+		dc.ExtendedResourceName = *c.Spec.ExtendedResourceName
+	}
+	for _, s := range c.Spec.Selectors {
+		if s.CEL == nil {
+			dc.Selectors = append(dc.Selectors, "") // a selector kind this reader does not know: never a driver selector
+			continue
+		}
+		dc.Selectors = append(dc.Selectors, s.CEL.Expression)
+	}
+	return dc
 }
 
-// errNotAllocated is the error of a claim without an allocation.
-var errNotAllocated = fmt.Errorf("the claim is not allocated")
-
-// decodeClaim reads a ResourceClaim's allocation: the devices of each
-// request (a subrequest's "request/sub" counts as its request's).
-func decodeClaim(body []byte, namespace, name string) (dra.Allocation, error) {
-	var c claim
-	if err := json.Unmarshal(body, &c); err != nil {
-		return nil, fmt.Errorf("decode ResourceClaim: %w", err)
-	}
-	if c.Kind != "ResourceClaim" || c.Metadata.Namespace != namespace || c.Metadata.Name != name {
-		return nil, fmt.Errorf("decode ResourceClaim: got %s %s/%s, not ResourceClaim %s/%s", c.Kind, c.Metadata.Namespace, c.Metadata.Name, namespace, name)
-	}
+// allocationOf reads a ResourceClaim's allocation: the devices of each
+// request (a subrequest's "request/sub" counts as its request's); ok is
+// false when the claim is not allocated.
+func allocationOf(c *resourcev1.ResourceClaim) (alloc dra.Allocation, ok bool) {
 	if c.Status.Allocation == nil {
-		return nil, errNotAllocated
+		return nil, false
 	}
-	alloc := dra.Allocation{}
+	alloc = dra.Allocation{}
 	for _, r := range c.Status.Allocation.Devices.Results {
 		req, _, _ := strings.Cut(r.Request, "/")
 		alloc[req] = append(alloc[req], dra.DeviceRef{Driver: r.Driver, Pool: r.Pool, Device: r.Device})
 	}
-	return alloc, nil
+	return alloc, true
 }

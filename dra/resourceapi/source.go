@@ -1,14 +1,13 @@
-// Package resourceapi reads what the DRA folding (package dra) needs from
-// the API server's resource.k8s.io/v1 objects: this node's ResourceSlices
-// (each device's id and NUMA node), the DeviceClasses (which driver's
-// devices are allocatable as which extended resource) and, by name, a
-// pod's extended resource ResourceClaim (which request got which device).
+// Package resourceapi keeps what the DRA folding (package dra) needs of the
+// API server's resource.k8s.io/v1 objects: this node's ResourceSlices (each
+// device's id and NUMA node) and the DeviceClasses (which driver's devices
+// are allocatable as which extended resource), each by a watch
+// (internal/informer); and reads by name a pod's extended resource
+// ResourceClaim (which request got which device).
 //
-// It is a bounded reader over HTTPS with the daemon's one credentials rule
-// (internal/bearer), not a client-go informer: docs/dra.md says why. The
-// slices and classes are listed every Interval and on demand (Refresh, at
-// most once per MinRefresh), and the last good lists keep answering while
-// the API server is away.
+// The watches keep only the fields the folding reads, and at most
+// maxDevices devices; what they keep answers while the API server is away.
+// docs/dra.md gives the bounds.
 package resourceapi
 
 import (
@@ -16,68 +15,75 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/podres-proxy/podres-proxy/dra"
-	"github.com/podres-proxy/podres-proxy/internal/bearer"
+	"github.com/podres-proxy/podres-proxy/internal/informer"
 )
 
-// Defaults of a Source.
+// DefaultTimeout bounds Wait.
+const DefaultTimeout = 10 * time.Second
+
+// Bounds on what is read (docs/dra.md): a list's page and its pages, a
+// watch's bytes (it is ended there and resumed), one claim, the devices of
+// one slice (the API's own bound), the devices kept.
 const (
-	DefaultInterval   = 60 * time.Second
-	DefaultMinRefresh = 10 * time.Second
-	DefaultTimeout    = 10 * time.Second
-	DefaultTokenFile  = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	DefaultCAFile     = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	maxPage         = 4 << 20
+	maxPages        = 4
+	maxWatch        = 16 << 20
+	maxClaim        = 1 << 20
+	maxSliceDevices = 128
+	maxDevices      = 1 << 16
 )
 
-// Bounds on what is read: one page of a list, the pages of one list, one
-// claim, and the devices kept. A node's slices hold hundreds of devices.
-const (
-	maxPage    = 8 << 20
-	maxPages   = 64
-	maxClaim   = 1 << 20
-	maxDevices = 1 << 16
-	pageLimit  = "500"
-)
+// group is the DRA API's.
+var group = schema.GroupVersion{Group: "resource.k8s.io", Version: "v1"}
 
 // Options configure a Source.
 type Options struct {
-	// APIServer is the API server's base URL; "" means
-	// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
-	APIServer string
-	// TokenFile and CAFile are the service account's; "" means the
-	// defaults. Both are re-read when they change (internal/bearer).
-	TokenFile, CAFile string
-	// NodeName is this node's name: only its slices are listed.
+	// Config is the API server's (internal/apiclient).
+	Config *rest.Config
+	// NodeName is this node's name: only its slices are watched.
 	NodeName string
 	// Attributes name the id and NUMA attributes; zero means
 	// DefaultAttributes.
 	Attributes Attributes
-	// Interval between lists, MinRefresh between on-demand lists, Timeout
-	// of one request; 0 means the defaults.
-	Interval, MinRefresh, Timeout time.Duration
-	Log                           logrus.FieldLogger
+	// Timeout bounds Wait; 0 means DefaultTimeout.
+	Timeout time.Duration
+	Log     logrus.FieldLogger
 }
 
-// Source reads ResourceSlices, DeviceClasses and ResourceClaims.
+// Source keeps ResourceSlices and DeviceClasses, and reads ResourceClaims.
 type Source struct {
-	opts   Options
-	server string
-	http   *bearer.Client
-	log    logrus.FieldLogger
+	opts    Options
+	log     logrus.FieldLogger
+	slices  *informer.Informer
+	classes *informer.Informer
+	claims  dynamic.NamespaceableResourceInterface
 
-	state   atomic.Pointer[state]
-	refresh chan struct{}
+	state atomic.Pointer[state]
+
+	mu      sync.Mutex     // guards what follows; serializes rebuild
+	kept    map[string]int // devices kept of each slice
+	total   int            // their sum
+	dropped int            // devices the transform dropped, in all
+	logged  string         // the drops last logged
 }
 
-// state is what the last good lists said.
+// state is what the watches say.
 type state struct {
 	devices map[dra.DeviceRef]dra.Device
 	classes map[string]string // driver: extended resource
@@ -88,166 +94,217 @@ func New(opts Options) (*Source, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("DRA source: the node name is required (set NODE_NAME from spec.nodeName)")
 	}
-	server, err := bearer.APIServer(opts.APIServer)
-	if err != nil {
-		return nil, fmt.Errorf("DRA source: %w", err)
+	if opts.Config == nil {
+		return nil, errors.New("DRA source: no API server configuration")
 	}
-	opts.TokenFile = cmp.Or(opts.TokenFile, DefaultTokenFile)
-	opts.CAFile = cmp.Or(opts.CAFile, DefaultCAFile)
-	opts.Interval = cmp.Or(opts.Interval, DefaultInterval)
-	opts.MinRefresh = cmp.Or(opts.MinRefresh, DefaultMinRefresh)
 	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
 	if len(opts.Attributes.ID) == 0 && len(opts.Attributes.NUMA) == 0 {
 		opts.Attributes = DefaultAttributes
 	}
-	client, err := bearer.New(bearer.Config{What: "API server", TokenFile: opts.TokenFile, CAFile: opts.CAFile, Proxy: http.ProxyFromEnvironment})
+	// The dynamic client, its objects converted to resource.k8s.io/v1's
+	// types: a typed client links every API group's types into the binary
+	// (client-go's scheme), 19 MB.
+	lists, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxPage, maxWatch))
+	if err != nil {
+		return nil, fmt.Errorf("DRA source: %w", err)
+	}
+	gets, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxClaim, maxClaim))
 	if err != nil {
 		return nil, fmt.Errorf("DRA source: %w", err)
 	}
 	s := &Source{
-		opts:    opts,
-		server:  strings.TrimSuffix(server, "/"),
-		http:    client,
-		log:     cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger()),
-		refresh: make(chan struct{}, 1),
+		opts:   opts,
+		log:    cmp.Or[logrus.FieldLogger](opts.Log, logrus.StandardLogger()),
+		claims: gets.Resource(group.WithResource("resourceclaims")),
+		kept:   map[string]int{},
 	}
 	s.state.Store(&state{})
+	slices := lists.Resource(group.WithResource("resourceslices"))
+	onNode := "spec.nodeName=" + opts.NodeName
+	s.slices = informer.New(informer.Options{
+		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = onNode
+			return slices.List(ctx, o)
+		},
+		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = onNode
+			return slices.Watch(ctx, o)
+		},
+		Object:    &unstructured.Unstructured{},
+		Transform: s.trimSlice,
+		MaxPages:  maxPages,
+	})
+	classes := lists.Resource(group.WithResource("deviceclasses"))
+	s.classes = informer.New(informer.Options{
+		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return classes.List(ctx, o)
+		},
+		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return classes.Watch(ctx, o)
+		},
+		Object:   &unstructured.Unstructured{},
+		MaxPages: maxPages,
+		Transform: func(obj any) (any, error) {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				return obj, nil
+			}
+			var c resourcev1.DeviceClass
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
+				// Kept by name, so that its deletion is seen; it
+				// names no extended resource.
+				return &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}}, nil
+			}
+			return trimClass(&c), nil
+		},
+	})
 	return s, nil
 }
 
-// Facts returns what the last good lists said: the node's devices and the
-// classes' extended resources. It never waits.
+// trimSlice is the slices' transform: trimSlice, and past maxDevices
+// devices kept in all, none more (counted).
+func (s *Source) trimSlice(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	sl := &resourcev1.ResourceSlice{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, sl); err != nil {
+		// Kept by name, so that its deletion is seen; it is no node's.
+		sl = &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}}
+	}
+	kept, dropped := trimSlice(sl, s.opts.Attributes)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	room := maxDevices - (s.total - s.kept[sl.Name])
+	if n := len(kept.devices); n > room {
+		dropped += n - max(room, 0)
+		kept.devices = kept.devices[:max(room, 0)]
+	}
+	s.total += len(kept.devices) - s.kept[sl.Name]
+	s.kept[sl.Name] = len(kept.devices)
+	s.dropped += dropped
+	return kept, nil
+}
+
+// Facts returns what the watches say: the node's devices and the classes'
+// extended resources. It never waits.
 func (s *Source) Facts() dra.Facts {
 	st := s.state.Load()
 	return dra.Facts{Devices: st.devices, ClassResources: st.classes}
 }
 
-// Refresh asks for a list soon (a device the kubelet reported is in no
-// slice read yet); it never waits.
-func (s *Source) Refresh() {
-	select {
-	case s.refresh <- struct{}{}:
-	default:
-	}
-}
-
-// Run lists every Interval and on Refresh (at most once per MinRefresh)
-// until ctx is done; Load lists first. A failed list is logged and keeps
-// the last good one.
+// Run watches the slices and the classes until ctx is done, and makes the
+// facts anew at each change.
 func (s *Source) Run(ctx context.Context) error {
-	tick := time.NewTicker(s.opts.Interval)
-	defer tick.Stop()
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.slices.Run(ctx) })
+	wg.Go(func() { _ = s.classes.Run(ctx) })
+	defer wg.Wait()
+	logged := map[string]string{}
 	for {
+		sc, cc := s.slices.Changed(), s.classes.Changed()
+		s.rebuild()
+		for resource, inf := range map[string]*informer.Informer{"resourceslices": s.slices, "deviceclasses": s.classes} {
+			msg := ""
+			if err := inf.Err(); err != nil {
+				msg = s.explain("list and watch", resource, err).Error()
+			}
+			switch {
+			case msg == logged[resource]:
+			case msg == "":
+				s.log.Infof("DRA: %s listed again", resource)
+			default:
+				s.log.Warnf("DRA: %s; what was read last keeps answering, the watch retries", msg)
+			}
+			logged[resource] = msg
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
-		case <-s.refresh:
-		}
-		if err := s.Load(ctx); err != nil && ctx.Err() == nil {
-			s.log.WithError(err).Warn("DRA: listing ResourceSlices and DeviceClasses failed; the last lists keep answering")
-		}
-		wait := time.NewTimer(s.opts.MinRefresh)
-		select {
-		case <-ctx.Done():
-			wait.Stop()
-			return nil
-		case <-wait.C:
+		case <-sc:
+		case <-cc:
 		}
 	}
 }
 
-// Load lists the slices and the classes now, and keeps them if both were
-// read: serve calls it before serving the legacy view, since NFD asks
-// GetAllocatableResources once, at its start.
-func (s *Source) Load(ctx context.Context) error {
-	pools := map[[2]string]*pool{}
-	q := url.Values{"fieldSelector": {"spec.nodeName=" + s.opts.NodeName}}
-	err := s.list(ctx, "/apis/resource.k8s.io/v1/resourceslices", q, "resourceslices", func(body []byte) (string, error) {
-		return decodeSlices(body, s.opts.NodeName, s.opts.Attributes, pools)
-	})
-	if err != nil {
-		return err
+// Wait returns once both watches have their first lists, at most Timeout:
+// serve waits before serving the legacy view, since NFD asks
+// GetAllocatableResources once, at its start. It returns a failed list's
+// error at once.
+func (s *Source) Wait(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	if err := s.slices.Wait(ctx); err != nil {
+		return s.explain("list and watch", "resourceslices", err)
 	}
+	if err := s.classes.Wait(ctx); err != nil {
+		return s.explain("list and watch", "deviceclasses", err)
+	}
+	s.rebuild()
+	return nil
+}
+
+// rebuild makes the facts from what the watches keep.
+func (s *Source) rebuild() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	objs := s.slices.Objects()
+	slices := make([]*slice, 0, len(objs))
+	s.kept, s.total = make(map[string]int, len(objs)), 0
+	for _, o := range objs {
+		if sl, ok := o.(*slice); ok {
+			slices = append(slices, sl)
+			s.kept[sl.Name] = len(sl.devices)
+			s.total += len(sl.devices)
+		}
+	}
+	devices, dropped := nodeDevices(slices, s.opts.NodeName, maxDevices)
 	var classes []deviceClass
-	err = s.list(ctx, "/apis/resource.k8s.io/v1/deviceclasses", url.Values{}, "deviceclasses", func(body []byte) (string, error) {
-		return decodeClasses(body, &classes)
-	})
-	if err != nil {
-		return err
-	}
-	devices := map[dra.DeviceRef]dra.Device{}
-	for _, p := range pools {
-		for ref, d := range p.devices {
-			if len(devices) == maxDevices {
-				return fmt.Errorf("node %s's ResourceSlices list more than %d devices", s.opts.NodeName, maxDevices)
-			}
-			devices[ref] = d
+	for _, o := range s.classes.Objects() {
+		if c, ok := o.(*resourcev1.DeviceClass); ok {
+			classes = append(classes, classOf(c))
 		}
 	}
 	resources, skipped := classResources(classes)
 	if len(skipped) > 0 {
 		s.log.WithField("classes", skipped).Debug("DRA: DeviceClasses with an extended resource name whose selectors are not all device.driver == \"...\": their devices are folded when allocated but not listed as allocatable")
 	}
-	s.state.Store(&state{devices: devices, classes: resources})
-	return nil
-}
-
-// list reads every page of a list, handing each to page.
-func (s *Source) list(ctx context.Context, path string, q url.Values, resource string, page func([]byte) (string, error)) error {
-	q.Set("limit", pageLimit)
-	for range maxPages {
-		body, err := s.get(ctx, path+"?"+q.Encode(), resource, "list", maxPage)
-		if err != nil {
-			return err
-		}
-		next, err := page(body)
-		if err != nil {
-			return err
-		}
-		if next == "" {
-			return nil
-		}
-		q.Set("continue", next)
+	if msg := fmt.Sprint(s.dropped, dropped); (s.dropped > 0 || dropped > 0) && msg != s.logged {
+		s.log.WithField("dropped", s.dropped+dropped).Warnf("DRA: node %s's ResourceSlices list more devices than are kept (%d, at most %d a slice): the rest are not folded", s.opts.NodeName, maxDevices, maxSliceDevices)
+		s.logged = msg
 	}
-	return fmt.Errorf("listing %s: more than %d pages", resource, maxPages)
+	s.state.Store(&state{devices: devices, classes: resources})
 }
 
 // Allocation reads the ResourceClaim namespace/name's allocation.
 func (s *Source) Allocation(ctx context.Context, namespace, name string) (dra.Allocation, error) {
-	path := "/apis/resource.k8s.io/v1/namespaces/" + url.PathEscape(namespace) + "/resourceclaims/" + url.PathEscape(name)
-	body, err := s.get(ctx, path, "resourceclaims", "get", maxClaim)
+	u, err := s.claims.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, err
+		return nil, s.explain("get", "resourceclaims", err)
 	}
-	alloc, err := decodeClaim(body, namespace, name)
-	if err != nil {
+	c := &resourcev1.ResourceClaim{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, c); err != nil {
 		return nil, fmt.Errorf("ResourceClaim %s/%s: %w", namespace, name, err)
+	}
+	if c.Namespace != namespace || c.Name != name {
+		return nil, fmt.Errorf("ResourceClaim %s/%s: got %s/%s", namespace, name, c.Namespace, c.Name)
+	}
+	alloc, ok := allocationOf(c)
+	if !ok {
+		return nil, fmt.Errorf("ResourceClaim %s/%s: the claim is not allocated", namespace, name)
 	}
 	return alloc, nil
 }
 
-// get does one bounded GET. A 403 names the RBAC rule missing.
-func (s *Source) get(ctx context.Context, path, resource, verb string, limit int64) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	resp, body, err := s.http.GetAll(ctx, s.server+path, limit)
-	if errors.Is(err, bearer.ErrTooLarge) {
-		return nil, fmt.Errorf("%s %s: the answer is larger than %d bytes", verb, resource, limit)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", verb, resource, err)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return body, nil
-	case http.StatusForbidden:
-		return nil, fmt.Errorf("%s %s: 403 Forbidden: the service account lacks the RBAC rule {apiGroups: [\"resource.k8s.io\"], resources: [%q], verbs: [%q]} (deploy/components/dra-legacy-view)", verb, resource, resource, verb)
-	default:
-		msg := string(body)
-		if len(msg) > 300 {
-			msg = msg[:300] + "..."
+// explain names the RBAC rule a 403 lacks.
+func (s *Source) explain(verbs, resource string, err error) error {
+	if apierrors.IsForbidden(err) {
+		v := `"list", "watch"`
+		if verbs == "get" {
+			v = `"get"`
 		}
-		return nil, fmt.Errorf("%s %s: %s: %s", verb, resource, resp.Status, msg)
+		return fmt.Errorf("%s %s: 403 Forbidden: the service account lacks the RBAC rule {apiGroups: [\"resource.k8s.io\"], resources: [%q], verbs: [%s]} (deploy/components/dra-legacy-view): %w", verbs, resource, resource, v, err)
 	}
+	return fmt.Errorf("%s %s: %w", verbs, resource, err)
 }

@@ -1,6 +1,6 @@
-// Package bearer is the daemon's one HTTPS client that sends a bearer token:
-// the kubelet's /pods reads and the API server's Device object reads both
-// use it, so both follow one rule for credentials that change under them.
+// Package bearer is the HTTPS client of the kubelet's /pods reads, which
+// send a bearer token. The API server is spoken to through client-go only
+// (internal/apiclient, which keeps the same rules for the token and the CA).
 //
 // The rule: the token file and the CA file are read again at every request
 // (each is a few KiB, read through the projected volume's ..data link, so a
@@ -11,7 +11,7 @@
 // The token is sent over https only, and redirects are never followed, so
 // it never travels anywhere but the URL asked.
 //
-// Every read is one bounded GET (Get, GetAll): its deadline is the caller's
+// Every read is one bounded GET (Get): its deadline is the caller's
 // context, and its body never yields more than the limit it was given.
 package bearer
 
@@ -124,20 +124,6 @@ func (c *Client) Get(ctx context.Context, url string, limit int64) (*http.Respon
 	}
 	resp.Body = &boundedBody{ReadCloser: resp.Body, left: limit}
 	return resp, nil
-}
-
-// GetAll does Get and reads the whole body, which may be an error's.
-func (c *Client) GetAll(ctx context.Context, url string, limit int64) (*http.Response, []byte, error) {
-	resp, err := c.Get(ctx, url, limit)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, nil, err
-	}
-	return resp, body, nil
 }
 
 // boundedBody is an answer's body cut at a limit.

@@ -1,8 +1,9 @@
-// Package devicecr is the inventory source that reads Koordinator's Device
+// Package devicecr is the inventory source that keeps Koordinator's Device
 // object named after the node (scheduling.koordinator.sh/v1alpha1,
-// cluster-scoped) from the API server over HTTPS with the service account's
-// token. It is the source of highest precedence: the scheduler allocated
-// from it, so its ids are the ids in the pods' annotations.
+// cluster-scoped) by a watch on the API server (internal/informer, with the
+// dynamic client: the object's Go types are Koordinator's). It is the
+// source of highest precedence: the scheduler allocated from it, so its ids
+// are the ids in the pods' annotations.
 package devicecr
 
 import (
@@ -11,143 +12,182 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
-	"github.com/podres-proxy/podres-proxy/internal/bearer"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/podres-proxy/podres-proxy/internal/informer"
 	"github.com/podres-proxy/podres-proxy/inventory"
 )
 
-// Defaults of the Device object source: the in-cluster service account.
-const (
-	DefaultInterval  = 60 * time.Second
-	DefaultTimeout   = 10 * time.Second
-	DefaultTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	DefaultCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
-)
+// DefaultTimeout bounds Load's wait for the first list.
+const DefaultTimeout = 10 * time.Second
 
-// maxDeviceCRSize bounds the Device object read: a node's devices with all
-// their VFs take tens of KiB.
+// maxDeviceCRSize bounds each answer of the API server: the list of the one
+// object, and each watch (it is ended there and resumed). A node's devices
+// with all their VFs take tens of KiB.
 const maxDeviceCRSize = 8 << 20
 
 // gpuVendorLabel is the Device object label koordlet sets to the GPUs'
 // vendor.
 const gpuVendorLabel = "node.koordinator.sh/gpu-vendor"
 
+// Resource is the Device object's resource.
+var Resource = schema.GroupVersionResource{Group: "scheduling.koordinator.sh", Version: "v1alpha1", Resource: "devices"}
+
 // Options configure a Source.
 type Options struct {
-	// APIServer is the API server's base URL; "" means
-	// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
-	APIServer string
-	// TokenFile holds the bearer token; "" means DefaultTokenFile. It is
-	// re-read when it changes (see internal/bearer), so a rotated token is
-	// used at once.
-	TokenFile string
-	// CAFile holds the CA bundle the API server's certificate is verified
-	// with; "" means DefaultCAFile. It is reread when it changes.
-	CAFile string
+	// Config is the API server's (internal/apiclient).
+	Config *rest.Config
 	// NodeName is this node's name, which the Device object is named after.
 	NodeName string
-	// Interval between reads; 0 means DefaultInterval.
-	Interval time.Duration
-	// Timeout of one read; 0 means DefaultTimeout.
+	// Timeout bounds Load's wait for the first list; 0 means
+	// DefaultTimeout.
 	Timeout time.Duration
 }
 
-// Source reads Koordinator's Device object named after the node
-// (scheduling.koordinator.sh/v1alpha1, cluster-scoped) from the API server.
-// It decodes only what the inventory needs: spec.devices[] type, id, minor,
+// Source keeps Koordinator's Device object named after the node. It
+// decodes only what the inventory needs: spec.devices[] type, id, minor,
 // health, topology.nodeID, topology.busID and vfGroups[].vfs[].busID, and
-// the GPU vendor label. A missing object means no devices; a 403 names the
+// the GPU vendor label; the rest is dropped as it arrives. A missing object
+// (or a cluster without the resource) means no devices; a 403 names the
 // RBAC rule the service account lacks.
 type Source struct {
 	opts Options
-	url  string
-
-	// Made at the first Load, so that a missing CA file is a failed read
-	// (logged; the other sources keep serving), not a failed start.
-	// Guarded by the Inventory's per-source serialization of Load.
-	http *bearer.Client
+	inf  *informer.Informer
 }
 
-// New returns a source for the Device object of opts.NodeName.
+// New returns a source for the Device object of opts.NodeName; Run keeps it.
 func New(opts Options) (*Source, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("device-cr source: the node name is required (set NODE_NAME from spec.nodeName)")
 	}
-	server, err := bearer.APIServer(opts.APIServer)
+	if opts.Config == nil {
+		return nil, errors.New("device-cr source: no API server configuration")
+	}
+	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
+	client, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxDeviceCRSize, maxDeviceCRSize))
 	if err != nil {
 		return nil, fmt.Errorf("device-cr source: %w", err)
 	}
-	opts.TokenFile = cmp.Or(opts.TokenFile, DefaultTokenFile)
-	opts.CAFile = cmp.Or(opts.CAFile, DefaultCAFile)
-	opts.Interval = cmp.Or(opts.Interval, DefaultInterval)
-	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
-	path := "/apis/scheduling.koordinator.sh/v1alpha1/devices/" + url.PathEscape(opts.NodeName)
-	return &Source{opts: opts, url: strings.TrimSuffix(server, "/") + path}, nil
+	res := client.Resource(Resource)
+	only := "metadata.name=" + opts.NodeName
+	node := opts.NodeName
+	s := &Source{opts: opts}
+	s.inf = informer.New(informer.Options{
+		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = only
+			return res.List(ctx, o)
+		},
+		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = only
+			return res.Watch(ctx, o)
+		},
+		Object:    &unstructured.Unstructured{},
+		Transform: func(obj any) (any, error) { return transform(obj, node), nil },
+		MaxPages:  1, // one object: the field selector names it
+	})
+	return s, nil
 }
+
+// decoded is what is kept of a Device object: its devices, or why they
+// could not be read.
+type decoded struct {
+	metav1.ObjectMeta
+	devices []inventory.Device
+	err     error
+}
+
+// transform decodes a Device object as it arrives; anything else (a
+// decoded object, a deletion's last state) passes.
+func transform(obj any, node string) any {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj
+	}
+	d := &decoded{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}}
+	body, err := json.Marshal(u.Object)
+	if err == nil {
+		d.devices, err = decodeDeviceCR(body, node)
+	}
+	if err != nil {
+		d.err = fmt.Errorf("decoding Device %s: %w", node, err)
+	}
+	return d
+}
+
+// Run watches the Device object until ctx is done.
+func (s *Source) Run(ctx context.Context) error { return s.inf.Run(ctx) }
 
 // Name implements inventory.Source.
 func (s *Source) Name() string { return inventory.SourceDeviceCR }
 
-// Interval implements inventory.Source.
-func (s *Source) Interval() time.Duration { return s.opts.Interval }
+// Interval implements inventory.Source: 0, the watch says when the object
+// changed (Changed).
+func (s *Source) Interval() time.Duration { return 0 }
 
-// Load implements inventory.Source: one GET of the Device object.
+// Changed implements inventory.Notifier.
+func (s *Source) Changed() <-chan struct{} { return s.inf.Changed() }
+
+// Load implements inventory.Source: the object the watch keeps, once the
+// first list is in (waiting at most Timeout for it).
 func (s *Source) Load(ctx context.Context) ([]inventory.Device, error) {
-	if s.http == nil {
-		client, err := bearer.New(bearer.Config{What: "API server", TokenFile: s.opts.TokenFile, CAFile: s.opts.CAFile, Proxy: http.ProxyFromEnvironment})
-		if err != nil {
-			return nil, err
-		}
-		s.http = client
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	resp, body, err := s.http.GetAll(ctx, s.url, maxDeviceCRSize)
-	if errors.Is(err, bearer.ErrTooLarge) {
-		return nil, fmt.Errorf("the Device object %s from %s is larger than %d bytes", s.opts.NodeName, s.url, maxDeviceCRSize)
+	if err := s.inf.Wait(ctx); err != nil {
+		return nil, s.explain(err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("getting Device %s: %w", s.opts.NodeName, err)
+	if err := s.inf.Err(); err != nil {
+		return nil, s.explain(err)
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		devices, err := decodeDeviceCR(body, s.opts.NodeName)
-		if err != nil {
-			return nil, fmt.Errorf("decoding Device %s: %w", s.opts.NodeName, err)
+	for _, obj := range s.inf.Objects() {
+		d, ok := obj.(*decoded)
+		if !ok || d.Name != s.opts.NodeName {
+			continue // another node's: the list asked for this node's only
 		}
-		return devices, nil
-	case http.StatusNotFound:
-		return nil, fmt.Errorf("the Device object %s (scheduling.koordinator.sh/v1alpha1) was not found: koordlet has not reported this node's devices, or Koordinator is not installed%s: %w",
-			s.opts.NodeName, apiMessage(body), inventory.ErrAbsent)
-	case http.StatusUnauthorized:
-		return nil, fmt.Errorf("getting Device %s: 401 Unauthorized: the API server rejected the token in %s%s", s.opts.NodeName, s.opts.TokenFile, apiMessage(body))
-	case http.StatusForbidden:
-		return nil, fmt.Errorf("getting Device %s: 403 Forbidden: the service account lacks RBAC permission to get devices.scheduling.koordinator.sh; "+
-			"add to its ClusterRole the rule {apiGroups: [\"scheduling.koordinator.sh\"], resources: [\"devices\"], verbs: [\"get\"]}%s", s.opts.NodeName, apiMessage(body))
+		if d.err != nil {
+			return nil, d.err
+		}
+		out := make([]inventory.Device, len(d.devices))
+		copy(out, d.devices)
+		return out, nil
+	}
+	return nil, fmt.Errorf("the Device object %s (scheduling.koordinator.sh/v1alpha1) was not found: koordlet has not reported this node's devices: %w", s.opts.NodeName, inventory.ErrAbsent)
+}
+
+// explain says what a failed list means for the inventory.
+func (s *Source) explain(err error) error {
+	node := s.opts.NodeName
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("the Device objects (scheduling.koordinator.sh/v1alpha1) are not served: Koordinator is not installed (API server: %s): %w", short(err), inventory.ErrAbsent)
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("watching Device %s: 401 Unauthorized: the API server rejected the token (API server: %s)", node, short(err))
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("watching Device %s: 403 Forbidden: the service account lacks RBAC permission to list and watch devices.scheduling.koordinator.sh; "+
+			"add to its ClusterRole the rule {apiGroups: [\"scheduling.koordinator.sh\"], resources: [\"devices\"], verbs: [\"list\", \"watch\"]} (API server: %s)", node, short(err))
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("watching Device %s: no list within %s", node, s.opts.Timeout)
 	default:
-		return nil, fmt.Errorf("getting Device %s from %s: unexpected status %s%s", s.opts.NodeName, s.url, resp.Status, apiMessage(body))
+		return fmt.Errorf("watching Device %s: %w", node, err)
 	}
 }
 
-// apiMessage extracts a Status object's message from an error answer, so
-// that the log says what the API server said.
-func apiMessage(body []byte) string {
-	var status struct {
-		Kind    string `json:"kind"`
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(body, &status) != nil || status.Kind != "Status" || status.Message == "" {
-		return ""
-	}
-	msg := status.Message
+// short bounds an API server's message in a log line.
+func short(err error) string {
+	msg := err.Error()
 	if len(msg) > 300 {
 		msg = msg[:300] + "..."
 	}
-	return " (API server: " + msg + ")"
+	return msg
 }
 
 // deviceObject is the part of a Koordinator Device object the inventory
@@ -222,3 +262,5 @@ func decodeDeviceCR(body []byte, node string) ([]inventory.Device, error) {
 	}
 	return devices, nil
 }
+
+var _ inventory.Notifier = (*Source)(nil)

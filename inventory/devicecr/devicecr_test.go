@@ -2,17 +2,18 @@ package devicecr
 
 import (
 	"context"
+	"errors"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 	"github.com/podres-proxy/podres-proxy/inventory"
+	"github.com/podres-proxy/podres-proxy/test/apitest"
 	"github.com/podres-proxy/podres-proxy/test/inventorytest"
 	"github.com/podres-proxy/podres-proxy/test/tlstest"
 )
@@ -39,77 +40,60 @@ const deviceObjectJSON = `{
   "status": {"allocations": [{"type": "gpu", "entries": [{"name": "p", "namespace": "ns", "uuid": "x", "minors": [2]}]}]}
 }`
 
-// fakeAPIServer is an API server over TLS that serves one Device object,
-// records the tokens it is sent, and answers what the test sets.
-type fakeAPIServer struct {
-	*httptest.Server
-	caFile, tokenFile string
+const devicesPath = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
 
-	mu     sync.Mutex
-	status int
-	body   string
-	tokens []string
-	paths  []string
+// newAPIServer is an API server serving Koordinator's Device objects, with
+// node-1's.
+func newAPIServer(t *testing.T) *apitest.Server {
+	api := apitest.New(t, map[string]string{devicesPath: "DeviceList"})
+	api.Put(devicesPath, deviceObjectJSON)
+	return api
 }
 
-func newFakeAPIServer(t *testing.T) *fakeAPIServer {
-	f := &fakeAPIServer{status: http.StatusOK, body: deviceObjectJSON}
-	f.Server = httptest.NewTLSServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.Close)
-	dir := t.TempDir()
-	f.caFile = filepath.Join(dir, "ca.crt")
-	f.tokenFile = filepath.Join(dir, "token")
-	tlstest.ServerCA(t, f.caFile, f.Server)
-	inventorytest.WriteFile(t, f.tokenFile, "token-1\n")
-	return f
-}
-
-func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.tokens = append(f.tokens, r.Header.Get("Authorization"))
-	f.paths = append(f.paths, r.URL.Path)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(f.status)
-	_, _ = w.Write([]byte(f.body))
-}
-
-func (f *fakeAPIServer) answer(status int, body string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.status, f.body = status, body
-}
-
-func (f *fakeAPIServer) requests() (tokens, paths []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.tokens...), append([]string(nil), f.paths...)
-}
-
-func (f *fakeAPIServer) source(t *testing.T) *Source {
+// source returns a running source of node-1's Device object.
+func source(t *testing.T, api *apitest.Server) *Source {
 	t.Helper()
-	src, err := New(Options{APIServer: f.URL, TokenFile: f.tokenFile, CAFile: f.caFile, NodeName: "node-1"})
+	cfg, err := apiclient.Config(apiclient.Options{Server: api.URL, TokenFile: api.TokenFile, CAFile: api.CAFile})
 	if err != nil {
 		t.Fatal(err)
 	}
+	src, err := New(Options{Config: cfg, NodeName: "node-1", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = src.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 	return src
 }
 
-// statusJSON is an API server error answer.
-func statusJSON(code int, reason, message string) string {
-	return `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"` + reason + `","message":"` + message + `","code":` + strconv.Itoa(code) + `}`
+// waitFor loads src at each change until ok says its answer is the one
+// awaited, failing after 10 s.
+func waitFor(t *testing.T, src *Source, ok func([]inventory.Device, error) bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		changed := src.Changed()
+		if ok(src.Load(context.Background())) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			d, err := src.Load(context.Background())
+			t.Fatalf("no awaited answer within 10 s; the last: %q, %v", inventorytest.DescribeAll(d), err)
+		}
+	}
 }
 
 func TestDeviceCRReadsTheNodesDeviceWithTheServiceAccountTokenOverVerifiedTLS(t *testing.T) {
-	api := newFakeAPIServer(t)
-	devices := inventorytest.Load(t, api.source(t))
+	api := newAPIServer(t)
+	devices := inventorytest.Load(t, source(t, api))
 
-	tokens, paths := api.requests()
-	if len(tokens) != 1 || tokens[0] != "Bearer token-1" {
-		t.Errorf("Authorization headers = %q, want [Bearer token-1]", tokens)
-	}
-	if len(paths) != 1 || paths[0] != "/apis/scheduling.koordinator.sh/v1alpha1/devices/node-1" {
-		t.Errorf("paths = %q, want the cluster-scoped Device named after the node", paths)
+	// The server answers 401 to any other token: the list was made with it.
+	if n := api.Count("list", devicesPath); n != 1 {
+		t.Errorf("%d lists of the Device objects, want 1", n)
 	}
 	// The FPGA has neither id nor address: nothing can refer to it.
 	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(devices), []string{
@@ -119,43 +103,73 @@ func TestDeviceCRReadsTheNodesDeviceWithTheServiceAccountTokenOverVerifiedTLS(t 
 	})
 }
 
-func TestDeviceCRSendsTheRotatedToken(t *testing.T) {
-	api := newFakeAPIServer(t)
-	src := api.source(t)
+func TestDeviceCRSeesAChangedDeviceObjectWithoutAskingAgain(t *testing.T) {
+	api := newAPIServer(t)
+	src := source(t, api)
 	inventorytest.Load(t, src)
-	inventorytest.WriteFile(t, api.tokenFile, "token-2")
-	inventorytest.Load(t, src)
-	if tokens, _ := api.requests(); len(tokens) != 2 || tokens[1] != "Bearer token-2" {
-		t.Errorf("Authorization headers = %q, want the rotated token second", tokens)
+
+	api.Put(devicesPath, strings.Replace(deviceObjectJSON, `"nodeID": 0`, `"nodeID": 1`, 1))
+	waitFor(t, src, func(d []inventory.Device, err error) bool {
+		return err == nil && len(d) == 3 && d[0].NUMANode != nil && *d[0].NUMANode == 1
+	})
+	if lists, gets := api.Count("list", devicesPath), api.Count("get", devicesPath+"/node-1"); lists != 1 || gets != 0 {
+		t.Errorf("%d lists and %d gets: the change did not come by the watch", lists, gets)
+	}
+}
+
+func TestDeviceCRIgnoresOtherNodesDeviceObjects(t *testing.T) {
+	api := newAPIServer(t)
+	api.Put(devicesPath, strings.Replace(deviceObjectJSON, `"name": "node-1"`, `"name": "node-2"`, 1))
+	devices := inventorytest.Load(t, source(t, api))
+	if len(devices) != 3 {
+		t.Errorf("%d devices, want node-1's 3", len(devices))
 	}
 }
 
 func TestDeviceCRRefusesAServerTheCADoesNotVouchFor(t *testing.T) {
-	api := newFakeAPIServer(t)
-	src, err := New(Options{APIServer: api.URL, TokenFile: api.tokenFile, CAFile: tlstest.OtherCA(t, filepath.Join(t.TempDir(), "other-ca.crt")), NodeName: "node-1"})
+	api := newAPIServer(t)
+	cfg, err := apiclient.Config(apiclient.Options{Server: api.URL, TokenFile: api.TokenFile, CAFile: tlstest.OtherCA(t, filepath.Join(t.TempDir(), "other-ca.crt"))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	src, err := New(Options{Config: cfg, NodeName: "node-1", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = src.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
 	_, err = src.Load(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("Load() error = %v, want a certificate error", err)
 	}
-	if tokens, _ := api.requests(); len(tokens) != 0 {
-		t.Errorf("the token was sent to an unverified server: %q", tokens)
+	if reqs := api.Requests(); len(reqs) != 0 {
+		t.Errorf("requests reached an unverified server: %v", reqs)
 	}
 }
 
-func TestDeviceCRNotFoundMeansNoDevicesAndAnInfoLine(t *testing.T) {
-	api := newFakeAPIServer(t)
+func TestDeviceCRDeletedMeansNoDevicesAndAnInfoLine(t *testing.T) {
+	api := newAPIServer(t)
+	src := source(t, api)
 	log, hook := inventorytest.QuietLogger()
-	inv := inventory.New(inventory.Options{Sources: []inventory.Source{api.source(t)}, Logger: log})
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{src}, Logger: log})
 	inv.Refresh(context.Background())
 	if n := len(inv.Snapshot().Devices()); n != 3 {
 		t.Fatalf("%d devices, want 3", n)
 	}
+	changed := inv.Changed()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = inv.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
 
-	api.answer(http.StatusNotFound, statusJSON(404, "NotFound", `devices.scheduling.koordinator.sh \"node-1\" not found`))
-	inv.Refresh(context.Background())
+	api.Delete(devicesPath, "node-1")
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the inventory did not change within 10 s of the deletion")
+	}
 	if n := len(inv.Snapshot().Devices()); n != 0 {
 		t.Errorf("%d devices after the Device object was deleted, want 0", n)
 	}
@@ -168,14 +182,26 @@ func TestDeviceCRNotFoundMeansNoDevicesAndAnInfoLine(t *testing.T) {
 	}
 }
 
+func TestDeviceCRWithoutKoordinatorAnswersNoDevicesAtOnce(t *testing.T) {
+	api := apitest.New(t, map[string]string{}) // no Device resource
+	src := source(t, api)
+	start := time.Now()
+	_, err := src.Load(context.Background())
+	if !errors.Is(err, inventory.ErrAbsent) || !strings.Contains(err.Error(), "not installed") {
+		t.Errorf("Load() error = %v, want absent: Koordinator is not installed", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Load waited %s for a resource the API server does not serve", d)
+	}
+}
+
 func TestDeviceCRForbiddenLogsTheMissingRBACRuleAndTheOtherSourcesKeepServing(t *testing.T) {
-	api := newFakeAPIServer(t)
-	api.answer(http.StatusForbidden, statusJSON(403, "Forbidden",
-		`devices.scheduling.koordinator.sh \"node-1\" is forbidden: User \"system:serviceaccount:kube-system:podres-proxy\" cannot get resource \"devices\"`))
+	api := newAPIServer(t)
+	api.Refuse(http.StatusForbidden)
 	file := inventorytest.NewFakeSource(inventory.SourceFile, 0)
 	file.Answers <- inventorytest.Answer{Devices: []inventory.Device{{Type: inventory.TypeGPU, ID: "GPU-1", NUMANode: new(int64(0)), Healthy: true}}}
 	log, hook := inventorytest.QuietLogger()
-	inv := inventory.New(inventory.Options{Sources: []inventory.Source{api.source(t), file}, Logger: log})
+	inv := inventory.New(inventory.Options{Sources: []inventory.Source{source(t, api), file}, Logger: log})
 	inv.Refresh(context.Background())
 
 	inventorytest.EqualLines(t, "devices", inventorytest.DescribeAll(inv.Snapshot().Devices()), []string{
@@ -185,7 +211,7 @@ func TestDeviceCRForbiddenLogsTheMissingRBACRuleAndTheOtherSourcesKeepServing(t 
 	if len(errs) != 1 {
 		t.Fatalf("errors logged = %q, want one", errs)
 	}
-	for _, want := range []string{"403", "get devices.scheduling.koordinator.sh", `verbs: ["get"]`, "cannot get resource", "other sources"} {
+	for _, want := range []string{"403", "list and watch devices.scheduling.koordinator.sh", `verbs: ["list", "watch"]`, "refused by the test", "other sources"} {
 		if !strings.Contains(errs[0], want) {
 			t.Errorf("error line %q does not contain %q", errs[0], want)
 		}
@@ -195,26 +221,26 @@ func TestDeviceCRForbiddenLogsTheMissingRBACRuleAndTheOtherSourcesKeepServing(t 
 func TestDeviceCRFailuresKeepTheLastGoodAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fail  func(api *fakeAPIServer)
+		fail  func(api *apitest.Server)
 		error string
 	}{
-		{"server down", func(api *fakeAPIServer) { api.Close() }, "getting Device node-1"},
-		{"RBAC removed", func(api *fakeAPIServer) { api.answer(http.StatusForbidden, "") }, "403 Forbidden"},
-		{"token rejected", func(api *fakeAPIServer) { api.answer(http.StatusUnauthorized, "") }, "401 Unauthorized"},
-		{"server error", func(api *fakeAPIServer) { api.answer(http.StatusInternalServerError, "") }, "500"},
-		{"garbage", func(api *fakeAPIServer) { api.answer(http.StatusOK, "<html>") }, "decoding Device node-1"},
-		{"another node's object", func(api *fakeAPIServer) {
-			api.answer(http.StatusOK, strings.Replace(deviceObjectJSON, `"name": "node-1"`, `"name": "node-2"`, 1))
-		}, `not "node-1"`},
+		{"RBAC removed", func(api *apitest.Server) { api.Refuse(http.StatusForbidden); api.DropWatches() }, "403 Forbidden"},
+		{"token rejected", func(api *apitest.Server) { api.Refuse(http.StatusUnauthorized); api.DropWatches() }, "401 Unauthorized"},
+		{"server error", func(api *apitest.Server) { api.Refuse(http.StatusInternalServerError); api.DropWatches() }, "refused by the test"},
+		{"garbage", func(api *apitest.Server) {
+			api.Put(devicesPath, `{"apiVersion":"scheduling.koordinator.sh/v1alpha1","kind":"Device","metadata":{"name":"node-1"},"spec":{"devices":"many"}}`)
+		}, "decoding Device node-1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			api := newFakeAPIServer(t)
+			api := newAPIServer(t)
+			src := source(t, api)
 			log, hook := inventorytest.QuietLogger()
-			inv := inventory.New(inventory.Options{Sources: []inventory.Source{api.source(t)}, Logger: log})
+			inv := inventory.New(inventory.Options{Sources: []inventory.Source{src}, Logger: log})
 			inv.Refresh(context.Background())
 			good := inv.Snapshot()
 
 			tc.fail(api)
+			waitFor(t, src, func(_ []inventory.Device, err error) bool { return err != nil })
 			inv.Refresh(context.Background())
 			if inv.Snapshot() != good {
 				t.Errorf("the inventory changed: %q", inventorytest.DescribeAll(inv.Snapshot().Devices()))
@@ -226,28 +252,14 @@ func TestDeviceCRFailuresKeepTheLastGoodAnswer(t *testing.T) {
 	}
 }
 
-func TestNewDeviceCRSourceFindsTheAPIServerInThePodsEnvironment(t *testing.T) {
-	t.Setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
-	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
-	src, err := New(Options{NodeName: "node-1"})
+func TestNewDeviceCRSourceRejectsIncompleteOptions(t *testing.T) {
+	cfg, err := apiclient.Config(apiclient.Options{Server: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "https://[fd00::1]:443/apis/scheduling.koordinator.sh/v1alpha1/devices/node-1"; src.url != want {
-		t.Errorf("url = %s, want %s", src.url, want)
-	}
-	if src.opts.TokenFile != DefaultTokenFile || src.opts.CAFile != DefaultCAFile {
-		t.Errorf("token %s, CA %s: want the service account's", src.opts.TokenFile, src.opts.CAFile)
-	}
-}
-
-func TestNewDeviceCRSourceRejectsIncompleteOptions(t *testing.T) {
-	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	for name, opts := range map[string]Options{
-		"no node name":   {APIServer: "https://10.0.0.1:443"},
-		"not in a pod":   {NodeName: "node-1"},
-		"not a URL":      {APIServer: "10.0.0.1:443", NodeName: "node-1"},
-		"not https/http": {APIServer: "ftp://10.0.0.1", NodeName: "node-1"},
+		"no node name":  {Config: cfg},
+		"no API server": {NodeName: "node-1"},
 	} {
 		if _, err := New(opts); err == nil {
 			t.Errorf("%s: New(%+v) succeeded", name, opts)

@@ -35,7 +35,11 @@
 // with deploy/components/dra-legacy-view: a pod given a DRA device for an
 // extended resource is read through both sockets (docs/dra.md); it removes
 // all of it again before the others run.
-// The last test uninstalls the kustomize objects and installs the Helm chart
+// watch_test.go, after the others, installs what it needs and checks that
+// serve keeps the API server's objects by watches: changes seen within 2 s,
+// and no LIST or GET over 70 s of a steady node by the API server's own
+// request counters.
+// scenarios_test.go's last test uninstalls the kustomize objects and installs the Helm chart
 // (deploy/helm/podres-proxy, with Helm's Go SDK), and runs the smoke check
 // again.
 // After it, scrape_test.go installs deploy/base with
