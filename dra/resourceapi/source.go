@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -119,29 +118,18 @@ func New(opts Options) (*Source, error) {
 		kept:   map[string]int{},
 	}
 	s.state.Store(&state{})
-	slices := lists.Resource(group.WithResource("resourceslices"))
-	onNode := "spec.nodeName=" + opts.NodeName
+	list, watch := informer.ListWatch(lists.Resource(group.WithResource("resourceslices")), "spec.nodeName="+opts.NodeName)
 	s.slices = informer.New(informer.Options{
-		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = onNode
-			return slices.List(ctx, o)
-		},
-		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = onNode
-			return slices.Watch(ctx, o)
-		},
+		List:      list,
+		Watch:     watch,
 		Object:    &unstructured.Unstructured{},
 		Transform: s.trimSlice,
 		MaxPages:  maxPages,
 	})
-	classes := lists.Resource(group.WithResource("deviceclasses"))
+	list, watch = informer.ListWatch(lists.Resource(group.WithResource("deviceclasses")), "")
 	s.classes = informer.New(informer.Options{
-		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return classes.List(ctx, o)
-		},
-		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return classes.Watch(ctx, o)
-		},
+		List:     list,
+		Watch:    watch,
 		Object:   &unstructured.Unstructured{},
 		MaxPages: maxPages,
 		Transform: func(obj any) (any, error) {

@@ -18,7 +18,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,6 +26,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/podres-proxy/podres-proxy/internal/credfile"
 )
 
 // The in-cluster service account's files, the defaults of TokenFile and
@@ -39,9 +40,6 @@ const (
 // UserAgent is the user agent of every request, so that the API server's
 // audit log and request counters tell the daemon's requests apart.
 const UserAgent = "podres-proxy"
-
-// maxFileSize bounds the CA file.
-const maxFileSize = 1 << 20
 
 // Options say where the API server is and how to authenticate to it.
 type Options struct {
@@ -158,7 +156,7 @@ func (c *caTransport) CloseIdleConnections() {
 // transport returns the transport for the CA file's current content,
 // rebuilding it when the content changed (a rotated CA).
 func (c *caTransport) transport() (*http.Transport, error) {
-	pem, err := readSmall(c.caFile)
+	pem, err := credfile.Read(c.caFile)
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's CA file: %w", err)
 	}
@@ -184,21 +182,4 @@ func (c *caTransport) transport() (*http.Transport, error) {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	return c.tr, nil
-}
-
-// readSmall reads the CA file, refusing one over maxFileSize.
-func readSmall(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
-	}
-	return b, nil
 }

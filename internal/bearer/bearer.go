@@ -27,14 +27,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"time"
-)
 
-// maxFileSize bounds the token and CA files.
-const maxFileSize = 1 << 20
+	"github.com/podres-proxy/podres-proxy/internal/credfile"
+)
 
 // Config says how to authenticate to a server and verify it.
 type Config struct {
@@ -91,7 +89,7 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if c.cfg.TokenFile != "" && req.URL.Scheme == "https" {
-		b, err := readSmall(c.cfg.TokenFile)
+		b, err := credfile.Read(c.cfg.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s token file: %w", c.cfg.What, err)
 		}
@@ -156,7 +154,7 @@ func (c *Client) client() (*http.Client, error) {
 	defer c.mu.Unlock()
 	var pem []byte
 	if c.cfg.CAFile != "" {
-		b, err := readSmall(c.cfg.CAFile)
+		b, err := credfile.Read(c.cfg.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("read %s CA file: %w", c.cfg.What, err)
 		}
@@ -192,21 +190,4 @@ func (c *Client) client() (*http.Client, error) {
 		},
 	}
 	return c.http, nil
-}
-
-// readSmall reads a token or CA file, refusing one over maxFileSize.
-func readSmall(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
-	}
-	return b, nil
 }

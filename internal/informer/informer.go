@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -43,6 +44,21 @@ type Options struct {
 	Transform cache.TransformFunc
 	// MaxPages bounds a list's pages; 0 means DefaultMaxPages.
 	MaxPages int
+}
+
+// ListWatch returns the List and Watch of Options for res, each with
+// fieldSelector ("" selects every object).
+func ListWatch(res dynamic.ResourceInterface, fieldSelector string) (
+	func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) {
+	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = fieldSelector
+			return res.List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = fieldSelector
+			return res.Watch(ctx, o)
+		}
 }
 
 // Informer is a local copy of one resource's objects. Its methods are safe

@@ -16,20 +16,17 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
-	"os"
 	"sync"
 	"time"
+
+	"github.com/podres-proxy/podres-proxy/internal/credfile"
 )
 
 // Validity is how long a self-signed certificate is valid; it is made again
 // once less than a tenth of it is left.
 const Validity = 365 * 24 * time.Hour
-
-// maxFileSize bounds the certificate and key files.
-const maxFileSize = 1 << 20
 
 // Config returns the TLS configuration serving certFile and keyFile, or a
 // self-signed certificate for hosts (names and IP addresses) when both are
@@ -79,10 +76,10 @@ func (f *files) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		return f.cert, nil
 	}
 	f.checked = now
-	certPEM, err := readSmall(f.certFile)
+	certPEM, err := credfile.Read(f.certFile)
 	if err == nil {
 		var keyPEM []byte
-		if keyPEM, err = readSmall(f.keyFile); err == nil {
+		if keyPEM, err = credfile.Read(f.keyFile); err == nil {
 			if f.cert != nil && bytes.Equal(certPEM, f.certPEM) && bytes.Equal(keyPEM, f.keyPEM) {
 				return f.cert, nil
 			}
@@ -162,21 +159,4 @@ func newSelfSigned(hosts []string, now time.Time) (*tls.Certificate, error) {
 		return nil, fmt.Errorf("self-signed certificate: %w", err)
 	}
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
-}
-
-// readSmall reads path, refusing a file over maxFileSize.
-func readSmall(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
-	}
-	return b, nil
 }

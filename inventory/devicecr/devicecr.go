@@ -18,9 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -78,19 +76,12 @@ func New(opts Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device-cr source: %w", err)
 	}
-	res := client.Resource(Resource)
-	only := "metadata.name=" + opts.NodeName
+	list, watch := informer.ListWatch(client.Resource(Resource), "metadata.name="+opts.NodeName)
 	node := opts.NodeName
 	s := &Source{opts: opts}
 	s.inf = informer.New(informer.Options{
-		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = only
-			return res.List(ctx, o)
-		},
-		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = only
-			return res.Watch(ctx, o)
-		},
+		List:      list,
+		Watch:     watch,
 		Object:    &unstructured.Unstructured{},
 		Transform: func(obj any) (any, error) { return transform(obj, node), nil },
 		MaxPages:  1, // one object: the field selector names it
