@@ -160,7 +160,7 @@ checks() {
 		done
 		trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
 		rc=0
-		timeout 900 go test -race -count="$stress" ./proxy/... ./allocator/... ./trust/... ./inventory/... ./kubeletpods/... ./plugin/... ./state/... ./cmd/... || rc=$?
+		timeout 900 go test -race -count="$stress" ./proxy/... ./allocator/... ./trust/... ./inventory/... ./kubeletpods/... ./plugin/... ./state/... ./cmd/... ./report/... ./internal/... ./dra/... ./metrics/... || rc=$?
 		kill "${hogs[@]}" 2>/dev/null || true
 		wait "${hogs[@]}" 2>/dev/null || true
 		trap - EXIT
