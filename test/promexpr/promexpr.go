@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
@@ -99,7 +100,7 @@ func Names(expr string) (names []string, patterns []*regexp.Regexp, err error) {
 		}
 		for _, m := range vs.LabelMatchers {
 			switch {
-			case m.Name != labels.MetricName:
+			case m.Name != model.MetricNameLabel:
 			case m.Type == labels.MatchEqual:
 				names = append(names, m.Value)
 			case m.Type == labels.MatchRegexp:
