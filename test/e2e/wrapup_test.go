@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-
 	"github.com/podres-proxy/podres-proxy/test/promexpr"
 )
 
@@ -64,18 +62,9 @@ func TestEveryMetricTheAlertsAndTheDashboardNameIsInServesScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	families, err := (&expfmt.TextParser{}).TextToMetricFamilies(resp.Body)
+	served, err := promexpr.Served(resp.Body)
 	if err != nil {
-		t.Fatalf("parse serve's /metrics: %v", err)
-	}
-	served := map[string]bool{}
-	for name, f := range families {
-		switch f.GetType().String() {
-		case "HISTOGRAM":
-			served[name+"_bucket"], served[name+"_sum"], served[name+"_count"] = true, true, true
-		default:
-			served[name] = true
-		}
+		t.Fatal(err)
 	}
 	queries, err := promexpr.Load(h.repo)
 	if err != nil {

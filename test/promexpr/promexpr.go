@@ -7,11 +7,14 @@ package promexpr
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -85,6 +88,26 @@ type panel struct {
 
 // grafanaVars stand in for the dashboard's variables.
 var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "${node}", ".*", "$node", ".*")
+
+// Served returns the series names a /metrics answer in Prometheus' text
+// format serves: a histogram's name_bucket, name_sum and name_count, any
+// other family's name.
+func Served(r io.Reader) (map[string]bool, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse /metrics: %w", err)
+	}
+	served := map[string]bool{}
+	for name, f := range families {
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			served[name+"_bucket"], served[name+"_sum"], served[name+"_count"] = true, true, true
+			continue
+		}
+		served[name] = true
+	}
+	return served, nil
+}
 
 // Names parses expr and returns the metric names its selectors name, and
 // the patterns of those that select names by a regular expression.
