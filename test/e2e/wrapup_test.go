@@ -35,6 +35,7 @@ var seriesOnlyOnEvent = map[string]string{
 	"podres_proxy_events_dropped_total":                          "an Event dropped, which needs an API server",
 	"podres_proxy_upstream_shared_calls_total":                   "a kubelet call shared by concurrent callers",
 	"podres_proxy_pod_source_reads_total":                        "a read of every pod for a query (none while the store answers every query)",
+	"podres_proxy_allocations_refused_total":                     "a pod's refusals changing: a serve restarted by an earlier test finds them in its store, unchanged",
 }
 
 // Every metric the shipped alerts and dashboard name is one that the real
