@@ -1,22 +1,25 @@
 // Package report tells a pod's owner, and the node's operator, what the
-// daemon decided, as Kubernetes Events (events.k8s.io/v1, through client-go's
-// tools/events, which folds repeats into a series): a refused allocation, an
-// annotation no allocator could decode, ... on the pod; the daemon's own
-// trouble on the Node.
+// daemon decided, as Kubernetes Events (events.k8s.io/v1): a refused
+// allocation, an annotation no allocator could decode, ... on the pod; the
+// daemon's own trouble on the Node.
 //
 // Emitting never waits on the API server: Pod and Node put the Event in a
 // bounded queue and return, and an Event the queue has no room for is
-// dropped and counted (Metrics.EventDropped). One goroutine (Run) hands the
-// queue to client-go, and only while the API server keeps up: while a few
-// writes are in flight, or the API server does not answer (or answers that
-// it is overloaded), Events stay queued (and the newest are dropped)
-// instead of piling up as client-go's retrying goroutines. Every request
-// has a time limit (Options.Timeout).
+// dropped and counted (Metrics.EventDropped). One goroutine (Run) writes the
+// queue, at most maxInFlight writes at once, each within Options.Timeout;
+// while the API server does not answer (or answers that it is overloaded)
+// it writes one Event every probeEvery and the rest stay queued (the newest
+// dropped). An Event whose write found the API server so is queued again,
+// up to maxTries writes; one the API server refused is logged and dropped.
 //
 // Each Event is a Warning from the reporting controller podres-proxy, with
 // the node's name as its reporting instance, regarding the pod (its UID
 // included) or the Node; its action and note are cut to the API server's
-// bounds, control characters replaced.
+// bounds, control characters replaced. An Event like one written less than
+// seriesWindow before (the same object, reason and action) updates that
+// one's series (count, last observed time) instead of adding an object, as
+// client-go's tools/events does; tools/events itself is not used, as it
+// links client-go's scheme of every API group (docs/performance.md).
 //
 // Callers report decisions when they change, not per query: an Event is an
 // API object, and a busy node must not write one per List.
@@ -24,6 +27,7 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -33,18 +37,18 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 
+	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 	"github.com/podres-proxy/podres-proxy/model"
 )
 
@@ -88,23 +92,41 @@ const (
 	DefaultTimeout = 10 * time.Second
 )
 
-// maxInFlight is how many Event writes may be in flight at once before Run
-// stops handing Events to client-go; probeEvery is how often, while writes
-// fail, Run hands one over anyway, to learn that the API server is back.
+// maxInFlight is how many Event writes may be in flight at once;
+// probeEvery is how often, while writes fail, Run writes one anyway, to
+// learn that the API server is back.
 const (
 	maxInFlight = 4
 	probeEvery  = 30 * time.Second
+	// maxTries bounds the writes of one Event the API server did not
+	// answer (or answered that it is overloaded).
+	maxTries = 5
 )
+
+// seriesWindow is how long after an Event a like one updates its series
+// (client-go's tools/events: 6 minutes); maxSeries bounds the Events
+// remembered for it.
+const (
+	seriesWindow = 6 * time.Minute
+	maxSeries    = 1024
+)
+
+// maxAnswer bounds the API server's answer to one write: an Event, a
+// Status.
+const maxAnswer = 64 << 10
+
+// eventsResource is where Events are written.
+var eventsResource = eventsv1.SchemeGroupVersion.WithResource("events")
 
 // Metrics is what the reporter counts (metrics.Metrics implements it).
 type Metrics interface {
-	// EventEmitted counts an Event handed to client-go, by reason.
+	// EventEmitted counts an Event handed to a write, by reason.
 	EventEmitted(reason string)
 	// EventDropped counts an Event dropped because the queue was full, by
 	// reason.
 	EventDropped(reason string)
 	// EventWriteFailed counts a write of an Event the API server refused
-	// or did not answer in time (client-go retries it).
+	// or did not answer in time.
 	EventWriteFailed()
 }
 
@@ -124,8 +146,7 @@ type Options struct {
 	Timeout time.Duration
 	// Metrics counts; nil counts nothing.
 	Metrics Metrics
-	// Log gets client-go's complaints about Events it could not write; nil:
-	// logrus's standard logger.
+	// Log gets the writes that failed; nil: logrus's standard logger.
 	Log logrus.FieldLogger
 }
 
@@ -135,19 +156,42 @@ type Reporter struct {
 	node    string
 	queue   chan item
 	metrics Metrics
-	sink    *sink
-	log     logr.Logger
+	log     logrus.FieldLogger
+	events  dynamic.NamespaceableResourceInterface
+	timeout time.Duration
 
-	broadcaster events.EventBroadcaster
-	recorder    events.EventRecorder
+	slots chan struct{} // one per write in flight
+	ended chan struct{} // a write ended
+
+	mu        sync.Mutex
+	failing   bool // the last write found the API server unavailable
+	lastProbe time.Time
+	series    map[seriesKey]*written
 }
 
 // item is one queued Event.
 type item struct {
-	regarding *corev1.ObjectReference
+	regarding corev1.ObjectReference
 	reason    string
 	action    string
 	note      string
+	tries     int // writes that found the API server unavailable
+}
+
+// seriesKey is what makes Events alike: the object, the reason, the action
+// (the type, controller and instance are the same for all).
+type seriesKey struct {
+	kind, namespace, name string
+	uid                   types.UID
+	reason, action        string
+}
+
+// written is an Event written, for the like ones after it: its series'
+// count and last time.
+type written struct {
+	ev    *eventsv1.Event
+	count int32
+	last  time.Time
 }
 
 // New returns a reporter that writes through o.Config once Run runs.
@@ -158,12 +202,12 @@ func New(o Options) (*Reporter, error) {
 	if o.Node == "" {
 		return nil, fmt.Errorf("report: no node name (the Events' reporting instance)")
 	}
-	cfg := rest.CopyConfig(o.Config)
+	cfg := apiclient.Bounded(o.Config, maxAnswer, maxAnswer)
 	cfg.Timeout = o.Timeout
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("report: events client: %w", err)
 	}
@@ -176,17 +220,16 @@ func New(o Options) (*Reporter, error) {
 	if o.Log == nil {
 		o.Log = logrus.StandardLogger()
 	}
-	s := &sink{inner: &events.EventSinkImpl{Interface: client.EventsV1()}, node: o.Node, metrics: o.Metrics,
-		expiry: 2 * cfg.Timeout, freed: make(chan struct{}, 1)}
-	b := events.NewBroadcaster(s)
 	return &Reporter{
-		node:        o.Node,
-		queue:       make(chan item, o.Queue),
-		metrics:     o.Metrics,
-		sink:        s,
-		log:         logr.New(&logSink{log: o.Log}),
-		broadcaster: b,
-		recorder:    b.NewRecorder(scheme.Scheme, Controller),
+		node:    o.Node,
+		queue:   make(chan item, o.Queue),
+		metrics: o.Metrics,
+		log:     o.Log,
+		events:  client.Resource(eventsResource),
+		timeout: cfg.Timeout,
+		slots:   make(chan struct{}, maxInFlight),
+		ended:   make(chan struct{}, 1),
+		series:  map[seriesKey]*written{},
 	}, nil
 }
 
@@ -199,7 +242,7 @@ func (r *Reporter) Pod(pod model.PodRef, reason, action, note string) {
 		return
 	}
 	r.enqueue(item{
-		regarding: &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)},
+		regarding: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)},
 		reason:    reason, action: action, note: note,
 	})
 }
@@ -212,7 +255,7 @@ func (r *Reporter) Node(reason, action, note string) {
 	}
 	r.enqueue(item{
 		// The kubelet's Events name a Node by its name as its UID too.
-		regarding: &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.node, UID: types.UID(r.node)},
+		regarding: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.node, UID: types.UID(r.node)},
 		reason:    reason, action: action, note: note,
 	})
 }
@@ -227,15 +270,12 @@ func (r *Reporter) enqueue(it item) {
 	}
 }
 
-// Run hands the queued Events to client-go until ctx is done, while the
-// API server keeps up (see the package comment). Events still queued then
-// are lost.
+// Run writes the queued Events until ctx is done, while the API server
+// keeps up (see the package comment), and returns once the writes in
+// flight have ended. Events still queued then are lost.
 func (r *Reporter) Run(ctx context.Context) error {
-	// client-go logs the writes it gives up or retries with ctx's logger.
-	if err := r.broadcaster.StartRecordingToSinkWithContext(klog.NewContext(ctx, r.log)); err != nil {
-		return fmt.Errorf("report: start recording Events: %w", err)
-	}
-	defer r.broadcaster.Shutdown()
+	var writes sync.WaitGroup
+	defer writes.Wait()
 	for {
 		var it item
 		select {
@@ -243,100 +283,180 @@ func (r *Reporter) Run(ctx context.Context) error {
 			return nil
 		case it = <-r.queue:
 		}
-		for !r.sink.admit(time.Now()) {
-			wait := time.NewTimer(probeEvery)
-			select {
-			case <-ctx.Done():
-				wait.Stop()
-				return nil
-			case <-r.sink.freed:
-			case <-wait.C:
-			}
-			wait.Stop()
+		if !r.admit(ctx) {
+			return nil
 		}
-		r.recorder.Eventf(it.regarding, nil, corev1.EventTypeWarning, it.reason, it.action, "%s", it.note)
 		r.metrics.EventEmitted(it.reason)
+		writes.Go(func() {
+			err := r.write(ctx, it, time.Now())
+			r.done(err)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			log := r.log.WithError(err).WithFields(logrus.Fields{"reason": it.reason, "object": it.regarding.Kind + " " + it.regarding.Namespace + "/" + it.regarding.Name})
+			if it.tries++; unavailable(err) && it.tries < maxTries {
+				log.Debug("Events: the API server did not answer; the Event is queued again")
+				r.enqueue(it)
+				return
+			}
+			log.Warn("Events: the API server did not take an Event")
+		})
 	}
 }
 
-// sink is client-go's sink with the node as every Event's reporting
-// instance (client-go names it after the host name, which is the daemon's
-// pod's name), and the gate Run hands Events over by: at most maxInFlight
-// handed over whose write has not ended (a hand-off whose write never
-// ended, an Event client-go folded into a series, counts until twice the
-// request timeout passed), and while writes fail, one every probeEvery.
-type sink struct {
-	inner   events.EventSink
-	node    string
-	metrics Metrics
-	expiry  time.Duration
-	freed   chan struct{} // a write ended
-
-	mu        sync.Mutex
-	handed    []time.Time // hand-offs whose write has not ended, oldest first
-	failing   bool        // the last write failed
-	lastProbe time.Time
-}
-
-// admit reports whether an Event may be handed over now, and counts it if
-// so.
-func (s *sink) admit(now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.handed) > 0 && now.Sub(s.handed[0]) >= s.expiry {
-		s.handed = s.handed[1:]
-	}
-	if len(s.handed) >= maxInFlight {
-		return false
-	}
-	if s.failing {
-		if now.Sub(s.lastProbe) < probeEvery {
-			return false
+// admit waits until a write may start: a slot among maxInFlight, and while
+// writes fail, probeEvery since the last probe. It is false when ctx ended
+// first.
+func (r *Reporter) admit(ctx context.Context) bool {
+	for {
+		wait := probeEvery
+		r.mu.Lock()
+		now := time.Now()
+		if !r.failing || now.Sub(r.lastProbe) >= probeEvery {
+			select {
+			case r.slots <- struct{}{}:
+				if r.failing {
+					r.lastProbe = now
+				}
+				r.mu.Unlock()
+				return true
+			default:
+			}
+		} else {
+			wait = probeEvery - now.Sub(r.lastProbe)
 		}
-		s.lastProbe = now
+		r.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-r.ended:
+		case <-t.C:
+		}
+		t.Stop()
 	}
-	s.handed = append(s.handed, now)
-	return true
 }
 
-// ended records the end of a write.
-func (s *sink) ended(err error) {
-	s.mu.Lock()
-	if len(s.handed) > 0 {
-		s.handed = s.handed[1:]
-	}
-	s.failing = unavailable(err)
-	s.mu.Unlock()
+// done records the end of a write.
+func (r *Reporter) done(err error) {
+	r.mu.Lock()
+	r.failing = unavailable(err)
+	<-r.slots
+	r.mu.Unlock()
 	if err != nil {
-		s.metrics.EventWriteFailed()
+		r.metrics.EventWriteFailed()
 	}
 	select {
-	case s.freed <- struct{}{}:
+	case r.ended <- struct{}{}:
 	default:
 	}
 }
 
-// Create creates the Event, with this node as its reporting instance.
-func (s *sink) Create(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, error) {
-	ev.ReportingInstance = s.node
-	out, err := s.inner.Create(ctx, ev)
-	s.ended(err)
-	return out, err
+// write writes it: a new Event, or the series update of a like one written
+// within seriesWindow (a new Event if that one is gone).
+func (r *Reporter) write(ctx context.Context, it item, now time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	key := seriesKey{it.regarding.Kind, it.regarding.Namespace, it.regarding.Name, it.regarding.UID, it.reason, it.action}
+	w, like := r.claim(key, r.event(it, now))
+	if like {
+		patch, err := json.Marshal(map[string]any{"series": eventsv1.EventSeries{Count: w.count, LastObservedTime: metav1.NewMicroTime(now)}})
+		if err != nil {
+			return fmt.Errorf("series of Event %s/%s: %w", w.ev.Namespace, w.ev.Name, err)
+		}
+		_, err = r.events.Namespace(w.ev.Namespace).Patch(ctx, w.ev.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if !apierrors.IsNotFound(err) {
+			if err != nil {
+				return fmt.Errorf("series of Event %s/%s: %w", w.ev.Namespace, w.ev.Name, err)
+			}
+			return nil
+		}
+		// Gone (expired, or its create failed): a new one.
+		fresh := &written{ev: r.event(it, now), count: 1, last: now}
+		r.remember(key, fresh)
+		w = *fresh
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(w.ev)
+	if err == nil {
+		_, err = r.events.Namespace(w.ev.Namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		r.forget(key, w.ev)
+		return fmt.Errorf("Event %s/%s: %w", w.ev.Namespace, w.ev.Name, err)
+	}
+	return nil
 }
 
-// Update is client-go's; the events.k8s.io recorder does not call it.
-func (s *sink) Update(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, error) {
-	ev.ReportingInstance = s.node
-	out, err := s.inner.Update(ctx, ev)
-	s.ended(err)
-	return out, err
+// event is the Event of it, named as client-go names one: the object's
+// name and the time in hexadecimal nanoseconds. A Node's is in the default
+// namespace.
+func (r *Reporter) event(it item, now time.Time) *eventsv1.Event {
+	ns := it.regarding.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	return &eventsv1.Event{
+		TypeMeta:            metav1.TypeMeta{APIVersion: eventsv1.SchemeGroupVersion.String(), Kind: "Event"},
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", it.regarding.Name, now.UnixNano()), Namespace: ns},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: Controller,
+		ReportingInstance:   r.node,
+		Action:              it.action,
+		Reason:              it.reason,
+		Regarding:           it.regarding,
+		Note:                it.note,
+		Type:                corev1.EventTypeWarning,
+	}
 }
 
-// Patch patches a series' count and last time.
-func (s *sink) Patch(ctx context.Context, ev *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
-	out, err := s.inner.Patch(ctx, ev, data)
-	s.ended(err)
-	return out, err
+// claim returns the Event written for key within seriesWindow, its count
+// and time advanced for the update, and true; or else ev, remembered for
+// the like ones after it, and false.
+func (r *Reporter) claim(key seriesKey, ev *eventsv1.Event) (written, bool) {
+	now := ev.EventTime.Time
+	r.mu.Lock()
+	if w, ok := r.series[key]; ok && now.Sub(w.last) < seriesWindow {
+		w.count++
+		w.last = now
+		c := *w
+		r.mu.Unlock()
+		return c, true
+	}
+	r.mu.Unlock()
+	w := &written{ev: ev, count: 1, last: now}
+	r.remember(key, w)
+	return *w, false
+}
+
+// forget drops key's Event if it is ev, which was not written.
+func (r *Reporter) forget(key seriesKey, ev *eventsv1.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w, ok := r.series[key]; ok && w.ev == ev {
+		delete(r.series, key)
+	}
+}
+
+// remember keeps w for the like Events after it, within maxSeries: the
+// expired go first, then any.
+func (r *Reporter) remember(key seriesKey, w *written) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.series) >= maxSeries {
+		for k, old := range r.series {
+			if w.last.Sub(old.last) >= seriesWindow {
+				delete(r.series, k)
+			}
+		}
+		for k := range r.series {
+			if len(r.series) < maxSeries {
+				break
+			}
+			delete(r.series, k)
+		}
+	}
+	r.series[key] = w
 }
 
 // unavailable reports whether err says the API server is not there for

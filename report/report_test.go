@@ -41,6 +41,9 @@ type apiServer struct {
 	mu      sync.Mutex
 	hanging int                       // requests waiting for release
 	created map[string]eventsv1.Event // by action
+	patches []string                  // "name: body" of each PATCH
+	gone    bool                      // PATCH answers 404, the Event expired
+	busy    int                       // the next busy requests answer 503
 	arrived chan struct{}             // a request arrived or was answered
 }
 
@@ -92,6 +95,16 @@ func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	busy := s.busy > 0
+	if busy {
+		s.busy--
+	}
+	s.mu.Unlock()
+	if busy {
+		http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"ServiceUnavailable","code":503}`, http.StatusServiceUnavailable)
+		return
+	}
+	s.mu.Lock()
 	s.hanging++
 	s.mu.Unlock()
 	s.signal()
@@ -107,10 +120,19 @@ func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if r.Method == http.MethodPatch {
+		s.mu.Lock()
+		s.patches = append(s.patches, filepath.Base(r.URL.Path)+": "+string(body))
+		gone := s.gone
+		s.mu.Unlock()
+		s.signal()
+		if gone {
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, http.StatusNotFound)
+			return
+		}
 		_, _ = fmt.Fprintf(w, `{"kind":"Event","apiVersion":"events.k8s.io/v1","metadata":{"name":%q,"namespace":"ns"}}`, filepath.Base(r.URL.Path))
 		return
 	}
-	// client-go sends protobuf, or JSON.
+	// The reporter sends JSON.
 	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
 	ev, ok := obj.(*eventsv1.Event)
 	if err != nil || !ok {
@@ -324,6 +346,72 @@ func TestAnEventTheAPIServerRefusesHoldsUpNoOther(t *testing.T) {
 		}
 		return false
 	}, func() string { return fmt.Sprint(hook.AllEntries()) })
+}
+
+// An Event the API server could not take (503: overloaded, a restart) is
+// written again, and is there once, without the daemon's log warning of it.
+func TestAnEventTheAPIServerCouldNotTakeIsWrittenAgain(t *testing.T) {
+	s := newAPIServer(t, false)
+	s.busy = 1
+	log, hook := test.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	m := &counts{}
+	r := newReporter(t, s, 0, m, log)
+	run(t, r)
+	r.Pod(pod(1), report.ReasonAllocationRefused, "Refuse gpu-1", "refused")
+	s.await(t, "the Event, written again", func(_ int, created map[string]eventsv1.Event) bool { return len(created) == 1 })
+	if _, _, failed := m.get(); failed != 1 {
+		t.Errorf("%d write errors counted, want the one 503", failed)
+	}
+	for _, e := range hook.AllEntries() {
+		if e.Level <= logrus.WarnLevel {
+			t.Errorf("logged at %s: %s", e.Level, e.Message)
+		}
+	}
+}
+
+// The same decision reported again (a refusal that went and came back)
+// updates the first Event's series, as kubectl describe shows "(x2 over
+// ...)", instead of adding an object; once that Event is gone (expired), a
+// new one is written.
+func TestALikeEventUpdatesTheSeriesInsteadOfAddingAnObject(t *testing.T) {
+	s := newAPIServer(t, false)
+	r := newReporter(t, s, 0, nil)
+	run(t, r)
+	patched := func(n int) func(int, map[string]eventsv1.Event) bool {
+		return func(int, map[string]eventsv1.Event) bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return len(s.patches) >= n
+		}
+	}
+	r.Pod(pod(1), report.ReasonAllocationRefused, "Refuse gpu-1", "refused")
+	s.await(t, "the first Event", func(_ int, created map[string]eventsv1.Event) bool { return len(created) == 1 })
+	_, created := s.state()
+	first := created["Refuse gpu-1"].Name
+	r.Pod(pod(1), report.ReasonAllocationRefused, "Refuse gpu-1", "refused")
+	s.await(t, "the series update", patched(1))
+	r.Pod(pod(1), report.ReasonAllocationRefused, "Refuse gpu-1", "refused")
+	s.await(t, "the second series update", patched(2))
+	s.mu.Lock()
+	patches := append([]string(nil), s.patches...)
+	s.gone = true
+	s.mu.Unlock()
+	for i, p := range patches {
+		if want := fmt.Sprintf(`%s: {"series":{"count":%d,`, first, i+2); !strings.HasPrefix(p, want) {
+			t.Errorf("PATCH %d: %s; want %s...", i, p, want)
+		}
+	}
+	if _, created = s.state(); len(created) != 1 {
+		t.Errorf("%d Events created for one decision reported thrice; want 1", len(created))
+	}
+
+	r.Pod(pod(1), report.ReasonAllocationRefused, "Refuse gpu-1", "refused")
+	s.await(t, "a new Event for the expired one", func(int, map[string]eventsv1.Event) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.created["Refuse gpu-1"].Name != first
+	})
 }
 
 // A nil reporter (Events off) takes every call and reports nothing.

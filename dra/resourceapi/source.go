@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/podres-proxy/podres-proxy/dra"
+	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 	"github.com/podres-proxy/podres-proxy/internal/informer"
 )
 
@@ -103,11 +104,11 @@ func New(opts Options) (*Source, error) {
 	// The dynamic client, its objects converted to resource.k8s.io/v1's
 	// types: a typed client links every API group's types into the binary
 	// (client-go's scheme), 19 MB.
-	lists, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxPage, maxWatch))
+	lists, err := dynamic.NewForConfig(apiclient.Bounded(opts.Config, maxPage, maxWatch))
 	if err != nil {
 		return nil, fmt.Errorf("DRA source: %w", err)
 	}
-	gets, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxClaim, maxClaim))
+	gets, err := dynamic.NewForConfig(apiclient.Bounded(opts.Config, maxClaim, maxClaim))
 	if err != nil {
 		return nil, fmt.Errorf("DRA source: %w", err)
 	}

@@ -25,9 +25,13 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
-	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 )
 
 // The defaults of Options.
@@ -37,6 +41,15 @@ const (
 	DefaultDeniedTTL   = 10 * time.Second
 	DefaultCacheSize   = 256
 	DefaultMaxInFlight = 4
+)
+
+// maxAnswer bounds the API server's answer to a review.
+const maxAnswer = 64 << 10
+
+// The reviews' resources.
+var (
+	tokenReviews         = authnv1.SchemeGroupVersion.WithResource("tokenreviews")
+	subjectAccessReviews = authzv1.SchemeGroupVersion.WithResource("subjectaccessreviews")
 )
 
 // MaxTokenBytes bounds the bearer token a request may carry; a longer one
@@ -71,8 +84,7 @@ type Options struct {
 // Authorizer decides, through the API server, whether a request may be
 // served. It is safe for concurrent use.
 type Authorizer struct {
-	tokens   authnclient.TokenReviewInterface
-	access   authzclient.SubjectAccessReviewInterface
+	client   *dynamic.DynamicClient
 	o        Options
 	cache    *cache
 	inFlight chan struct{}
@@ -97,17 +109,12 @@ func New(cfg *rest.Config, o Options) (*Authorizer, error) {
 		l.Out = io.Discard
 		o.Log = l
 	}
-	authn, err := authnclient.NewForConfig(cfg)
+	client, err := dynamic.NewForConfig(apiclient.Bounded(cfg, maxAnswer, maxAnswer))
 	if err != nil {
-		return nil, fmt.Errorf("TokenReview client: %w", err)
-	}
-	authz, err := authzclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("SubjectAccessReview client: %w", err)
+		return nil, fmt.Errorf("review client: %w", err)
 	}
 	return &Authorizer{
-		tokens:   authn.TokenReviews(),
-		access:   authz.SubjectAccessReviews(),
+		client:   client,
 		o:        o,
 		cache:    newCache(o.CacheSize),
 		inFlight: make(chan struct{}, o.MaxInFlight),
@@ -192,10 +199,11 @@ type decision struct {
 // review asks the API server who token is and whether that user may get
 // path.
 func (a *Authorizer) review(ctx context.Context, token, path string) (decision, error) {
-	tr, err := a.tokens.Create(ctx, &authnv1.TokenReview{
-		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: a.o.Audiences},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	tr := &authnv1.TokenReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: authnv1.SchemeGroupVersion.String(), Kind: "TokenReview"},
+		Spec:     authnv1.TokenReviewSpec{Token: token, Audiences: a.o.Audiences},
+	}
+	if err := a.create(ctx, tokenReviews, tr); err != nil {
 		return decision{}, fmt.Errorf("TokenReview: %w", err)
 	}
 	if !tr.Status.Authenticated || tr.Status.Error != "" {
@@ -209,19 +217,37 @@ func (a *Authorizer) review(ctx context.Context, token, path string) (decision, 
 	for k, v := range u.Extra {
 		extra[k] = authzv1.ExtraValue(v)
 	}
-	sar, err := a.access.Create(ctx, &authzv1.SubjectAccessReview{
+	sar := &authzv1.SubjectAccessReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: authzv1.SchemeGroupVersion.String(), Kind: "SubjectAccessReview"},
 		Spec: authzv1.SubjectAccessReviewSpec{
 			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
 			NonResourceAttributes: &authzv1.NonResourceAttributes{Path: path, Verb: "get"},
 		},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	}
+	if err := a.create(ctx, subjectAccessReviews, sar); err != nil {
 		return decision{}, fmt.Errorf("SubjectAccessReview for %s: %w", u.Username, err)
 	}
 	if !sar.Status.Allowed || sar.Status.Denied {
 		return decision{http.StatusForbidden, fmt.Sprintf("user %q may not get %s", u.Username, path)}, nil
 	}
 	return decision{http.StatusOK, ""}, nil
+}
+
+// create creates review (a pointer to a review with its TypeMeta set) and
+// sets it to the API server's answer, its status filled in.
+func (a *Authorizer) create(ctx context.Context, res schema.GroupVersionResource, review any) error {
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(review)
+	if err != nil {
+		return err
+	}
+	out, err := a.client.Resource(res).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(out.Object, review); err != nil {
+		return fmt.Errorf("the answer: %w", err)
+	}
+	return nil
 }
 
 // bearer returns the request's bearer token, or "".

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 	"github.com/podres-proxy/podres-proxy/internal/informer"
 	"github.com/podres-proxy/podres-proxy/inventory"
 )
@@ -72,7 +73,7 @@ func New(opts Options) (*Source, error) {
 		return nil, errors.New("device-cr source: no API server configuration")
 	}
 	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
-	client, err := dynamic.NewForConfig(informer.Bounded(opts.Config, maxDeviceCRSize, maxDeviceCRSize))
+	client, err := dynamic.NewForConfig(apiclient.Bounded(opts.Config, maxDeviceCRSize, maxDeviceCRSize))
 	if err != nil {
 		return nil, fmt.Errorf("device-cr source: %w", err)
 	}

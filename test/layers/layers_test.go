@@ -143,3 +143,32 @@ func isOutside(pkg string) bool {
 	}
 	return false
 }
+
+// unlinked are packages the daemon must not link, and why: each costs its
+// resident memory on every node (docs/performance.md, "Memory").
+var unlinked = map[string]string{
+	// Registers every API group's types at start: 16 MB of binary and
+	// about 10 MiB resident. Typed clients and tools/events import it; the
+	// daemon's API server conversations use the dynamic client.
+	"k8s.io/client-go/kubernetes/scheme": "client-go's scheme of every API group",
+}
+
+func TestTheDaemonLinksNoPackageKeptOutForItsMemory(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "./cmd/podres-proxy")
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 {
+		t.Fatalf("go list -deps found %d packages: not the daemon's?", len(deps))
+	}
+	for _, d := range deps {
+		if why, ok := unlinked[d]; ok {
+			t.Errorf("the daemon links %s (%s); `go mod why -m` does not, `go mod why %s` says what brings it", d, why)
+		}
+	}
+}
