@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/podres-proxy/podres-proxy/internal/apiclient"
@@ -52,10 +52,9 @@ func newEventsAPI(t *testing.T) *eventsAPIServer {
 			http.Error(w, "only Events are created here", http.StatusBadRequest)
 			return
 		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
-		ev, ok := obj.(*eventsv1.Event)
-		if err != nil || !ok {
-			http.Error(w, fmt.Sprint(err), http.StatusBadRequest)
+		ev := &eventsv1.Event{}
+		if err := json.Unmarshal(body, ev); err != nil || ev.Kind != "Event" {
+			http.Error(w, fmt.Sprintf("not an Event (%v): %.200s", err, body), http.StatusBadRequest)
 			return
 		}
 		s.mu.Lock()

@@ -18,7 +18,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/podres-proxy/podres-proxy/internal/apiclient"
 	"github.com/podres-proxy/podres-proxy/model"
@@ -132,11 +131,9 @@ func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = fmt.Fprintf(w, `{"kind":"Event","apiVersion":"events.k8s.io/v1","metadata":{"name":%q,"namespace":"ns"}}`, filepath.Base(r.URL.Path))
 		return
 	}
-	// The reporter sends JSON.
-	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
-	ev, ok := obj.(*eventsv1.Event)
-	if err != nil || !ok {
-		http.Error(w, fmt.Sprintf("%s: %v (%T)", r.Header.Get("Content-Type"), err, obj), http.StatusBadRequest)
+	ev := &eventsv1.Event{}
+	if err := json.Unmarshal(body, ev); err != nil || ev.Kind != "Event" {
+		http.Error(w, fmt.Sprintf("not an Event (%v): %.200s", err, body), http.StatusBadRequest)
 		return
 	}
 	if s.refuse != "" && string(ev.Regarding.UID) == s.refuse {
