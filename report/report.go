@@ -383,7 +383,7 @@ func (r *Reporter) write(ctx context.Context, it item, now time.Time) error {
 	}
 	if err != nil {
 		r.forget(key, w.ev)
-		return fmt.Errorf("Event %s/%s: %w", w.ev.Namespace, w.ev.Name, err)
+		return fmt.Errorf("writing Event %s/%s: %w", w.ev.Namespace, w.ev.Name, err)
 	}
 	return nil
 }

@@ -168,7 +168,7 @@ func TestTheDaemonLinksNoPackageKeptOutForItsMemory(t *testing.T) {
 	}
 	for _, d := range deps {
 		if why, ok := unlinked[d]; ok {
-			t.Errorf("the daemon links %s (%s); `go mod why -m` does not, `go mod why %s` says what brings it", d, why)
+			t.Errorf("the daemon links %s (%s); `go mod why -m` does not, `go mod why %s` says what brings it", d, why, d)
 		}
 	}
 }
