@@ -21,7 +21,7 @@ func newEventMetrics(counter func(subsystem, name, help string) prometheus.Count
 	}
 }
 
-// EventEmitted counts an Event handed to a write (report.Metrics).
+// EventEmitted counts an Event handed to its first write (report.Metrics).
 func (m *Metrics) EventEmitted(reason string) { m.events.emitted.WithLabelValues(reason).Inc() }
 
 // EventDropped counts an Event dropped from a full queue (report.Metrics).

@@ -120,7 +120,7 @@ var eventsResource = eventsv1.SchemeGroupVersion.WithResource("events")
 
 // Metrics is what the reporter counts (metrics.Metrics implements it).
 type Metrics interface {
-	// EventEmitted counts an Event handed to a write, by reason.
+	// EventEmitted counts an Event handed to its first write, by reason.
 	EventEmitted(reason string)
 	// EventDropped counts an Event dropped because the queue was full, by
 	// reason.
@@ -286,7 +286,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 		if !r.admit(ctx) {
 			return nil
 		}
-		r.metrics.EventEmitted(it.reason)
+		if it.tries == 0 {
+			r.metrics.EventEmitted(it.reason)
+		}
 		writes.Go(func() {
 			err := r.write(ctx, it, time.Now())
 			r.done(err)

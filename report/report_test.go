@@ -357,8 +357,8 @@ func TestAnEventTheAPIServerCouldNotTakeIsWrittenAgain(t *testing.T) {
 	run(t, r)
 	r.Pod(pod(1), report.ReasonAllocationRefused, "Refuse gpu-1", "refused")
 	s.await(t, "the Event, written again", func(_ int, created map[string]eventsv1.Event) bool { return len(created) == 1 })
-	if _, _, failed := m.get(); failed != 1 {
-		t.Errorf("%d write errors counted, want the one 503", failed)
+	if emitted, _, failed := m.get(); emitted != 1 || failed != 1 {
+		t.Errorf("%d Events emitted, %d write errors counted; want the one Event, the one 503", emitted, failed)
 	}
 	for _, e := range hook.AllEntries() {
 		if e.Level <= logrus.WarnLevel {
