@@ -59,8 +59,10 @@ func tree(pkg string) string {
 	return t
 }
 
-func TestEveryImportGoesDownTheLayers(t *testing.T) {
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/...")
+// goList returns what go list args prints, run in the module's root.
+func goList(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
 	cmd.Dir = "../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -68,9 +70,14 @@ func TestEveryImportGoesDownTheLayers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, stderr.String())
 	}
+	return string(out)
+}
+
+func TestEveryImportGoesDownTheLayers(t *testing.T) {
+	out := goList(t, "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/...")
 	var broken []string
 	packages := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		fields := strings.Fields(line)
 		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
 		if pkg == "" || isOutside(pkg) {
@@ -154,15 +161,7 @@ var unlinked = map[string]string{
 }
 
 func TestTheDaemonLinksNoPackageKeptOutForItsMemory(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "./cmd/podres-proxy")
-	cmd.Dir = "../.."
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
-	deps := strings.Fields(string(out))
+	deps := strings.Fields(goList(t, "-deps", "./cmd/podres-proxy"))
 	if len(deps) < 100 {
 		t.Fatalf("go list -deps found %d packages: not the daemon's?", len(deps))
 	}
