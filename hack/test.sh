@@ -33,6 +33,22 @@ MATRIX_OLDEST_KUBELET=v1.33.13
 MATRIX_OLDEST_CONTAINERD=v1.7.35
 # version_of prints a version hack/lib.sh defaults (KUBERNETES_VERSION, CONTAINERD_VERSION).
 version_of() { (source hack/lib.sh && echo "${!1}"); }
+
+# node_suite_failed LOG: after a node suite that failed, stops the node it
+# left running. A test that panics ends the suite's process before its
+# teardown, and the node's containerd shims would hold the suite's lock
+# (/tmp/podres-e2e.lock) for the next run. The suite prints its node root
+# first ("e2e: node root ROOT, logs in DIR"); node-down.sh is safe on a node
+# already down. Returns 1, for the caller to fail.
+node_suite_failed() {
+	local root
+	root=$(sed -n 's/^e2e: node root \(\/[^,]*\), logs in .*/\1/p' "$1" | tail -n 1)
+	if [[ -n "$root" && -d "$root" && "${PODRES_E2E_KEEP_ROOT:-}" != "1" ]]; then
+		echo "the node suite failed and left its node root $root: stopping that node (hack/node-down.sh)" >&2
+		PODRES_NODE_PURGE=1 hack/node-down.sh "$root" >&2 || true
+	fi
+	return 1
+}
 if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
 	export PATH="$PATH:/usr/local/go/bin"
 fi
@@ -211,22 +227,26 @@ fi
 if [[ "$e2e" == "1" ]]; then
 	e2e_logs=$(mktemp -d)
 	step "end-to-end on a real node (containerd + kubelet $(version_of KUBERNETES_VERSION), its Pods API on by default)"
-	PODRES_E2E=1 go test -count=1 -timeout 60m -v ./test/e2e/... | tee "$e2e_logs/default"
+	PODRES_E2E=1 go test -count=1 -timeout 60m -v ./test/e2e/... | tee "$e2e_logs/default" ||
+		node_suite_failed "$e2e_logs/default"
 	# Kubelet 1.36 with the PodsAPI gate off, so /pods is serve's pod source, as on most
 	# clusters today. It builds that kubelet (cached); the store's pruning test is left out
 	# (80 s of waiting for the store's clock, which no pod source changes).
 	step "end-to-end on a real node, kubelet ${PODS_KUBELET_VERSION} with the PodsAPI gate off (serve reads /pods)"
 	KUBERNETES_VERSION="$PODS_KUBELET_VERSION" PODRES_E2E=1 PODRES_E2E_PODS_API=0 go test -count=1 -timeout 30m -v \
-		-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/pods"
+		-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/pods" ||
+		node_suite_failed "$e2e_logs/pods"
 	if [[ "${PODRES_E2E_MATRIX:-0}" == "1" ]]; then
 		# The oldest versions the README's compatibility table claims, each built and cached
 		# like the others: not in CI's default run (two more builds and runs, ~15 minutes).
 		step "matrix: the node suite on kubelet ${MATRIX_OLDEST_KUBELET} (no Pods API: serve reads /pods)"
 		KUBERNETES_VERSION="$MATRIX_OLDEST_KUBELET" PODRES_E2E=1 PODRES_E2E_PODS_API=0 go test -count=1 -timeout 30m -v \
-			-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/matrix-kubelet"
+			-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/matrix-kubelet" ||
+			node_suite_failed "$e2e_logs/matrix-kubelet"
 		step "matrix: the node suite on containerd ${MATRIX_OLDEST_CONTAINERD} (NRI enabled in its configuration)"
 		CONTAINERD_VERSION="$MATRIX_OLDEST_CONTAINERD" PODRES_E2E=1 go test -count=1 -timeout 30m -v \
-			-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/matrix-containerd"
+			-skip '^TestRemovedPodIsPrunedFromAnswerAndStore$' ./test/e2e/... | tee "$e2e_logs/matrix-containerd" ||
+			node_suite_failed "$e2e_logs/matrix-containerd"
 	fi
 	step "the versions each node run ran on, and serve's reads of every pod in it"
 	for run in default pods matrix-kubelet matrix-containerd; do
