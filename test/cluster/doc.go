@@ -37,7 +37,7 @@
 // all of it again before the others run.
 // watch_test.go, after the others, installs what it needs and checks that
 // serve keeps the API server's objects by watches: changes seen within 2 s,
-// and no LIST or GET over 70 s of a steady node by the API server's own
+// and no LIST or GET over 5 minutes of a steady node by the API server's own
 // request counters.
 // scenarios_test.go's last test uninstalls the kustomize objects and installs the Helm chart
 // (deploy/helm/podres-proxy, with Helm's Go SDK), and runs the smoke check
