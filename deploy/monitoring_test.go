@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podres-proxy/podres-proxy/metrics"
+	"github.com/podres-proxy/podres-proxy/test/promexpr"
 )
 
 // prometheusRule is Prometheus Operator's PrometheusRule
@@ -172,10 +173,6 @@ func (d *describing) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
-// grafanaVars stand in for the dashboard's variables, so that its queries
-// parse as PromQL.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "${node}", ".*", "$node", ".*")
-
 // seriesNames parses expr and returns the metric names its selectors name,
 // and the selectors, each with its matchers. A regular expression on
 // __name__ must match at least one name in served; the names it matches are
@@ -237,18 +234,6 @@ type dashboard struct {
 			Definition string          `json:"definition"`
 		} `json:"list"`
 	} `json:"templating"`
-	Panels []panel `json:"panels"`
-}
-
-type panel struct {
-	ID      int     `json:"id"`
-	Type    string  `json:"type"`
-	Title   string  `json:"title"`
-	Panels  []panel `json:"panels"`
-	Targets []struct {
-		Expr  string `json:"expr"`
-		RefID string `json:"refId"`
-	} `json:"targets"`
 }
 
 // kubeStateMetrics are the series of kube-state-metrics the alerts name,
@@ -293,26 +278,21 @@ func TestMonitoringNamesOnlyServedMetrics(t *testing.T) {
 	if err := json.Unmarshal([]byte(cm.Data["podres-proxy.json"]), &d); err != nil {
 		t.Fatalf("the dashboard is not JSON: %v", err)
 	}
-	targets := 0
-	var walk func([]panel)
-	walk = func(ps []panel) {
-		for _, p := range ps {
-			walk(p.Panels)
-			for _, tg := range p.Targets {
-				targets++
-				where := fmt.Sprintf("panel %q query %s", p.Title, tg.RefID)
-				for _, vs := range check(where, grafanaVars.Replace(tg.Expr)) {
-					// Every selector follows the node variable.
-					if !slices.ContainsFunc(vs.LabelMatchers, func(m *labels.Matcher) bool {
-						return m.Name == "instance" && m.Type == labels.MatchRegexp && m.Value == ".*"
-					}) || !strings.Contains(tg.Expr, `instance=~"$node"`) {
-						t.Errorf("%s: selector %s does not select instance=~\"$node\"", where, vs)
-					}
-				}
+	queries, err := promexpr.DashboardQueries([]byte(cm.Data["podres-proxy.json"]))
+	if err != nil {
+		t.Fatalf("the dashboard: %v", err)
+	}
+	targets := len(queries)
+	for _, q := range queries {
+		for _, vs := range check(q.Where, q.Expr) {
+			// Every selector follows the node variable.
+			if !slices.ContainsFunc(vs.LabelMatchers, func(m *labels.Matcher) bool {
+				return m.Name == "instance" && m.Type == labels.MatchRegexp && m.Value == ".*"
+			}) || !strings.Contains(q.Raw, `instance=~"$node"`) {
+				t.Errorf("%s: selector %s does not select instance=~\"$node\"", q.Where, vs)
 			}
 		}
 	}
-	walk(d.Panels)
 	if targets < 20 {
 		t.Errorf("the dashboard has %d queries, want its panels' (at least 20)", targets)
 	}

@@ -25,6 +25,7 @@ import (
 type Query struct {
 	Where string // "alert NAME", or "panel TITLE query REFID"
 	Expr  string
+	Raw   string // a dashboard query as written, before GrafanaVars; "" for an alert
 }
 
 // The monitoring component's files, relative to the repository's root.
@@ -60,16 +61,28 @@ func Load(repo string) ([]Query, error) {
 	if b, err = os.ReadFile(filepath.Join(repo, DashboardFile)); err != nil {
 		return nil, err
 	}
-	var d struct{ Panels []panel }
-	if err := json.Unmarshal(b, &d); err != nil {
+	panels, err := DashboardQueries(b)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DashboardFile, err)
 	}
+	return append(out, panels...), nil
+}
+
+// DashboardQueries returns every query of a Grafana dashboard's JSON model
+// (panels in rows included), its variables replaced (GrafanaVars) so that
+// each parses as PromQL; Raw keeps it as written.
+func DashboardQueries(b []byte) ([]Query, error) {
+	var d struct{ Panels []panel }
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, err
+	}
+	var out []Query
 	var walk func([]panel)
 	walk = func(ps []panel) {
 		for _, p := range ps {
 			walk(p.Panels)
 			for _, t := range p.Targets {
-				out = append(out, Query{Where: fmt.Sprintf("panel %q query %s", p.Title, t.RefID), Expr: grafanaVars.Replace(t.Expr)})
+				out = append(out, Query{Where: fmt.Sprintf("panel %q query %s", p.Title, t.RefID), Expr: GrafanaVars.Replace(t.Expr), Raw: t.Expr})
 			}
 		}
 	}
@@ -86,8 +99,9 @@ type panel struct {
 	} `json:"targets"`
 }
 
-// grafanaVars stand in for the dashboard's variables.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "${node}", ".*", "$node", ".*")
+// GrafanaVars stand in for the dashboard's variables, so that its queries
+// parse as PromQL.
+var GrafanaVars = strings.NewReplacer("$__rate_interval", "5m", "${node}", ".*", "$node", ".*")
 
 // Served returns the series names a /metrics answer in Prometheus' text
 // format serves: a histogram's name_bucket, name_sum and name_count, any
